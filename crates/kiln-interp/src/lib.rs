@@ -1,0 +1,135 @@
+//! Reference interpreter (layer 8's oracle): executes a graph node by node
+//! with each op's definition in `kiln-ops`. Correctness first; it is the
+//! oracle every backend and planner is compared against.
+//! Needs: a verified, type-inferred graph. Guarantees: outputs in graph
+//! output order, each checked against its inferred type; errors (never
+//! panics) name the failing node, op and opset.
+
+use kiln_ir::{bail, Error, Graph, Result, Tensor, TensorType};
+use kiln_ops::{registry, EvalCx, SubgraphRunner};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+/// Time spent per op type in one run.
+pub type Profile = Vec<(String, Duration)>;
+
+/// Runs `g` on `inputs` (one per graph input, in order).
+pub fn run(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    check_inputs(g, inputs)?;
+    let bound: Vec<Tensor> = inputs.to_vec();
+    Env { outer: &HashMap::new() }.execute(g, bound, None)
+}
+
+/// Like [`run`], also returning the time spent in each op type.
+pub fn run_profiled(g: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Profile)> {
+    check_inputs(g, inputs)?;
+    let mut prof = HashMap::new();
+    let outs = Env { outer: &HashMap::new() }.execute(g, inputs.to_vec(), Some(&mut prof))?;
+    let mut p: Profile = prof.into_iter().collect();
+    p.sort_by(|a, b| b.1.cmp(&a.1));
+    Ok((outs, p))
+}
+
+/// Checks that the inputs match the graph's declared input types.
+pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<()> {
+    if inputs.len() != g.inputs.len() {
+        bail!("the model has {} inputs but {} were given", g.inputs.len(), inputs.len());
+    }
+    for (t, &id) in inputs.iter().zip(&g.inputs) {
+        let want = g.ty(id);
+        if !type_matches(want, t) {
+            bail!("input '{}' must be {} but got {}", g.name(id), want, t.ty());
+        }
+    }
+    Ok(())
+}
+
+fn type_matches(want: &TensorType, t: &Tensor) -> bool {
+    want.dtype == t.dtype() && want.shape.as_ref().is_none_or(|s| *s == t.shape)
+}
+
+/// Values of the enclosing scopes, visible to subgraphs by name.
+struct Env<'a> {
+    outer: &'a HashMap<String, Tensor>,
+}
+
+impl SubgraphRunner for Env<'_> {
+    fn run(&self, g: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        if inputs.len() != g.inputs.len() {
+            bail!("subgraph '{}' takes {} inputs but got {}", g.name, g.inputs.len(), inputs.len());
+        }
+        self.execute(g, inputs, None)
+    }
+}
+
+impl Env<'_> {
+    fn execute(&self, g: &Graph, inputs: Vec<Tensor>, mut prof: Option<&mut HashMap<String, Duration>>) -> Result<Vec<Tensor>> {
+        let mut vals: Vec<Option<Tensor>> = vec![None; g.values.len()];
+        let mut uses = g.use_counts();
+        for (&id, t) in g.inputs.iter().zip(inputs) {
+            vals[id.index()] = Some(t);
+        }
+        for &id in &g.captures {
+            let name = g.name(id);
+            let t = self.outer.get(name).ok_or_else(|| Error::new(format!("captured value '{name}' is not available")))?;
+            vals[id.index()] = Some(t.clone());
+        }
+        for (&id, init) in &g.initializers {
+            vals[id.index()] = Some(init.to_tensor()?);
+        }
+        let has_subgraphs = g.nodes.iter().any(|n| n.attrs.values().any(|a| matches!(a, kiln_ir::Attr::Graph(_))));
+        for node in &g.nodes {
+            let opset = g.opsets.get(if node.domain == "ai.onnx" { "" } else { &node.domain }).copied().unwrap_or(1);
+            let ctx = || format!("{} (opset {opset})", node.describe());
+            let op = registry::lookup(&node.domain, &node.op)
+                .ok_or_else(|| Error::new(format!("unsupported op '{}'", node.op)).context(ctx()))?;
+            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| vals[i.index()].as_ref())).collect();
+            // Subgraphs see every value computed so far in this scope and outer ones.
+            let scope;
+            let env = if has_subgraphs {
+                let mut m = self.outer.clone();
+                for (i, v) in vals.iter().enumerate() {
+                    if let Some(t) = v {
+                        m.insert(g.values[i].name.clone(), t.clone());
+                    }
+                }
+                scope = m;
+                Env { outer: &scope }
+            } else {
+                Env { outer: self.outer }
+            };
+            let cx = EvalCx { node, opset, subgraphs: &env };
+            let start = Instant::now();
+            let outs = catch_unwind(AssertUnwindSafe(|| op.eval(&cx, &ins)))
+                .unwrap_or_else(|p| Err(Error::new(format!("internal error (panic): {}", panic_text(&p)))))
+                .map_err(|e| e.context(ctx()))?;
+            if let Some(p) = prof.as_deref_mut() {
+                *p.entry(node.op.clone()).or_default() += start.elapsed();
+            }
+            for (k, o) in node.outputs.iter().enumerate() {
+                let Some(o) = o else { continue };
+                let Some(t) = outs.get(k) else { bail!("{}: output {k} was not computed", ctx()) };
+                let want = g.ty(*o);
+                if !type_matches(want, t) {
+                    bail!("{}: output '{}' was computed as {} but inferred as {}", ctx(), g.name(*o), t.ty(), want);
+                }
+                vals[o.index()] = Some(t.clone());
+            }
+            for i in node.inputs.iter().flatten() {
+                uses[i.index()] -= 1;
+                if uses[i.index()] == 0 {
+                    vals[i.index()] = None;
+                }
+            }
+        }
+        g.outputs
+            .iter()
+            .map(|o| vals[o.index()].clone().ok_or_else(|| Error::new(format!("output '{}' was not computed", g.name(*o)))))
+            .collect()
+    }
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+}

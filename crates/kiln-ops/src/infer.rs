@@ -1,0 +1,127 @@
+//! Shape inference over a whole graph. Walks the nodes in order and asks each
+//! op's definition for its output types. Values computable from constants
+//! (initializers, Constant nodes, Shape of a static tensor, ...) are
+//! evaluated on the way, so exporters' shape-computation chains resolve and
+//! every tensor whose shape is determined by the graph gets a static shape.
+//! Needs: a structurally valid graph whose ops are registered.
+//! Guarantees: every value's type is set; shapes are `None` only when they
+//! depend on run-time data.
+
+use crate::{registry, EvalCx, InferCx, InputInfo, SubgraphRunner};
+use kiln_ir::{bail, Attr, Error, Graph, Result, Tensor, TensorType, ValueId};
+use std::collections::HashMap;
+
+/// Inputs larger than this many elements are not evaluated at compile time.
+const MAX_CONST_EVAL_ELEMS: usize = 1 << 20;
+
+/// Infers the types of all node outputs of `g` (and of its subgraphs).
+/// `outer` gives the types of values visible from enclosing graphs.
+pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) -> Result<()> {
+    let mut consts: HashMap<ValueId, Tensor> = HashMap::new();
+    for i in 0..g.nodes.len() {
+        let opset = node_opset(g, i);
+        // Subgraph attributes first: their outputs' types feed the op's rule.
+        infer_subgraphs(g, i, outer).map_err(|e| e.context(g.nodes[i].describe()))?;
+        let node = g.nodes[i].clone();
+        let types = infer_node(g, &node, opset, &mut consts, outer).map_err(|e| {
+            e.context(format!("{} (opset {opset})", node.describe()))
+        })?;
+        for (k, o) in node.outputs.iter().enumerate() {
+            if let Some(o) = o {
+                match types.get(k) {
+                    Some(t) => g.values[o.index()].ty = t.clone(),
+                    None => bail!("{}: op did not produce a type for output {k}", node.describe()),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn node_opset(g: &Graph, i: usize) -> i64 {
+    let d = g.nodes[i].domain.as_str();
+    let d = if d == "ai.onnx" { "" } else { d };
+    g.opsets.get(d).copied().unwrap_or(1)
+}
+
+/// Subgraphs are not run during inference; control-flow ops fall back to
+/// their type rules.
+struct NoSubgraphs;
+impl SubgraphRunner for NoSubgraphs {
+    fn run(&self, _g: &Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        bail!("subgraphs are not evaluated during shape inference")
+    }
+}
+
+fn infer_node(
+    g: &Graph,
+    node: &kiln_ir::Node,
+    opset: i64,
+    consts: &mut HashMap<ValueId, Tensor>,
+    outer: &dyn Fn(&str) -> Option<TensorType>,
+) -> Result<Vec<TensorType>> {
+    let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
+        let domain = if node.domain.is_empty() { "ai.onnx" } else { &node.domain };
+        Error::new(format!("unsupported op '{}' (domain {domain}, opset {opset})", node.op))
+    })?;
+    let mut all_const = true;
+    let mut const_elems = 0usize;
+    for i in node.inputs.iter().flatten() {
+        if !consts.contains_key(i) {
+            match g.initializers.get(i) {
+                Some(init) if init.ty().numel().unwrap_or(usize::MAX) <= MAX_CONST_EVAL_ELEMS => {
+                    consts.insert(*i, init.to_tensor()?);
+                }
+                _ => all_const = false,
+            }
+        }
+        if let Some(t) = consts.get(i) {
+            const_elems += t.len();
+        }
+    }
+    let has_subgraph = node.attrs.values().any(|a| matches!(a, Attr::Graph(_)));
+    if all_const && op.deterministic() && !has_subgraph && const_elems <= MAX_CONST_EVAL_ELEMS {
+        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.map(|i| &consts[&i])).collect();
+        let cx = EvalCx { node, opset, subgraphs: &NoSubgraphs };
+        let outs = op.eval(&cx, &ins)?;
+        let types: Vec<TensorType> = outs.iter().map(|t| t.ty()).collect();
+        for (o, t) in node.outputs.iter().zip(outs) {
+            if let Some(o) = o {
+                consts.insert(*o, t);
+            }
+        }
+        if types.len() >= node.outputs.iter().rposition(|o| o.is_some()).map_or(0, |p| p + 1) {
+            return Ok(types);
+        }
+    }
+    let scope_names = g.names();
+    let scope = |name: &str| scope_names.get(name).map(|id| g.ty(*id).clone()).or_else(|| outer(name));
+    let inputs = node
+        .inputs
+        .iter()
+        .map(|i| i.map(|i| InputInfo { ty: g.ty(i).clone(), value: consts.get(&i) }))
+        .collect();
+    let cx = InferCx { node, opset, inputs, scope: &scope };
+    op.infer(&cx)
+}
+
+/// Runs inference inside the node's subgraph attributes, with the current
+/// graph's values as the outer scope.
+fn infer_subgraphs(g: &mut Graph, idx: usize, outer: &dyn Fn(&str) -> Option<TensorType>) -> Result<()> {
+    if !g.nodes[idx].attrs.values().any(|a| matches!(a, Attr::Graph(_))) {
+        return Ok(());
+    }
+    let mut attrs = std::mem::take(&mut g.nodes[idx].attrs);
+    let res = (|| {
+        for (name, a) in attrs.iter_mut() {
+            if let Attr::Graph(sub) = a {
+                let names = g.names();
+                let scope = |n: &str| names.get(n).map(|id| g.ty(*id).clone()).or_else(|| outer(n));
+                infer_graph(sub, &scope).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
+            }
+        }
+        Ok(())
+    })();
+    g.nodes[idx].attrs = attrs;
+    res
+}

@@ -1,0 +1,101 @@
+//! kiln op definitions (layer 3 of DESIGN.md).
+//!
+//! Every supported ONNX operator is one [`Op`] value that knows how to infer
+//! its output types and how to evaluate itself on concrete tensors. The
+//! importer's shape inference ([`infer::infer_graph`]) and the reference
+//! interpreter (`kiln-interp`) both go through this one definition, so an
+//! op's semantics is written once. Ops are found by (domain, op type) in the
+//! [`registry`].
+
+pub mod infer;
+pub mod ops;
+pub mod registry;
+pub mod util;
+
+use kiln_ir::{Graph, Node, Result, Tensor, TensorType};
+
+/// What shape inference knows about one input: its type, and its value when
+/// it is a constant (initializer or folded from constants).
+#[derive(Debug, Clone)]
+pub struct InputInfo<'a> {
+    pub ty: TensorType,
+    pub value: Option<&'a Tensor>,
+}
+
+/// Context for [`Op::infer`].
+pub struct InferCx<'a> {
+    pub node: &'a Node,
+    /// Version of the opset of the node's domain.
+    pub opset: i64,
+    /// One entry per node input; `None` for omitted optional inputs.
+    pub inputs: Vec<Option<InputInfo<'a>>>,
+    /// Types of every value visible to subgraphs (for If/Loop/Scan bodies).
+    pub scope: &'a dyn Fn(&str) -> Option<TensorType>,
+}
+
+/// Runs a subgraph (If/Loop/Scan body). Captured outer values are resolved
+/// by the runner from the environment it was created in.
+pub trait SubgraphRunner {
+    fn run(&self, g: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>>;
+}
+
+/// Context for [`Op::eval`].
+pub struct EvalCx<'a> {
+    pub node: &'a Node,
+    pub opset: i64,
+    pub subgraphs: &'a dyn SubgraphRunner,
+}
+
+/// One operator's definition.
+pub trait Op: Send + Sync {
+    /// Output types (one per node output, including omitted optional ones).
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>>;
+
+    /// Computes the outputs. `inputs[i]` is `None` for an omitted optional input.
+    /// Returns one tensor per declared output position that it computes; the
+    /// trailing outputs may be left off when the node does not request them.
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
+
+    /// False for ops whose result changes between runs (random generators):
+    /// they are never evaluated at compile time.
+    fn deterministic(&self) -> bool {
+        true
+    }
+}
+
+impl InferCx<'_> {
+    /// Input `i`, or an error naming it when it is missing.
+    pub fn input(&self, i: usize) -> Result<&InputInfo<'_>> {
+        match self.inputs.get(i) {
+            Some(Some(x)) => Ok(x),
+            _ => kiln_ir::bail!("input {i} is required"),
+        }
+    }
+
+    pub fn opt_input(&self, i: usize) -> Option<&InputInfo<'_>> {
+        self.inputs.get(i).and_then(|x| x.as_ref())
+    }
+
+    /// Input `i`'s shape, when known.
+    pub fn shape(&self, i: usize) -> Result<Option<&[usize]>> {
+        Ok(self.input(i)?.ty.shape.as_deref())
+    }
+
+    /// Constant value of input `i` if it is known at compile time.
+    pub fn value(&self, i: usize) -> Option<&Tensor> {
+        self.opt_input(i).and_then(|x| x.value)
+    }
+}
+
+/// Required input `i` of an eval call, or an error naming it.
+pub fn arg<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor> {
+    match inputs.get(i) {
+        Some(Some(t)) => Ok(t),
+        _ => kiln_ir::bail!("input {i} is required"),
+    }
+}
+
+/// Optional input `i` of an eval call.
+pub fn opt_arg<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Option<&'a Tensor> {
+    inputs.get(i).copied().flatten()
+}

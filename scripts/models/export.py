@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Export the kiln model suite to ONNX.
+
+Writes <out>/<name>/model.onnx for each model, using the legacy TorchScript
+exporter (torch.onnx.export(..., dynamo=False)), opset 17, static shapes,
+batch 1, random weights (torch.manual_seed(0)), eval mode. Every model is
+< 2 GB and is saved as a single self-contained file (no external data).
+
+Usage:
+    python scripts/models/export.py                       # all models
+    python scripts/models/export.py --only bert,gpt2
+    python scripts/models/export.py --out /tmp/models
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OPSET = 17
+SEQ_LEN = 128
+
+
+def _vision(ctor_name: str):
+    def build():
+        import torch
+        import torchvision
+
+        model = getattr(torchvision.models, ctor_name)(weights=None)
+        inputs = (torch.randn(1, 3, 224, 224),)
+        return model, inputs, ["input"], ["logits"]
+
+    return build
+
+
+class _HFWrapper:
+    """Builds a torch.nn.Module that returns a plain tuple of tensors."""
+
+    @staticmethod
+    def wrap(model, keys):
+        import torch
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, *args):
+                out = self.inner(*args, return_dict=True)
+                return tuple(out[k] for k in keys)
+
+        return Wrapped(model)
+
+
+def build_bert():
+    import torch
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig()  # bert-base defaults
+    cfg._attn_implementation = "eager"
+    model = BertModel(cfg, add_pooling_layer=True)
+    ids = torch.randint(0, cfg.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
+    mask = torch.ones(1, SEQ_LEN, dtype=torch.int64)
+    wrapped = _HFWrapper.wrap(model, ["last_hidden_state", "pooler_output"])
+    return (
+        wrapped,
+        (ids, mask),
+        ["input_ids", "attention_mask"],
+        ["last_hidden_state", "pooler_output"],
+    )
+
+
+def build_gpt2():
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(use_cache=False)  # gpt2 (124M) defaults
+    cfg._attn_implementation = "eager"
+    model = GPT2Model(cfg)
+    ids = torch.randint(0, cfg.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
+    wrapped = _HFWrapper.wrap(model, ["last_hidden_state"])
+    return wrapped, (ids,), ["input_ids"], ["last_hidden_state"]
+
+
+MODELS = {
+    "resnet50": _vision("resnet50"),
+    "mobilenet_v2": _vision("mobilenet_v2"),
+    "bert": build_bert,
+    "gpt2": build_gpt2,
+    "vit": _vision("vit_b_16"),
+}
+
+
+def export_one(name: str, out_dir: Path) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    model, inputs, input_names, output_names = MODELS[name]()
+    model.eval()
+    dst = out_dir / name
+    dst.mkdir(parents=True, exist_ok=True)
+    path = dst / "model.onnx"
+    tmp = dst / "model.onnx.tmp"
+    t0 = time.perf_counter()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # TracerWarnings etc.
+        # Keep nn.MultiheadAttention (ViT) on the plain, decomposed path.
+        if hasattr(torch.backends, "mha"):
+            torch.backends.mha.set_fastpath_enabled(False)
+        torch.onnx.export(
+            model,
+            inputs,
+            str(tmp),
+            dynamo=False,
+            export_params=True,
+            opset_version=OPSET,
+            do_constant_folding=True,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=None,  # static shapes
+        )
+    os.replace(tmp, path)
+    _check_single_file(path)
+    size = path.stat().st_size / 2**20
+    print(f"[export] {name}: wrote {path} ({size:.1f} MiB) in {time.perf_counter() - t0:.1f}s",
+          flush=True)
+    return path
+
+
+def _check_single_file(path: Path) -> None:
+    import onnx
+
+    m = onnx.load(str(path), load_external_data=False)
+    ext = [t.name for t in m.graph.initializer
+           if t.data_location == onnx.TensorProto.EXTERNAL]
+    if ext:
+        raise RuntimeError(f"{path}: {len(ext)} initializers use external data")
+    onnx.checker.check_model(m)
+    opset = {o.domain or "ai.onnx": o.version for o in m.opset_import}
+    ins = [(i.name, [d.dim_value if d.HasField("dim_value") else d.dim_param
+                     for d in i.type.tensor_type.shape.dim]) for i in m.graph.input]
+    outs = [(o.name, [d.dim_value if d.HasField("dim_value") else d.dim_param
+                      for d in o.type.tensor_type.shape.dim]) for o in m.graph.output]
+    print(f"[export]   opset={opset} nodes={len(m.graph.node)} inputs={ins} outputs={outs}",
+          flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default="",
+                   help="comma-separated subset of: " + ",".join(MODELS))
+    p.add_argument("--out", default=str(REPO / "models"),
+                   help="output directory (default: <repo>/models)")
+    args = p.parse_args(argv)
+
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(MODELS)}")
+
+    import torch
+
+    torch.set_num_threads(max(1, min(os.cpu_count() or 1, 4)))
+    out = Path(args.out)
+    print(f"[export] torch {torch.__version__}, opset {OPSET}, out={out}", flush=True)
+    for i, name in enumerate(names, 1):
+        print(f"[export] ({i}/{len(names)}) {name} ...", flush=True)
+        export_one(name, out)
+    print("[export] done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
