@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Count FLOPs of exported ONNX models: 2 x MACs of Conv, MatMul and Gemm.
 
-Uses onnx shape inference, so it only works on static-shape graphs (which
-export.py produces). Elementwise ops, softmax, norms etc. are ignored.
+Shapes come from onnx shape inference, falling back to one onnxruntime run
+for tensors it cannot resolve. Elementwise ops, softmax, norms etc. are ignored.
 
 Usage:
     python scripts/models/flops.py [NAME ...] [--models-dir DIR]
@@ -31,6 +31,16 @@ def count_flops(path: Path) -> tuple[int, Counter]:
     for t in m.graph.initializer:
         shapes[t.name] = list(t.dims)
 
+    wanted = [x for n in m.graph.node if n.op_type in ("Conv", "MatMul", "Gemm")
+              for x in (n.input[0], n.input[1], n.output[0])]
+    unknown = sorted({x for x in wanted
+                      if shapes.get(x) is None or any(d is None for d in shapes[x])})
+    if unknown:
+        # onnx shape inference does not propagate through every exported
+        # pattern (e.g. Expand fed by a ConstantOfShape/Equal/Where chain);
+        # get the remaining shapes by running the graph once in onnxruntime.
+        shapes.update(_runtime_shapes(path, unknown))
+
     def shp(name):
         s = shapes.get(name)
         if s is None or any(d is None for d in s):
@@ -54,6 +64,36 @@ def count_flops(path: Path) -> tuple[int, Counter]:
             continue
         per_op[n.op_type] += 2 * macs
     return sum(per_op.values()), per_op
+
+
+def _runtime_shapes(path: Path, names: list[str]) -> dict:
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(path))
+    existing = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in existing:
+            m.graph.output.append(onnx.helper.ValueInfoProto(name=n))
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {}
+    for i, inp in enumerate(sess.get_inputs()):
+        saved = path.parent / f"input_{i}.npy"
+        shape = [d if isinstance(d, int) else 1 for d in inp.shape]
+        if saved.exists():
+            feed[inp.name] = np.load(saved)
+        elif inp.type == "tensor(float)":
+            feed[inp.name] = np.zeros(shape, np.float32)
+        elif "mask" in inp.name:
+            feed[inp.name] = np.ones(shape, np.int64)
+        else:
+            feed[inp.name] = np.zeros(shape, np.int64)
+    outs = sess.run(names, feed)
+    return {n: list(o.shape) for n, o in zip(names, outs)}
 
 
 def main(argv=None) -> int:

@@ -23,6 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from export import calibrate_batchnorm  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 MAX_BYTES = 2 * 1000 * 1000  # 2 MB
 INPUT_SHAPE = (1, 3, 96, 96)
@@ -34,16 +37,19 @@ def build_model():
 
     torch.manual_seed(0)
     model = torchvision.models.mobilenet_v2(weights=None, width_mult=0.35, num_classes=10)
-    # torchvision initialises BatchNorm to the identity (mean 0, var 1, gamma 1,
-    # beta 0). Give the running statistics and affine parameters seeded random
-    # values so the folded Conv+BN weights are non-trivial.
+    # torchvision initialises BatchNorm to the identity (gamma 1, beta 0,
+    # mean 0, var 1), which with random conv weights lets activations vanish.
+    # Give gamma/beta seeded random values, then set the running statistics
+    # from seeded random batches (see export.calibrate_batchnorm), so the
+    # folded Conv+BN weights are non-trivial and activations stay unit-scale.
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.uniform_(-0.1, 0.1)
-                m.running_var.uniform_(0.5, 1.5)
                 m.weight.uniform_(0.5, 1.5)
                 m.bias.uniform_(-0.1, 0.1)
+        # Classifier: std 0.1 instead of torchvision's 0.01, for O(1) logits.
+        torch.nn.init.normal_(model.classifier[-1].weight, std=0.1)
+    calibrate_batchnorm(model, INPUT_SHAPE)
     return model.eval()
 
 

@@ -1,1 +1,238 @@
-fn main(){}
+//! The `kiln` command-line tool.
+
+mod flops;
+mod npy;
+
+use clap::{Parser, Subcommand};
+use kiln_ir::{bail, DType, Data, Error, Graph, Result, Tensor};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A small MobileNetV2 (width 0.35, 96×96 input, 10 classes, random weights)
+/// exported from torchvision; what `kiln run` runs when no model is given.
+const DEFAULT_MODEL: &[u8] = include_bytes!("../assets/default.onnx");
+
+#[derive(Parser)]
+#[command(name = "kiln", version, about = "kiln: a deep-learning compiler for ONNX models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct ModelArgs {
+    /// Concrete shape for an input with symbolic dims: NAME=D0,D1,... (repeatable)
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    input_shapes: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a model's inputs, outputs, op histogram, parameters and FLOPs.
+    Info {
+        model: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        args: ModelArgs,
+    },
+    /// Run a model (the embedded default model when MODEL is omitted).
+    Run {
+        model: Option<PathBuf>,
+        /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
+        #[arg(short = 'i', long = "input", value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+        /// Directory to write output_<k>.npy into.
+        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        /// Execution backend.
+        #[arg(long, default_value = "reference", value_parser = ["reference"])]
+        backend: String,
+        /// Seed for random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[command(flatten)]
+        args: ModelArgs,
+    },
+    /// Print the imported graph in kiln's textual IR.
+    Print {
+        model: PathBuf,
+        /// Show at most this many elements of each constant (the output then does not parse back).
+        #[arg(long)]
+        elide: Option<usize>,
+        #[command(flatten)]
+        args: ModelArgs,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let res = match cli.command {
+        Command::Info { model, json, args } => info(&model, json, &args),
+        Command::Run { model, inputs, output_dir, backend: _, seed, args } => {
+            run(model.as_deref(), &inputs, output_dir.as_deref(), seed, &args)
+        }
+        Command::Print { model, elide, args } => load(&model, &args).map(|g| {
+            print!("{}", kiln_ir::text::print_elided(&g, elide));
+        }),
+    };
+    if let Err(e) = res {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn import_options(args: &ModelArgs) -> Result<kiln_onnx::ImportOptions> {
+    let mut opts = kiln_onnx::ImportOptions::default();
+    for spec in &args.input_shapes {
+        let Some((name, dims)) = spec.split_once('=') else { bail!("--input-shape expects NAME=D0,D1,..., got '{spec}'") };
+        let dims: Vec<usize> = if dims.is_empty() {
+            Vec::new()
+        } else {
+            dims.split(',').map(|d| d.trim().parse().map_err(|_| Error::new(format!("bad dimension '{d}' in --input-shape {spec}")))).collect::<Result<_>>()?
+        };
+        opts.input_shapes.insert(name.to_string(), dims);
+    }
+    Ok(opts)
+}
+
+fn load(path: &Path, args: &ModelArgs) -> Result<Graph> {
+    Ok(kiln_onnx::load(path, &import_options(args)?)?.graph)
+}
+
+fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
+    let g = load(path, args)?;
+    let mut hist: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &g.nodes {
+        *hist.entry(n.op.clone()).or_default() += 1;
+    }
+    let flops = flops::graph_flops(&g);
+    let io = |ids: &[kiln_ir::ValueId]| -> Vec<(String, String)> { ids.iter().map(|&i| (g.name(i).to_string(), g.ty(i).to_string())).collect() };
+    let (inputs, outputs) = (io(&g.inputs), io(&g.outputs));
+    if json {
+        let tensors = |ids: &[kiln_ir::ValueId]| -> serde_json::Value {
+            ids.iter()
+                .map(|&id| {
+                    let t = g.ty(id);
+                    serde_json::json!({"name": g.name(id), "dtype": t.dtype.name(), "shape": t.shape})
+                })
+                .collect()
+        };
+        let obj = serde_json::json!({
+            "model": path.display().to_string(),
+            "opset": g.opset(),
+            "inputs": tensors(&g.inputs),
+            "outputs": tensors(&g.outputs),
+            "nodes": g.nodes.len(),
+            "op_histogram": hist,
+            "parameters": g.parameter_count(),
+            "flops": flops,
+            "gflops": flops as f64 / 1e9,
+        });
+        println!("{obj}");
+        return Ok(());
+    }
+    println!("model: {} (opset {})", path.display(), g.opset());
+    for (n, t) in &inputs {
+        println!("input  {n}: {t}");
+    }
+    for (n, t) in &outputs {
+        println!("output {n}: {t}");
+    }
+    println!("nodes: {}", g.nodes.len());
+    println!("parameters: {}", g.parameter_count());
+    println!("FLOPs: {flops} ({:.3} GFLOP)", flops as f64 / 1e9);
+    println!("ops:");
+    let mut by_count: Vec<_> = hist.into_iter().collect();
+    by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    for (op, c) in by_count {
+        println!("  {op:<24} {c}");
+    }
+    Ok(())
+}
+
+fn read_input(path: &Path) -> Result<Tensor> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => npy::read(path),
+        Some("pb") => kiln_onnx::read_tensor_pb(path),
+        _ => bail!("input {} must be a .npy or .pb file", path.display()),
+    }
+}
+
+/// Deterministic pseudo-random input for a graph input (SplitMix64).
+fn random_input(ty: &kiln_ir::TensorType, name: &str, seed: &mut u64) -> Result<Tensor> {
+    let Some(shape) = ty.shape.clone() else { bail!("input '{name}' has no static shape; pass -i or --input-shape") };
+    let n: usize = shape.iter().product();
+    let mut next = || {
+        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    // floats uniform in [-1, 1); integers in [0, 10) so they are valid indices/ids
+    let unit = |r: u64| (r >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+    let data = match ty.dtype {
+        DType::Bool => Data::Bool((0..n).map(|_| next() & 1 == 1).collect()),
+        DType::Str => bail!("input '{name}' is a string tensor; pass it with -i"),
+        d if d.is_float() => Data::from_f64(d, &(0..n).map(|_| unit(next())).collect::<Vec<_>>())?,
+        d => Data::from_f64(d, &(0..n).map(|_| (next() % 10) as f64).collect::<Vec<_>>())?,
+    };
+    Tensor::new(shape, data)
+}
+
+fn run(model: Option<&Path>, input_files: &[PathBuf], out_dir: Option<&Path>, seed: u64, args: &ModelArgs) -> Result<()> {
+    let start = Instant::now();
+    let (g, label) = match model {
+        Some(p) => (load(p, args)?, p.display().to_string()),
+        None => {
+            let m = kiln_onnx::load_bytes(bytes_of_default(), None, &import_options(args)?).map_err(|e| e.context("embedded default model"))?;
+            (m.graph, "embedded default model (MobileNetV2 ×0.35, 96×96)".to_string())
+        }
+    };
+    let import_time = start.elapsed();
+    if !input_files.is_empty() && input_files.len() != g.inputs.len() {
+        bail!("the model has {} inputs but {} -i files were given", g.inputs.len(), input_files.len());
+    }
+    let mut rng = seed;
+    let inputs: Vec<Tensor> = if input_files.is_empty() {
+        g.inputs.iter().map(|&id| random_input(g.ty(id), g.name(id), &mut rng)).collect::<Result<_>>()?
+    } else {
+        input_files.iter().map(|p| read_input(p)).collect::<Result<_>>()?
+    };
+    let t0 = Instant::now();
+    let outputs = kiln_interp::run(&g, &inputs)?;
+    let run_time = t0.elapsed();
+    println!("model: {label}");
+    println!("backend: reference   import: {:.1} ms   run: {:.1} ms", import_time.as_secs_f64() * 1e3, run_time.as_secs_f64() * 1e3);
+    if let Some(dir) = out_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    for (k, (t, &id)) in outputs.iter().zip(&g.outputs).enumerate() {
+        println!("output {k} '{}': {} {}", g.name(id), t.ty(), summary(t));
+        if let Some(dir) = out_dir {
+            npy::write(&dir.join(format!("output_{k}.npy")), t)?;
+        }
+    }
+    if let Some(dir) = out_dir {
+        println!("wrote {} outputs to {}", outputs.len(), dir.display());
+    }
+    Ok(())
+}
+
+fn bytes_of_default() -> bytes::Bytes {
+    bytes::Bytes::from_static(DEFAULT_MODEL)
+}
+
+fn summary(t: &Tensor) -> String {
+    let Ok(v) = t.data.to_f64_vec() else { return String::new() };
+    if v.is_empty() {
+        return "(empty)".into();
+    }
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    format!("min {min:.6} max {max:.6} mean {mean:.6}")
+}

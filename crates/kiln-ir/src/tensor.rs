@@ -238,6 +238,29 @@ impl Data {
         with_dtype!(dtype, |T| T::wrap(vec![<T as Default>::default(); n]))
     }
 
+    /// Numeric data of `dtype` from f64 values (rounded/truncated as `as` casts do).
+    pub fn from_f64(dtype: DType, v: &[f64]) -> Result<Data> {
+        fn conv<T: Num>(v: &[f64]) -> Data {
+            T::wrap(v.iter().map(|&x| T::from_f64(x)).collect())
+        }
+        Ok(match dtype {
+            DType::F32 => conv::<f32>(v),
+            DType::F64 => conv::<f64>(v),
+            DType::F16 => conv::<f16>(v),
+            DType::BF16 => conv::<bf16>(v),
+            DType::I8 => conv::<i8>(v),
+            DType::I16 => conv::<i16>(v),
+            DType::I32 => conv::<i32>(v),
+            DType::I64 => conv::<i64>(v),
+            DType::U8 => conv::<u8>(v),
+            DType::U16 => conv::<u16>(v),
+            DType::U32 => conv::<u32>(v),
+            DType::U64 => conv::<u64>(v),
+            DType::Bool => conv::<bool>(v),
+            DType::Str => bail!("cannot make string data from numbers"),
+        })
+    }
+
     /// Decodes little-endian raw bytes (ONNX `raw_data`) of `dtype`.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Data> {
         fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {

@@ -23,8 +23,14 @@ use std::fmt::Write;
 
 /// Prints a graph in the textual form.
 pub fn print(g: &Graph) -> String {
+    print_elided(g, None)
+}
+
+/// Prints a graph, showing at most `max_elems` elements of each constant
+/// when given. Elided output (`...`) is for people: it does not parse back.
+pub fn print_elided(g: &Graph, max_elems: Option<usize>) -> String {
     let mut out = String::new();
-    print_graph(g, &mut out, 0);
+    print_graph(g, &mut out, 0, max_elems);
     out
 }
 
@@ -57,7 +63,7 @@ fn opt_ref(g: &Graph, v: &Option<ValueId>, typed: bool) -> String {
     }
 }
 
-fn print_graph(g: &Graph, out: &mut String, indent: usize) {
+fn print_graph(g: &Graph, out: &mut String, indent: usize, elide: Option<usize>) {
     let pad = "  ".repeat(indent + 1);
     let opsets: Vec<String> = g.opsets.iter().map(|(d, v)| format!("{}={v}", quote(d))).collect();
     let _ = writeln!(out, "graph {} opsets [{}] {{", quote(&g.name), opsets.join(", "));
@@ -69,13 +75,13 @@ fn print_graph(g: &Graph, out: &mut String, indent: usize) {
     }
     for (&id, init) in &g.initializers {
         let data = match init.to_tensor() {
-            Ok(t) => data_literal(&t.data),
+            Ok(t) => data_literal(&t.data, elide),
             Err(e) => format!("<undecodable: {e}>"),
         };
         let _ = writeln!(out, "{pad}init {} = {data}", typed_value(g, id));
     }
     for node in &g.nodes {
-        print_node(g, node, out, indent);
+        print_node(g, node, out, indent, elide);
     }
     // Values that nothing defines (only in unverified graphs) still round-trip.
     let outs: Vec<String> = g.outputs.iter().map(|&id| value_ref(g, id)).collect();
@@ -86,7 +92,7 @@ fn print_graph(g: &Graph, out: &mut String, indent: usize) {
     }
 }
 
-fn print_node(g: &Graph, node: &Node, out: &mut String, indent: usize) {
+fn print_node(g: &Graph, node: &Node, out: &mut String, indent: usize, elide: Option<usize>) {
     let pad = "  ".repeat(indent + 1);
     let outs: Vec<String> = node.outputs.iter().map(|o| opt_ref(g, o, true)).collect();
     let ins: Vec<String> = node.inputs.iter().map(|i| opt_ref(g, i, false)).collect();
@@ -100,7 +106,7 @@ fn print_node(g: &Graph, node: &Node, out: &mut String, indent: usize) {
             }
             let key = if is_bare(k) { k.clone() } else { quote(k) };
             let _ = write!(out, "{key}=");
-            print_attr(v, out, indent + 1);
+            print_attr(v, out, indent + 1, elide);
         }
         out.push('}');
     }
@@ -111,7 +117,7 @@ fn fmt_f32(v: f32) -> String {
     format!("{v:?}")
 }
 
-fn print_attr(a: &Attr, out: &mut String, indent: usize) {
+fn print_attr(a: &Attr, out: &mut String, indent: usize, elide: Option<usize>) {
     match a {
         Attr::Int(v) => {
             let _ = write!(out, "{v}");
@@ -134,13 +140,19 @@ fn print_attr(a: &Attr, out: &mut String, indent: usize) {
             let _ = write!(out, "[{}]", s.join(", "));
         }
         Attr::Tensor(t) => {
-            let _ = write!(out, "tensor {} {}", t.ty(), data_literal(&t.data));
+            let _ = write!(out, "tensor {} {}", t.ty(), data_literal(&t.data, elide));
         }
-        Attr::Graph(g) => print_graph(g, out, indent),
+        Attr::Graph(g) => print_graph(g, out, indent, elide),
     }
 }
 
-fn data_literal(d: &Data) -> String {
+fn data_literal(d: &Data, elide: Option<usize>) -> String {
+    let limit = elide.unwrap_or(usize::MAX);
+    if d.len() > limit {
+        let head = d.gather(0..limit);
+        let s = data_literal(&head, None);
+        return format!("{}, ...]", &s[..s.len() - 1]);
+    }
     let items: Vec<String> = match d {
         Data::F32(v) => v.iter().map(|x| fmt_f32(*x)).collect(),
         Data::F64(v) => v.iter().map(|x| format!("{x:?}")).collect(),

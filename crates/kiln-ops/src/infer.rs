@@ -62,7 +62,7 @@ fn infer_node(
 ) -> Result<Vec<TensorType>> {
     let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
         let domain = if node.domain.is_empty() { "ai.onnx" } else { &node.domain };
-        Error::new(format!("unsupported op '{}' (domain {domain}, opset {opset})", node.op))
+        Error::new(format!("unsupported op '{}' (domain {domain})", node.op))
     })?;
     let mut all_const = true;
     let mut const_elems = 0usize;
@@ -83,7 +83,7 @@ fn infer_node(
     if all_const && op.deterministic() && !has_subgraph && const_elems <= MAX_CONST_EVAL_ELEMS {
         let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.map(|i| &consts[&i])).collect();
         let cx = EvalCx { node, opset, subgraphs: &NoSubgraphs };
-        let outs = op.eval(&cx, &ins)?;
+        let outs = guard(|| op.eval(&cx, &ins))?;
         let types: Vec<TensorType> = outs.iter().map(|t| t.ty()).collect();
         for (o, t) in node.outputs.iter().zip(outs) {
             if let Some(o) = o {
@@ -102,7 +102,17 @@ fn infer_node(
         .map(|i| i.map(|i| InputInfo { ty: g.ty(i).clone(), value: consts.get(&i) }))
         .collect();
     let cx = InferCx { node, opset, inputs, scope: &scope };
-    op.infer(&cx)
+    guard(|| op.infer(&cx))
+}
+
+/// Turns a panic inside an op definition into an error, so bad input can
+/// never crash the importer (ops are expected to validate and not panic;
+/// this is the safety net).
+fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Err(Error::new(format!("internal error (panic): {}", msg.unwrap_or_else(|| "unknown".into()))))
+    })
 }
 
 /// Runs inference inside the node's subgraph attributes, with the current
