@@ -22,7 +22,7 @@ fn golden_files_round_trip() {
             continue;
         }
         assert_eq!(printed, src, "{} does not re-print identically", path.display());
-        assert_eq!(parse(&printed).unwrap(), g);
+        assert_eq!(print(&parse(&printed).unwrap()), printed);
     }
 }
 
