@@ -1,9 +1,7 @@
 //! The `kiln` command-line tool.
 
-mod flops;
-mod npy;
-
 use clap::{Parser, Subcommand};
+use kiln_cli::{flops, npy};
 use kiln_ir::{bail, DType, Data, Error, Graph, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,5 @@
+//! Library part of the `kiln` CLI: tensor file formats and model statistics
+//! shared by the binary and its tests.
+
+pub mod flops;
+pub mod npy;

@@ -1,0 +1,84 @@
+//! End-to-end tests of the `kiln` binary: the embedded default model against
+//! onnxruntime's output (saved by scripts/models/make_default_model.py),
+//! `info --json`, and one-line errors with a non-zero exit status.
+
+use kiln_cli::npy;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn kiln(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().unwrap()
+}
+
+fn assets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kiln-cli-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// max |kiln - ort| <= 1e-3 * max |ort| + 1e-5 (the model-suite criterion).
+fn assert_matches(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err <= 1e-3 * scale + 1e-5, "max error {err} vs output scale {scale}");
+}
+
+#[test]
+fn default_model_matches_onnxruntime() {
+    let out = tmp("default");
+    let input = assets().join("default_input.npy");
+    let o = kiln(&["run", "-i", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(stdout.contains("embedded default model") && stdout.contains("output 0"), "{stdout}");
+    let got = npy::read(&out.join("output_0.npy")).unwrap();
+    let want = npy::read(&assets().join("default_output.npy")).unwrap();
+    assert_eq!(got.shape, want.shape);
+    assert_matches(got.as_slice::<f32>().unwrap(), want.as_slice::<f32>().unwrap());
+}
+
+#[test]
+fn run_without_inputs_uses_random_ones() {
+    let model = assets().join("default.onnx");
+    let o = kiln(&["run", model.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn info_json_reports_shapes_and_flops() {
+    let model = assets().join("default.onnx");
+    let o = kiln(&["info", model.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["inputs"][0]["shape"], serde_json::json!([1, 3, 96, 96]));
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!([1, 10]));
+    assert_eq!(v["parameters"], 408_938);
+    let gflops = v["gflops"].as_f64().unwrap();
+    assert!((gflops - 0.021).abs() < 0.002, "{gflops}");
+    assert!(v["op_histogram"]["Conv"].as_u64().unwrap() > 40);
+}
+
+#[test]
+fn errors_are_one_line_with_nonzero_status() {
+    for args in [
+        vec!["run", "/no/such/model.onnx"],
+        vec!["info", "/no/such/model.onnx"],
+        vec!["run", "-i", "/no/such/input.npy"],
+        vec!["run", "-i", "x.txt"],
+    ] {
+        let o = kiln(&args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+    }
+    let bad = tmp("bad").join("bad.onnx");
+    std::fs::write(&bad, b"this is not onnx").unwrap();
+    let o = kiln(&["info", bad.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("bad.onnx"), "{err}");
+}
