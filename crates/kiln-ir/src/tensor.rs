@@ -154,22 +154,7 @@ impl Num for bool {
 #[macro_export]
 macro_rules! dispatch_all {
     ($data:expr, |$v:ident : $T:ident| $body:expr) => {
-        match $data {
-            $crate::Data::F32($v) => { #[allow(dead_code)] type $T = f32; $body }
-            $crate::Data::F64($v) => { #[allow(dead_code)] type $T = f64; $body }
-            $crate::Data::F16($v) => { #[allow(dead_code)] type $T = $crate::tensor::f16; $body }
-            $crate::Data::BF16($v) => { #[allow(dead_code)] type $T = $crate::tensor::bf16; $body }
-            $crate::Data::I8($v) => { #[allow(dead_code)] type $T = i8; $body }
-            $crate::Data::I16($v) => { #[allow(dead_code)] type $T = i16; $body }
-            $crate::Data::I32($v) => { #[allow(dead_code)] type $T = i32; $body }
-            $crate::Data::I64($v) => { #[allow(dead_code)] type $T = i64; $body }
-            $crate::Data::U8($v) => { #[allow(dead_code)] type $T = u8; $body }
-            $crate::Data::U16($v) => { #[allow(dead_code)] type $T = u16; $body }
-            $crate::Data::U32($v) => { #[allow(dead_code)] type $T = u32; $body }
-            $crate::Data::U64($v) => { #[allow(dead_code)] type $T = u64; $body }
-            $crate::Data::Bool($v) => { #[allow(dead_code)] type $T = bool; $body }
-            $crate::Data::Str($v) => { #[allow(dead_code)] type $T = String; $body }
-        }
+        $crate::dispatch_data!($data, |$v: $T| $body, strings => $body)
     };
 }
 
@@ -178,6 +163,16 @@ macro_rules! dispatch_all {
 #[macro_export]
 macro_rules! dispatch_num {
     ($data:expr, |$v:ident : $T:ident| $body:expr, $other:expr) => {
+        $crate::dispatch_data!($data, |$v: $T| $body, strings => { let _ = $v; $other })
+    };
+}
+
+/// The match behind [`dispatch_all`] and [`dispatch_num`]: `$body` for every
+/// numeric variant, `$strings` for strings (with `$v` and `$T` bound too).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! dispatch_data {
+    ($data:expr, |$v:ident : $T:ident| $body:expr, strings => $strings:expr) => {
         match $data {
             $crate::Data::F32($v) => { #[allow(dead_code)] type $T = f32; $body }
             $crate::Data::F64($v) => { #[allow(dead_code)] type $T = f64; $body }
@@ -192,7 +187,7 @@ macro_rules! dispatch_num {
             $crate::Data::U32($v) => { #[allow(dead_code)] type $T = u32; $body }
             $crate::Data::U64($v) => { #[allow(dead_code)] type $T = u64; $body }
             $crate::Data::Bool($v) => { #[allow(dead_code)] type $T = bool; $body }
-            $crate::Data::Str(_) => $other,
+            $crate::Data::Str($v) => { #[allow(dead_code)] type $T = String; $strings }
         }
     };
 }
