@@ -1,59 +1,426 @@
-//! Broadcasting binary arithmetic (Add, Sub, Mul, Div).
+//! Broadcasting element-wise ops with two or more inputs: arithmetic (Add,
+//! Sub, Mul, Div, Mod, Pow), bitwise and logical ops, BitShift, comparisons,
+//! Where, Clip, and the variadic Sum, Mean, Max and Min.
+//!
+//! Each op's semantics is one [`BinaryRule`] (a float rule computed in f64
+//! and an exact integer rule computed in i128); the kernels in
+//! [`elementwise`] apply it to every dtype.
+
+pub(crate) mod elementwise;
 
 use crate::registry::Registry;
-use crate::util::{broadcast_shapes, zip_map};
-use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, Result, Tensor, TensorType};
-use kiln_ir::Num;
+use crate::util::{zip3_map, zip_map};
+use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use elementwise::{by_class, zip_int, BinaryRule, Int};
+use kiln_ir::{bail, dispatch_all, dispatch_num, ensure, DType, Num, Result, Tensor, TensorType};
+use std::cmp::Ordering;
+
+pub use elementwise::broadcast_type;
 
 pub fn register(r: &mut Registry) {
-    r.add("Add", Arith(|a, b| a + b, |a, b| a.wrapping_add(b)));
-    r.add("Sub", Arith(|a, b| a - b, |a, b| a.wrapping_sub(b)));
-    r.add("Mul", Arith(|a, b| a * b, |a, b| a.wrapping_mul(b)));
-    r.add("Div", Arith(|a, b| a / b, |a, b| if b == 0 { 0 } else { a.wrapping_div(b) }));
+    for rule in [ADD, SUB, MUL, DIV, BITWISE_AND, BITWISE_OR, BITWISE_XOR, AND, OR, XOR] {
+        r.add(rule.name, Binary(rule));
+    }
+    r.add("Mod", Mod);
+    r.add("BitShift", BitShift);
+    r.add("Pow", Pow);
+    r.add("Equal", Compare { name: "Equal", holds: |o| o == Ordering::Equal, strings: true });
+    r.add("Greater", Compare { name: "Greater", holds: |o| o == Ordering::Greater, strings: false });
+    r.add("Less", Compare { name: "Less", holds: |o| o == Ordering::Less, strings: false });
+    r.add("GreaterOrEqual", Compare { name: "GreaterOrEqual", holds: |o| o != Ordering::Less, strings: false });
+    r.add("LessOrEqual", Compare { name: "LessOrEqual", holds: |o| o != Ordering::Greater, strings: false });
+    r.add("Where", Where);
+    r.add("Clip", Clip);
+    r.add("Sum", Variadic { rule: SUM, mean: false });
+    r.add("Mean", Variadic { rule: MEAN, mean: true });
+    r.add("Max", Variadic { rule: MAX, mean: false });
+    r.add("Min", Variadic { rule: MIN, mean: false });
 }
 
-/// Arithmetic with a float rule (applied in f64 for floats) and an integer
-/// rule (wrapping, in i128 so every integer dtype fits).
-struct Arith(fn(f64, f64) -> f64, fn(i128, i128) -> i128);
+const fn arith(name: &'static str, float: fn(f64, f64) -> f64, int: fn(i128, i128) -> i128) -> BinaryRule {
+    BinaryRule { name, float: Some(float), int: Some(int), boolean: None }
+}
 
-/// Output type of a broadcasting op: `dtype` with the broadcast shape.
-pub fn broadcast_type(cx: &InferCx, dtype: kiln_ir::DType) -> Result<TensorType> {
-    let mut shapes = Vec::new();
-    for i in 0..cx.inputs.len() {
-        match cx.shape(i)? {
-            Some(s) => shapes.push(s),
-            None => return Ok(TensorType::unknown_shape(dtype)),
+const fn bitwise(name: &'static str, int: fn(i128, i128) -> i128) -> BinaryRule {
+    BinaryRule { name, float: None, int: Some(int), boolean: None }
+}
+
+const fn logical(name: &'static str, boolean: fn(bool, bool) -> bool) -> BinaryRule {
+    BinaryRule { name, float: None, int: None, boolean: Some(boolean) }
+}
+
+// i128 holds every sum and difference of two 64-bit values; products of two
+// u64 can exceed it, but wrapping keeps the low 64 bits, which are all that
+// survive the final wrap to the element type.
+const ADD: BinaryRule = arith("Add", |a, b| a + b, |a, b| a.wrapping_add(b));
+const SUB: BinaryRule = arith("Sub", |a, b| a - b, |a, b| a.wrapping_sub(b));
+const MUL: BinaryRule = arith("Mul", |a, b| a * b, |a, b| a.wrapping_mul(b));
+// Integer division truncates toward zero; division by zero gives 0 (as numpy,
+// the ONNX reference, does) rather than trapping.
+const DIV: BinaryRule = arith("Div", |a, b| a / b, |a, b| if b == 0 { 0 } else { a / b });
+const BITWISE_AND: BinaryRule = bitwise("BitwiseAnd", |a, b| a & b);
+const BITWISE_OR: BinaryRule = bitwise("BitwiseOr", |a, b| a | b);
+const BITWISE_XOR: BinaryRule = bitwise("BitwiseXor", |a, b| a ^ b);
+const AND: BinaryRule = logical("And", |a, b| a && b);
+const OR: BinaryRule = logical("Or", |a, b| a || b);
+const XOR: BinaryRule = logical("Xor", |a, b| a != b);
+const SUM: BinaryRule = arith("Sum", |a, b| a + b, |a, b| a.wrapping_add(b));
+const MEAN: BinaryRule = arith("Mean", |a, b| a + b, |a, b| a.wrapping_add(b));
+// Max and Min propagate NaN, as numpy's maximum/minimum do.
+const MAX: BinaryRule = arith("Max", |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }, |a, b| a.max(b));
+const MIN: BinaryRule = arith("Min", |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }, |a, b| a.min(b));
+
+/// Mod with the sign of the divisor (Python/numpy `%`, `fmod` = 0) or of the
+/// dividend (C `fmod`, `fmod` = 1).
+fn mod_rule(fmod: bool) -> BinaryRule {
+    if fmod {
+        arith("Mod", |a, b| a % b, |a, b| if b == 0 { 0 } else { a % b })
+    } else {
+        arith("Mod", floor_mod_f64, |a, b| {
+            if b == 0 {
+                return 0;
+            }
+            let r = a % b;
+            if r != 0 && (r < 0) != (b < 0) {
+                r + b
+            } else {
+                r
+            }
+        })
+    }
+}
+
+/// numpy's float `mod`: the remainder takes the divisor's sign; a zero
+/// remainder is a zero of the divisor's sign.
+fn floor_mod_f64(a: f64, b: f64) -> f64 {
+    let r = a % b;
+    if b == 0.0 || r.is_nan() {
+        r
+    } else if r == 0.0 {
+        0.0f64.copysign(b)
+    } else if (r < 0.0) != (b < 0.0) {
+        r + b
+    } else {
+        r
+    }
+}
+
+/// Dtype checks and broadcast output type shared by rule-based binary ops.
+fn rule_type(cx: &InferCx, rule: &BinaryRule) -> Result<Vec<TensorType>> {
+    let (a, b) = (cx.input(0)?.ty.dtype, cx.input(1)?.ty.dtype);
+    rule.check(a, b)?;
+    Ok(vec![broadcast_type(cx, a)?])
+}
+
+/// An op fully described by one rule.
+struct Binary(BinaryRule);
+
+impl Op for Binary {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        rule_type(cx, &self.0)
+    }
+    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        Ok(vec![self.0.apply(arg(inputs, 0)?, arg(inputs, 1)?)?])
+    }
+}
+
+/// Mod: the rule depends on the `fmod` attribute.
+struct Mod;
+
+impl Mod {
+    fn rule(node: &kiln_ir::Node) -> Result<BinaryRule> {
+        match node.attr_int_or("fmod", 0)? {
+            0 => Ok(mod_rule(false)),
+            1 => Ok(mod_rule(true)),
+            v => bail!("Mod: attribute 'fmod' must be 0 or 1, got {v}"),
         }
     }
-    Ok(TensorType::new(dtype, broadcast_shapes(&shapes)?))
 }
 
-impl Op for Arith {
+impl Op for Mod {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let (a, b) = (cx.input(0)?.ty.dtype, cx.input(1)?.ty.dtype);
-        if a != b {
-            bail!("input types differ: {a} and {b}");
+        rule_type(cx, &Mod::rule(cx.node)?)
+    }
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        Ok(vec![Mod::rule(cx.node)?.apply(arg(inputs, 0)?, arg(inputs, 1)?)?])
+    }
+}
+
+/// BitShift on integers. Shift amounts outside `0..bits` shift every bit out:
+/// 0, or -1 for a right shift of a negative signed value.
+struct BitShift;
+
+impl BitShift {
+    fn left(node: &kiln_ir::Node) -> Result<bool> {
+        match node.attr_string("direction")? {
+            Some("LEFT") => Ok(true),
+            Some("RIGHT") => Ok(false),
+            Some(d) => bail!("BitShift: direction must be LEFT or RIGHT, got '{d}'"),
+            None => bail!("BitShift: attribute 'direction' is required"),
         }
+    }
+
+    fn check(a: DType, b: DType) -> Result<()> {
+        ensure!(a == b, "BitShift: operand types differ: {a} and {b}");
+        ensure!(a.is_int(), "BitShift needs integer tensors, got {a}");
+        Ok(())
+    }
+
+    fn shift<I: Int>(a: &Tensor, b: &Tensor, left: bool) -> Result<Tensor> {
+        let bits = I::BITS as i128;
+        zip_int::<I>(a, b, |x, s| match (left, (0..bits).contains(&s)) {
+            (true, true) => x.wrapping_shl(s as u32),
+            (false, true) => x >> s,
+            (true, false) => 0,
+            (false, false) => if x < 0 { -1 } else { 0 },
+        })
+    }
+}
+
+impl Op for BitShift {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        BitShift::left(cx.node)?;
+        let a = cx.input(0)?.ty.dtype;
+        BitShift::check(a, cx.input(1)?.ty.dtype)?;
         Ok(vec![broadcast_type(cx, a)?])
     }
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let left = BitShift::left(cx.node)?;
+        let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
+        BitShift::check(a.dtype(), b.dtype())?;
+        let out = by_class!(a.dtype(),
+            float |F| unreachable!("checked integer"),
+            int |I| BitShift::shift::<I>(a, b, left)?,
+            bool => unreachable!("checked integer"),
+            string => unreachable!("checked integer"),
+        );
+        Ok(vec![out])
+    }
+}
 
+/// Pow: the result has the base's type; the exponent may be any numeric
+/// type. Integer bases with integer exponents are exact (wrapping); with float
+/// exponents the float power is converted back like Cast does.
+struct Pow;
+
+impl Pow {
+    fn check(base: DType, exp: DType) -> Result<()> {
+        ensure!(base.is_numeric(), "Pow: base must be numeric, got {base}");
+        ensure!(exp.is_numeric(), "Pow: exponent must be numeric, got {exp}");
+        Ok(())
+    }
+
+    fn float_base<F: Num>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        dispatch_num!(&b.data, |_e: E| zip_map::<F, E, F>(a, b, |x, y| F::from_f64(x.to_f64().powf(y.to_f64()))), unreachable!("checked numeric"))
+    }
+
+    fn int_base<I: Int>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+        by_class!(b.dtype(),
+            float |E| zip_map::<I, E, I>(a, b, |x, y| I::from_f64(x.to_f64().powf(y.to_f64()))),
+            int |E| zip_map::<I, E, I>(a, b, |x, y| I::from_i128(int_pow(x.to_i128(), y.to_i128()))),
+            bool => unreachable!("checked numeric"),
+            string => unreachable!("checked numeric"),
+        )
+    }
+}
+
+/// `base^exp` in wrapping i128 arithmetic (the low bits are exact). A negative
+/// exponent gives the truncated true value: only bases ±1 have a non-zero one.
+fn int_pow(base: i128, exp: i128) -> i128 {
+    if exp < 0 {
+        return match base {
+            1 => 1,
+            -1 if exp % 2 != 0 => -1,
+            -1 => 1,
+            _ => 0,
+        };
+    }
+    let (mut result, mut square, mut e) = (1i128, base, exp);
+    while e > 0 {
+        if e & 1 == 1 {
+            result = result.wrapping_mul(square);
+        }
+        square = square.wrapping_mul(square);
+        e >>= 1;
+    }
+    result
+}
+
+impl Op for Pow {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let base = cx.input(0)?.ty.dtype;
+        Pow::check(base, cx.input(1)?.ty.dtype)?;
+        Ok(vec![broadcast_type(cx, base)?])
+    }
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        if a.dtype() != b.dtype() {
-            bail!("input types differ: {} and {}", a.dtype(), b.dtype());
-        }
-        let (ff, fi) = (self.0, self.1);
-        let out = match (&a.data, &b.data) {
-            (kiln_ir::Data::F32(_), _) => zip_map::<f32, f32, f32>(a, b, |x, y| ff(*x as f64, *y as f64) as f32)?,
-            (d, _) if d.dtype().is_float() => {
-                dispatch_num!(d, |_v: T| zip_map::<T, T, T>(a, b, |x, y| T::from_f64(ff(x.to_f64(), y.to_f64())))?, unreachable!())
-            }
-            (d, _) if d.dtype().is_int() => {
-                dispatch_num!(d, |_v: T| zip_map::<T, T, T>(a, b, |x, y| T::from_f64(fi(x.to_f64() as i128, y.to_f64() as i128) as f64))?, unreachable!())
-            }
-            (d, _) => bail!("unsupported type {}", d.dtype()),
-        };
+        Pow::check(a.dtype(), b.dtype())?;
+        let out = by_class!(a.dtype(),
+            float |F| Pow::float_base::<F>(a, b)?,
+            int |I| Pow::int_base::<I>(a, b)?,
+            bool => unreachable!("checked numeric"),
+            string => unreachable!("checked numeric"),
+        );
         Ok(vec![out])
+    }
+}
+
+/// Comparisons: true where the operands' ordering satisfies `holds`. NaN is
+/// unordered, so every comparison with it is false.
+struct Compare {
+    name: &'static str,
+    holds: fn(Ordering) -> bool,
+    /// Whether string operands are accepted (Equal only).
+    strings: bool,
+}
+
+impl Compare {
+    fn check(&self, a: DType, b: DType) -> Result<()> {
+        ensure!(a == b, "{}: operand types differ: {a} and {b}", self.name);
+        ensure!(a != DType::Str || self.strings, "{} does not support string tensors", self.name);
+        Ok(())
+    }
+}
+
+impl Op for Compare {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        self.check(cx.input(0)?.ty.dtype, cx.input(1)?.ty.dtype)?;
+        Ok(vec![broadcast_type(cx, DType::Bool)?])
+    }
+    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
+        self.check(a.dtype(), b.dtype())?;
+        let holds = self.holds;
+        let out = dispatch_all!(&a.data, |_v: T| zip_map::<T, T, bool>(a, b, |x, y| x.partial_cmp(y).is_some_and(holds))?);
+        Ok(vec![out])
+    }
+}
+
+/// Where(condition, x, y): x where the condition holds, else y, broadcast.
+struct Where;
+
+impl Where {
+    fn check(cond: DType, x: DType, y: DType) -> Result<()> {
+        ensure!(cond == DType::Bool, "Where: condition must be bool, got {cond}");
+        ensure!(x == y, "Where: X and Y types differ: {x} and {y}");
+        Ok(())
+    }
+}
+
+impl Op for Where {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let x = cx.input(1)?.ty.dtype;
+        Where::check(cx.input(0)?.ty.dtype, x, cx.input(2)?.ty.dtype)?;
+        Ok(vec![broadcast_type(cx, x)?])
+    }
+    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
+        Where::check(c.dtype(), x.dtype(), y.dtype())?;
+        let out = dispatch_all!(&x.data, |_v: T| zip3_map::<bool, T, T, T>(c, x, y, |c, x, y| if *c { x.clone() } else { y.clone() })?);
+        Ok(vec![out])
+    }
+}
+
+/// Clip(x, min, max): bounds are optional scalar inputs (opset 11+) or float
+/// attributes (before 11). A missing bound does not clip; when min > max
+/// every element becomes max (numpy's clip).
+struct Clip;
+
+impl Clip {
+    fn check(cx_opset: i64, x: DType, bounds: &[Option<DType>]) -> Result<()> {
+        ensure!(x.is_numeric(), "Clip needs a numeric tensor, got {x}");
+        ensure!(cx_opset >= 11 || x.is_float(), "Clip before opset 11 needs a float tensor, got {x}");
+        for b in bounds.iter().flatten() {
+            ensure!(*b == x, "Clip: bound type {b} differs from input type {x}");
+        }
+        Ok(())
+    }
+
+    /// The bound in input `i` (opset 11+), or attribute `name` (older).
+    fn bound<T: Num>(cx: &EvalCx, inputs: &[Option<&Tensor>], i: usize, name: &str) -> Result<Option<T>> {
+        if cx.opset < 11 {
+            return Ok(cx.node.attr_float(name)?.map(T::from_f32));
+        }
+        let Some(t) = opt_arg(inputs, i) else { return Ok(None) };
+        match t.as_slice::<T>()? {
+            [v] => Ok(Some(*v)),
+            v => bail!("Clip: '{name}' must be a scalar, got {} elements", v.len()),
+        }
+    }
+
+    fn clip<T: Num>(cx: &EvalCx, inputs: &[Option<&Tensor>], x: &Tensor) -> Result<Tensor> {
+        let lo = Clip::bound::<T>(cx, inputs, 1, "min")?;
+        let hi = Clip::bound::<T>(cx, inputs, 2, "max")?;
+        // Written with `<`/`>` so a NaN element passes through unchanged.
+        crate::util::map::<T, T>(x, |&v| {
+            let v = match lo {
+                Some(lo) if v < lo => lo,
+                _ => v,
+            };
+            match hi {
+                Some(hi) if v > hi => hi,
+                _ => v,
+            }
+        })
+    }
+}
+
+impl Op for Clip {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let x = cx.input(0)?.ty.clone();
+        let bounds: Vec<Option<DType>> = (1..3).map(|i| cx.opt_input(i).map(|b| b.ty.dtype)).collect();
+        Clip::check(cx.opset, x.dtype, &bounds)?;
+        Ok(vec![x])
+    }
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let x = arg(inputs, 0)?;
+        let bounds: Vec<Option<DType>> = (1..3).map(|i| opt_arg(inputs, i).map(|b| b.dtype())).collect();
+        Clip::check(cx.opset, x.dtype(), &bounds)?;
+        let out = dispatch_num!(&x.data, |_v: T| Clip::clip::<T>(cx, inputs, x)?, unreachable!("checked numeric"));
+        Ok(vec![out])
+    }
+}
+
+/// Sum, Mean, Max, Min over one or more inputs, broadcast together: a fold
+/// of the op's rule. Mean divides the sum by the input count.
+struct Variadic {
+    rule: BinaryRule,
+    mean: bool,
+}
+
+impl Variadic {
+    fn check(&self, dtypes: &[DType]) -> Result<()> {
+        let Some(&first) = dtypes.first() else { bail!("{} needs at least one input", self.rule.name) };
+        for &d in dtypes {
+            self.rule.check(first, d)?;
+        }
+        ensure!(!self.mean || first.is_float(), "Mean needs float tensors, got {first}");
+        Ok(())
+    }
+}
+
+impl Op for Variadic {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtypes: Vec<DType> = cx.inputs.iter().flatten().map(|i| i.ty.dtype).collect();
+        self.check(&dtypes)?;
+        Ok(vec![broadcast_type(cx, dtypes[0])?])
+    }
+    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let present: Vec<&Tensor> = inputs.iter().flatten().copied().collect();
+        self.check(&present.iter().map(|t| t.dtype()).collect::<Vec<_>>())?;
+        let mut acc = present[0].clone();
+        for t in &present[1..] {
+            acc = self.rule.apply(&acc, t)?;
+        }
+        if self.mean {
+            let n = present.len() as f64;
+            acc = by_class!(acc.dtype(),
+                float |F| elementwise::map_float::<F>(&acc, |s| s / n)?,
+                int |I| unreachable!("checked float"),
+                bool => unreachable!("checked float"),
+                string => unreachable!("checked float"),
+            );
+        }
+        Ok(vec![acc])
     }
 }
