@@ -102,6 +102,15 @@ fn infer_node(
         .map(|i| i.map(|i| InputInfo { ty: g.ty(i).clone(), value: consts.get(&i) }))
         .collect();
     let cx = InferCx { node, opset, inputs, scope: &scope };
+    if let Some(outs) = guard(|| op.fold(&cx))? {
+        let types = outs.iter().map(|t| t.ty()).collect();
+        for (o, t) in node.outputs.iter().zip(outs) {
+            if let Some(o) = o {
+                consts.insert(*o, t);
+            }
+        }
+        return Ok(types);
+    }
     guard(|| op.infer(&cx))
 }
 

@@ -56,6 +56,14 @@ pub trait Op: Send + Sync {
     /// trailing outputs may be left off when the node does not request them.
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>>;
 
+    /// Output values that shape inference can compute from the inputs'
+    /// types and known values even when not every input is constant (Shape
+    /// or Size of a tensor with a static shape). Inference records them as
+    /// constants so shape computations downstream resolve at compile time.
+    fn fold(&self, _cx: &InferCx) -> Result<Option<Vec<Tensor>>> {
+        Ok(None)
+    }
+
     /// False for ops whose result changes between runs (random generators):
     /// they are never evaluated at compile time.
     fn deterministic(&self) -> bool {
