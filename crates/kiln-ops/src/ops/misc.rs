@@ -1,9 +1,12 @@
 //! Assorted ops: Einsum (`einsum`), Attention (`attention`),
-//! RotaryEmbedding (`rotary`), Det (`det`) and SwiGLU (here).
+//! LinearAttention (`linear_attention`), FlexAttention (`flex_attention`,
+//! ai.onnx.preview), RotaryEmbedding (`rotary`), Det (`det`) and SwiGLU (here).
 
 mod attention;
 mod det;
 mod einsum;
+mod flex_attention;
+mod linear_attention;
 mod rotary;
 
 use crate::ops::norm::{float_input_type, float_tensor, float_values};
@@ -16,6 +19,8 @@ pub fn register(r: &mut Registry) {
     attention::register(r);
     det::register(r);
     einsum::register(r);
+    flex_attention::register(r);
+    linear_attention::register(r);
     rotary::register(r);
 }
 
