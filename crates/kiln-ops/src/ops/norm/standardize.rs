@@ -85,19 +85,23 @@ fn affine_broadcast(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: Option
     Ok(())
 }
 
-/// `y = y * scale[c] + bias[c]` where `c` = channel (axis 1) of each element,
-/// or its channel group when the parameters have one value per group.
-fn affine_per_channel(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: &Tensor, per: usize) -> Result<()> {
+/// `y = y * scale[p] + bias[p]` where `p` is the parameter of each element's
+/// channel (axis 1): `params` values each cover `channels / params` adjacent
+/// channels (1 per channel, or 1 per channel group).
+fn affine_per_channel(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: &Tensor, params: usize) -> Result<()> {
     let (s, b) = (float_values(scale)?, float_values(bias)?);
-    let channels = shape[1];
-    let expect = channels / per;
-    if s.len() != expect || b.len() != expect {
-        bail!("scale and bias must have {expect} elements, got {} and {}", s.len(), b.len());
+    if s.len() != params || b.len() != params {
+        bail!("scale and bias must have {params} elements, got {} and {}", s.len(), b.len());
     }
-    let spatial = numel(&shape[2..]).max(1);
+    let channels = shape[1];
+    if y.is_empty() {
+        return Ok(());
+    }
+    let per = channels / params;
+    let spatial = numel(&shape[2..]);
     for (o, x) in y.iter_mut().enumerate() {
-        let c = (o / spatial) % channels / per;
-        *x = *x * s[c] + b[c];
+        let p = (o / spatial) % channels / per;
+        *x = *x * s[p] + b[p];
     }
     Ok(())
 }
@@ -186,8 +190,8 @@ impl Op for GroupNorm {
         let plan = ReducePlan::new(&grouped, &[false, false, true]);
         let mut y = float_values(x)?;
         standardize(&mut y, &plan, epsilon(cx.node)?, true);
-        let per = if cx.opset >= 21 { 1 } else { shape[1] / groups };
-        affine_per_channel(&mut y, shape, scale, bias, per)?;
+        let params = if cx.opset >= 21 { shape[1] } else { groups };
+        affine_per_channel(&mut y, shape, scale, bias, params)?;
         Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
     }
 }
@@ -206,7 +210,7 @@ impl Op for InstanceNorm {
         let plan = ReducePlan::new(shape, &trailing_mask(shape.len(), 2));
         let mut y = float_values(x)?;
         standardize(&mut y, &plan, epsilon(cx.node)?, true);
-        affine_per_channel(&mut y, shape, scale, bias, 1)?;
+        affine_per_channel(&mut y, shape, scale, bias, shape[1])?;
         Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
     }
 }
@@ -268,9 +272,12 @@ impl BatchNormParams {
         (0..rank).map(|i| if self.spatial { i != 1 } else { i == 0 }).collect()
     }
 
-    fn output_count(&self, opset: i64) -> usize {
+    /// Outputs produced: Y, then the running mean and variance (updated in
+    /// training, passed through when an inference node asks for them), then
+    /// before opset 14 the batch mean and variance.
+    fn output_count(&self, node: &Node, opset: i64) -> usize {
         match (self.training, opset >= 14) {
-            (false, _) => 1,
+            (false, _) => node.outputs.len().clamp(1, 3),
             (true, true) => 3,
             (true, false) => 5,
         }
@@ -283,7 +290,7 @@ impl Op for BatchNorm {
         let y = float_input_type(cx, 0)?;
         let stats = cx.input(3)?.ty.clone();
         let mut out = vec![y];
-        out.extend(std::iter::repeat_n(stats, p.output_count(cx.opset) - 1));
+        out.extend(std::iter::repeat_n(stats, p.output_count(cx.node, cx.opset) - 1));
         Ok(out)
     }
 
@@ -307,19 +314,17 @@ impl Op for BatchNorm {
         };
         map_groups(&mut y, &plan, |k, v| (v - use_mean[k]) / (use_var[k] + p.eps).sqrt() * scale[k] + bias[k]);
         let mut out = vec![float_tensor(x.dtype(), x.shape.clone(), &y)?];
-        if p.training {
-            let stats = arg(inputs, 3)?;
+        let extra = if p.training {
             let blend = |run: &[f64], now: &[f64]| -> Vec<f64> {
                 run.iter().zip(now).map(|(r, n)| r * p.momentum + n * (1.0 - p.momentum)).collect()
             };
-            let mut extra = vec![blend(mean, &use_mean), blend(var, &use_var)];
-            if cx.opset < 14 {
-                extra.push(use_mean.clone());
-                extra.push(use_var.clone());
-            }
-            for v in extra {
-                out.push(float_tensor(stats.dtype(), stats.shape.clone(), &v)?);
-            }
+            vec![blend(mean, &use_mean), blend(var, &use_var), use_mean, use_var]
+        } else {
+            vec![mean.clone(), var.clone()]
+        };
+        let stats = arg(inputs, 3)?;
+        for v in extra.iter().take(p.output_count(cx.node, cx.opset) - 1) {
+            out.push(float_tensor(stats.dtype(), stats.shape.clone(), v)?);
         }
         Ok(out)
     }
