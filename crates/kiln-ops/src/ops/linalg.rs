@@ -162,23 +162,25 @@ fn param_shape(p: &Tensor, side: Side) -> Vec<usize> {
     }
 }
 
-/// Strides to read parameter `p` of `side` for each element of `shape`,
-/// checking that it broadcasts to exactly `shape`.
-fn param_strides(p: &Tensor, side: Side, shape: &[usize]) -> Result<Vec<usize>> {
-    let ps = param_shape(p, side);
-    let ok = ps.len() <= shape.len() && broadcast_shapes(&[shape, &ps]).is_ok_and(|s| s == shape);
+/// Strides to read parameter `p`, viewed with shape `p_shape`, for each
+/// element of `shape`, checking that it broadcasts to exactly `shape`.
+fn fit_strides(p: &Tensor, p_shape: &[usize], shape: &[usize]) -> Result<Vec<usize>> {
+    let ok = p_shape.iter().product::<usize>() == p.len()
+        && p_shape.len() <= shape.len()
+        && broadcast_shapes(&[shape, p_shape]).is_ok_and(|s| s == shape);
     ensure!(ok, "quantization parameter of shape {:?} does not fit an operand of shape {shape:?}", p.shape);
-    Ok(broadcast_strides(&ps, shape))
+    Ok(broadcast_strides(p_shape, shape))
 }
 
-/// `x - zero_point` as exact i32 values.
-fn centered(x: &Tensor, zp: Option<&Tensor>, side: Side) -> Result<Vec<i32>> {
+/// `x - zero_point` as exact i32 values; `zp_shape` is the shape the zero
+/// point broadcasts with against `x`.
+pub(crate) fn centered(x: &Tensor, zp: Option<&Tensor>, zp_shape: &[usize]) -> Result<Vec<i32>> {
     ensure!(matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::U16), "unsupported quantized type {}", x.dtype());
     let xs: Vec<i32> = x.data.to_i64_vec()?.into_iter().map(|v| v as i32).collect();
     let Some(zp) = zp else { return Ok(xs) };
     ensure!(zp.dtype() == x.dtype(), "zero point type {} differs from its input's {}", zp.dtype(), x.dtype());
     let zs = zp.data.to_i64_vec()?;
-    let strides = param_strides(zp, side, &x.shape)?;
+    let strides = fit_strides(zp, zp_shape, &x.shape)?;
     let mut out = xs;
     for_each_offset(&x.shape, [&strides], |i, [iz]| out[i] -= zs[iz] as i32);
     Ok(out)
@@ -187,7 +189,8 @@ fn centered(x: &Tensor, zp: Option<&Tensor>, side: Side) -> Result<Vec<i32>> {
 /// `(a - a_zp) @ (b - b_zp)` in exact i32 arithmetic.
 fn integer_matmul(a: &Tensor, a_zp: Option<&Tensor>, b: &Tensor, b_zp: Option<&Tensor>) -> Result<(MatMulShape, Vec<i32>)> {
     let sh = MatMulShape::new(&a.shape, &b.shape)?;
-    let (ca, cb) = (centered(a, a_zp, Side::A)?, centered(b, b_zp, Side::B)?);
+    let zp_shape = |zp: Option<&Tensor>, side| zp.map_or(vec![], |z| param_shape(z, side));
+    let (ca, cb) = (centered(a, a_zp, &zp_shape(a_zp, Side::A))?, centered(b, b_zp, &zp_shape(b_zp, Side::B))?);
     let out = batched_matmul(&sh, &ca, &cb)?;
     Ok((sh, out))
 }
@@ -223,7 +226,8 @@ impl Op for QLinearMatMul {
         let (sh, acc) = integer_matmul(a, opt_arg(inputs, 2), b, opt_arg(inputs, 5))?;
         let out_shape = sh.out;
         ensure!(y_scale.len() == 1, "QLinearMatMul y_scale must be a scalar, got shape {:?}", y_scale.shape);
-        let (sa, sb) = (param_strides(a_scale, Side::A, &out_shape)?, param_strides(b_scale, Side::B, &out_shape)?);
+        let sa = fit_strides(a_scale, &param_shape(a_scale, Side::A), &out_shape)?;
+        let sb = fit_strides(b_scale, &param_shape(b_scale, Side::B), &out_shape)?;
         let scale_dtype = a_scale.dtype();
         ensure!(scale_dtype.is_float() && b_scale.dtype() == scale_dtype && y_scale.dtype() == scale_dtype, "QLinearMatMul scales must share one float type");
         let (va, vb, vy) = (a_scale.data.to_f64_vec()?, b_scale.data.to_f64_vec()?, y_scale.data.get_f64(0));
