@@ -1,5 +1,466 @@
-//! (to be written)
+//! Convolutions: Conv, ConvInteger, QLinearConv (im2col per group and a
+//! matrix product), ConvTranspose and Col2Im (a matrix product and col2im),
+//! and DeformConv (in [`deform`]). The window geometry shared with the
+//! pools is in [`window`].
 
+mod deform;
+pub(crate) mod window;
+
+use crate::ops::linalg::gemm::{gemm, run_typed, Accepts, GemmElem, MatView, TypedKernel};
+use crate::ops::linalg::centered;
+use crate::ops::quant::{combined_scale, saturate_round};
 use crate::registry::Registry;
+use crate::util::ints;
+use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use kiln_ir::{bail, ensure, DType, Node, Result, Tensor, TensorType};
+use window::{col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
 
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.add("Conv", Conv);
+    r.add("ConvInteger", ConvInteger);
+    r.add("QLinearConv", QLinearConv);
+    r.add("ConvTranspose", ConvTranspose);
+    r.add("Col2Im", Col2Im);
+    r.add("DeformConv", deform::DeformConv);
+}
+
+/// Output type from the shapes of the inputs at `positions`, or an unknown
+/// shape when one of them is not known.
+fn infer_from(cx: &InferCx, dtype: DType, positions: &[usize], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
+    let mut shapes = Vec::new();
+    for &p in positions {
+        match cx.shape(p)? {
+            Some(s) => shapes.push(s),
+            None => return Ok(TensorType::unknown_shape(dtype)),
+        }
+    }
+    Ok(TensorType::new(dtype, f(&shapes)?))
+}
+
+/// Shapes of a convolution: X `[N, C, image...]`, W `[M, C/group, kernel...]`.
+pub(crate) struct ConvShape {
+    pub batch: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub group: usize,
+    pub geom: Geometry,
+}
+
+impl ConvShape {
+    pub fn new(node: &Node, x: &[usize], w: &[usize]) -> Result<ConvShape> {
+        ensure!(x.len() >= 3, "convolution input must have rank >= 3 ([N, C, spatial...]), got {x:?}");
+        ensure!(w.len() == x.len(), "weights of shape {w:?} do not match input rank {}", x.len());
+        let group = node.attr_int_or("group", 1)?;
+        ensure!(group >= 1, "group must be positive, got {group}");
+        let group = group as usize;
+        let (c, m) = (x[1], w[0]);
+        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} expect {}", w[1] * group);
+        ensure!(m % group == 0, "{m} output channels do not divide into {group} groups");
+        let kernel = kernel_shape(node, Some(&w[2..]))?;
+        let attrs = WindowAttrs::from_node(node, x.len() - 2)?;
+        let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
+        Ok(ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom })
+    }
+
+    pub fn out_shape(&self) -> Vec<usize> {
+        let mut s = vec![self.batch, self.out_channels];
+        s.extend(&self.geom.windows);
+        s
+    }
+}
+
+/// Checks an optional per-output-channel bias.
+fn check_bias(b: Option<&[usize]>, channels: usize) -> Result<()> {
+    if let Some(b) = b {
+        ensure!(b == [channels], "bias must have shape [{channels}], got {b:?}");
+    }
+    Ok(())
+}
+
+/// Adds `bias[c]` to every element of output channel `c`.
+fn add_bias<T: GemmElem>(out: &mut [T], bias: &[T], plane: usize) {
+    if plane == 0 {
+        return;
+    }
+    for (i, chunk) in out.chunks_exact_mut(plane).enumerate() {
+        let b = bias[i % bias.len()];
+        chunk.iter_mut().for_each(|v| *v = v.add(b));
+    }
+}
+
+/// The convolution of `x` by `w` (plus `bias`), per batch item and group:
+/// the group's weights `[M/g, C/g*K]` times its im2col matrix `[C/g*K, windows]`.
+pub(crate) fn conv_forward<T: GemmElem>(cs: &ConvShape, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+    let g = &cs.geom;
+    let (cg, mg) = (cs.in_channels / cs.group, cs.out_channels / cs.group);
+    let (kt, wins, plane) = (g.kernel_size(), g.window_count(), g.image_size());
+    ensure!(x.len() == cs.batch * cs.in_channels * plane, "input size does not match its shape");
+    ensure!(w.len() == cs.out_channels * cg * kt, "weight size does not match its shape");
+    let taps = Taps::new(g);
+    let pointwise = g.is_pointwise();
+    let mut cols = if pointwise { Vec::new() } else { vec![T::default(); cg * kt * wins] };
+    let mut out = vec![T::zero(); cs.batch * cs.out_channels * wins];
+    for b in 0..cs.batch {
+        for gi in 0..cs.group {
+            let x_off = (b * cs.in_channels + gi * cg) * plane;
+            let col_view = if pointwise {
+                MatView::row_major(x, x_off, cg, wins)?
+            } else {
+                im2col(&x[x_off..x_off + cg * plane], cg, g, &taps, &mut cols);
+                MatView::row_major(&cols, 0, cg * kt, wins)?
+            };
+            let w_view = MatView::row_major(w, gi * mg * cg * kt, mg, cg * kt)?;
+            let o_off = (b * cs.out_channels + gi * mg) * wins;
+            gemm(w_view, col_view, &mut out[o_off..o_off + mg * wins])?;
+        }
+    }
+    if let Some(bias) = bias {
+        add_bias(&mut out, bias, wins);
+    }
+    Ok(out)
+}
+
+struct Conv;
+
+struct ConvKernel<'a>(&'a ConvShape);
+
+impl TypedKernel for ConvKernel<'_> {
+    fn run<T: GemmElem>(&self, inputs: &[&[T]]) -> Result<Vec<T>> {
+        conv_forward(self.0, inputs[0], inputs[1], inputs.get(2).copied())
+    }
+}
+
+impl Op for Conv {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtype = cx.input(0)?.ty.dtype;
+        Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
+            let cs = ConvShape::new(cx.node, s[0], s[1])?;
+            check_bias(cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()), cs.out_channels)?;
+            Ok(cs.out_shape())
+        })?])
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (x, w, b) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
+        let cs = ConvShape::new(cx.node, &x.shape, &w.shape)?;
+        check_bias(b.map(|b| b.shape.as_slice()), cs.out_channels)?;
+        let mut operands = vec![x, w];
+        operands.extend(b);
+        let data = run_typed(&ConvKernel(&cs), &operands, Accepts::Floats)?;
+        Ok(vec![Tensor::new(cs.out_shape(), data)?])
+    }
+}
+
+/// How a convolution zero point broadcasts: a scalar, or one value per
+/// index of `axis` (channels of X, output channels of W).
+fn channel_param_shape(p: &Tensor, rank: usize, axis: usize) -> Vec<usize> {
+    if p.len() == 1 {
+        return vec![];
+    }
+    let mut s = vec![1; rank];
+    s[axis] = p.len();
+    s
+}
+
+/// `x - x_zp` and `w - w_zp` as exact i32 values and the convolution of them.
+fn integer_conv(node: &Node, x: &Tensor, x_zp: Option<&Tensor>, w: &Tensor, w_zp: Option<&Tensor>, bias: Option<&Tensor>) -> Result<(ConvShape, Vec<i32>)> {
+    let cs = ConvShape::new(node, &x.shape, &w.shape)?;
+    let xc = centered(x, x_zp, &x_zp.map_or(vec![], |z| channel_param_shape(z, x.rank(), 1)))?;
+    let wc = centered(w, w_zp, &w_zp.map_or(vec![], |z| channel_param_shape(z, w.rank(), 0)))?;
+    let bias = match bias {
+        Some(b) => {
+            check_bias(Some(&b.shape), cs.out_channels)?;
+            Some(b.as_slice::<i32>()?)
+        }
+        None => None,
+    };
+    let out = conv_forward(&cs, &xc, &wc, bias)?;
+    Ok((cs, out))
+}
+
+/// ConvInteger(x, w, x_zero_point?, w_zero_point?) -> i32.
+struct ConvInteger;
+
+impl Op for ConvInteger {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape()))?])
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+        let (cs, out) = integer_conv(cx.node, x, opt_arg(inputs, 2), w, opt_arg(inputs, 3), None)?;
+        Ok(vec![Tensor::from_vec(cs.out_shape(), out)?])
+    }
+}
+
+/// QLinearConv(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B?).
+struct QLinearConv;
+
+impl Op for QLinearConv {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtype = cx.opt_input(7).map_or(cx.input(0)?.ty.dtype, |z| z.ty.dtype);
+        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape()))?])
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (x, x_scale, w, w_scale, y_scale) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 3)?, arg(inputs, 4)?, arg(inputs, 6)?);
+        let y_zp = opt_arg(inputs, 7);
+        let (cs, acc) = integer_conv(cx.node, x, opt_arg(inputs, 2), w, opt_arg(inputs, 5), opt_arg(inputs, 8))?;
+        ensure!(x_scale.len() == 1 && y_scale.len() == 1, "QLinearConv x_scale and y_scale must be scalars");
+        ensure!(w_scale.len() == 1 || w_scale.shape == [cs.out_channels], "w_scale must be a scalar or have shape [{}], got {:?}", cs.out_channels, w_scale.shape);
+        let scale_dtype = x_scale.dtype();
+        ensure!(scale_dtype.is_float(), "QLinearConv scales must be floats, got {scale_dtype}");
+        let (xs, ys) = (x_scale.data.get_f64(0), y_scale.data.get_f64(0));
+        let multipliers: Vec<f64> = w_scale.data.to_f64_vec()?.into_iter().map(|ws| combined_scale(scale_dtype, xs, ws, ys)).collect();
+        let zp = match y_zp {
+            Some(z) => {
+                ensure!(z.len() == 1, "QLinearConv y_zero_point must be a scalar");
+                z.data.get_f64(0)
+            }
+            None => 0.0,
+        };
+        let plane = cs.geom.window_count().max(1);
+        let values = acc.iter().enumerate().map(|(i, &v)| v as f64 * multipliers[(i / plane) % cs.out_channels % multipliers.len()] + zp);
+        let dtype = y_zp.map_or(x.dtype(), |z| z.dtype());
+        Ok(vec![Tensor::new(cs.out_shape(), saturate_round(dtype, values)?)?])
+    }
+}
+
+/// Shapes of a transposed convolution: X `[N, C, in...]`, W `[C, M/group, kernel...]`;
+/// the output image follows [`Geometry::transposed`].
+struct ConvTransposeShape {
+    batch: usize,
+    in_channels: usize,
+    out_channels: usize,
+    group: usize,
+    geom: Geometry,
+}
+
+impl ConvTransposeShape {
+    fn new(node: &Node, x: &[usize], w: &[usize]) -> Result<ConvTransposeShape> {
+        ensure!(x.len() >= 3, "ConvTranspose input must have rank >= 3, got {x:?}");
+        ensure!(w.len() == x.len(), "weights of shape {w:?} do not match input rank {}", x.len());
+        let rank = x.len() - 2;
+        let group = node.attr_int_or("group", 1)?;
+        ensure!(group >= 1, "group must be positive, got {group}");
+        let group = group as usize;
+        ensure!(w[0] == x[1], "input has {} channels but weights {w:?} expect {}", x[1], w[0]);
+        ensure!(x[1] % group == 0, "{} input channels do not divide into {group} groups", x[1]);
+        let kernel = kernel_shape(node, Some(&w[2..]))?;
+        let attrs = WindowAttrs::from_node(node, rank)?;
+        let output_padding: Vec<usize> = match node.attr_ints("output_padding")? {
+            Some(p) => {
+                ensure!(p.iter().all(|&v| v >= 0), "output_padding must not be negative, got {p:?}");
+                p.iter().map(|&v| v as usize).collect()
+            }
+            None => vec![0; rank],
+        };
+        let output_shape: Option<Vec<usize>> = match node.attr_ints("output_shape")? {
+            Some(s) => {
+                ensure!(s.iter().all(|&v| v >= 0), "output_shape must not be negative, got {s:?}");
+                // Some exporters write the full [N, C, spatial...] shape.
+                let spatial = if s.len() == rank + 2 { &s[2..] } else { s };
+                Some(spatial.iter().map(|&v| v as usize).collect())
+            }
+            None => None,
+        };
+        let geom = Geometry::transposed(&attrs, &x[2..], &kernel, &output_padding, output_shape.as_deref())?;
+        Ok(ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels: w[1] * group, group, geom })
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let mut s = vec![self.batch, self.out_channels];
+        s.extend(&self.geom.image);
+        s
+    }
+}
+
+struct ConvTranspose;
+
+struct ConvTransposeKernel<'a>(&'a ConvTransposeShape);
+
+impl TypedKernel for ConvTransposeKernel<'_> {
+    /// Per batch item and group: columns = W_gᵀ · X_g, scattered into the
+    /// output image by col2im.
+    fn run<T: GemmElem>(&self, inputs: &[&[T]]) -> Result<Vec<T>> {
+        let s = self.0;
+        let (x, w) = (inputs[0], inputs[1]);
+        let g = &s.geom;
+        let (cg, mg) = (s.in_channels / s.group, s.out_channels / s.group);
+        let (kt, wins, plane) = (g.kernel_size(), g.window_count(), g.image_size());
+        let taps = Taps::new(g);
+        let mut cols = vec![T::zero(); mg * kt * wins];
+        let mut out = vec![T::zero(); s.batch * s.out_channels * plane];
+        for b in 0..s.batch {
+            for gi in 0..s.group {
+                let x_view = MatView::row_major(x, (b * s.in_channels + gi * cg) * wins, cg, wins)?;
+                let w_view = MatView::row_major(w, gi * cg * mg * kt, cg, mg * kt)?;
+                gemm(w_view.t(), x_view, &mut cols)?;
+                let o_off = (b * s.out_channels + gi * mg) * plane;
+                col2im(&cols, mg, g, &taps, &mut out[o_off..o_off + mg * plane], T::add);
+            }
+        }
+        if let Some(bias) = inputs.get(2) {
+            add_bias(&mut out, bias, plane);
+        }
+        Ok(out)
+    }
+}
+
+impl Op for ConvTranspose {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtype = cx.input(0)?.ty.dtype;
+        Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
+            let shape = ConvTransposeShape::new(cx.node, s[0], s[1])?;
+            check_bias(cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()), shape.out_channels)?;
+            Ok(shape.out_shape())
+        })?])
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (x, w, b) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
+        let shape = ConvTransposeShape::new(cx.node, &x.shape, &w.shape)?;
+        check_bias(b.map(|b| b.shape.as_slice()), shape.out_channels)?;
+        let mut operands = vec![x, w];
+        operands.extend(b);
+        let data = run_typed(&ConvTransposeKernel(&shape), &operands, Accepts::Floats)?;
+        Ok(vec![Tensor::new(shape.out_shape(), data)?])
+    }
+}
+
+/// Col2Im(input [N, C*prod(block), L], image_shape, block_shape): sums the
+/// sliding blocks back into images `[N, C, image...]`.
+struct Col2Im;
+
+struct Col2ImShape {
+    batch: usize,
+    channels: usize,
+    geom: Geometry,
+}
+
+impl Col2ImShape {
+    fn new(node: &Node, input: &[usize], image: &Tensor, block: &Tensor) -> Result<Col2ImShape> {
+        let to_dims = |t: &Tensor, what: &str| -> Result<Vec<usize>> {
+            let v = ints(t)?;
+            ensure!(t.rank() == 1 && !v.is_empty(), "{what} must be a non-empty 1-D tensor");
+            ensure!(v.iter().all(|&x| x >= 1), "{what} must be positive, got {v:?}");
+            Ok(v.into_iter().map(|x| x as usize).collect())
+        };
+        let (image, block) = (to_dims(image, "image_shape")?, to_dims(block, "block_shape")?);
+        ensure!(image.len() == block.len(), "image_shape {image:?} and block_shape {block:?} differ in rank");
+        ensure!(input.len() == 3, "Col2Im input must be [N, C*prod(block_shape), L], got {input:?}");
+        let attrs = WindowAttrs::from_node(node, image.len())?;
+        let geom = Geometry::forward(&attrs, &image, &block)?;
+        let kt = geom.kernel_size();
+        ensure!(input[1] % kt == 0, "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
+        ensure!(input[2] == geom.window_count(), "input has {} blocks but the geometry gives {}", input[2], geom.window_count());
+        Ok(Col2ImShape { batch: input[0], channels: input[1] / kt, geom })
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let mut s = vec![self.batch, self.channels];
+        s.extend(&self.geom.image);
+        s
+    }
+}
+
+struct Col2ImKernel<'a>(&'a Col2ImShape);
+
+impl TypedKernel for Col2ImKernel<'_> {
+    fn run<T: GemmElem>(&self, inputs: &[&[T]]) -> Result<Vec<T>> {
+        let s = self.0;
+        let g = &s.geom;
+        let taps = Taps::new(g);
+        let (per_in, per_out) = (s.channels * g.kernel_size() * g.window_count(), s.channels * g.image_size());
+        let mut out = vec![T::zero(); s.batch * per_out];
+        for b in 0..s.batch {
+            col2im(&inputs[0][b * per_in..(b + 1) * per_in], s.channels, g, &taps, &mut out[b * per_out..(b + 1) * per_out], T::add);
+        }
+        Ok(out)
+    }
+}
+
+impl Op for Col2Im {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtype = cx.input(0)?.ty.dtype;
+        match (cx.shape(0)?, cx.value(1), cx.value(2)) {
+            (Some(input), Some(image), Some(block)) => Ok(vec![TensorType::new(dtype, Col2ImShape::new(cx.node, input, image, block)?.out_shape())]),
+            _ => Ok(vec![TensorType::unknown_shape(dtype)]),
+        }
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let x = arg(inputs, 0)?;
+        let shape = Col2ImShape::new(cx.node, &x.shape, arg(inputs, 1)?, arg(inputs, 2)?)?;
+        if x.dtype() == DType::Bool || x.dtype() == DType::Str {
+            bail!("Col2Im does not support {}", x.dtype());
+        }
+        let data = run_typed(&Col2ImKernel(&shape), &[x], Accepts::Numbers)?;
+        Ok(vec![Tensor::new(shape.out_shape(), data)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_ir::Attr;
+
+    /// Direct convolution straight from the definition, in f64.
+    #[allow(clippy::too_many_arguments)]
+    fn naive_conv2d(x: &[f32], xs: [usize; 4], w: &[f32], ws: [usize; 4], group: usize, stride: [usize; 2], dil: [usize; 2], pads: [usize; 4]) -> (Vec<usize>, Vec<f32>) {
+        let [n, c, h, wd] = xs;
+        let [m, cg, kh, kw] = ws;
+        let oh = (h + pads[0] + pads[2] - (dil[0] * (kh - 1) + 1)) / stride[0] + 1;
+        let ow = (wd + pads[1] + pads[3] - (dil[1] * (kw - 1) + 1)) / stride[1] + 1;
+        let mg = m / group;
+        let mut out = vec![0f32; n * m * oh * ow];
+        for b in 0..n {
+            for oc in 0..m {
+                let g = oc / mg;
+                for y in 0..oh {
+                    for xq in 0..ow {
+                        let mut s = 0f64;
+                        for ic in 0..cg {
+                            let ci = g * cg + ic;
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (y * stride[0] + ky * dil[0]) as i64 - pads[0] as i64;
+                                    let ix = (xq * stride[1] + kx * dil[1]) as i64 - pads[1] as i64;
+                                    if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
+                                        continue;
+                                    }
+                                    let xv = x[((b * c + ci) * h + iy as usize) * wd + ix as usize] as f64;
+                                    let wv = w[((oc * cg + ic) * kh + ky) * kw + kx] as f64;
+                                    s += xv * wv;
+                                }
+                            }
+                        }
+                        out[((b * m + oc) * oh + y) * ow + xq] = s as f32;
+                    }
+                }
+            }
+        }
+        (vec![n, m, oh, ow], out)
+    }
+
+    #[test]
+    fn strided_dilated_grouped_conv_matches_direct_convolution() {
+        let (xs, ws) = ([2, 6, 11, 9], [4, 3, 3, 2]);
+        let (group, stride, dil, pads) = (2, [2, 1], [2, 3], [1, 2, 0, 1]);
+        let x: Vec<f32> = (0..xs.iter().product::<usize>()).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
+        let w: Vec<f32> = (0..ws.iter().product::<usize>()).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
+        let mut node = Node { name: String::new(), op: "Conv".into(), domain: String::new(), inputs: vec![], outputs: vec![], attrs: Default::default() };
+        node.attrs.insert("group".into(), Attr::Int(group as i64));
+        node.attrs.insert("strides".into(), Attr::Ints(stride.iter().map(|&v| v as i64).collect()));
+        node.attrs.insert("dilations".into(), Attr::Ints(dil.iter().map(|&v| v as i64).collect()));
+        node.attrs.insert("pads".into(), Attr::Ints(pads.iter().map(|&v| v as i64).collect()));
+        let cs = ConvShape::new(&node, &xs, &ws).unwrap();
+        let got = conv_forward::<f32>(&cs, &x, &w, None).unwrap();
+        let (want_shape, want) = naive_conv2d(&x, xs, &w, ws, group, stride, dil, pads);
+        assert_eq!(cs.out_shape(), want_shape);
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} vs {w}");
+        }
+    }
+}
