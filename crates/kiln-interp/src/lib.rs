@@ -7,7 +7,7 @@
 
 use kiln_ir::{bail, Error, Graph, Result, Tensor, TensorType};
 use kiln_ops::{registry, EvalCx, SubgraphRunner};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -59,14 +59,49 @@ impl SubgraphRunner for Env<'_> {
         if inputs.len() != g.inputs.len() {
             bail!("subgraph '{}' takes {} inputs but got {}", g.name, g.inputs.len(), inputs.len());
         }
+        for (t, &id) in inputs.iter().zip(&g.inputs) {
+            let want = g.ty(id);
+            if !type_matches(want, t) {
+                bail!("subgraph '{}': input '{}' is declared {} but got {}", g.name, g.name(id), want, t.ty());
+            }
+        }
         self.execute(g, inputs, None)
     }
+}
+
+/// Names a graph reads from enclosing scopes: its captures and, through
+/// nested subgraphs, whatever those read that this graph does not define.
+fn free_names(g: &Graph) -> BTreeSet<String> {
+    let mut free: BTreeSet<String> = g.captures.iter().map(|&id| g.name(id).to_string()).collect();
+    let inner: BTreeSet<String> = g.nodes.iter().flat_map(node_free_names).collect();
+    let defined: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
+    free.extend(inner.into_iter().filter(|n| !defined.contains(n.as_str())));
+    free
+}
+
+/// Names the subgraphs of `node` read from the scope the node runs in.
+fn node_free_names(node: &kiln_ir::Node) -> BTreeSet<String> {
+    node.attrs.values().filter_map(|a| if let kiln_ir::Attr::Graph(sub) = a { Some(free_names(sub)) } else { None }).flatten().collect()
 }
 
 impl Env<'_> {
     fn execute(&self, g: &Graph, inputs: Vec<Tensor>, mut prof: Option<&mut HashMap<String, Duration>>) -> Result<Vec<Tensor>> {
         let mut vals: Vec<Option<Tensor>> = vec![None; g.values.len()];
         let mut uses = g.use_counts();
+        // Values of this graph that each node's subgraphs read by name; they
+        // count as uses so they stay alive until that node has run.
+        let names = g.names();
+        let captured: Vec<Vec<(String, Option<kiln_ir::ValueId>)>> = g
+            .nodes
+            .iter()
+            .map(|n| node_free_names(n).into_iter().map(|name| {
+                let id = names.get(name.as_str()).copied();
+                (name, id)
+            }).collect())
+            .collect();
+        for id in captured.iter().flatten().filter_map(|(_, id)| *id) {
+            uses[id.index()] += 1;
+        }
         for (&id, t) in g.inputs.iter().zip(inputs) {
             vals[id.index()] = Some(t);
         }
@@ -78,27 +113,21 @@ impl Env<'_> {
         for (&id, init) in &g.initializers {
             vals[id.index()] = Some(init.to_tensor()?);
         }
-        let has_subgraphs = g.nodes.iter().any(|n| n.attrs.values().any(|a| matches!(a, kiln_ir::Attr::Graph(_))));
-        for node in &g.nodes {
+        for (node, captured) in g.nodes.iter().zip(&captured) {
             let opset = g.opsets.get(if node.domain == "ai.onnx" { "" } else { &node.domain }).copied().unwrap_or(1);
             let ctx = || format!("{} (opset {opset})", node.describe());
             let op = registry::lookup(&node.domain, &node.op)
                 .ok_or_else(|| Error::new(format!("unsupported op '{}'", node.op)).context(ctx()))?;
             let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| vals[i.index()].as_ref())).collect();
-            // Subgraphs see every value computed so far in this scope and outer ones.
-            let scope;
-            let env = if has_subgraphs {
-                let mut m = self.outer.clone();
-                for (i, v) in vals.iter().enumerate() {
-                    if let Some(t) = v {
-                        m.insert(g.values[i].name.clone(), t.clone());
-                    }
+            // Subgraphs see the values they name, from this scope or outer ones.
+            let mut scope = HashMap::new();
+            for (name, id) in captured {
+                let t = id.and_then(|id| vals[id.index()].as_ref()).or_else(|| self.outer.get(name));
+                if let Some(t) = t {
+                    scope.insert(name.clone(), t.clone());
                 }
-                scope = m;
-                Env { outer: &scope }
-            } else {
-                Env { outer: self.outer }
-            };
+            }
+            let env = Env { outer: &scope };
             let cx = EvalCx { node, opset, subgraphs: &env };
             let start = Instant::now();
             let outs = catch_unwind(AssertUnwindSafe(|| op.eval(&cx, &ins)))
@@ -116,7 +145,7 @@ impl Env<'_> {
                 }
                 vals[o.index()] = Some(t.clone());
             }
-            for i in node.inputs.iter().flatten() {
+            for i in node.inputs.iter().flatten().chain(captured.iter().filter_map(|(_, id)| id.as_ref())) {
                 uses[i.index()] -= 1;
                 if uses[i.index()] == 0 {
                     vals[i.index()] = None;

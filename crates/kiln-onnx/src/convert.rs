@@ -93,6 +93,16 @@ impl Converter<'_> {
 
     /// Declared type of a graph input, with overrides from the options.
     fn input_type(&self, vi: &ValueInfoProto, top: bool) -> Result<TensorType> {
+        // Subgraph inputs may be untyped (e.g. a Loop body's carried values):
+        // shape inference takes their dtype from the control-flow node.
+        let untyped = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            None => true,
+            Some(type_proto::Value::TensorType(tt)) => tt.elem_type == 0,
+            Some(_) => false,
+        };
+        if untyped && !top {
+            return Ok(pending());
+        }
         let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
             Some(type_proto::Value::TensorType(tt)) => tt,
             Some(type_proto::Value::SequenceType(_)) => bail!("has a sequence type; kiln supports tensor inputs only"),

@@ -4,7 +4,8 @@
 //! Split-2..11's `split`, Slice-1..9's `starts/ends/axes`, Pad-2..10's
 //! `pads`, TopK-1..9's `k` and ReduceX's `axes` (before 13/18) become
 //! int64 constant inputs at the positions the latest opset uses.
-//! Needs: a converted graph. Guarantees: none of the listed attributes remain.
+//! Needs: a converted graph. Guarantees: none of the listed attributes remain,
+//! in the graph or its subgraphs.
 
 use kiln_ir::{Attr, Graph, Initializer, Node, Result, Tensor, ValueId};
 
@@ -38,6 +39,13 @@ const MOVES: &[(&[&str], &str, usize)] = &[
 ];
 
 pub fn normalize(g: &mut Graph) -> Result<()> {
+    for node in &mut g.nodes {
+        for a in node.attrs.values_mut() {
+            if let Attr::Graph(sub) = a {
+                normalize(sub)?;
+            }
+        }
+    }
     for i in 0..g.nodes.len() {
         if !g.nodes[i].domain.is_empty() && g.nodes[i].domain != "ai.onnx" {
             continue;

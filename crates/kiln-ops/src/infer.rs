@@ -17,6 +17,13 @@ const MAX_CONST_EVAL_ELEMS: usize = 1 << 20;
 /// Infers the types of all node outputs of `g` (and of its subgraphs).
 /// `outer` gives the types of values visible from enclosing graphs.
 pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) -> Result<()> {
+    // Captures were typed when the importer saw them, before the enclosing
+    // graph's node outputs had types: take the enclosing scope's types now.
+    for c in g.captures.clone() {
+        if let Some(t) = outer(g.name(c)) {
+            g.values[c.index()].ty = t;
+        }
+    }
     let mut consts: HashMap<ValueId, Tensor> = HashMap::new();
     for i in 0..g.nodes.len() {
         let opset = node_opset(g, i);
@@ -130,10 +137,20 @@ fn infer_subgraphs(g: &mut Graph, idx: usize, outer: &dyn Fn(&str) -> Option<Ten
     if !g.nodes[idx].attrs.values().any(|a| matches!(a, Attr::Graph(_))) {
         return Ok(());
     }
+    let input_types: Vec<Option<TensorType>> = g.nodes[idx].inputs.iter().map(|i| i.map(|i| g.ty(i).clone())).collect();
+    let op = registry::lookup(&g.nodes[idx].domain, &g.nodes[idx].op);
+    let opset = node_opset(g, idx);
     let mut attrs = std::mem::take(&mut g.nodes[idx].attrs);
+    // The node as the op's hook sees it: its plain attributes, no subgraphs.
+    let mut plain = g.nodes[idx].clone();
+    plain.attrs = attrs.iter().filter(|(_, a)| !matches!(a, Attr::Graph(_))).map(|(k, a)| (k.clone(), a.clone())).collect();
     let res = (|| {
         for (name, a) in attrs.iter_mut() {
             if let Attr::Graph(sub) = a {
+                if let Some(op) = op {
+                    let known = op.subgraph_input_types(&plain, opset, name, &input_types)?;
+                    refine_subgraph_inputs(sub, known).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
+                }
                 let names = g.names();
                 let scope = |n: &str| names.get(n).map(|id| g.ty(*id).clone()).or_else(|| outer(n));
                 infer_graph(sub, &scope).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
@@ -143,4 +160,24 @@ fn infer_subgraphs(g: &mut Graph, idx: usize, outer: &dyn Fn(&str) -> Option<Ten
     })();
     g.nodes[idx].attrs = attrs;
     res
+}
+
+/// Merges what the node knows about its subgraph's inputs into their declared
+/// types: the dtype comes from the node, the shape from the declaration when
+/// it has one (a Loop's carried values may change shape between iterations,
+/// so the declaration is the authority), else from the node.
+fn refine_subgraph_inputs(sub: &mut Graph, known: Option<Vec<Option<TensorType>>>) -> Result<()> {
+    let Some(known) = known else { return Ok(()) };
+    if known.len() != sub.inputs.len() {
+        bail!("the subgraph has {} inputs but the node provides {}", sub.inputs.len(), known.len());
+    }
+    for (&id, k) in sub.inputs.iter().zip(known) {
+        let Some(k) = k else { continue };
+        let declared = &mut sub.values[id.index()].ty;
+        declared.dtype = k.dtype;
+        if declared.shape.is_none() {
+            declared.shape = k.shape;
+        }
+    }
+    Ok(())
 }

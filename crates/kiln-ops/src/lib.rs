@@ -69,6 +69,21 @@ pub trait Op: Send + Sync {
     fn deterministic(&self) -> bool {
         true
     }
+
+    /// Control-flow ops: what the node's inputs say about the inputs of its
+    /// subgraph attribute `attr` (e.g. a Loop body's carried values have the
+    /// dtype of the Loop's initial values). One entry per subgraph input;
+    /// shape inference takes the dtype from a `Some` entry and its shape where
+    /// the subgraph declares none. `inputs` are the node's input types.
+    fn subgraph_input_types(
+        &self,
+        _node: &Node,
+        _opset: i64,
+        _attr: &str,
+        _inputs: &[Option<TensorType>],
+    ) -> Result<Option<Vec<Option<TensorType>>>> {
+        Ok(None)
+    }
 }
 
 impl InferCx<'_> {
