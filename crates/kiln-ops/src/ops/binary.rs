@@ -313,6 +313,8 @@ impl Op for Where {
         Where::check(cx.input(0)?.ty.dtype, x, cx.input(2)?.ty.dtype)?;
         Ok(vec![broadcast_type(cx, x)?])
     }
+    // `clone` is needed for strings; the other dtypes are Copy.
+    #[allow(clippy::clone_on_copy)]
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         Where::check(c.dtype(), x.dtype(), y.dtype())?;
@@ -422,5 +424,71 @@ impl Op for Variadic {
             );
         }
         Ok(vec![acc])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn apply<T: kiln_ir::Elem + Clone>(rule: BinaryRule, a: Vec<T>, b: Vec<T>) -> Vec<T> {
+        let n = a.len();
+        let (a, b) = (Tensor::from_vec(vec![n], a).unwrap(), Tensor::from_vec(vec![n], b).unwrap());
+        rule.apply(&a, &b).unwrap().as_slice::<T>().unwrap().to_vec()
+    }
+
+    #[test]
+    fn integer_division_is_exact_and_total() {
+        assert_eq!(apply(DIV, vec![7i64, -7, i64::MIN, 5], vec![2, 2, -1, 0]), vec![3, -3, i64::MIN, 0]);
+        // Beyond 2^53 an f64 detour would lose the low bits.
+        assert_eq!(apply(ADD, vec![u64::MAX - 1], vec![1]), vec![u64::MAX]);
+        assert_eq!(apply(MUL, vec![u64::MAX], vec![u64::MAX]), vec![1]);
+    }
+
+    #[test]
+    fn integer_mod_follows_divisor_sign_unless_fmod() {
+        assert_eq!(apply(mod_rule(false), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]), vec![2, -2, 2, 0]);
+        assert_eq!(apply(mod_rule(true), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]), vec![-1, 1, -1, 0]);
+    }
+
+    #[test]
+    fn float_mod_matches_numpy_edge_cases() {
+        assert_eq!(floor_mod_f64(-3.0, f64::INFINITY), f64::INFINITY);
+        assert_eq!(floor_mod_f64(3.0, f64::INFINITY), 3.0);
+        assert!(floor_mod_f64(-0.0, 2.0).is_sign_positive());
+        assert!(floor_mod_f64(0.0, -2.0).is_sign_negative());
+        assert!(floor_mod_f64(1.0, 0.0).is_nan());
+    }
+
+    struct NoSubgraphs;
+    impl crate::SubgraphRunner for NoSubgraphs {
+        fn run(&self, _g: &kiln_ir::Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+            bail!("no subgraphs")
+        }
+    }
+
+    #[test]
+    fn clip_before_opset_11_reads_attributes() {
+        let mut node = kiln_ir::Node {
+            name: String::new(),
+            op: "Clip".into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: Default::default(),
+        };
+        node.attrs.insert("min".into(), kiln_ir::Attr::Float(-1.0));
+        let cx = EvalCx { node: &node, opset: 6, subgraphs: &NoSubgraphs };
+        let x = Tensor::from_vec(vec![3], vec![-5.0f32, 0.5, 9.0]).unwrap();
+        let out = Clip.eval(&cx, &[Some(&x)]).unwrap();
+        assert_eq!(out[0].as_slice::<f32>().unwrap(), &[-1.0, 0.5, 9.0]);
+    }
+
+    #[test]
+    fn integer_pow_wraps_and_truncates_negative_exponents() {
+        assert_eq!(int_pow(3, 4), 81);
+        assert_eq!(i8::from_i128(int_pow(2, 7)), i8::MIN);
+        assert_eq!(int_pow(-1, -3), -1);
+        assert_eq!(int_pow(2, -1), 0);
     }
 }
