@@ -234,7 +234,7 @@ impl Op for TensorScatter {
         let mut writes = Vec::with_capacity(update.len());
         let mut bad = None;
         for_each_index(&update.shape, |o| {
-            let mut pos = starts[o[0]] + o[axis] as i64;
+            let mut pos = starts[o[0]].saturating_add(o[axis] as i64);
             if circular && max_len > 0 {
                 pos = pos.rem_euclid(max_len);
             }
