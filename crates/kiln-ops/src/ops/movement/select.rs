@@ -104,6 +104,11 @@ fn group_units<T: PartialOrd>(n: usize, unit: impl Fn(usize) -> Vec<T>, sorted: 
     Groups { first: out_first, inverse: group_of.iter().map(|&g| rank[g]).collect(), counts: out_counts }
 }
 
+/// The elements of `v` at `offsets`.
+fn pick<T: Clone>(v: &[T], offsets: impl Iterator<Item = usize>) -> Vec<T> {
+    offsets.map(|k| v[k].clone()).collect()
+}
+
 impl Unique {
     fn axis(node: &kiln_ir::Node, rank: usize) -> Result<Option<usize>> {
         node.attr_int("axis")?.map(|a| normalize_axis(a, rank)).transpose()
@@ -138,7 +143,7 @@ impl Op for Unique {
             None => (x.len(), 1, 1),
         };
         let unit_offsets = |i: usize| (0..outer).flat_map(move |o| (0..inner).map(move |j| (o * n + i) * inner + j));
-        let groups = dispatch_all!(&x.data, |v: T| group_units(n, |i| unit_offsets(i).map(|k| v[k].clone()).collect(), sorted));
+        let groups = dispatch_all!(&x.data, |v: T| group_units(n, |i| pick(v, unit_offsets(i)), sorted));
         let u = groups.first.len();
         let y = match axis {
             None => take(x, vec![u], groups.first.clone())?,
