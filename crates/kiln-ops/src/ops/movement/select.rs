@@ -30,13 +30,16 @@ impl Op for NonZero {
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let hits: Vec<usize> = nonzero_mask(&x.data).iter().enumerate().filter(|(_, &b)| b).map(|(i, _)| i).collect();
-        let (rank, n) = (x.rank(), hits.len());
-        let st = crate::util::strides(&x.shape);
+        // A scalar is treated as a 1-element vector (as numpy and other
+        // runtimes do), so it gives one row of zeros rather than no rows.
+        let shape = if x.rank() == 0 { vec![1] } else { x.shape.clone() };
+        let (rank, n) = (shape.len(), hits.len());
+        let st = crate::util::strides(&shape);
         // Row d holds the d-th coordinate of every hit.
         let mut out = vec![0i64; rank * n];
         for (j, &flat) in hits.iter().enumerate() {
             for d in 0..rank {
-                out[d * n + j] = ((flat / st[d]) % x.shape[d]) as i64;
+                out[d * n + j] = ((flat / st[d]) % shape[d]) as i64;
             }
         }
         Ok(vec![Tensor::new(vec![rank, n], Data::I64(out.into()))?])
