@@ -22,3 +22,6 @@ pub fn register(r: &mut Registry) {
     scatter::register(r);
     select::register(r);
 }
+
+#[cfg(test)]
+mod robustness;

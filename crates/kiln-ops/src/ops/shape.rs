@@ -120,10 +120,13 @@ impl Op for Flatten {
 struct Squeeze;
 
 impl Squeeze {
-    /// Removes the listed axes (each of size 1), or every size-1 axis.
-    fn out_shape(input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
+    /// Removes the listed axes (each of size 1), or every size-1 axis when
+    /// none are given. Before opset 13 axes were an attribute, where an empty
+    /// list also meant "all".
+    fn out_shape(opset: i64, input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
+        let axes = axes.map(int_values).transpose()?.filter(|a| opset >= 13 || !a.is_empty());
         let Some(axes) = axes else { return Ok(input.iter().copied().filter(|&d| d != 1).collect()) };
-        let axes = normalize_axes(&int_values(axes)?, input.len())?;
+        let axes = normalize_axes(&axes, input.len())?;
         if let Some(&a) = axes.iter().find(|&&a| input[a] != 1) {
             bail!("cannot squeeze axis {a} of size {} (shape {input:?})", input[a]);
         }
@@ -133,10 +136,10 @@ impl Squeeze {
 
 impl Op for Squeeze {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, true, Squeeze::out_shape)
+        with_param(cx, true, |s, a| Squeeze::out_shape(cx.opset, s, a))
     }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        reshaped(inputs, Squeeze::out_shape)
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        reshaped(inputs, |s, a| Squeeze::out_shape(cx.opset, s, a))
     }
 }
 
@@ -320,6 +323,38 @@ mod tests {
             outputs: vec![],
             attrs: attrs.iter().map(|(k, v)| (k.to_string(), kiln_ir::Attr::Int(*v))).collect(),
         }
+    }
+
+    /// Exporters' dynamic reshape chain resolves to a static shape: Shape
+    /// folds to a constant, so Gather, Concat and Reshape see known values.
+    #[test]
+    fn shape_chain_folds_during_inference() {
+        use kiln_ir::{Graph, Initializer};
+        let mut g = Graph::new("chain");
+        g.opsets.insert(String::new(), 17);
+        let x = g.add_value("x", TensorType::new(DType::F32, vec![2, 3, 4]));
+        let mut value = |name: &str| g.add_value(name, TensorType::unknown_shape(DType::F32));
+        let (shape, batch, target, y) = (value("shape"), value("batch"), value("target"), value("y"));
+        let zero = g.add_value("zero", TensorType::new(DType::I64, vec![1]));
+        let minus_one = g.add_value("minus_one", TensorType::new(DType::I64, vec![1]));
+        g.initializers.insert(zero, Initializer::Tensor(i64_tensor(vec![0])));
+        g.initializers.insert(minus_one, Initializer::Tensor(i64_tensor(vec![-1])));
+        let mk = |op: &str, ins: Vec<kiln_ir::ValueId>, out, attrs: &[(&str, i64)]| Node {
+            op: op.into(),
+            inputs: ins.into_iter().map(Some).collect(),
+            outputs: vec![Some(out)],
+            ..node(attrs)
+        };
+        g.nodes = vec![
+            mk("Shape", vec![x], shape, &[]),
+            mk("Gather", vec![shape, zero], batch, &[]),
+            mk("Concat", vec![batch, minus_one], target, &[("axis", 0)]),
+            mk("Reshape", vec![x, target], y, &[]),
+        ];
+        g.inputs = vec![x];
+        g.outputs = vec![y];
+        crate::infer::infer_graph(&mut g, &|_| None).unwrap();
+        assert_eq!(g.ty(y), &TensorType::new(DType::F32, vec![2, 12]));
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub(crate) fn normalize_axes(axes: &[i64], rank: usize) -> Result<Vec<usize>> {
 
 /// Calls `f` with every multi-index of `shape` in row-major order.
 pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
-    if shape.iter().any(|&d| d == 0) {
+    if shape.contains(&0) {
         return;
     }
     let mut idx = vec![0usize; shape.len()];
@@ -119,16 +119,15 @@ pub(crate) fn gather_fill(data: &Data, idx: &[Option<usize>], fill: Option<&Tens
             bail!("fill value must have one element, got {}", f.len());
         }
     }
-    Ok(dispatch_all!(data, |v: T| {
-        let fill_value: T = match fill.map(|f| f.as_slice::<T>()).transpose()? {
-            Some(s) => s[0].clone(),
-            None => T::default(),
-        };
-        T::wrap(idx.iter().map(|i| match i {
-            Some(i) => v[*i].clone(),
-            None => fill_value.clone(),
-        }).collect())
-    }))
+    dispatch_all!(data, |v: T| fill_take(v, idx, fill))
+}
+
+fn fill_take<T: Elem + Default>(v: &[T], idx: &[Option<usize>], fill: Option<&Tensor>) -> Result<Data> {
+    let fill = match fill {
+        Some(f) => f.as_slice::<T>()?[0].clone(),
+        None => T::default(),
+    };
+    Ok(T::wrap(idx.iter().map(|i| i.map_or_else(|| fill.clone(), |i| v[i].clone())).collect()))
 }
 
 /// A tensor of `shape` from elements of `x` at flat offsets `idx`.

@@ -172,9 +172,12 @@ impl Pad {
         let out = shape
             .iter()
             .zip(pads)
-            .map(|(&d, &(b, e))| match usize::try_from(d as i64 + b + e) {
-                Ok(n) => Ok(n),
-                Err(_) => bail!("pads ({b}, {e}) make a dimension of size {d} negative"),
+            .map(|(&d, &(b, e))| {
+                let n = (d as i64).checked_add(b).and_then(|n| n.checked_add(e)).and_then(|n| usize::try_from(n).ok());
+                match n {
+                    Some(n) => Ok(n),
+                    None => bail!("pads ({b}, {e}) give a dimension of size {d} an invalid size"),
+                }
             })
             .collect::<Result<Vec<usize>>>()?;
         super::common::checked_numel(&out)?;
@@ -184,7 +187,7 @@ impl Pad {
     /// The input coordinate feeding output coordinate `o` of an axis of size
     /// `n` padded by `begin` in front.
     fn source(mode: PadMode, o: usize, begin: i64, n: usize) -> Result<Option<usize>> {
-        let i = o as i64 - begin;
+        let i = (o as i64).saturating_sub(begin);
         let n_i = n as i64;
         if (0..n_i).contains(&i) {
             return Ok(Some(i as usize));

@@ -158,7 +158,8 @@ pub(crate) fn nd_offsets(data: &[usize], indices: &[usize], batch_dims: usize, v
     let st = strides(data);
     let batch_size: usize = data[b..].iter().product();
     let per_batch: usize = indices[b..indices.len() - 1].iter().product();
-    let n_tuples = if k == 0 { indices[..indices.len() - 1].iter().product() } else { vals.len() / k };
+    // With empty tuples (k = 0) each index position selects a whole slice.
+    let n_tuples = vals.len().checked_div(k).unwrap_or_else(|| indices[..indices.len() - 1].iter().product());
     let mut out = Vec::with_capacity(n_tuples);
     for t in 0..n_tuples {
         let batch = t.checked_div(per_batch).unwrap_or(0);

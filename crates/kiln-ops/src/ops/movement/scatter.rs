@@ -117,18 +117,19 @@ fn reduce<T: Combine>(data: &[T], updates: &[T], writes: &[(usize, usize)], red:
     out
 }
 
+fn assign<T: Elem>(data: &[T], updates: &[T], writes: &[(usize, usize)]) -> Vec<T> {
+    let mut out = data.to_vec();
+    for &(d, u) in writes {
+        out[d] = updates[u].clone();
+    }
+    out
+}
+
 /// Applies `writes` (data offset, update offset) to a copy of `data`.
 fn apply(data: &Tensor, updates: &Tensor, writes: &[(usize, usize)], red: Reduction) -> Result<Tensor> {
     ensure!(updates.dtype() == data.dtype(), "updates have type {} but data has {}", updates.dtype(), data.dtype());
     let out = if red == Reduction::None {
-        dispatch_all!(&data.data, |v: T| {
-            let u = updates.as_slice::<T>()?;
-            let mut out = v.to_vec();
-            for &(d, s) in writes {
-                out[d] = u[s].clone();
-            }
-            T::wrap(out)
-        })
+        dispatch_all!(&data.data, |v: T| T::wrap(assign(v, updates.as_slice::<T>()?, writes)))
     } else {
         dispatch_num!(&data.data, |v: T| T::wrap(reduce(v, updates.as_slice::<T>()?, writes, red)), bail!("reduction {red:?} needs numeric data"))
     };
@@ -234,7 +235,7 @@ impl Op for TensorScatter {
         let mut writes = Vec::with_capacity(update.len());
         let mut bad = None;
         for_each_index(&update.shape, |o| {
-            let mut pos = starts[o[0]] + o[axis] as i64;
+            let mut pos = starts[o[0]].saturating_add(o[axis] as i64);
             if circular && max_len > 0 {
                 pos = pos.rem_euclid(max_len);
             }

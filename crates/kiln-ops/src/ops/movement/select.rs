@@ -30,13 +30,16 @@ impl Op for NonZero {
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let hits: Vec<usize> = nonzero_mask(&x.data).iter().enumerate().filter(|(_, &b)| b).map(|(i, _)| i).collect();
-        let (rank, n) = (x.rank(), hits.len());
-        let st = crate::util::strides(&x.shape);
+        // A scalar is treated as a 1-element vector (as numpy and other
+        // runtimes do), so it gives one row of zeros rather than no rows.
+        let shape = if x.rank() == 0 { vec![1] } else { x.shape.clone() };
+        let (rank, n) = (shape.len(), hits.len());
+        let st = crate::util::strides(&shape);
         // Row d holds the d-th coordinate of every hit.
         let mut out = vec![0i64; rank * n];
         for (j, &flat) in hits.iter().enumerate() {
             for d in 0..rank {
-                out[d * n + j] = ((flat / st[d]) % x.shape[d]) as i64;
+                out[d * n + j] = ((flat / st[d]) % shape[d]) as i64;
             }
         }
         Ok(vec![Tensor::new(vec![rank, n], Data::I64(out.into()))?])
@@ -104,6 +107,11 @@ fn group_units<T: PartialOrd>(n: usize, unit: impl Fn(usize) -> Vec<T>, sorted: 
     Groups { first: out_first, inverse: group_of.iter().map(|&g| rank[g]).collect(), counts: out_counts }
 }
 
+/// The elements of `v` at `offsets`.
+fn pick<T: Clone>(v: &[T], offsets: impl Iterator<Item = usize>) -> Vec<T> {
+    offsets.map(|k| v[k].clone()).collect()
+}
+
 impl Unique {
     fn axis(node: &kiln_ir::Node, rank: usize) -> Result<Option<usize>> {
         node.attr_int("axis")?.map(|a| normalize_axis(a, rank)).transpose()
@@ -138,7 +146,7 @@ impl Op for Unique {
             None => (x.len(), 1, 1),
         };
         let unit_offsets = |i: usize| (0..outer).flat_map(move |o| (0..inner).map(move |j| (o * n + i) * inner + j));
-        let groups = dispatch_all!(&x.data, |v: T| group_units(n, |i| unit_offsets(i).map(|k| v[k].clone()).collect(), sorted));
+        let groups = dispatch_all!(&x.data, |v: T| group_units(n, |i| pick(v, unit_offsets(i)), sorted));
         let u = groups.first.len();
         let y = match axis {
             None => take(x, vec![u], groups.first.clone())?,
