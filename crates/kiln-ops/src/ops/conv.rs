@@ -13,7 +13,7 @@ use crate::registry::Registry;
 use crate::util::ints;
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, DType, Node, Result, Tensor, TensorType};
-use window::{col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
+use window::{checked_numel, col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
     r.add("Conv", Conv);
@@ -54,12 +54,14 @@ impl ConvShape {
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
         let (c, m) = (x[1], w[0]);
-        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} expect {}", w[1] * group);
-        ensure!(m % group == 0, "{m} output channels do not divide into {group} groups");
+        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} disagree");
+        ensure!(m.is_multiple_of(group), "{m} output channels do not divide into {group} groups");
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, x.len() - 2)?;
         let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
-        Ok(ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom })
+        let cs = ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom };
+        checked_numel(&cs.out_shape())?;
+        Ok(cs)
     }
 
     pub fn out_shape(&self) -> Vec<usize> {
@@ -245,7 +247,7 @@ impl ConvTransposeShape {
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
         ensure!(w[0] == x[1], "input has {} channels but weights {w:?} expect {}", x[1], w[0]);
-        ensure!(x[1] % group == 0, "{} input channels do not divide into {group} groups", x[1]);
+        ensure!(x[1].is_multiple_of(group), "{} input channels do not divide into {group} groups", x[1]);
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, rank)?;
         let output_padding: Vec<usize> = match node.attr_ints("output_padding")? {
@@ -265,7 +267,10 @@ impl ConvTransposeShape {
             None => None,
         };
         let geom = Geometry::transposed(&attrs, &x[2..], &kernel, &output_padding, output_shape.as_deref())?;
-        Ok(ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels: w[1] * group, group, geom })
+        let out_channels = w[1].checked_mul(group).ok_or_else(|| kiln_ir::Error::new("too many output channels"))?;
+        let shape = ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels, group, geom };
+        checked_numel(&shape.out_shape())?;
+        Ok(shape)
     }
 
     fn out_shape(&self) -> Vec<usize> {
@@ -352,9 +357,11 @@ impl Col2ImShape {
         let attrs = WindowAttrs::from_node(node, image.len())?;
         let geom = Geometry::forward(&attrs, &image, &block)?;
         let kt = geom.kernel_size();
-        ensure!(input[1] % kt == 0, "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
+        ensure!(input[1].is_multiple_of(kt), "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
         ensure!(input[2] == geom.window_count(), "input has {} blocks but the geometry gives {}", input[2], geom.window_count());
-        Ok(Col2ImShape { batch: input[0], channels: input[1] / kt, geom })
+        let shape = Col2ImShape { batch: input[0], channels: input[1] / kt, geom };
+        checked_numel(&shape.out_shape())?;
+        Ok(shape)
     }
 
     fn out_shape(&self) -> Vec<usize> {

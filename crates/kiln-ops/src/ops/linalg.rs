@@ -77,6 +77,7 @@ impl GemmSpec {
             let ok = if exact { c == [m, n] } else { c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n]) };
             ensure!(ok, "Gemm C of shape {c:?} does not broadcast to [{m}, {n}]");
         }
+        crate::ops::conv::window::checked_numel(&[m, n])?;
         let alpha = node.attr_float_or("alpha", 1.0)?;
         let beta = node.attr_float_or("beta", 1.0)?;
         Ok(GemmSpec { trans_a, trans_b, alpha, beta, m, k, n })
@@ -121,10 +122,7 @@ impl TypedKernel for GemmKernel<'_> {
 impl Op for Gemm {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = cx.input(0)?.ty.dtype;
-        let c = match cx.opt_input(2) {
-            Some(c) => Some(c.ty.shape.as_deref()),
-            None => None,
-        };
+        let c = cx.opt_input(2).map(|c| c.ty.shape.as_deref());
         let mut shapes = vec![cx.shape(0)?, cx.shape(1)?];
         shapes.extend(c);
         Ok(vec![shaped(dtype, &shapes, |s| {
@@ -289,5 +287,18 @@ mod tests {
         for (i, (g, w)) in got.as_slice::<f32>().unwrap().iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} vs {w}");
         }
+    }
+
+    #[test]
+    fn integer_matmul_is_exact_and_promotes_vectors() {
+        let big = 1i64 << 60;
+        let a = Tensor::from_vec(vec![2], vec![big, 3]).unwrap();
+        let b = Tensor::from_vec(vec![2, 1, 2, 2], vec![1i64, 0, 0, 1, 2, 0, 0, 2]).unwrap();
+        let sh = MatMulShape::new(&a.shape, &b.shape).unwrap();
+        assert_eq!(sh.out, vec![2, 1, 2]);
+        let got = Tensor::new(sh.out.clone(), run_typed(&MatMulKernel(&sh), &[&a, &b], Accepts::Numbers).unwrap()).unwrap();
+        assert_eq!(got.as_slice::<i64>().unwrap(), &[big, 3, 2 * big, 6]);
+        assert!(MatMulShape::new(&[2, 3], &[2, 3]).is_err());
+        assert!(MatMulShape::new(&[], &[3]).is_err());
     }
 }
