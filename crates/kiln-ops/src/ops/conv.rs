@@ -7,7 +7,7 @@ mod deform;
 pub(crate) mod window;
 
 use crate::ops::linalg::gemm::{gemm, run_typed, Accepts, GemmElem, MatView, TypedKernel};
-use crate::ops::linalg::centered;
+use crate::ops::linalg::{centered, infer_from};
 use crate::ops::quant::{combined_scale, saturate_round};
 use crate::registry::Registry;
 use crate::util::ints;
@@ -23,19 +23,6 @@ pub fn register(r: &mut Registry) {
     r.add("Col2Im", Col2Im);
     r.add("DeformConv", deform::DeformConv);
     r.add("CausalConvWithState", CausalConvWithState);
-}
-
-/// Output type from the shapes of the inputs at `positions`, or an unknown
-/// shape when one of them is not known.
-fn infer_from(cx: &InferCx, dtype: DType, positions: &[usize], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
-    let mut shapes = Vec::new();
-    for &p in positions {
-        match cx.shape(p)? {
-            Some(s) => shapes.push(s),
-            None => return Ok(TensorType::unknown_shape(dtype)),
-        }
-    }
-    Ok(TensorType::new(dtype, f(&shapes)?))
 }
 
 /// Shapes of a convolution: X `[N, C, image...]`, W `[M, C/group, kernel...]`.
