@@ -7,13 +7,13 @@ mod deform;
 pub(crate) mod window;
 
 use crate::ops::linalg::gemm::{gemm, run_typed, Accepts, GemmElem, MatView, TypedKernel};
-use crate::ops::linalg::centered;
+use crate::ops::linalg::{centered, infer_from};
 use crate::ops::quant::{combined_scale, saturate_round};
 use crate::registry::Registry;
 use crate::util::ints;
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, ensure, DType, Node, Result, Tensor, TensorType};
-use window::{col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
+use kiln_ir::{bail, dispatch_num, ensure, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use window::{checked_numel, col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
     r.add("Conv", Conv);
@@ -22,19 +22,7 @@ pub fn register(r: &mut Registry) {
     r.add("ConvTranspose", ConvTranspose);
     r.add("Col2Im", Col2Im);
     r.add("DeformConv", deform::DeformConv);
-}
-
-/// Output type from the shapes of the inputs at `positions`, or an unknown
-/// shape when one of them is not known.
-fn infer_from(cx: &InferCx, dtype: DType, positions: &[usize], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
-    let mut shapes = Vec::new();
-    for &p in positions {
-        match cx.shape(p)? {
-            Some(s) => shapes.push(s),
-            None => return Ok(TensorType::unknown_shape(dtype)),
-        }
-    }
-    Ok(TensorType::new(dtype, f(&shapes)?))
+    r.add("CausalConvWithState", CausalConvWithState);
 }
 
 /// Shapes of a convolution: X `[N, C, image...]`, W `[M, C/group, kernel...]`.
@@ -54,12 +42,14 @@ impl ConvShape {
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
         let (c, m) = (x[1], w[0]);
-        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} expect {}", w[1] * group);
-        ensure!(m % group == 0, "{m} output channels do not divide into {group} groups");
+        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} disagree");
+        ensure!(m.is_multiple_of(group), "{m} output channels do not divide into {group} groups");
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, x.len() - 2)?;
         let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
-        Ok(ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom })
+        let cs = ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom };
+        checked_numel(&cs.out_shape())?;
+        Ok(cs)
     }
 
     pub fn out_shape(&self) -> Vec<usize> {
@@ -245,7 +235,7 @@ impl ConvTransposeShape {
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
         ensure!(w[0] == x[1], "input has {} channels but weights {w:?} expect {}", x[1], w[0]);
-        ensure!(x[1] % group == 0, "{} input channels do not divide into {group} groups", x[1]);
+        ensure!(x[1].is_multiple_of(group), "{} input channels do not divide into {group} groups", x[1]);
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, rank)?;
         let output_padding: Vec<usize> = match node.attr_ints("output_padding")? {
@@ -265,7 +255,10 @@ impl ConvTransposeShape {
             None => None,
         };
         let geom = Geometry::transposed(&attrs, &x[2..], &kernel, &output_padding, output_shape.as_deref())?;
-        Ok(ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels: w[1] * group, group, geom })
+        let out_channels = w[1].checked_mul(group).ok_or_else(|| kiln_ir::Error::new("too many output channels"))?;
+        let shape = ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels, group, geom };
+        checked_numel(&shape.out_shape())?;
+        Ok(shape)
     }
 
     fn out_shape(&self) -> Vec<usize> {
@@ -352,9 +345,11 @@ impl Col2ImShape {
         let attrs = WindowAttrs::from_node(node, image.len())?;
         let geom = Geometry::forward(&attrs, &image, &block)?;
         let kt = geom.kernel_size();
-        ensure!(input[1] % kt == 0, "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
+        ensure!(input[1].is_multiple_of(kt), "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
         ensure!(input[2] == geom.window_count(), "input has {} blocks but the geometry gives {}", input[2], geom.window_count());
-        Ok(Col2ImShape { batch: input[0], channels: input[1] / kt, geom })
+        let shape = Col2ImShape { batch: input[0], channels: input[1] / kt, geom };
+        checked_numel(&shape.out_shape())?;
+        Ok(shape)
     }
 
     fn out_shape(&self) -> Vec<usize> {
@@ -397,6 +392,82 @@ impl Op for Col2Im {
         }
         let data = run_typed(&Col2ImKernel(&shape), &[x], Accepts::Numbers)?;
         Ok(vec![Tensor::new(shape.out_shape(), data)?])
+    }
+}
+
+/// CausalConvWithState(input [B, C, L], weight [C, 1, k], bias?, past_state?)
+/// -> (output [B, C, L], present_state [B, C, k-1]): per channel, the
+/// sequence `past_state ++ input` (zeros when there is no state) is
+/// convolved with the channel's kernel, optionally followed by SiLU; the
+/// last k-1 positions of that sequence are the next state.
+struct CausalConvWithState;
+
+impl CausalConvWithState {
+    /// (kernel size, whether SiLU follows) after checking the shapes.
+    fn check(node: &Node, x: &[usize], w: &[usize], bias: Option<&[usize]>, past: Option<&[usize]>) -> Result<(usize, bool)> {
+        ensure!(x.len() == 3, "input must be [batch, channels, length], got {x:?}");
+        ensure!(w.len() == 3 && w[0] == x[1] && w[1] == 1 && w[2] >= 1, "weight must be [{}, 1, k] with k >= 1, got {w:?}", x[1]);
+        check_bias(bias, x[1])?;
+        if let Some(p) = past {
+            ensure!(p == [x[0], x[1], w[2] - 1], "past_state must be [{}, {}, {}], got {p:?}", x[0], x[1], w[2] - 1);
+        }
+        let silu = match node.attr_string_or("activation", "none")? {
+            "none" => false,
+            "silu" | "swish" => true,
+            other => bail!("unknown activation '{other}' (expected none, silu or swish)"),
+        };
+        Ok((w[2], silu))
+    }
+
+    fn typed<T: Num>(x: &[T], shape: &[usize], w: &[T], bias: Option<&[T]>, past: Option<&[T]>, k: usize, silu: bool) -> (Vec<T>, Vec<T>) {
+        let (rows, len) = (shape[0] * shape[1], shape[2]);
+        let mut out = Vec::with_capacity(rows * len);
+        let mut state = Vec::with_capacity(rows * (k - 1));
+        let mut seq = Vec::with_capacity(len + k - 1);
+        for r in 0..rows {
+            let c = r % shape[1];
+            seq.clear();
+            match past {
+                Some(p) => seq.extend(p[r * (k - 1)..(r + 1) * (k - 1)].iter().map(|v| v.to_f64())),
+                None => seq.resize(k - 1, 0.0),
+            }
+            seq.extend(x[r * len..(r + 1) * len].iter().map(|v| v.to_f64()));
+            let kernel = &w[c * k..(c + 1) * k];
+            let b = bias.map_or(0.0, |b| b[c].to_f64());
+            for t in 0..len {
+                let sum = b + kernel.iter().zip(&seq[t..t + k]).map(|(wv, sv)| wv.to_f64() * sv).sum::<f64>();
+                // The convolution is rounded to T before the activation, as the reference does.
+                let v = T::from_f64(sum).to_f64();
+                out.push(T::from_f64(if silu { v / (1.0 + (-v).exp()) } else { v }));
+            }
+            state.extend(seq[seq.len() - (k - 1)..].iter().map(|&v| T::from_f64(v)));
+        }
+        (out, state)
+    }
+}
+
+impl Op for CausalConvWithState {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let dtype = cx.input(0)?.ty.dtype;
+        let (Some(x), Some(w)) = (cx.shape(0)?, cx.shape(1)?) else {
+            return Ok(vec![TensorType::unknown_shape(dtype); 2]);
+        };
+        let shape_of = |i: usize| cx.opt_input(i).and_then(|t| t.ty.shape.as_deref());
+        let (k, _) = Self::check(cx.node, x, w, shape_of(2), shape_of(3))?;
+        Ok(vec![TensorType::new(dtype, x.to_vec()), TensorType::new(dtype, vec![x[0], x[1], k - 1])])
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let (x, w, bias, past) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2), opt_arg(inputs, 3));
+        let (k, silu) = Self::check(cx.node, &x.shape, &w.shape, bias.map(|b| b.shape.as_slice()), past.map(|p| p.shape.as_slice()))?;
+        ensure!(x.dtype().is_float(), "CausalConvWithState needs a float input, got {}", x.dtype());
+        let (out, state) = dispatch_num!(&x.data, |v: T| {
+            let bias = bias.map(|b| b.as_slice::<T>()).transpose()?;
+            let past = past.map(|p| p.as_slice::<T>()).transpose()?;
+            let (out, state) = Self::typed::<T>(v, &x.shape, w.as_slice::<T>()?, bias, past, k, silu);
+            (T::wrap(out), T::wrap(state))
+        }, bail!("CausalConvWithState needs a float input"));
+        Ok(vec![Tensor::new(x.shape.clone(), out)?, Tensor::new(vec![x.shape[0], x.shape[1], k - 1], state)?])
     }
 }
 

@@ -18,13 +18,17 @@ pub fn register(r: &mut Registry) {
     r.add("QLinearMatMul", QLinearMatMul);
 }
 
-/// Output type when every listed input shape is known, else an unknown shape.
-fn shaped(dtype: DType, shapes: &[Option<&[usize]>], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
-    let known: Option<Vec<&[usize]>> = shapes.iter().copied().collect();
-    Ok(match known {
-        Some(s) => TensorType::new(dtype, f(&s)?),
-        None => TensorType::unknown_shape(dtype),
-    })
+/// Output type from the shapes of the inputs at `positions`, or an unknown
+/// shape when one of them is not known.
+pub(crate) fn infer_from(cx: &InferCx, dtype: DType, positions: &[usize], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
+    let mut shapes = Vec::new();
+    for &p in positions {
+        match cx.shape(p)? {
+            Some(s) => shapes.push(s),
+            None => return Ok(TensorType::unknown_shape(dtype)),
+        }
+    }
+    Ok(TensorType::new(dtype, f(&shapes)?))
 }
 
 struct MatMul;
@@ -41,7 +45,7 @@ impl Op for MatMul {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let (a, b) = (&cx.input(0)?.ty, &cx.input(1)?.ty);
         ensure!(a.dtype == b.dtype, "input types differ: {} and {}", a.dtype, b.dtype);
-        Ok(vec![shaped(a.dtype, &[cx.shape(0)?, cx.shape(1)?], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        Ok(vec![infer_from(cx, a.dtype, &[0, 1], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -77,6 +81,7 @@ impl GemmSpec {
             let ok = if exact { c == [m, n] } else { c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n]) };
             ensure!(ok, "Gemm C of shape {c:?} does not broadcast to [{m}, {n}]");
         }
+        crate::ops::conv::window::checked_numel(&[m, n])?;
         let alpha = node.attr_float_or("alpha", 1.0)?;
         let beta = node.attr_float_or("beta", 1.0)?;
         Ok(GemmSpec { trans_a, trans_b, alpha, beta, m, k, n })
@@ -122,13 +127,11 @@ impl Op for Gemm {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = cx.input(0)?.ty.dtype;
         let c = match cx.opt_input(2) {
-            Some(c) => Some(c.ty.shape.as_deref()),
-            None => None,
+            Some(c) if c.ty.shape.is_none() => return Ok(vec![TensorType::unknown_shape(dtype)]),
+            c => c.and_then(|c| c.ty.shape.as_deref()),
         };
-        let mut shapes = vec![cx.shape(0)?, cx.shape(1)?];
-        shapes.extend(c);
-        Ok(vec![shaped(dtype, &shapes, |s| {
-            let spec = GemmSpec::new(cx.node, s[0], s[1], s.get(2).copied(), cx.opset)?;
+        Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
+            let spec = GemmSpec::new(cx.node, s[0], s[1], c, cx.opset)?;
             Ok(vec![spec.m, spec.n])
         })?])
     }
@@ -199,7 +202,7 @@ struct MatMulInteger;
 
 impl Op for MatMulInteger {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![shaped(DType::I32, &[cx.shape(0)?, cx.shape(1)?], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -217,7 +220,7 @@ impl Op for QLinearMatMul {
             Some(zp) => zp.ty.dtype,
             None => cx.input(0)?.ty.dtype,
         };
-        Ok(vec![shaped(dtype, &[cx.shape(0)?, cx.shape(3)?], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -289,5 +292,18 @@ mod tests {
         for (i, (g, w)) in got.as_slice::<f32>().unwrap().iter().zip(&want).enumerate() {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} vs {w}");
         }
+    }
+
+    #[test]
+    fn integer_matmul_is_exact_and_promotes_vectors() {
+        let big = 1i64 << 60;
+        let a = Tensor::from_vec(vec![2], vec![big, 3]).unwrap();
+        let b = Tensor::from_vec(vec![2, 1, 2, 2], vec![1i64, 0, 0, 1, 2, 0, 0, 2]).unwrap();
+        let sh = MatMulShape::new(&a.shape, &b.shape).unwrap();
+        assert_eq!(sh.out, vec![2, 1, 2]);
+        let got = Tensor::new(sh.out.clone(), run_typed(&MatMulKernel(&sh), &[&a, &b], Accepts::Numbers).unwrap()).unwrap();
+        assert_eq!(got.as_slice::<i64>().unwrap(), &[big, 3, 2 * big, 6]);
+        assert!(MatMulShape::new(&[2, 3], &[2, 3]).is_err());
+        assert!(MatMulShape::new(&[], &[3]).is_err());
     }
 }

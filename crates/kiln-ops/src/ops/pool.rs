@@ -2,7 +2,8 @@
 //! Global forms, and MaxUnpool. Window placement (pads, auto_pad,
 //! ceil_mode, dilations) comes from the geometry shared with Conv.
 
-use crate::ops::conv::window::{kernel_shape, Geometry, WindowAttrs};
+use crate::ops::conv::window::{checked_numel, kernel_shape, Geometry, WindowAttrs};
+use crate::ops::quant::floats_to;
 use crate::registry::Registry;
 use crate::util::{ints, numel, strides as row_strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
@@ -33,6 +34,7 @@ impl PoolShape {
         let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
         let mut out = x[..2].to_vec();
         out.extend(&geom.windows);
+        checked_numel(&out)?;
         Ok(PoolShape { planes: x[0] * x[1], geom, out })
     }
 }
@@ -157,7 +159,7 @@ fn float_pool(x: &Tensor, s: &PoolShape, f: impl Fn(&mut dyn Iterator<Item = f64
             out[p * wins + w] = f(&mut taps.iter().map(|&o| src[o]), taps.len(), counted);
         });
     }
-    Ok(Tensor::new(s.out.clone(), crate::ops::quant::floats_to(x.dtype(), out.into_iter())?)?)
+    Tensor::new(s.out.clone(), floats_to(x.dtype(), out.into_iter())?)
 }
 
 fn float_pool_type(cx: &InferCx) -> Result<Vec<TensorType>> {
@@ -258,7 +260,7 @@ impl Op for GlobalPool {
                 Reduce::Lp => lp_norm(&mut v.iter().copied(), p),
             }
         });
-        Ok(vec![Tensor::new(out, crate::ops::quant::floats_to(x.dtype(), values)?)?])
+        Ok(vec![Tensor::new(out, floats_to(x.dtype(), values)?)?])
     }
 }
 
@@ -278,6 +280,7 @@ impl MaxUnpool {
         let geom = Geometry::transposed(&attrs, &x[2..], &kernel, &vec![0; rank], None)?;
         let mut inferred = x[..2].to_vec();
         inferred.extend(&geom.image);
+        checked_numel(&inferred)?;
         let Some(os) = output_shape else { return Ok((inferred.clone(), inferred)) };
         let os = ints(os)?;
         ensure!(os.len() == x.len(), "output_shape {os:?} must have rank {}", x.len());
@@ -285,6 +288,7 @@ impl MaxUnpool {
         let os: Vec<usize> = os.into_iter().map(|v| v as usize).collect();
         ensure!(os[..2] == x[..2], "output_shape {os:?} must keep N and C of {x:?}");
         ensure!(os.iter().zip(&inferred).all(|(o, i)| o >= i), "output_shape {os:?} is smaller than the unpooled shape {inferred:?}");
+        checked_numel(&os)?;
         Ok((inferred, os))
     }
 

@@ -91,7 +91,7 @@ pub fn kernel_shape(node: &Node, from_weights: Option<&[usize]>) -> Result<Vec<u
 
 /// Splits a total padding between begin and end as `auto_pad` asks: the
 /// odd unit goes to the end for SAME_UPPER and to the beginning otherwise.
-fn split_padding(total: i64, auto_pad: AutoPad) -> (i64, i64) {
+fn split_padding(total: i128, auto_pad: AutoPad) -> (i128, i128) {
     let half = total.div_euclid(2);
     if auto_pad == AutoPad::SameUpper {
         (half, total - half)
@@ -100,8 +100,25 @@ fn split_padding(total: i64, auto_pad: AutoPad) -> (i64, i64) {
     }
 }
 
-fn to_i64(x: usize) -> Result<i64> {
-    i64::try_from(x).map_err(|_| kiln_ir::Error::new(format!("size {x} is too large")))
+/// Sizes widened so that geometry arithmetic on attribute values cannot overflow.
+fn wide(x: usize) -> i128 {
+    x as i128
+}
+
+/// Product of `dims`, or an error when it overflows.
+pub fn checked_numel(dims: &[usize]) -> Result<usize> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| kiln_ir::Error::new(format!("shape {dims:?} has too many elements")))
+}
+
+/// One spatial dimension of a geometry, checked so that every tap
+/// coordinate (and the image and window counts) fits the types used later.
+fn checked_dim(image: i128, windows: i128, stride: i128, extent: i128, pb: i128, pe: i128) -> Result<(usize, usize, i64, i64)> {
+    let reach = (windows - 1).max(0) * stride + extent + pb.abs() + pe.abs() + image;
+    ensure!(image >= 0 && windows >= 0, "negative spatial size (image {image}, windows {windows})");
+    ensure!(reach < i64::MAX as i128 / 2, "window geometry is too large (image {image}, stride {stride}, kernel extent {extent}, pads {pb}/{pe})");
+    Ok((image as usize, windows as usize, pb as i64, pe as i64))
 }
 
 /// Where windows sit on an image. The image is the input of Conv, Col2Im
@@ -133,9 +150,8 @@ impl Geometry {
     }
 
     /// Extent of the dilated kernel along `d`.
-    fn effective_kernel(kernel: usize, dilation: usize) -> Result<i64> {
-        let e = (kernel - 1).checked_mul(dilation).and_then(|x| x.checked_add(1));
-        to_i64(e.ok_or_else(|| kiln_ir::Error::new("kernel extent overflows"))?)
+    fn effective_kernel(kernel: usize, dilation: usize) -> i128 {
+        (wide(kernel) - 1) * wide(dilation) + 1
     }
 
     /// The windows over an image (Conv, pools, Col2Im). With explicit pads
@@ -148,8 +164,8 @@ impl Geometry {
         let n = image.len();
         let (mut windows, mut begin, mut end) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         for d in 0..n {
-            let (size, stride) = (to_i64(image[d])?, to_i64(attrs.strides[d])?);
-            let extent = Self::effective_kernel(kernel[d], attrs.dilations[d])?;
+            let (size, stride) = (wide(image[d]), wide(attrs.strides[d]));
+            let extent = Self::effective_kernel(kernel[d], attrs.dilations[d]);
             let (count, pb, pe) = match attrs.auto_pad {
                 AutoPad::SameUpper | AutoPad::SameLower => {
                     let count = (size + stride - 1) / stride;
@@ -158,7 +174,7 @@ impl Geometry {
                     (count, pb, pe)
                 }
                 AutoPad::Valid | AutoPad::NotSet => {
-                    let (pb, pe) = if attrs.auto_pad == AutoPad::Valid { (0, 0) } else { (to_i64(attrs.pads[d])?, to_i64(attrs.pads[n + d])?) };
+                    let (pb, pe) = if attrs.auto_pad == AutoPad::Valid { (0, 0) } else { (wide(attrs.pads[d]), wide(attrs.pads[n + d])) };
                     let room = size + pb + pe - extent;
                     ensure!(room >= 0, "kernel extent {extent} exceeds the padded input size {} along spatial dim {d}", size + pb + pe);
                     let mut count = room / stride + 1;
@@ -171,10 +187,12 @@ impl Geometry {
                     (count, pb, pe)
                 }
             };
-            windows.push(count as usize);
+            let (_, count, pb, pe) = checked_dim(size, count, stride, extent, pb, pe)?;
+            windows.push(count);
             begin.push(pb);
             end.push(pe);
         }
+        checked_numel(&windows)?;
         Ok(Geometry {
             image: image.to_vec(),
             windows,
@@ -206,21 +224,17 @@ impl Geometry {
         let (mut image, mut begin, mut end) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
         let same = matches!(attrs.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
         for d in 0..n {
-            let (count, stride) = (to_i64(windows[d])?, to_i64(attrs.strides[d])?);
-            ensure!(count >= 1, "ConvTranspose needs non-empty spatial input, got {windows:?}");
-            let extent = Self::effective_kernel(kernel[d], attrs.dilations[d])?;
-            let natural = stride * (count - 1) + to_i64(output_padding[d])? + extent;
-            let (explicit_b, explicit_e) = if attrs.auto_pad == AutoPad::NotSet { (to_i64(attrs.pads[d])?, to_i64(attrs.pads[n + d])?) } else { (0, 0) };
-            let (size, pb, pe) = match (output_shape, same) {
-                (Some(s), true) => {
-                    let size = to_i64(s[d])?;
+            let (count, stride) = (wide(windows[d]), wide(attrs.strides[d]));
+            ensure!(count >= 1, "transposed windows need a non-empty input, got {windows:?}");
+            let extent = Self::effective_kernel(kernel[d], attrs.dilations[d]);
+            let natural = stride * (count - 1) + wide(output_padding[d]) + extent;
+            let (explicit_b, explicit_e) = if attrs.auto_pad == AutoPad::NotSet { (wide(attrs.pads[d]), wide(attrs.pads[n + d])) } else { (0, 0) };
+            let (size, pb, pe) = match (output_shape.map(|s| wide(s[d])), same) {
+                (Some(size), true) => {
                     let (pb, pe) = split_padding(natural - size, attrs.auto_pad);
                     (size, pb, pe)
                 }
-                (Some(s), false) => {
-                    let size = to_i64(s[d])?;
-                    (size, explicit_b, natural - size - explicit_b)
-                }
+                (Some(size), false) => (size, explicit_b, natural - size - explicit_b),
                 (None, true) => {
                     let size = count * stride;
                     let (pb, pe) = split_padding(natural - size, attrs.auto_pad);
@@ -229,10 +243,12 @@ impl Geometry {
                 (None, false) => (natural - explicit_b - explicit_e, explicit_b, explicit_e),
             };
             ensure!(size >= 0, "output size {size} along spatial dim {d} is negative");
-            image.push(size as usize);
+            let (size, _, pb, pe) = checked_dim(size, count, stride, extent, pb, pe)?;
+            image.push(size);
             begin.push(pb);
             end.push(pe);
         }
+        checked_numel(&image)?;
         Ok(Geometry {
             image,
             windows: windows.to_vec(),
@@ -385,5 +401,45 @@ pub fn col2im<T: Copy>(cols: &[T], channels: usize, g: &Geometry, taps: &Taps, i
                 }
             });
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(auto_pad: AutoPad, strides: Vec<usize>, pads: Vec<usize>, ceil_mode: bool) -> WindowAttrs {
+        let rank = strides.len();
+        WindowAttrs { auto_pad, strides, dilations: vec![1; rank], pads, ceil_mode }
+    }
+
+    #[test]
+    fn same_padding_puts_the_odd_unit_where_auto_pad_says() {
+        let upper = Geometry::forward(&attrs(AutoPad::SameUpper, vec![2], vec![0, 0], false), &[6], &[3]).unwrap();
+        assert_eq!((upper.windows.clone(), upper.pads_begin.clone(), upper.pads_end.clone()), (vec![3], vec![0], vec![1]));
+        let lower = Geometry::forward(&attrs(AutoPad::SameLower, vec![2], vec![0, 0], false), &[6], &[3]).unwrap();
+        assert_eq!((lower.pads_begin, lower.pads_end), (vec![1], vec![0]));
+    }
+
+    #[test]
+    fn ceil_mode_drops_a_window_starting_in_the_end_padding() {
+        // in 2, kernel 3, stride 3, pads 1/1: ceil gives 2 windows, the second starts at 3 >= 2 + 1.
+        let g = Geometry::forward(&attrs(AutoPad::NotSet, vec![3], vec![1, 1], true), &[2], &[3]).unwrap();
+        assert_eq!(g.windows, vec![1]);
+    }
+
+    #[test]
+    fn transposed_output_shape_larger_than_natural_pads_the_end_negatively() {
+        let g = Geometry::transposed(&attrs(AutoPad::NotSet, vec![3], vec![0, 0], false), &[3], &[3], &[0], Some(&[10])).unwrap();
+        assert_eq!((g.image, g.pads_begin, g.pads_end), (vec![10], vec![0], vec![-1]));
+    }
+
+    #[test]
+    fn absurd_attributes_are_errors_not_panics() {
+        let huge = (i64::MAX / 2) as usize;
+        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![1], vec![huge, huge], false), &[4], &[2]).is_err());
+        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false), &[4], &[2]).is_ok());
+        assert!(Geometry::transposed(&attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false), &[4], &[2], &[0], None).is_err());
+        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![1], vec![0, 0], false), &[2], &[5]).is_err());
     }
 }

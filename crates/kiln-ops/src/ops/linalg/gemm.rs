@@ -3,6 +3,7 @@
 //! multiplies (f32/f64 through `matrixmultiply`, integers exactly with
 //! wrapping arithmetic), and the batched, broadcasting MatMul of numpy.
 
+use crate::ops::conv::window::checked_numel;
 use crate::util::{broadcast_shapes, broadcast_strides, for_each_offset, numel};
 use kiln_ir::tensor::{bf16, f16};
 use kiln_ir::{bail, ensure, DType, Data, Num, Result, Tensor};
@@ -53,7 +54,8 @@ impl<'a, T> MatView<'a, T> {
 /// Element types with a matrix product.
 pub trait GemmElem: Num {
     /// `c = a · b`, where `c` is a contiguous row-major `a.rows × b.cols`
-    /// matrix (overwritten). The caller has checked the inner dimensions.
+    /// matrix (overwritten), `a.cols > 0` and `c` is not empty. Called only
+    /// through [`gemm`], which checks the shapes.
     fn gemm_raw(a: MatView<Self>, b: MatView<Self>, c: &mut [Self]);
 
     /// `self + other`, wrapping for integers (bias and accumulation).
@@ -79,6 +81,8 @@ macro_rules! blas_gemm {
     ($t:ty, $kernel:path) => {
         impl GemmElem for $t {
             fn gemm_raw(a: MatView<Self>, b: MatView<Self>, c: &mut [Self]) {
+                // `gemm` has checked this; repeated because the raw call relies on it.
+                assert!(a.cols == b.rows && c.len() == a.rows * b.cols, "gemm_raw called with mismatched shapes");
                 // SAFETY: MatView::new checked that every element of `a` and
                 // `b` is inside its slice; `gemm` checked that `c` holds
                 // a.rows × b.cols contiguous row-major elements.
@@ -172,6 +176,7 @@ impl MatMulShape {
         if b.len() > 1 {
             out.push(n);
         }
+        checked_numel(&[checked_numel(&batch)?, m, n])?;
         Ok(MatMulShape { m, k, n, a_batch, b_batch, batch, out })
     }
 }
