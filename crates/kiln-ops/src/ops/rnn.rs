@@ -421,3 +421,49 @@ impl Cell<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SubgraphRunner;
+    use kiln_ir::{Attr, Graph};
+
+    struct NoBodies;
+    impl SubgraphRunner for NoBodies {
+        fn run(&self, _g: &Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+            bail!("no subgraphs")
+        }
+    }
+
+    /// RNN with hidden size 1, W = 1, R = 0: h_t = tanh(x_t).
+    fn run_rnn(direction: &str, x: Vec<f32>, lens: Vec<i32>) -> Vec<Tensor> {
+        let mut node = Node { name: String::new(), op: "RNN".into(), domain: String::new(), inputs: vec![], outputs: vec![], attrs: Default::default() };
+        node.attrs.insert("hidden_size".into(), Attr::Int(1));
+        node.attrs.insert("direction".into(), Attr::String(direction.into()));
+        let cx = EvalCx { node: &node, opset: 14, subgraphs: &NoBodies };
+        let xt = Tensor::from_vec(vec![2, 2, 1], x).unwrap();
+        let w = Tensor::from_vec(vec![1, 1, 1], vec![1.0f32]).unwrap();
+        let r = Tensor::from_vec(vec![1, 1, 1], vec![0.0f32]).unwrap();
+        let l = Tensor::from_vec(vec![2], lens).unwrap();
+        Recurrent(Kind::Rnn).eval(&cx, &[Some(&xt), Some(&w), Some(&r), None, Some(&l)]).unwrap()
+    }
+
+    #[test]
+    fn sequence_lens_zero_pad_and_last_valid_state() {
+        // x[t][b]: batch 0 has length 1, batch 1 length 2.
+        let out = run_rnn("forward", vec![0.1, 0.2, 0.3, 0.4], vec![1, 2]);
+        let y = out[0].as_slice::<f32>().unwrap();
+        assert_eq!(y[2], 0.0, "step past the sequence end is zero");
+        let yh = out[1].as_slice::<f32>().unwrap();
+        assert!((yh[0] - 0.1f32.tanh()).abs() < 1e-6);
+        assert!((yh[1] - 0.4f32.tanh()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn reverse_ends_at_first_step() {
+        let out = run_rnn("reverse", vec![0.1, 0.2, 0.3, 0.4], vec![1, 2]);
+        let yh = out[1].as_slice::<f32>().unwrap();
+        assert!((yh[0] - 0.1f32.tanh()).abs() < 1e-6);
+        assert!((yh[1] - 0.2f32.tanh()).abs() < 1e-6);
+    }
+}
