@@ -28,7 +28,7 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
     for i in 0..g.nodes.len() {
         let opset = node_opset(g, i);
         // Subgraph attributes first: their outputs' types feed the op's rule.
-        infer_subgraphs(g, i, outer).map_err(|e| e.context(g.nodes[i].describe()))?;
+        infer_subgraphs(g, i, outer, &consts).map_err(|e| e.context(g.nodes[i].describe()))?;
         let node = g.nodes[i].clone();
         let types = infer_node(g, &node, opset, &mut consts, outer).map_err(|e| {
             e.context(format!("{} (opset {opset})", node.describe()))
@@ -133,10 +133,25 @@ fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
 
 /// Runs inference inside the node's subgraph attributes, with the current
 /// graph's values as the outer scope.
-fn infer_subgraphs(g: &mut Graph, idx: usize, outer: &dyn Fn(&str) -> Option<TensorType>) -> Result<()> {
+fn infer_subgraphs(
+    g: &mut Graph,
+    idx: usize,
+    outer: &dyn Fn(&str) -> Option<TensorType>,
+    consts: &HashMap<ValueId, Tensor>,
+) -> Result<()> {
     if !g.nodes[idx].attrs.values().any(|a| matches!(a, Attr::Graph(_))) {
         return Ok(());
     }
+    // Constant inputs decide which subgraphs can run at all.
+    let mut decoded = Vec::new();
+    for i in &g.nodes[idx].inputs {
+        decoded.push(match i {
+            Some(i) if !consts.contains_key(i) => g.initializers.get(i).map(|init| init.to_tensor()).transpose()?,
+            _ => None,
+        });
+    }
+    let values: Vec<Option<&Tensor>> =
+        g.nodes[idx].inputs.iter().zip(&decoded).map(|(i, d)| d.as_ref().or_else(|| i.and_then(|i| consts.get(&i)))).collect();
     let input_types: Vec<Option<TensorType>> = g.nodes[idx].inputs.iter().map(|i| i.map(|i| g.ty(i).clone())).collect();
     let op = registry::lookup(&g.nodes[idx].domain, &g.nodes[idx].op);
     let opset = node_opset(g, idx);
@@ -147,6 +162,9 @@ fn infer_subgraphs(g: &mut Graph, idx: usize, outer: &dyn Fn(&str) -> Option<Ten
     let res = (|| {
         for (name, a) in attrs.iter_mut() {
             if let Attr::Graph(sub) = a {
+                if op.is_some_and(|op| !op.subgraph_is_live(&plain, name, &values)) {
+                    continue;
+                }
                 if let Some(op) = op {
                     let known = op.subgraph_input_types(&plain, opset, name, &input_types)?;
                     refine_subgraph_inputs(sub, known).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;

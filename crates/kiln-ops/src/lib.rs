@@ -84,6 +84,14 @@ pub trait Op: Send + Sync {
     ) -> Result<Option<Vec<Option<TensorType>>>> {
         Ok(None)
     }
+
+    /// Control-flow ops: false when subgraph attribute `attr` can never run
+    /// given the node's constant inputs (`None`: not constant), e.g. the
+    /// other branch of an If whose condition is known. Shape inference skips
+    /// such subgraphs, which may not even be well-typed for these inputs.
+    fn subgraph_is_live(&self, _node: &Node, _attr: &str, _inputs: &[Option<&Tensor>]) -> bool {
+        true
+    }
 }
 
 impl InferCx<'_> {

@@ -114,6 +114,13 @@ fn empty_stack(dtype: DType, elem: Option<&[usize]>, axis: usize, what: &str) ->
 struct If;
 
 impl Op for If {
+    fn subgraph_is_live(&self, _node: &Node, attr: &str, inputs: &[Option<&Tensor>]) -> bool {
+        match inputs.first().copied().flatten().map(|c| truth(c, "cond")) {
+            Some(Ok(taken)) => (attr == "then_branch") == taken,
+            _ => true,
+        }
+    }
+
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let (then_g, else_g) = (body(cx.node, "then_branch")?, body(cx.node, "else_branch")?);
         let n = cx.node.outputs.len();
