@@ -8,7 +8,7 @@
 
 mod local;
 mod loss;
-mod softmax;
+pub(crate) mod softmax;
 mod standardize;
 
 use crate::registry::Registry;
@@ -42,6 +42,17 @@ pub(crate) fn float_tensor(dtype: DType, shape: Vec<usize>, vals: &[f64]) -> Res
         other => bail!("expected a float type, got {other}"),
     };
     Tensor::new(shape, data)
+}
+
+/// Rounds an f64 to the precision of a float element type, for ops whose
+/// definition computes in that type stage by stage.
+pub(crate) fn rounder(dtype: DType) -> fn(f64) -> f64 {
+    match dtype {
+        DType::F32 => |x| x as f32 as f64,
+        DType::F16 => |x| f16::from_f64(x).to_f64(),
+        DType::BF16 => |x| bf16::from_f64(x).to_f64(),
+        _ => |x| x,
+    }
 }
 
 /// Type of input `i`, checked to be a float type.

@@ -10,8 +10,8 @@
 //! the operator's definition (scaling, QK, softcap, bias, softmax, PV) so
 //! 16-bit types match the stage-by-stage definition.
 
-use super::rounder;
-use crate::ops::norm::{float_tensor, float_values};
+use crate::ops::norm::softmax::{softmax_line, Stages};
+use crate::ops::norm::{float_tensor, float_values, rounder};
 use crate::registry::Registry;
 use crate::util::{ints, strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
@@ -376,7 +376,14 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
                 let debug = &mut scores[row * t..][..t];
                 score_row(cfg, r, &qs[row * hs..][..hs], keys, brow, &mut logits, debug);
                 let masked = brow.iter().all(|&x| x == f64::NEG_INFINITY);
-                guarded_softmax(&logits, &mut probs, masked, rounder(softmax_dtype), softmax_dtype == DType::BF16);
+                // A fully masked row attends nothing: zeros, not NaN (also
+                // when every logit is -inf, whose softmax would be 0/0).
+                probs.copy_from_slice(&logits);
+                if masked || logits.iter().all(|&x| x == f64::NEG_INFINITY) {
+                    probs.fill(0.0);
+                } else {
+                    softmax_line(&mut probs, Stages::of(softmax_dtype));
+                }
                 probs.iter_mut().for_each(|p| *p = r(*p));
                 if cfg.mode == 3 {
                     debug.copy_from_slice(&probs);
@@ -404,26 +411,5 @@ fn score_row(cfg: &Config, r: fn(f64) -> f64, query: &[f64], keys: &[f64], bias:
             1 => capped,
             _ => *logit,
         };
-    }
-}
-
-/// Softmax of one row (rounded by `round` per stage); an all-masked row
-/// gives zeros. With `sequential_sum` the normalizer is accumulated in the
-/// element type one addition at a time, as bfloat16 reductions are defined
-/// by the reference implementation (float16/32 accumulate in float32 or wider).
-fn guarded_softmax(row: &[f64], probs: &mut [f64], masked: bool, round: fn(f64) -> f64, sequential_sum: bool) {
-    if masked {
-        probs.fill(0.0);
-        return;
-    }
-    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let m = if m == f64::NEG_INFINITY { 0.0 } else { m };
-    for (p, &x) in probs.iter_mut().zip(row) {
-        *p = round((x - m).exp());
-    }
-    let sum = if sequential_sum { probs.iter().fold(0.0, |a, p| round(a + p)) } else { round(probs.iter().sum::<f64>()) };
-    let sum = if sum == 0.0 { 1.0 } else { sum };
-    for p in probs.iter_mut() {
-        *p = round(*p / sum);
     }
 }
