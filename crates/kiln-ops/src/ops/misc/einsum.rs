@@ -122,6 +122,10 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
     };
     let summed = (0..ell + 128).filter(|l| uses[*l] > 0 && !out.contains(l));
     let joint: Vec<Label> = out.iter().copied().chain(summed).collect();
+    // The loop visits every joint index once; refuse spaces that cannot be counted.
+    if joint.iter().try_fold(1usize, |n, &l| n.checked_mul(size[l])).is_none() {
+        bail!("einsum '{equation}' iterates over more elements than can be counted");
+    }
     let strides = labels
         .iter()
         .zip(shapes)
