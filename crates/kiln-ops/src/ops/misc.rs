@@ -9,7 +9,7 @@ mod flex_attention;
 mod linear_attention;
 mod rotary;
 
-use crate::ops::norm::{float_input_type, float_tensor, float_values};
+use crate::ops::norm::{float_input_type, float_tensor, float_values, rounder};
 use crate::registry::Registry;
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, Result, Tensor, TensorType};
@@ -22,18 +22,6 @@ pub fn register(r: &mut Registry) {
     flex_attention::register(r);
     linear_attention::register(r);
     rotary::register(r);
-}
-
-/// Rounds an f64 to the precision of a float element type, for ops whose
-/// definition computes in that type stage by stage.
-pub(crate) fn rounder(dtype: kiln_ir::DType) -> fn(f64) -> f64 {
-    use kiln_ir::tensor::{bf16, f16};
-    match dtype {
-        kiln_ir::DType::F32 => |x| x as f32 as f64,
-        kiln_ir::DType::F16 => |x| f16::from_f64(x).to_f64(),
-        kiln_ir::DType::BF16 => |x| bf16::from_f64(x).to_f64(),
-        _ => |x| x,
-    }
 }
 
 /// SwiGLU: Y = A * sigmoid(alpha * A) * B, for equal-shaped A and B.

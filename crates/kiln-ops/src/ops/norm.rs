@@ -8,7 +8,7 @@
 
 mod local;
 mod loss;
-mod softmax;
+pub(crate) mod softmax;
 mod standardize;
 
 use crate::registry::Registry;
@@ -42,6 +42,17 @@ pub(crate) fn float_tensor(dtype: DType, shape: Vec<usize>, vals: &[f64]) -> Res
         other => bail!("expected a float type, got {other}"),
     };
     Tensor::new(shape, data)
+}
+
+/// Rounds an f64 to the precision of a float element type, for ops whose
+/// definition computes in that type stage by stage.
+pub(crate) fn rounder(dtype: DType) -> fn(f64) -> f64 {
+    match dtype {
+        DType::F32 => |x| x as f32 as f64,
+        DType::F16 => |x| f16::from_f64(x).to_f64(),
+        DType::BF16 => |x| bf16::from_f64(x).to_f64(),
+        _ => |x| x,
+    }
 }
 
 /// Type of input `i`, checked to be a float type.
@@ -95,5 +106,80 @@ impl Lines {
                 }
             }
         }
+    }
+}
+
+/// Runs a registered op on tensors, for unit tests of semantics the ONNX
+/// node tests do not cover (older opsets, edge cases).
+#[cfg(test)]
+pub(crate) fn eval_op(op: &str, opset: i64, attrs: Vec<(&str, kiln_ir::Attr)>, inputs: &[Tensor], outputs: usize) -> Result<Vec<Tensor>> {
+    struct NoSubgraphs;
+    impl crate::SubgraphRunner for NoSubgraphs {
+        fn run(&self, _g: &kiln_ir::Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+            bail!("no subgraphs in unit tests")
+        }
+    }
+    let node = kiln_ir::Node {
+        name: String::new(),
+        op: op.to_string(),
+        domain: String::new(),
+        inputs: vec![None; inputs.len()],
+        outputs: vec![Some(kiln_ir::ValueId(0)); outputs],
+        attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+    };
+    let Some(def) = crate::registry::lookup("", op) else { bail!("op {op} is not registered") };
+    let ins: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
+    def.eval(&crate::EvalCx { node: &node, opset, subgraphs: &NoSubgraphs }, &ins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eval_op;
+    use kiln_ir::{Attr, Tensor};
+
+    fn f32s(t: &Tensor) -> Vec<f32> {
+        t.as_slice::<f32>().unwrap().to_vec()
+    }
+
+    #[test]
+    fn softmax_before_13_coerces_to_2d() {
+        let x = Tensor::from_vec(vec![2, 2, 2], vec![1.0f32, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0, 1.0]).unwrap();
+        let y = f32s(&eval_op("Softmax", 11, vec![("axis", Attr::Int(1))], &[x.clone()], 1).unwrap()[0]);
+        // Each row of 4 (the flattened dims 1..) sums to one.
+        assert!((y[..4].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!((y[4] - 0.25).abs() < 1e-6);
+        let y13 = f32s(&eval_op("Softmax", 13, vec![("axis", Attr::Int(1))], &[x], 1).unwrap()[0]);
+        assert!((y13[0] + y13[2] - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn group_norm_18_scales_per_group() {
+        let x = Tensor::from_vec(vec![1, 4, 1], vec![1.0f32, 3.0, 5.0, 9.0]).unwrap();
+        let scale = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
+        let bias = Tensor::from_vec(vec![2], vec![0.0f32, 10.0]).unwrap();
+        let attrs = || vec![("num_groups", Attr::Int(2)), ("epsilon", Attr::Float(0.0))];
+        let y = f32s(&eval_op("GroupNormalization", 18, attrs(), &[x.clone(), scale, bias], 1).unwrap()[0]);
+        assert_eq!(y, vec![-1.0, 1.0, 8.0, 12.0]);
+        // Opset 21 wants one value per channel.
+        let scale4 = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
+        assert!(eval_op("GroupNormalization", 21, attrs(), &[x, scale4.clone(), scale4], 1).is_err());
+    }
+
+    #[test]
+    fn lrn_window_for_even_size() {
+        // size 4: channel c sums channels c-1 ..= c+2.
+        let x = Tensor::from_vec(vec![1, 4, 1, 1], vec![1.0f32, 1.0, 1.0, 1.0]).unwrap();
+        let attrs = vec![("size", Attr::Int(4)), ("alpha", Attr::Float(4.0)), ("beta", Attr::Float(1.0)), ("bias", Attr::Float(0.0))];
+        let y = f32s(&eval_op("LRN", 13, attrs, &[x], 1).unwrap()[0]);
+        assert_eq!(y, vec![1.0 / 3.0, 1.0 / 4.0, 1.0 / 3.0, 1.0 / 2.0]);
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_panics() {
+        let x = Tensor::from_vec(vec![2, 3], vec![0.0f32; 6]).unwrap();
+        let t = Tensor::from_vec(vec![2], vec![0i64, 7]).unwrap();
+        assert!(eval_op("NegativeLogLikelihoodLoss", 13, vec![], &[x.clone(), t], 1).is_err());
+        assert!(eval_op("LpNormalization", 13, vec![("p", Attr::Int(3))], &[x.clone()], 1).is_err());
+        assert!(eval_op("GroupNormalization", 21, vec![("num_groups", Attr::Int(0))], &[x.clone(), x.clone(), x], 1).is_err());
     }
 }

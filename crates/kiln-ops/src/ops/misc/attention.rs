@@ -10,8 +10,8 @@
 //! the operator's definition (scaling, QK, softcap, bias, softmax, PV) so
 //! 16-bit types match the stage-by-stage definition.
 
-use super::rounder;
-use crate::ops::norm::{float_tensor, float_values};
+use crate::ops::norm::softmax::{softmax_line, Stages};
+use crate::ops::norm::{float_tensor, float_values, rounder};
 use crate::registry::Registry;
 use crate::util::{ints, strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
@@ -353,7 +353,7 @@ fn mask_bias(m: &Tensor, shape: [usize; 4]) -> Result<Vec<f64>> {
 /// qk_matmul_output, both in f64.
 fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64], bias: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let r = rounder(dtype);
-    let rs = rounder(cfg.softmax_dtype.unwrap_or(dtype));
+    let softmax_dtype = cfg.softmax_dtype.unwrap_or(dtype);
     // Q and K are each scaled by sqrt(scale) (rounded to the element type).
     let scale = cfg.scale.unwrap_or(1.0 / (d.head_size as f64).sqrt());
     let root = r(scale.sqrt());
@@ -363,39 +363,34 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
     let group = d.q_heads / d.kv_heads;
     let mut scores = vec![0.0; d.batch * d.q_heads * d.q_len * t];
     let mut y = vec![0.0; d.batch * d.q_len * d.q_heads * vs];
-    let mut row = vec![0.0; t];
+    let mut logits = vec![0.0; t];
     let mut probs = vec![0.0; t];
     for b in 0..d.batch {
         for h in 0..d.q_heads {
             let kv_head = b * d.kv_heads + h / group;
+            let keys = &ks[kv_head * t * hs..][..t * hs];
+            let values = &v[kv_head * t * vs..][..t * vs];
             for i in 0..d.q_len {
-                let at = ((b * d.q_heads + h) * d.q_len + i) * t;
-                let qrow = &qs[((b * d.q_heads + h) * d.q_len + i) * hs..][..hs];
-                let brow = &bias[at..at + t];
-                for (j, s) in row.iter_mut().enumerate() {
-                    let krow = &ks[(kv_head * t + j) * hs..][..hs];
-                    let raw = r(qrow.iter().zip(krow).map(|(a, b)| a * b).sum());
-                    let capped = if cfg.softcap > 0.0 { r(cfg.softcap * r((r(raw / cfg.softcap)).tanh())) } else { raw };
-                    let biased = r(capped + brow[j]);
-                    scores[at + j] = match cfg.mode {
-                        0 => raw,
-                        1 => capped,
-                        _ => biased,
-                    };
-                    *s = biased;
-                }
+                let row = (b * d.q_heads + h) * d.q_len + i;
+                let brow = &bias[row * t..][..t];
+                let debug = &mut scores[row * t..][..t];
+                score_row(cfg, r, &qs[row * hs..][..hs], keys, brow, &mut logits, debug);
                 let masked = brow.iter().all(|&x| x == f64::NEG_INFINITY);
-                guarded_softmax(&row, &mut probs, masked, rs, cfg.softmax_dtype.unwrap_or(dtype) == DType::BF16);
-                for p in probs.iter_mut() {
-                    *p = r(*p);
+                // A fully masked row attends nothing: zeros, not NaN (also
+                // when every logit is -inf, whose softmax would be 0/0).
+                probs.copy_from_slice(&logits);
+                if masked || logits.iter().all(|&x| x == f64::NEG_INFINITY) {
+                    probs.fill(0.0);
+                } else {
+                    softmax_line(&mut probs, Stages::of(softmax_dtype));
                 }
+                probs.iter_mut().for_each(|p| *p = r(*p));
                 if cfg.mode == 3 {
-                    scores[at..at + t].copy_from_slice(&probs);
+                    debug.copy_from_slice(&probs);
                 }
-                let out_at = if d.three_d { ((b * d.q_len + i) * d.q_heads + h) * vs } else { ((b * d.q_heads + h) * d.q_len + i) * vs };
+                let out_at = if d.three_d { ((b * d.q_len + i) * d.q_heads + h) * vs } else { row * vs };
                 for (c, out) in y[out_at..out_at + vs].iter_mut().enumerate() {
-                    let acc: f64 = probs.iter().enumerate().map(|(j, p)| p * v[(kv_head * t + j) * vs + c]).sum();
-                    *out = r(acc);
+                    *out = r(probs.iter().enumerate().map(|(j, p)| p * values[j * vs + c]).sum());
                 }
             }
         }
@@ -403,23 +398,18 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
     (y, scores)
 }
 
-/// Softmax of one row (rounded by `round` per stage); an all-masked row
-/// gives zeros. With `sequential_sum` the normalizer is accumulated in the
-/// element type one addition at a time, as bfloat16 reductions are defined
-/// by the reference implementation (float16/32 accumulate in float32 or wider).
-fn guarded_softmax(row: &[f64], probs: &mut [f64], masked: bool, round: fn(f64) -> f64, sequential_sum: bool) {
-    if masked {
-        probs.fill(0.0);
-        return;
-    }
-    let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let m = if m == f64::NEG_INFINITY { 0.0 } else { m };
-    for (p, &x) in probs.iter_mut().zip(row) {
-        *p = round((x - m).exp());
-    }
-    let sum = if sequential_sum { probs.iter().fold(0.0, |a, p| round(a + p)) } else { round(probs.iter().sum::<f64>()) };
-    let sum = if sum == 0.0 { 1.0 } else { sum };
-    for p in probs.iter_mut() {
-        *p = round(*p / sum);
+/// The logits of one query row against every key (QK, softcap, + bias),
+/// and in `debug` the stage `qk_matmul_output_mode` 0-2 asks for.
+fn score_row(cfg: &Config, r: fn(f64) -> f64, query: &[f64], keys: &[f64], bias: &[f64], logits: &mut [f64], debug: &mut [f64]) {
+    for (j, (logit, dbg)) in logits.iter_mut().zip(debug.iter_mut()).enumerate() {
+        let key = &keys[j * query.len()..][..query.len()];
+        let raw = r(query.iter().zip(key).map(|(a, b)| a * b).sum());
+        let capped = if cfg.softcap > 0.0 { r(cfg.softcap * r(r(raw / cfg.softcap).tanh())) } else { raw };
+        *logit = r(capped + bias[j]);
+        *dbg = match cfg.mode {
+            0 => raw,
+            1 => capped,
+            _ => *logit,
+        };
     }
 }

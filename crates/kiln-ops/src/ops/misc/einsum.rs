@@ -44,15 +44,20 @@ fn parse_term(t: &str) -> Result<Vec<Sym>> {
     Ok(syms)
 }
 
-/// The equation split into input terms and the (explicit) output term.
-fn parse_equation(eq: &str) -> Result<(Vec<Vec<Sym>>, Option<Vec<Sym>>)> {
+/// An equation's input terms and its output term (absent in implicit mode).
+struct Equation {
+    inputs: Vec<Vec<Sym>>,
+    output: Option<Vec<Sym>>,
+}
+
+fn parse_equation(eq: &str) -> Result<Equation> {
     let eq: String = eq.chars().filter(|c| !c.is_whitespace()).collect();
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l.to_string(), Some(r.to_string())),
         None => (eq.clone(), None),
     };
     let inputs = lhs.split(',').map(parse_term).collect::<Result<Vec<_>>>()?;
-    Ok((inputs, rhs.map(|r| parse_term(&r)).transpose()?))
+    Ok(Equation { inputs, output: rhs.map(|r| parse_term(&r)).transpose()? })
 }
 
 /// Labels are numbered: broadcast (`...`) dims 0..E, letters E + ASCII code.
@@ -86,7 +91,7 @@ fn operand_labels(term: &[Sym], rank: usize, ell: usize) -> Result<Vec<Label>> {
 }
 
 fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
-    let (terms, output) = parse_equation(equation)?;
+    let Equation { inputs: terms, output } = parse_equation(equation)?;
     if terms.len() != shapes.len() {
         bail!("equation '{equation}' has {} operands but {} inputs were given", terms.len(), shapes.len());
     }
@@ -117,6 +122,10 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
     };
     let summed = (0..ell + 128).filter(|l| uses[*l] > 0 && !out.contains(l));
     let joint: Vec<Label> = out.iter().copied().chain(summed).collect();
+    // The loop visits every joint index once; refuse spaces that cannot be counted.
+    if joint.iter().try_fold(1usize, |n, &l| n.checked_mul(size[l])).is_none() {
+        bail!("einsum '{equation}' iterates over more elements than can be counted");
+    }
     let strides = labels
         .iter()
         .zip(shapes)

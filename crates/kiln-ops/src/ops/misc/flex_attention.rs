@@ -5,8 +5,7 @@
 //! input type, then handled in `softmax_precision` (default float32, or
 //! double for double inputs).
 
-use super::rounder;
-use crate::ops::norm::{float_tensor, float_values};
+use crate::ops::norm::{float_tensor, float_values, rounder};
 use crate::registry::Registry;
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, DType, Graph, Node, Result, Tensor, TensorType};

@@ -4,7 +4,7 @@
 //! targets; optional per-class weights and `ignore_index`; `reduction`
 //! none/sum/mean (mean divides by the total weight of counted elements).
 
-use super::softmax::log_softmax_line;
+use super::softmax::{log_softmax_line, Stages};
 use super::{float_input_type, float_tensor, float_values, Lines};
 use crate::registry::Registry;
 use crate::util::ints;
@@ -64,7 +64,8 @@ impl Op for Loss {
         }
         let lines = Lines::along(&x.shape, 1);
         if self.softmax && !scores.is_empty() {
-            lines.for_each(&mut scores, log_softmax_line);
+            let stages = Stages::of(x.dtype());
+            lines.for_each(&mut scores, |line| log_softmax_line(line, stages));
         }
         let mut expected_target = vec![x.shape[0]];
         expected_target.extend_from_slice(&x.shape[2..]);

@@ -1,21 +1,59 @@
 //! Softmax, LogSoftmax and Hardmax. From opset 13 they work along one axis
 //! (default -1); before, the input is coerced to 2-D at `axis` (default 1)
 //! and the op runs over each row of the flattened trailing dims.
+//! Softmax and LogSoftmax are defined as functions whose intermediate
+//! tensors (x - max, exp, sum, ...) have the element type, so each stage is
+//! rounded to it ([`Stages`]); this matters for float16/bfloat16.
 
-use super::{float_input_type, float_tensor, float_values, Lines};
+use super::{float_input_type, float_tensor, float_values, rounder, Lines};
 use crate::registry::Registry;
 use crate::util::normalize_axis;
 use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{Result, Tensor, TensorType};
+use kiln_ir::{DType, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     r.add("Softmax", AxisOp(softmax_line));
     r.add("LogSoftmax", AxisOp(log_softmax_line));
-    r.add("Hardmax", AxisOp(hardmax_line));
+    r.add("Hardmax", AxisOp(|v, _| hardmax_line(v)));
+}
+
+/// How the stages of a softmax round in an element type.
+#[derive(Clone, Copy)]
+pub(crate) struct Stages {
+    round: fn(f64) -> f64,
+    /// bfloat16 sums accumulate one rounded addition at a time (as the
+    /// reference implementation defines them); wider types accumulate exactly.
+    sequential_sum: bool,
+}
+
+impl Stages {
+    pub fn of(dtype: DType) -> Stages {
+        Stages { round: rounder(dtype), sequential_sum: dtype == DType::BF16 }
+    }
+
+    fn sum(self, v: &[f64]) -> f64 {
+        if self.sequential_sum {
+            v.iter().fold(0.0, |a, x| (self.round)(a + x))
+        } else {
+            (self.round)(v.iter().sum())
+        }
+    }
+
+    /// Replaces `v` by exp(v - max(v)) (rounded per stage) and returns the
+    /// sum. An all -inf line is shifted by 0 so it stays NaN-free.
+    fn shifted_exp(self, v: &mut [f64]) -> f64 {
+        let r = self.round;
+        let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let m = if m.is_finite() { m } else { 0.0 };
+        for x in v.iter_mut() {
+            *x = r(r(*x - m).exp());
+        }
+        self.sum(v)
+    }
 }
 
 /// An op that transforms each line along its axis with the function.
-struct AxisOp(fn(&mut [f64]));
+struct AxisOp(fn(&mut [f64], Stages));
 
 /// The lines the op works on, by opset.
 fn op_lines(axis: i64, opset: i64, shape: &[usize]) -> Result<Lines> {
@@ -40,8 +78,9 @@ impl Op for AxisOp {
         let x = arg(inputs, 0)?;
         let lines = op_lines(default_axis(cx.node, cx.opset)?, cx.opset, &x.shape)?;
         let mut v = float_values(x)?;
+        let stages = Stages::of(x.dtype());
         if !v.is_empty() {
-            lines.for_each(&mut v, self.0);
+            lines.for_each(&mut v, |line| (self.0)(line, stages));
         }
         Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &v)?])
     }
@@ -51,32 +90,24 @@ fn default_axis(node: &kiln_ir::Node, opset: i64) -> Result<i64> {
     node.attr_int_or("axis", if opset >= 13 { -1 } else { 1 })
 }
 
-/// Largest value of a line, ignoring NaN (-inf when empty).
-fn line_max(v: &[f64]) -> f64 {
-    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
-}
-
-pub(crate) fn softmax_line(v: &mut [f64]) {
-    let m = line_max(v);
-    // An all -inf line would give NaN from -inf - -inf; shifting by 0 keeps
-    // it NaN-free (exp(-inf) = 0 and 0/0 then stays NaN as in the spec's formula).
-    let m = if m.is_finite() { m } else { 0.0 };
-    let mut sum = 0.0;
+/// exp(x - max) / sum.
+pub(crate) fn softmax_line(v: &mut [f64], s: Stages) {
+    let sum = s.shifted_exp(v);
     for x in v.iter_mut() {
-        *x = (*x - m).exp();
-        sum += *x;
-    }
-    for x in v.iter_mut() {
-        *x /= sum;
+        *x = (s.round)(*x / sum);
     }
 }
 
-pub(crate) fn log_softmax_line(v: &mut [f64]) {
-    let m = line_max(v);
+/// (x - max) - log(sum(exp(x - max))).
+pub(crate) fn log_softmax_line(v: &mut [f64], s: Stages) {
+    let r = s.round;
+    let m = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let m = if m.is_finite() { m } else { 0.0 };
-    let log_sum = v.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-    for x in v.iter_mut() {
-        *x = *x - m - log_sum;
+    let shifted: Vec<f64> = v.iter().map(|&x| r(x - m)).collect();
+    let mut e = shifted.clone();
+    let log_sum = r(s.shifted_exp(&mut e).ln());
+    for (x, t) in v.iter_mut().zip(shifted) {
+        *x = r(t - log_sum);
     }
 }
 

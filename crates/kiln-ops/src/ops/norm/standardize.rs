@@ -306,9 +306,8 @@ impl Op for BatchNorm {
             bail!("scale, B, mean and var must each have {groups} elements");
         }
         let mut y = float_values(x)?;
-        let batch = if p.training { moments(&y, &plan, true) } else { Vec::new() };
         let (use_mean, use_var): (Vec<f64>, Vec<f64>) = if p.training {
-            batch.iter().map(|m| (m.mean, m.var)).unzip()
+            moments(&y, &plan, true).iter().map(|m| (m.mean, m.var)).unzip()
         } else {
             (mean.clone(), var.clone())
         };

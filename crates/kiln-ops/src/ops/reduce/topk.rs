@@ -98,3 +98,18 @@ fn top_k<T: Num>(v: &[T], (outer, len, inner): (usize, usize, usize), k: usize, 
     }
     (vals, idx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::top_k;
+
+    #[test]
+    fn nan_is_largest_and_ties_keep_index_order() {
+        let v = [1.0f32, f32::NAN, 3.0, 3.0];
+        let (vals, idx) = top_k(&v, (1, 4, 1), 3, true);
+        assert!(vals[0].is_nan());
+        assert_eq!(idx, vec![1, 2, 3]);
+        let (_, idx) = top_k(&v, (1, 4, 1), 2, false);
+        assert_eq!(idx, vec![0, 2]);
+    }
+}
