@@ -4,7 +4,11 @@
 use kiln_ir::{Graph, Node};
 
 fn shape<'a>(g: &'a Graph, node: &Node, i: usize) -> Option<&'a [usize]> {
-    node.inputs.get(i).copied().flatten().and_then(|v| g.ty(v).shape.as_deref())
+    node.inputs
+        .get(i)
+        .copied()
+        .flatten()
+        .and_then(|v| g.ty(v).shape.as_deref())
 }
 
 fn out_elems(g: &Graph, node: &Node) -> Option<u64> {

@@ -12,7 +12,11 @@ use std::time::Instant;
 const DEFAULT_MODEL: &[u8] = include_bytes!("../assets/default.onnx");
 
 #[derive(Parser)]
-#[command(name = "kiln", version, about = "kiln: a deep-learning compiler for ONNX models")]
+#[command(
+    name = "kiln",
+    version,
+    about = "kiln: a deep-learning compiler for ONNX models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -69,9 +73,20 @@ fn main() {
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Info { model, json, args } => info(&model, json, &args),
-        Command::Run { model, inputs, output_dir, backend: _, seed, args } => {
-            run(model.as_deref(), &inputs, output_dir.as_deref(), seed, &args)
-        }
+        Command::Run {
+            model,
+            inputs,
+            output_dir,
+            backend: _,
+            seed,
+            args,
+        } => run(
+            model.as_deref(),
+            &inputs,
+            output_dir.as_deref(),
+            seed,
+            &args,
+        ),
         Command::Print { model, elide, args } => load(&model, &args).map(|g| {
             print!("{}", kiln_ir::text::print_elided(&g, elide));
         }),
@@ -85,11 +100,19 @@ fn main() {
 fn import_options(args: &ModelArgs) -> Result<kiln_onnx::ImportOptions> {
     let mut opts = kiln_onnx::ImportOptions::default();
     for spec in &args.input_shapes {
-        let Some((name, dims)) = spec.split_once('=') else { bail!("--input-shape expects NAME=D0,D1,..., got '{spec}'") };
+        let Some((name, dims)) = spec.split_once('=') else {
+            bail!("--input-shape expects NAME=D0,D1,..., got '{spec}'")
+        };
         let dims: Vec<usize> = if dims.is_empty() {
             Vec::new()
         } else {
-            dims.split(',').map(|d| d.trim().parse().map_err(|_| Error::new(format!("bad dimension '{d}' in --input-shape {spec}")))).collect::<Result<_>>()?
+            dims.split(',')
+                .map(|d| {
+                    d.trim().parse().map_err(|_| {
+                        Error::new(format!("bad dimension '{d}' in --input-shape {spec}"))
+                    })
+                })
+                .collect::<Result<_>>()?
         };
         opts.input_shapes.insert(name.to_string(), dims);
     }
@@ -107,7 +130,11 @@ fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
         *hist.entry(n.op.clone()).or_default() += 1;
     }
     let flops = flops::graph_flops(&g);
-    let io = |ids: &[kiln_ir::ValueId]| -> Vec<(String, String)> { ids.iter().map(|&i| (g.name(i).to_string(), g.ty(i).to_string())).collect() };
+    let io = |ids: &[kiln_ir::ValueId]| -> Vec<(String, String)> {
+        ids.iter()
+            .map(|&i| (g.name(i).to_string(), g.ty(i).to_string()))
+            .collect()
+    };
     let (inputs, outputs) = (io(&g.inputs), io(&g.outputs));
     if json {
         let tensors = |ids: &[kiln_ir::ValueId]| -> serde_json::Value {
@@ -161,7 +188,9 @@ fn read_input(path: &Path) -> Result<Tensor> {
 
 /// Deterministic pseudo-random input for a graph input (SplitMix64).
 fn random_input(ty: &kiln_ir::TensorType, name: &str, seed: &mut u64) -> Result<Tensor> {
-    let Some(shape) = ty.shape.clone() else { bail!("input '{name}' has no static shape; pass -i or --input-shape") };
+    let Some(shape) = ty.shape.clone() else {
+        bail!("input '{name}' has no static shape; pass -i or --input-shape")
+    };
     let n: usize = shape.iter().product();
     let mut next = || {
         *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -181,32 +210,57 @@ fn random_input(ty: &kiln_ir::TensorType, name: &str, seed: &mut u64) -> Result<
     Tensor::new(shape, data)
 }
 
-fn run(model: Option<&Path>, input_files: &[PathBuf], out_dir: Option<&Path>, seed: u64, args: &ModelArgs) -> Result<()> {
+fn run(
+    model: Option<&Path>,
+    input_files: &[PathBuf],
+    out_dir: Option<&Path>,
+    seed: u64,
+    args: &ModelArgs,
+) -> Result<()> {
     let start = Instant::now();
     let (g, label) = match model {
         Some(p) => (load(p, args)?, p.display().to_string()),
         None => {
-            let m = kiln_onnx::load_bytes(bytes_of_default(), None, &import_options(args)?).map_err(|e| e.context("embedded default model"))?;
-            (m.graph, "embedded default model (MobileNetV2 ×0.35, 96×96)".to_string())
+            let m = kiln_onnx::load_bytes(bytes_of_default(), None, &import_options(args)?)
+                .map_err(|e| e.context("embedded default model"))?;
+            (
+                m.graph,
+                "embedded default model (MobileNetV2 ×0.35, 96×96)".to_string(),
+            )
         }
     };
     let import_time = start.elapsed();
     if !input_files.is_empty() && input_files.len() != g.inputs.len() {
-        bail!("the model has {} inputs but {} -i files were given", g.inputs.len(), input_files.len());
+        bail!(
+            "the model has {} inputs but {} -i files were given",
+            g.inputs.len(),
+            input_files.len()
+        );
     }
     let mut rng = seed;
     let inputs: Vec<Tensor> = if input_files.is_empty() {
-        g.inputs.iter().map(|&id| random_input(g.ty(id), g.name(id), &mut rng)).collect::<Result<_>>()?
+        g.inputs
+            .iter()
+            .map(|&id| random_input(g.ty(id), g.name(id), &mut rng))
+            .collect::<Result<_>>()?
     } else {
-        input_files.iter().map(|p| read_input(p)).collect::<Result<_>>()?
+        input_files
+            .iter()
+            .map(|p| read_input(p))
+            .collect::<Result<_>>()?
     };
     let t0 = Instant::now();
     let outputs = kiln_interp::run(&g, &inputs)?;
     let run_time = t0.elapsed();
     println!("model: {label}");
-    println!("backend: reference   import: {:.1} ms   run: {:.1} ms", import_time.as_secs_f64() * 1e3, run_time.as_secs_f64() * 1e3);
+    println!(
+        "backend: reference   import: {:.1} ms   run: {:.1} ms",
+        import_time.as_secs_f64() * 1e3,
+        run_time.as_secs_f64() * 1e3
+    );
     if let Some(dir) = out_dir {
-        std::fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     }
     for (k, (t, &id)) in outputs.iter().zip(&g.outputs).enumerate() {
         println!("output {k} '{}': {} {}", g.name(id), t.ty(), summary(t));
@@ -225,7 +279,9 @@ fn bytes_of_default() -> bytes::Bytes {
 }
 
 fn summary(t: &Tensor) -> String {
-    let Ok(v) = t.data.to_f64_vec() else { return String::new() };
+    let Ok(v) = t.data.to_f64_vec() else {
+        return String::new();
+    };
     if v.is_empty() {
         return "(empty)".into();
     }

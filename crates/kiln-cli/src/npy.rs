@@ -54,8 +54,15 @@ pub fn write(path: &Path, t: &Tensor) -> Result<()> {
         d => d.to_le_bytes()?,
     };
     let shape: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
-    let shape = if shape.len() == 1 { format!("({},)", shape[0]) } else { format!("({})", shape.join(", ")) };
-    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}", descr(t.dtype())?);
+    let shape = if shape.len() == 1 {
+        format!("({},)", shape[0])
+    } else {
+        format!("({})", shape.join(", "))
+    };
+    let mut header = format!(
+        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
+        descr(t.dtype())?
+    );
     // pad so that magic(6) + version(2) + len(2) + header ends on a 64-byte boundary
     let unpadded = MAGIC.len() + 4 + header.len() + 1;
     header.push_str(&" ".repeat((64 - unpadded % 64) % 64));
@@ -66,11 +73,13 @@ pub fn write(path: &Path, t: &Tensor) -> Result<()> {
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
     out.extend_from_slice(&data);
-    std::fs::write(path, out).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, out)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
 }
 
 pub fn read(path: &Path) -> Result<Tensor> {
-    let bytes = std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;
     parse(&bytes).map_err(|e| e.context(format!("{}", path.display())))
 }
 
@@ -80,14 +89,26 @@ fn parse(bytes: &[u8]) -> Result<Tensor> {
     }
     let (hlen, start): (usize, usize) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         v => bail!("unsupported .npy version {v}"),
     };
-    let end = start.checked_add(hlen).filter(|&e| e <= bytes.len()).ok_or_else(|| Error::new("truncated .npy header"))?;
-    let header = std::str::from_utf8(&bytes[start..end]).map_err(|_| Error::new("bad .npy header"))?;
+    let end = start
+        .checked_add(hlen)
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| Error::new("truncated .npy header"))?;
+    let header =
+        std::str::from_utf8(&bytes[start..end]).map_err(|_| Error::new("bad .npy header"))?;
     let field = |key: &str| -> Result<&str> {
-        let k = header.find(&format!("'{key}'")).ok_or_else(|| Error::new(format!(".npy header has no '{key}'")))?;
-        Ok(header[k + key.len() + 2..].trim_start().trim_start_matches(':').trim_start())
+        let k = header
+            .find(&format!("'{key}'"))
+            .ok_or_else(|| Error::new(format!(".npy header has no '{key}'")))?;
+        Ok(header[k + key.len() + 2..]
+            .trim_start()
+            .trim_start_matches(':')
+            .trim_start())
     };
     let d = field("descr")?;
     let descr = d.trim_start_matches('\'').split('\'').next().unwrap_or("");
@@ -100,13 +121,24 @@ fn parse(bytes: &[u8]) -> Result<Tensor> {
         .split(',')
         .map(str::trim)
         .filter(|x| !x.is_empty())
-        .map(|x| x.parse::<usize>().map_err(|_| Error::new(format!("bad .npy shape '{s}'"))))
+        .map(|x| {
+            x.parse::<usize>()
+                .map_err(|_| Error::new(format!("bad .npy shape '{s}'")))
+        })
         .collect::<Result<_>>()?;
     let dtype = dtype_of(descr)?;
-    let numel = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).ok_or_else(|| Error::new(".npy shape too large"))?;
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| Error::new(".npy shape too large"))?;
     let body = &bytes[end..];
     if body.len() != numel * dtype.size() {
-        bail!(".npy data has {} bytes, shape {:?} of {dtype} needs {}", body.len(), shape, numel * dtype.size());
+        bail!(
+            ".npy data has {} bytes, shape {:?} of {dtype} needs {}",
+            body.len(),
+            shape,
+            numel * dtype.size()
+        );
     }
     Tensor::new(shape, Data::from_le_bytes(dtype, body)?)
 }

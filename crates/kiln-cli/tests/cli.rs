@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn kiln(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn assets() -> PathBuf {
@@ -24,22 +27,40 @@ fn tmp(name: &str) -> PathBuf {
 fn assert_matches(got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len());
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let err = got.iter().zip(want).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    assert!(err <= 1e-3 * scale + 1e-5, "max error {err} vs output scale {scale}");
+    let err = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        err <= 1e-3 * scale + 1e-5,
+        "max error {err} vs output scale {scale}"
+    );
 }
 
 #[test]
 fn default_model_matches_onnxruntime() {
     let out = tmp("default");
     let input = assets().join("default_input.npy");
-    let o = kiln(&["run", "-i", input.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    let o = kiln(&[
+        "run",
+        "-i",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(stdout.contains("embedded default model") && stdout.contains("output 0"), "{stdout}");
+    assert!(
+        stdout.contains("embedded default model") && stdout.contains("output 0"),
+        "{stdout}"
+    );
     let got = npy::read(&out.join("output_0.npy")).unwrap();
     let want = npy::read(&assets().join("default_output.npy")).unwrap();
     assert_eq!(got.shape, want.shape);
-    assert_matches(got.as_slice::<f32>().unwrap(), want.as_slice::<f32>().unwrap());
+    assert_matches(
+        got.as_slice::<f32>().unwrap(),
+        want.as_slice::<f32>().unwrap(),
+    );
 }
 
 #[test]
@@ -75,7 +96,10 @@ fn errors_are_one_line_with_nonzero_status() {
         let o = kiln(&args);
         assert!(!o.status.success(), "{args:?} should fail");
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.starts_with("error: ") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.trim_end().lines().count() == 1,
+            "{args:?}: {err}"
+        );
     }
     let bad = tmp("bad").join("bad.onnx");
     std::fs::write(&bad, b"this is not onnx").unwrap();

@@ -22,7 +22,8 @@ pub fn test_dir() -> PathBuf {
 
 /// All case names (directories holding a model.onnx), sorted.
 pub fn cases(dir: &Path) -> Result<Vec<String>> {
-    let rd = std::fs::read_dir(dir).map_err(|e| kiln_ir::Error::new(format!("cannot list {}: {e}", dir.display())))?;
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| kiln_ir::Error::new(format!("cannot list {}: {e}", dir.display())))?;
     let mut v: Vec<String> = rd
         .filter_map(|e| e.ok())
         .filter(|e| e.path().join("model.onnx").exists())
@@ -56,7 +57,10 @@ pub fn data_sets(case_dir: &Path) -> Result<Vec<DataSet>> {
         if !d.is_dir() {
             break;
         }
-        sets.push(DataSet { inputs: numbered(&d, "input")?, outputs: numbered(&d, "output")? });
+        sets.push(DataSet {
+            inputs: numbered(&d, "input")?,
+            outputs: numbered(&d, "output")?,
+        });
     }
     Ok(sets)
 }
@@ -90,10 +94,17 @@ impl Backend for Reference {
 /// Compares one output with its expected value; `Err` says how it differs.
 pub fn compare(got: &Tensor, want: &Tensor) -> std::result::Result<(), String> {
     if got.dtype() != want.dtype() {
-        return Err(format!("dtype {} != expected {}", got.dtype(), want.dtype()));
+        return Err(format!(
+            "dtype {} != expected {}",
+            got.dtype(),
+            want.dtype()
+        ));
     }
     if got.shape != want.shape {
-        return Err(format!("shape {:?} != expected {:?}", got.shape, want.shape));
+        return Err(format!(
+            "shape {:?} != expected {:?}",
+            got.shape, want.shape
+        ));
     }
     match (&got.data, &want.data) {
         (Data::Str(a), Data::Str(b)) => {
@@ -104,7 +115,8 @@ pub fn compare(got: &Tensor, want: &Tensor) -> std::result::Result<(), String> {
         (a, b) if a.dtype().is_float() => {
             for i in 0..a.len() {
                 let (x, y) = (a.get_f64(i), b.get_f64(i));
-                let ok = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= ATOL + RTOL * y.abs();
+                let ok =
+                    (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= ATOL + RTOL * y.abs();
                 if !ok {
                     return Err(format!("element {i}: {x} != expected {y}"));
                 }
@@ -112,8 +124,14 @@ pub fn compare(got: &Tensor, want: &Tensor) -> std::result::Result<(), String> {
         }
         (a, b) => {
             if a != b {
-                let i = (0..a.len()).find(|&i| a.get_f64(i) != b.get_f64(i)).unwrap_or(0);
-                return Err(format!("element {i}: {} != expected {}", a.get_f64(i), b.get_f64(i)));
+                let i = (0..a.len())
+                    .find(|&i| a.get_f64(i) != b.get_f64(i))
+                    .unwrap_or(0);
+                return Err(format!(
+                    "element {i}: {} != expected {}",
+                    a.get_f64(i),
+                    b.get_f64(i)
+                ));
             }
         }
     }
@@ -128,9 +146,15 @@ pub fn run_case(backend: &dyn Backend, case_dir: &Path) -> std::result::Result<(
     }
     let model = case_dir.join("model.onnx");
     for (k, set) in sets.iter().enumerate() {
-        let got = backend.run(&model, &set.inputs).map_err(|e| e.to_string())?;
+        let got = backend
+            .run(&model, &set.inputs)
+            .map_err(|e| e.to_string())?;
         if got.len() < set.outputs.len() || set.outputs.is_empty() {
-            return Err(format!("data set {k}: {} outputs, expected {} (non-tensor outputs are not written)", got.len(), set.outputs.len()));
+            return Err(format!(
+                "data set {k}: {} outputs, expected {} (non-tensor outputs are not written)",
+                got.len(),
+                set.outputs.len()
+            ));
         }
         for (j, (g, w)) in got.iter().zip(&set.outputs).enumerate() {
             compare(g, w).map_err(|e| format!("data set {k}, output {j}: {e}"))?;
@@ -163,7 +187,10 @@ fn snake(op: &str) -> String {
     let mut s = String::new();
     let chars: Vec<char> = op.chars().collect();
     for (i, &c) in chars.iter().enumerate() {
-        if c.is_uppercase() && i > 0 && (chars[i - 1].is_lowercase() || chars.get(i + 1).is_some_and(|n| n.is_lowercase())) {
+        if c.is_uppercase()
+            && i > 0
+            && (chars[i - 1].is_lowercase() || chars.get(i + 1).is_some_and(|n| n.is_lowercase()))
+        {
             s.push('_');
         }
         s.push(c.to_ascii_lowercase());

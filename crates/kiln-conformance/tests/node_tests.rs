@@ -21,7 +21,9 @@ struct Outcome {
 fn run_all(backend: &dyn Backend, dir: &Path, names: &[String]) -> Vec<Outcome> {
     let next = AtomicUsize::new(0);
     let out = Mutex::new(Vec::new());
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
@@ -34,9 +36,16 @@ fn run_all(backend: &dyn Backend, dir: &Path, names: &[String]) -> Vec<Outcome> 
                     .map(|g| g.node.iter().map(|n| n.op_type.clone()).collect())
                     .unwrap_or_default();
                 let start = Instant::now();
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_case(backend, &case_dir)))
-                    .unwrap_or_else(|_| Err("panicked".into()));
-                let o = Outcome { op: case_op(case, &ops), case: case.clone(), result, time: start.elapsed() };
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    run_case(backend, &case_dir)
+                }))
+                .unwrap_or_else(|_| Err("panicked".into()));
+                let o = Outcome {
+                    op: case_op(case, &ops),
+                    case: case.clone(),
+                    result,
+                    time: start.elapsed(),
+                };
                 out.lock().unwrap().push(o);
             });
         }
@@ -66,20 +75,30 @@ fn per_op_table(outcomes: &[Outcome]) -> String {
 fn onnx_node_tests_reference() {
     let backend = Reference;
     let dir = test_dir();
-    let all = cases(&dir).unwrap_or_else(|e| panic!("ONNX node tests not found ({e}); set KILN_ONNX_NODE_TESTS"));
+    let all = cases(&dir)
+        .unwrap_or_else(|e| panic!("ONNX node tests not found ({e}); set KILN_ONNX_NODE_TESTS"));
     assert!(!all.is_empty(), "no ONNX node tests in {}", dir.display());
     let filter = std::env::var("KILN_CASE").ok();
-    let names: Vec<String> = all.iter().filter(|c| filter.as_ref().is_none_or(|f| c.contains(f.as_str()))).cloned().collect();
+    let names: Vec<String> = all
+        .iter()
+        .filter(|c| filter.as_ref().is_none_or(|f| c.contains(f.as_str())))
+        .cloned()
+        .collect();
     let outcomes = run_all(&backend, &dir, &names);
 
-    let expected_path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("expected/{}.txt", backend.name()));
+    let expected_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("expected/{}.txt", backend.name()));
     let expected: BTreeSet<String> = std::fs::read_to_string(&expected_path)
         .unwrap_or_default()
         .lines()
         .map(|l| l.trim().to_string())
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .collect();
-    let passing: BTreeSet<String> = outcomes.iter().filter(|o| o.result.is_ok()).map(|o| o.case.clone()).collect();
+    let passing: BTreeSet<String> = outcomes
+        .iter()
+        .filter(|o| o.result.is_ok())
+        .map(|o| o.case.clone())
+        .collect();
 
     if filter.is_some() {
         for o in &outcomes {
@@ -96,7 +115,12 @@ fn onnx_node_tests_reference() {
         println!("  {} {:?}", o.case, o.time);
     }
     println!("{}", per_op_table(&outcomes));
-    println!("{} of {} node tests pass on the {} backend", passing.len(), outcomes.len(), backend.name());
+    println!(
+        "{} of {} node tests pass on the {} backend",
+        passing.len(),
+        outcomes.len(),
+        backend.name()
+    );
 
     if std::env::var("KILN_BLESS").is_ok() && filter.is_none() {
         let mut text = format!("# ONNX node tests passing on the {} backend (KILN_BLESS=1 cargo test -p kiln-conformance)\n", backend.name());
@@ -126,7 +150,15 @@ fn onnx_node_tests_reference() {
         .collect();
     let new = passing.difference(&expected).count();
     if new > 0 {
-        println!("{new} cases pass that are not in {} (run with KILN_BLESS=1 to record them)", expected_path.display());
+        println!(
+            "{new} cases pass that are not in {} (run with KILN_BLESS=1 to record them)",
+            expected_path.display()
+        );
     }
-    assert!(regressions.is_empty(), "{} listed cases regressed:\n{}", regressions.len(), regressions.join("\n"));
+    assert!(
+        regressions.is_empty(),
+        "{} listed cases regressed:\n{}",
+        regressions.len(),
+        regressions.join("\n")
+    );
 }

@@ -18,14 +18,20 @@ pub type Profile = Vec<(String, Duration)>;
 pub fn run(g: &Graph, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
     check_inputs(g, inputs)?;
     let bound: Vec<Tensor> = inputs.to_vec();
-    Env { outer: &HashMap::new() }.execute(g, bound, None)
+    Env {
+        outer: &HashMap::new(),
+    }
+    .execute(g, bound, None)
 }
 
 /// Like [`run`], also returning the time spent in each op type.
 pub fn run_profiled(g: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Profile)> {
     check_inputs(g, inputs)?;
     let mut prof = HashMap::new();
-    let outs = Env { outer: &HashMap::new() }.execute(g, inputs.to_vec(), Some(&mut prof))?;
+    let outs = Env {
+        outer: &HashMap::new(),
+    }
+    .execute(g, inputs.to_vec(), Some(&mut prof))?;
     let mut p: Profile = prof.into_iter().collect();
     p.sort_by(|a, b| b.1.cmp(&a.1));
     Ok((outs, p))
@@ -34,7 +40,11 @@ pub fn run_profiled(g: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Profil
 /// Checks that the inputs match the graph's declared input types.
 pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<()> {
     if inputs.len() != g.inputs.len() {
-        bail!("the model has {} inputs but {} were given", g.inputs.len(), inputs.len());
+        bail!(
+            "the model has {} inputs but {} were given",
+            g.inputs.len(),
+            inputs.len()
+        );
     }
     for (t, &id) in inputs.iter().zip(&g.inputs) {
         let want = g.ty(id);
@@ -57,12 +67,23 @@ struct Env<'a> {
 impl SubgraphRunner for Env<'_> {
     fn run(&self, g: &Graph, inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
         if inputs.len() != g.inputs.len() {
-            bail!("subgraph '{}' takes {} inputs but got {}", g.name, g.inputs.len(), inputs.len());
+            bail!(
+                "subgraph '{}' takes {} inputs but got {}",
+                g.name,
+                g.inputs.len(),
+                inputs.len()
+            );
         }
         for (t, &id) in inputs.iter().zip(&g.inputs) {
             let want = g.ty(id);
             if !type_matches(want, t) {
-                bail!("subgraph '{}': input '{}' is declared {} but got {}", g.name, g.name(id), want, t.ty());
+                bail!(
+                    "subgraph '{}': input '{}' is declared {} but got {}",
+                    g.name,
+                    g.name(id),
+                    want,
+                    t.ty()
+                );
             }
         }
         self.execute(g, inputs, None)
@@ -72,7 +93,11 @@ impl SubgraphRunner for Env<'_> {
 /// Names a graph reads from enclosing scopes: its captures and, through
 /// nested subgraphs, whatever those read that this graph does not define.
 fn free_names(g: &Graph) -> BTreeSet<String> {
-    let mut free: BTreeSet<String> = g.captures.iter().map(|&id| g.name(id).to_string()).collect();
+    let mut free: BTreeSet<String> = g
+        .captures
+        .iter()
+        .map(|&id| g.name(id).to_string())
+        .collect();
     let inner: BTreeSet<String> = g.nodes.iter().flat_map(node_free_names).collect();
     let defined: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
     free.extend(inner.into_iter().filter(|n| !defined.contains(n.as_str())));
@@ -81,11 +106,26 @@ fn free_names(g: &Graph) -> BTreeSet<String> {
 
 /// Names the subgraphs of `node` read from the scope the node runs in.
 fn node_free_names(node: &kiln_ir::Node) -> BTreeSet<String> {
-    node.attrs.values().filter_map(|a| if let kiln_ir::Attr::Graph(sub) = a { Some(free_names(sub)) } else { None }).flatten().collect()
+    node.attrs
+        .values()
+        .filter_map(|a| {
+            if let kiln_ir::Attr::Graph(sub) = a {
+                Some(free_names(sub))
+            } else {
+                None
+            }
+        })
+        .flatten()
+        .collect()
 }
 
 impl Env<'_> {
-    fn execute(&self, g: &Graph, inputs: Vec<Tensor>, mut prof: Option<&mut HashMap<String, Duration>>) -> Result<Vec<Tensor>> {
+    fn execute(
+        &self,
+        g: &Graph,
+        inputs: Vec<Tensor>,
+        mut prof: Option<&mut HashMap<String, Duration>>,
+    ) -> Result<Vec<Tensor>> {
         let mut vals: Vec<Option<Tensor>> = vec![None; g.values.len()];
         let mut uses = g.use_counts();
         // Values of this graph that each node's subgraphs read by name; they
@@ -94,10 +134,15 @@ impl Env<'_> {
         let captured: Vec<Vec<(String, Option<kiln_ir::ValueId>)>> = g
             .nodes
             .iter()
-            .map(|n| node_free_names(n).into_iter().map(|name| {
-                let id = names.get(name.as_str()).copied();
-                (name, id)
-            }).collect())
+            .map(|n| {
+                node_free_names(n)
+                    .into_iter()
+                    .map(|name| {
+                        let id = names.get(name.as_str()).copied();
+                        (name, id)
+                    })
+                    .collect()
+            })
             .collect();
         for id in captured.iter().flatten().filter_map(|(_, id)| *id) {
             uses[id.index()] += 1;
@@ -107,45 +152,85 @@ impl Env<'_> {
         }
         for &id in &g.captures {
             let name = g.name(id);
-            let t = self.outer.get(name).ok_or_else(|| Error::new(format!("captured value '{name}' is not available")))?;
+            let t = self
+                .outer
+                .get(name)
+                .ok_or_else(|| Error::new(format!("captured value '{name}' is not available")))?;
             vals[id.index()] = Some(t.clone());
         }
         for (&id, init) in &g.initializers {
             vals[id.index()] = Some(init.to_tensor()?);
         }
         for (node, captured) in g.nodes.iter().zip(&captured) {
-            let opset = g.opsets.get(if node.domain == "ai.onnx" { "" } else { &node.domain }).copied().unwrap_or(1);
+            let opset = g
+                .opsets
+                .get(if node.domain == "ai.onnx" {
+                    ""
+                } else {
+                    &node.domain
+                })
+                .copied()
+                .unwrap_or(1);
             let ctx = || format!("{} (opset {opset})", node.describe());
-            let op = registry::lookup(&node.domain, &node.op)
-                .ok_or_else(|| Error::new(format!("unsupported op '{}'", node.op)).context(ctx()))?;
-            let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.and_then(|i| vals[i.index()].as_ref())).collect();
+            let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
+                Error::new(format!("unsupported op '{}'", node.op)).context(ctx())
+            })?;
+            let ins: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|i| i.and_then(|i| vals[i.index()].as_ref()))
+                .collect();
             // Subgraphs see the values they name, from this scope or outer ones.
             let mut scope = HashMap::new();
             for (name, id) in captured {
-                let t = id.and_then(|id| vals[id.index()].as_ref()).or_else(|| self.outer.get(name));
+                let t = id
+                    .and_then(|id| vals[id.index()].as_ref())
+                    .or_else(|| self.outer.get(name));
                 if let Some(t) = t {
                     scope.insert(name.clone(), t.clone());
                 }
             }
             let env = Env { outer: &scope };
-            let cx = EvalCx { node, opset, subgraphs: &env };
+            let cx = EvalCx {
+                node,
+                opset,
+                subgraphs: &env,
+            };
             let start = Instant::now();
             let outs = catch_unwind(AssertUnwindSafe(|| op.eval(&cx, &ins)))
-                .unwrap_or_else(|p| Err(Error::new(format!("internal error (panic): {}", panic_text(&p)))))
+                .unwrap_or_else(|p| {
+                    Err(Error::new(format!(
+                        "internal error (panic): {}",
+                        panic_text(&p)
+                    )))
+                })
                 .map_err(|e| e.context(ctx()))?;
             if let Some(p) = prof.as_deref_mut() {
                 *p.entry(node.op.clone()).or_default() += start.elapsed();
             }
             for (k, o) in node.outputs.iter().enumerate() {
                 let Some(o) = o else { continue };
-                let Some(t) = outs.get(k) else { bail!("{}: output {k} was not computed", ctx()) };
+                let Some(t) = outs.get(k) else {
+                    bail!("{}: output {k} was not computed", ctx())
+                };
                 let want = g.ty(*o);
                 if !type_matches(want, t) {
-                    bail!("{}: output '{}' was computed as {} but inferred as {}", ctx(), g.name(*o), t.ty(), want);
+                    bail!(
+                        "{}: output '{}' was computed as {} but inferred as {}",
+                        ctx(),
+                        g.name(*o),
+                        t.ty(),
+                        want
+                    );
                 }
                 vals[o.index()] = Some(t.clone());
             }
-            for i in node.inputs.iter().flatten().chain(captured.iter().filter_map(|(_, id)| id.as_ref())) {
+            for i in node
+                .inputs
+                .iter()
+                .flatten()
+                .chain(captured.iter().filter_map(|(_, id)| id.as_ref()))
+            {
                 uses[i.index()] -= 1;
                 if uses[i.index()] == 0 {
                     vals[i.index()] = None;
@@ -154,11 +239,18 @@ impl Env<'_> {
         }
         g.outputs
             .iter()
-            .map(|o| vals[o.index()].clone().ok_or_else(|| Error::new(format!("output '{}' was not computed", g.name(*o)))))
+            .map(|o| {
+                vals[o.index()]
+                    .clone()
+                    .ok_or_else(|| Error::new(format!("output '{}' was not computed", g.name(*o))))
+            })
             .collect()
     }
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown".into())
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -13,7 +13,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(message: impl Into<String>) -> Self {
-        Error { message: message.into(), context: Vec::new() }
+        Error {
+            message: message.into(),
+            context: Vec::new(),
+        }
     }
 
     /// Adds an outer context, printed before the message ("file x.onnx: node n: ...").

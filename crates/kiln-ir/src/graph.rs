@@ -28,7 +28,10 @@ pub struct TensorType {
 
 impl TensorType {
     pub fn new(dtype: DType, shape: Vec<usize>) -> TensorType {
-        TensorType { dtype, shape: Some(shape) }
+        TensorType {
+            dtype,
+            shape: Some(shape),
+        }
     }
 
     pub fn unknown_shape(dtype: DType) -> TensorType {
@@ -68,7 +71,11 @@ pub struct ValueInfo {
 /// constants).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Initializer {
-    Raw { dtype: DType, shape: Vec<usize>, bytes: Bytes },
+    Raw {
+        dtype: DType,
+        shape: Vec<usize>,
+        bytes: Bytes,
+    },
     Tensor(Tensor),
 }
 
@@ -83,9 +90,11 @@ impl Initializer {
     /// Decoded values (copies raw bytes into typed storage).
     pub fn to_tensor(&self) -> Result<Tensor> {
         match self {
-            Initializer::Raw { dtype, shape, bytes } => {
-                Tensor::new(shape.clone(), crate::Data::from_le_bytes(*dtype, bytes)?)
-            }
+            Initializer::Raw {
+                dtype,
+                shape,
+                bytes,
+            } => Tensor::new(shape.clone(), crate::Data::from_le_bytes(*dtype, bytes)?),
             Initializer::Tensor(t) => Ok(t.clone()),
         }
     }
@@ -134,7 +143,11 @@ pub struct Node {
 impl Node {
     /// "node 'name' (Op)" for error messages.
     pub fn describe(&self) -> String {
-        let domain = if self.domain.is_empty() { String::new() } else { format!("{}.", self.domain) };
+        let domain = if self.domain.is_empty() {
+            String::new()
+        } else {
+            format!("{}.", self.domain)
+        };
         if self.name.is_empty() {
             format!("node ({domain}{})", self.op)
         } else {
@@ -147,7 +160,10 @@ impl Node {
     }
 
     fn attr_err(&self, name: &str, want: &str, got: &Attr) -> Error {
-        Error::new(format!("attribute '{name}' must be {want}, got {}", got.kind()))
+        Error::new(format!(
+            "attribute '{name}' must be {want}, got {}",
+            got.kind()
+        ))
     }
 
     pub fn attr_int(&self, name: &str) -> Result<Option<i64>> {
@@ -247,7 +263,10 @@ pub struct Graph {
 
 impl Graph {
     pub fn new(name: impl Into<String>) -> Graph {
-        Graph { name: name.into(), ..Default::default() }
+        Graph {
+            name: name.into(),
+            ..Default::default()
+        }
     }
 
     /// Version of the default ONNX opset.
@@ -256,7 +275,10 @@ impl Graph {
     }
 
     pub fn add_value(&mut self, name: impl Into<String>, ty: TensorType) -> ValueId {
-        self.values.push(ValueInfo { name: name.into(), ty });
+        self.values.push(ValueInfo {
+            name: name.into(),
+            ty,
+        });
         ValueId(self.values.len() as u32 - 1)
     }
 
@@ -274,11 +296,18 @@ impl Graph {
 
     /// Map from value name to id.
     pub fn names(&self) -> HashMap<&str, ValueId> {
-        self.values.iter().enumerate().map(|(i, v)| (v.name.as_str(), ValueId(i as u32))).collect()
+        self.values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.name.as_str(), ValueId(i as u32)))
+            .collect()
     }
 
     pub fn find(&self, name: &str) -> Option<ValueId> {
-        self.values.iter().position(|v| v.name == name).map(|i| ValueId(i as u32))
+        self.values
+            .iter()
+            .position(|v| v.name == name)
+            .map(|i| ValueId(i as u32))
     }
 
     /// The node producing each value (None for inputs, initializers, captures).
@@ -308,7 +337,10 @@ impl Graph {
 
     /// Total number of elements in all initializers.
     pub fn parameter_count(&self) -> usize {
-        self.initializers.values().map(|i| i.ty().numel().unwrap_or(0)).sum()
+        self.initializers
+            .values()
+            .map(|i| i.ty().numel().unwrap_or(0))
+            .sum()
     }
 
     /// Constant value of `id` if it is an initializer.

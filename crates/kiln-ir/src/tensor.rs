@@ -174,20 +174,76 @@ macro_rules! dispatch_num {
 macro_rules! dispatch_data {
     ($data:expr, |$v:ident : $T:ident| $body:expr, strings => $strings:expr) => {
         match $data {
-            $crate::Data::F32($v) => { #[allow(dead_code)] type $T = f32; $body }
-            $crate::Data::F64($v) => { #[allow(dead_code)] type $T = f64; $body }
-            $crate::Data::F16($v) => { #[allow(dead_code)] type $T = $crate::tensor::f16; $body }
-            $crate::Data::BF16($v) => { #[allow(dead_code)] type $T = $crate::tensor::bf16; $body }
-            $crate::Data::I8($v) => { #[allow(dead_code)] type $T = i8; $body }
-            $crate::Data::I16($v) => { #[allow(dead_code)] type $T = i16; $body }
-            $crate::Data::I32($v) => { #[allow(dead_code)] type $T = i32; $body }
-            $crate::Data::I64($v) => { #[allow(dead_code)] type $T = i64; $body }
-            $crate::Data::U8($v) => { #[allow(dead_code)] type $T = u8; $body }
-            $crate::Data::U16($v) => { #[allow(dead_code)] type $T = u16; $body }
-            $crate::Data::U32($v) => { #[allow(dead_code)] type $T = u32; $body }
-            $crate::Data::U64($v) => { #[allow(dead_code)] type $T = u64; $body }
-            $crate::Data::Bool($v) => { #[allow(dead_code)] type $T = bool; $body }
-            $crate::Data::Str($v) => { #[allow(dead_code)] type $T = String; $strings }
+            $crate::Data::F32($v) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::Data::F64($v) => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            $crate::Data::F16($v) => {
+                #[allow(dead_code)]
+                type $T = $crate::tensor::f16;
+                $body
+            }
+            $crate::Data::BF16($v) => {
+                #[allow(dead_code)]
+                type $T = $crate::tensor::bf16;
+                $body
+            }
+            $crate::Data::I8($v) => {
+                #[allow(dead_code)]
+                type $T = i8;
+                $body
+            }
+            $crate::Data::I16($v) => {
+                #[allow(dead_code)]
+                type $T = i16;
+                $body
+            }
+            $crate::Data::I32($v) => {
+                #[allow(dead_code)]
+                type $T = i32;
+                $body
+            }
+            $crate::Data::I64($v) => {
+                #[allow(dead_code)]
+                type $T = i64;
+                $body
+            }
+            $crate::Data::U8($v) => {
+                #[allow(dead_code)]
+                type $T = u8;
+                $body
+            }
+            $crate::Data::U16($v) => {
+                #[allow(dead_code)]
+                type $T = u16;
+                $body
+            }
+            $crate::Data::U32($v) => {
+                #[allow(dead_code)]
+                type $T = u32;
+                $body
+            }
+            $crate::Data::U64($v) => {
+                #[allow(dead_code)]
+                type $T = u64;
+                $body
+            }
+            $crate::Data::Bool($v) => {
+                #[allow(dead_code)]
+                type $T = bool;
+                $body
+            }
+            $crate::Data::Str($v) => {
+                #[allow(dead_code)]
+                type $T = String;
+                $strings
+            }
         }
     };
 }
@@ -197,20 +253,76 @@ macro_rules! dispatch_data {
 macro_rules! with_dtype {
     ($dtype:expr, |$T:ident| $body:expr) => {
         match $dtype {
-            $crate::DType::F32 => { #[allow(dead_code)] type $T = f32; $body }
-            $crate::DType::F64 => { #[allow(dead_code)] type $T = f64; $body }
-            $crate::DType::F16 => { #[allow(dead_code)] type $T = $crate::tensor::f16; $body }
-            $crate::DType::BF16 => { #[allow(dead_code)] type $T = $crate::tensor::bf16; $body }
-            $crate::DType::I8 => { #[allow(dead_code)] type $T = i8; $body }
-            $crate::DType::I16 => { #[allow(dead_code)] type $T = i16; $body }
-            $crate::DType::I32 => { #[allow(dead_code)] type $T = i32; $body }
-            $crate::DType::I64 => { #[allow(dead_code)] type $T = i64; $body }
-            $crate::DType::U8 => { #[allow(dead_code)] type $T = u8; $body }
-            $crate::DType::U16 => { #[allow(dead_code)] type $T = u16; $body }
-            $crate::DType::U32 => { #[allow(dead_code)] type $T = u32; $body }
-            $crate::DType::U64 => { #[allow(dead_code)] type $T = u64; $body }
-            $crate::DType::Bool => { #[allow(dead_code)] type $T = bool; $body }
-            $crate::DType::Str => { #[allow(dead_code)] type $T = String; $body }
+            $crate::DType::F32 => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                #[allow(dead_code)]
+                type $T = f64;
+                $body
+            }
+            $crate::DType::F16 => {
+                #[allow(dead_code)]
+                type $T = $crate::tensor::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                #[allow(dead_code)]
+                type $T = $crate::tensor::bf16;
+                $body
+            }
+            $crate::DType::I8 => {
+                #[allow(dead_code)]
+                type $T = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                #[allow(dead_code)]
+                type $T = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                #[allow(dead_code)]
+                type $T = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                #[allow(dead_code)]
+                type $T = i64;
+                $body
+            }
+            $crate::DType::U8 => {
+                #[allow(dead_code)]
+                type $T = u8;
+                $body
+            }
+            $crate::DType::U16 => {
+                #[allow(dead_code)]
+                type $T = u16;
+                $body
+            }
+            $crate::DType::U32 => {
+                #[allow(dead_code)]
+                type $T = u32;
+                $body
+            }
+            $crate::DType::U64 => {
+                #[allow(dead_code)]
+                type $T = u64;
+                $body
+            }
+            $crate::DType::Bool => {
+                #[allow(dead_code)]
+                type $T = bool;
+                $body
+            }
+            $crate::DType::Str => {
+                #[allow(dead_code)]
+                type $T = String;
+                $body
+            }
         }
     };
 }
@@ -259,13 +371,19 @@ impl Data {
     /// Decodes little-endian raw bytes (ONNX `raw_data`) of `dtype`.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Data> {
         fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-            b.chunks_exact(N).map(|c| f(c.try_into().unwrap())).collect()
+            b.chunks_exact(N)
+                .map(|c| f(c.try_into().unwrap()))
+                .collect()
         }
         if dtype == DType::Str {
             bail!("string tensors cannot be stored as raw bytes");
         }
         if bytes.len() % dtype.size() != 0 {
-            bail!("{} raw bytes is not a whole number of {} elements", bytes.len(), dtype);
+            bail!(
+                "{} raw bytes is not a whole number of {} elements",
+                bytes.len(),
+                dtype
+            );
         }
         Ok(match dtype {
             DType::F32 => Data::F32(chunks(bytes, f32::from_le_bytes).into()),
@@ -317,7 +435,11 @@ impl Data {
 
     /// All elements converted to f64 (numeric dtypes only).
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
-        dispatch_num!(self, |v: T| Ok(v.iter().map(|x| x.to_f64()).collect()), bail!("expected a numeric tensor, got strings"))
+        dispatch_num!(
+            self,
+            |v: T| Ok(v.iter().map(|x| x.to_f64()).collect()),
+            bail!("expected a numeric tensor, got strings")
+        )
     }
 
     /// All elements converted to i64 (integers, bools, and floats truncated).
@@ -347,7 +469,12 @@ impl Tensor {
     pub fn new(shape: Vec<usize>, data: Data) -> Result<Tensor> {
         let n: usize = shape.iter().product();
         if n != data.len() {
-            bail!("shape {:?} needs {} elements but {} were given", shape, n, data.len());
+            bail!(
+                "shape {:?} needs {} elements but {} were given",
+                shape,
+                n,
+                data.len()
+            );
         }
         Ok(Tensor { shape, data })
     }
@@ -357,12 +484,18 @@ impl Tensor {
     }
 
     pub fn scalar<T: Elem>(v: T) -> Tensor {
-        Tensor { shape: vec![], data: T::wrap(vec![v]) }
+        Tensor {
+            shape: vec![],
+            data: T::wrap(vec![v]),
+        }
     }
 
     pub fn zeros(dtype: DType, shape: Vec<usize>) -> Tensor {
         let n = shape.iter().product();
-        Tensor { shape, data: Data::zeros(dtype, n) }
+        Tensor {
+            shape,
+            data: Data::zeros(dtype, n),
+        }
     }
 
     pub fn dtype(&self) -> DType {

@@ -35,7 +35,10 @@ pub fn print_elided(g: &Graph, max_elems: Option<usize>) -> String {
 }
 
 fn is_bare(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-'))
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-'))
 }
 
 fn quote(s: &str) -> String {
@@ -65,8 +68,17 @@ fn opt_ref(g: &Graph, v: &Option<ValueId>, typed: bool) -> String {
 
 fn print_graph(g: &Graph, out: &mut String, indent: usize, elide: Option<usize>) {
     let pad = "  ".repeat(indent + 1);
-    let opsets: Vec<String> = g.opsets.iter().map(|(d, v)| format!("{}={v}", quote(d))).collect();
-    let _ = writeln!(out, "graph {} opsets [{}] {{", quote(&g.name), opsets.join(", "));
+    let opsets: Vec<String> = g
+        .opsets
+        .iter()
+        .map(|(d, v)| format!("{}={v}", quote(d)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "graph {} opsets [{}] {{",
+        quote(&g.name),
+        opsets.join(", ")
+    );
     for &id in &g.inputs {
         let _ = writeln!(out, "{pad}input {}", typed_value(g, id));
     }
@@ -96,8 +108,18 @@ fn print_node(g: &Graph, node: &Node, out: &mut String, indent: usize, elide: Op
     let pad = "  ".repeat(indent + 1);
     let outs: Vec<String> = node.outputs.iter().map(|o| opt_ref(g, o, true)).collect();
     let ins: Vec<String> = node.inputs.iter().map(|i| opt_ref(g, i, false)).collect();
-    let op = if node.domain.is_empty() { node.op.clone() } else { format!("{}@{}", quote(&node.domain), node.op) };
-    let _ = write!(out, "{pad}node {} {} = {op}({})", quote(&node.name), outs.join(", "), ins.join(", "));
+    let op = if node.domain.is_empty() {
+        node.op.clone()
+    } else {
+        format!("{}@{}", quote(&node.domain), node.op)
+    };
+    let _ = write!(
+        out,
+        "{pad}node {} {} = {op}({})",
+        quote(&node.name),
+        outs.join(", "),
+        ins.join(", ")
+    );
     if !node.attrs.is_empty() {
         out.push_str(" {");
         for (i, (k, v)) in node.attrs.iter().enumerate() {
@@ -184,7 +206,8 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>> {
     let mut toks = Vec::new();
     let mut i = 0;
     let mut line = 1;
-    let word_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '+' | '?');
+    let word_char =
+        |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '/' | '-' | '+' | '?');
     while i < chars.len() {
         let c = chars[i];
         if c == '\n' {
@@ -236,7 +259,9 @@ fn lex_string(chars: &[char], start: usize, line: usize) -> Result<(String, usiz
         match chars[i] {
             '"' => return Ok((s, i + 1)),
             '\\' => {
-                let e = *chars.get(i + 1).ok_or_else(|| Error::new(format!("line {line}: unterminated string")))?;
+                let e = *chars
+                    .get(i + 1)
+                    .ok_or_else(|| Error::new(format!("line {line}: unterminated string")))?;
                 i += 2;
                 match e {
                     'n' => s.push('\n'),
@@ -248,10 +273,18 @@ fn lex_string(chars: &[char], start: usize, line: usize) -> Result<(String, usiz
                     '\'' => s.push('\''),
                     'u' => {
                         // Rust debug escapes: \u{XXXX}
-                        let close = chars[i..].iter().position(|&c| c == '}').ok_or_else(|| Error::new(format!("line {line}: bad \\u escape")))?;
+                        let close = chars[i..]
+                            .iter()
+                            .position(|&c| c == '}')
+                            .ok_or_else(|| Error::new(format!("line {line}: bad \\u escape")))?;
                         let hex: String = chars[i + 1..i + close].iter().collect();
-                        let code = u32::from_str_radix(&hex, 16).map_err(|_| Error::new(format!("line {line}: bad \\u escape")))?;
-                        s.push(char::from_u32(code).ok_or_else(|| Error::new(format!("line {line}: bad \\u escape")))?);
+                        let code = u32::from_str_radix(&hex, 16)
+                            .map_err(|_| Error::new(format!("line {line}: bad \\u escape")))?;
+                        s.push(
+                            char::from_u32(code).ok_or_else(|| {
+                                Error::new(format!("line {line}: bad \\u escape"))
+                            })?,
+                        );
                         i += close + 1;
                     }
                     other => bail!("line {line}: unknown escape '\\{other}'"),
@@ -268,7 +301,10 @@ fn lex_string(chars: &[char], start: usize, line: usize) -> Result<(String, usiz
 
 /// Parses the textual form back into a graph.
 pub fn parse(src: &str) -> Result<Graph> {
-    let mut lx = Lexer { toks: lex(src)?, pos: 0 };
+    let mut lx = Lexer {
+        toks: lex(src)?,
+        pos: 0,
+    };
     let g = lx.graph()?;
     if lx.pos != lx.toks.len() {
         return Err(lx.err("trailing text after the graph"));
@@ -278,7 +314,11 @@ pub fn parse(src: &str) -> Result<Graph> {
 
 impl Lexer {
     fn line(&self) -> usize {
-        self.toks.get(self.pos).or(self.toks.last()).map(|t| t.1).unwrap_or(0)
+        self.toks
+            .get(self.pos)
+            .or(self.toks.last())
+            .map(|t| t.1)
+            .unwrap_or(0)
     }
 
     fn err(&self, msg: &str) -> Error {
@@ -294,7 +334,11 @@ impl Lexer {
     }
 
     fn next(&mut self) -> Result<Tok> {
-        let t = self.toks.get(self.pos).map(|t| t.0.clone()).ok_or_else(|| self.err("unexpected end"))?;
+        let t = self
+            .toks
+            .get(self.pos)
+            .map(|t| t.0.clone())
+            .ok_or_else(|| self.err("unexpected end"))?;
         self.pos += 1;
         Ok(t)
     }
@@ -377,7 +421,10 @@ impl Lexer {
                 self.expect_punct(',')?;
             }
             let w = self.word()?;
-            dims.push(w.parse::<usize>().map_err(|_| self.err("expected a dimension"))?);
+            dims.push(
+                w.parse::<usize>()
+                    .map_err(|_| self.err("expected a dimension"))?,
+            );
         }
         Ok(TensorType::new(dtype, dims))
     }
@@ -403,13 +450,16 @@ impl Lexer {
                 .map(|t| match t {
                     Tok::Word(w) => Ok(w.clone()),
                     Tok::Str(s) => Ok(s.clone()),
-                    _ => Err(Error::new(format!("line {}: bad tensor element {t:?}", self.line()))),
+                    _ => Err(Error::new(format!(
+                        "line {}: bad tensor element {t:?}",
+                        self.line()
+                    ))),
                 })
                 .collect()
         };
         let ws = words()?;
         let data = parse_elements(ty.dtype, &ws)
-        .map_err(|e| Error::new(format!("line {}: {}", self.line(), e.message())))?;
+            .map_err(|e| Error::new(format!("line {}: {}", self.line(), e.message())))?;
         if Some(data.len()) != ty.numel() {
             return Err(self.err(&format!("{} values do not fill type {ty}", data.len())));
         }
@@ -438,7 +488,10 @@ impl Lexer {
                 self.pos += 1;
                 let ty = self.tensor_type()?;
                 let data = self.data(&ty)?;
-                Ok(Attr::Tensor(Tensor::new(ty.shape.unwrap_or_default(), data)?))
+                Ok(Attr::Tensor(Tensor::new(
+                    ty.shape.unwrap_or_default(),
+                    data,
+                )?))
             }
             Some(Tok::Word(w)) if w == "graph" => Ok(Attr::Graph(Box::new(self.graph()?))),
             Some(Tok::Word(w)) => {
@@ -446,18 +499,35 @@ impl Lexer {
                 if let Ok(v) = w.parse::<i64>() {
                     Ok(Attr::Int(v))
                 } else {
-                    w.parse::<f32>().map(Attr::Float).map_err(|_| self.err("bad attribute value"))
+                    w.parse::<f32>()
+                        .map(Attr::Float)
+                        .map_err(|_| self.err("bad attribute value"))
                 }
             }
             Some(Tok::Punct('[')) => {
                 let items = self.list()?;
                 if items.iter().all(|t| matches!(t, Tok::Str(_))) {
-                    let v = items.into_iter().map(|t| if let Tok::Str(s) = t { s } else { unreachable!() }).collect();
+                    let v = items
+                        .into_iter()
+                        .map(|t| {
+                            if let Tok::Str(s) = t {
+                                s
+                            } else {
+                                unreachable!()
+                            }
+                        })
+                        .collect();
                     return Ok(Attr::Strings(v));
                 }
                 let words: Vec<String> = items
                     .into_iter()
-                    .map(|t| if let Tok::Word(w) = t { Ok(w) } else { Err(self.err("bad list element")) })
+                    .map(|t| {
+                        if let Tok::Word(w) = t {
+                            Ok(w)
+                        } else {
+                            Err(self.err("bad list element"))
+                        }
+                    })
                     .collect::<Result<_>>()?;
                 self.typed_list("ints", words)
             }
@@ -468,8 +538,18 @@ impl Lexer {
     fn typed_list(&self, kind: &str, items: Vec<String>) -> Result<Attr> {
         let bad = |w: &String| self.err(&format!("bad {kind} element '{w}'"));
         Ok(match kind {
-            "ints" => Attr::Ints(items.iter().map(|w| w.parse().map_err(|_| bad(w))).collect::<Result<_>>()?),
-            "floats" => Attr::Floats(items.iter().map(|w| w.parse().map_err(|_| bad(w))).collect::<Result<_>>()?),
+            "ints" => Attr::Ints(
+                items
+                    .iter()
+                    .map(|w| w.parse().map_err(|_| bad(w)))
+                    .collect::<Result<_>>()?,
+            ),
+            "floats" => Attr::Floats(
+                items
+                    .iter()
+                    .map(|w| w.parse().map_err(|_| bad(w)))
+                    .collect::<Result<_>>()?,
+            ),
             _ => Attr::Strings(items),
         })
     }
@@ -486,7 +566,10 @@ impl Lexer {
             }
             let d = self.string()?;
             self.expect_punct('=')?;
-            let v = self.word()?.parse::<i64>().map_err(|_| self.err("bad opset version"))?;
+            let v = self
+                .word()?
+                .parse::<i64>()
+                .map_err(|_| self.err("bad opset version"))?;
             opsets.insert(d, v);
         }
         g.opsets = opsets;
@@ -497,7 +580,11 @@ impl Lexer {
             match kw.as_str() {
                 "input" | "capture" => {
                     let id = self.define(&mut g, &mut ids)?;
-                    if kw == "input" { g.inputs.push(id) } else { g.captures.push(id) }
+                    if kw == "input" {
+                        g.inputs.push(id)
+                    } else {
+                        g.captures.push(id)
+                    }
                 }
                 "init" => {
                     let id = self.define(&mut g, &mut ids)?;
@@ -511,7 +598,9 @@ impl Lexer {
                 "output" => {
                     loop {
                         let name = self.value_name()?;
-                        let id = *ids.get(&name).ok_or_else(|| self.err(&format!("output %{name} is not defined")))?;
+                        let id = *ids
+                            .get(&name)
+                            .ok_or_else(|| self.err(&format!("output %{name} is not defined")))?;
                         g.outputs.push(id);
                         if !self.eat_punct(',') {
                             break;
@@ -572,7 +661,9 @@ impl Lexer {
                 inputs.push(None);
             } else {
                 let n = self.value_name()?;
-                inputs.push(Some(*ids.get(&n).ok_or_else(|| self.err(&format!("%{n} is used before it is defined")))?));
+                inputs.push(Some(*ids.get(&n).ok_or_else(|| {
+                    self.err(&format!("%{n} is used before it is defined"))
+                })?));
             }
         }
         let mut attrs = BTreeMap::new();
@@ -590,7 +681,14 @@ impl Lexer {
                 attrs.insert(key, v);
             }
         }
-        g.nodes.push(Node { name, op, domain, inputs, outputs, attrs });
+        g.nodes.push(Node {
+            name,
+            op,
+            domain,
+            inputs,
+            outputs,
+            attrs,
+        });
         Ok(())
     }
 }
@@ -598,11 +696,26 @@ impl Lexer {
 /// Parses printed elements of `dtype` (halves print as their f32 value).
 fn parse_elements(dtype: DType, ws: &[String]) -> Result<Data> {
     fn parse_vec<T: std::str::FromStr>(ws: &[String]) -> Result<Vec<T>> {
-        ws.iter().map(|w| w.parse::<T>().map_err(|_| Error::new(format!("bad element '{w}'")))).collect()
+        ws.iter()
+            .map(|w| {
+                w.parse::<T>()
+                    .map_err(|_| Error::new(format!("bad element '{w}'")))
+            })
+            .collect()
     }
     Ok(match dtype {
-        DType::F16 => Data::F16(parse_vec::<f32>(ws)?.into_iter().map(half::f16::from_f32).collect()),
-        DType::BF16 => Data::BF16(parse_vec::<f32>(ws)?.into_iter().map(half::bf16::from_f32).collect()),
+        DType::F16 => Data::F16(
+            parse_vec::<f32>(ws)?
+                .into_iter()
+                .map(half::f16::from_f32)
+                .collect(),
+        ),
+        DType::BF16 => Data::BF16(
+            parse_vec::<f32>(ws)?
+                .into_iter()
+                .map(half::bf16::from_f32)
+                .collect(),
+        ),
         DType::Str => Data::Str(ws.to_vec().into()),
         DType::Bool => Data::Bool(parse_vec::<bool>(ws)?.into()),
         dt => with_dtype!(dt, |T| T::wrap(parse_vec::<T>(ws)?)),

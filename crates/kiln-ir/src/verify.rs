@@ -26,7 +26,10 @@ fn verify_scoped(g: &Graph, outer: &HashSet<String>) -> Result<()> {
     let mut defined = vec![false; n];
     let check = |id: ValueId, what: &str| -> Result<()> {
         if id.index() >= n {
-            bail!("{what} refers to value #{} but the graph has {n} values", id.0);
+            bail!(
+                "{what} refers to value #{} but the graph has {n} values",
+                id.0
+            );
         }
         Ok(())
     };
@@ -44,18 +47,36 @@ fn verify_scoped(g: &Graph, outer: &HashSet<String>) -> Result<()> {
     for &id in &g.captures {
         define(id, "a capture", &mut defined)?;
         if !outer.contains(g.name(id)) {
-            bail!("captured value '{}' is not defined in the enclosing graph", g.name(id));
+            bail!(
+                "captured value '{}' is not defined in the enclosing graph",
+                g.name(id)
+            );
         }
     }
     for (&id, init) in &g.initializers {
         define(id, "an initializer", &mut defined)?;
         if init.ty() != *g.ty(id) {
-            bail!("initializer '{}' holds {} but is declared {}", g.name(id), init.ty(), g.ty(id));
+            bail!(
+                "initializer '{}' holds {} but is declared {}",
+                g.name(id),
+                init.ty(),
+                g.ty(id)
+            );
         }
-        if let crate::Initializer::Raw { dtype, shape, bytes } = init {
+        if let crate::Initializer::Raw {
+            dtype,
+            shape,
+            bytes,
+        } = init
+        {
             let want = shape.iter().product::<usize>() * dtype.size();
             if bytes.len() != want {
-                bail!("initializer '{}' has {} bytes, its type {} needs {want}", g.name(id), bytes.len(), g.ty(id));
+                bail!(
+                    "initializer '{}' has {} bytes, its type {} needs {want}",
+                    g.name(id),
+                    bytes.len(),
+                    g.ty(id)
+                );
             }
         }
     }
@@ -64,14 +85,24 @@ fn verify_scoped(g: &Graph, outer: &HashSet<String>) -> Result<()> {
         for i in node.inputs.iter().flatten() {
             check(*i, &what)?;
             if !defined[i.index()] {
-                bail!("{what} uses '{}' before it is defined (nodes out of order or a cycle)", g.name(*i));
+                bail!(
+                    "{what} uses '{}' before it is defined (nodes out of order or a cycle)",
+                    g.name(*i)
+                );
             }
         }
         for attr in node.attrs.values() {
             if let Attr::Graph(sub) = attr {
                 let mut scope: HashSet<String> = outer.clone();
-                scope.extend(g.values.iter().enumerate().filter(|(i, _)| defined[*i]).map(|(_, v)| v.name.clone()));
-                verify_scoped(sub, &scope).map_err(|e| e.context(format!("subgraph '{}' of {what}", sub.name)))?;
+                scope.extend(
+                    g.values
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| defined[*i])
+                        .map(|(_, v)| v.name.clone()),
+                );
+                verify_scoped(sub, &scope)
+                    .map_err(|e| e.context(format!("subgraph '{}' of {what}", sub.name)))?;
             }
         }
         for o in node.outputs.iter().flatten() {

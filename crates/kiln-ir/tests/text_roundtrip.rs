@@ -21,7 +21,12 @@ fn golden_files_round_trip() {
             std::fs::write(&path, &printed).unwrap();
             continue;
         }
-        assert_eq!(printed, src, "{} does not re-print identically", path.display());
+        assert_eq!(
+            printed,
+            src,
+            "{} does not re-print identically",
+            path.display()
+        );
         assert_eq!(print(&parse(&printed).unwrap()), printed);
     }
 }
@@ -42,12 +47,22 @@ fn dtype() -> impl Strategy<Value = DType> {
 fn tensor_of(dtype: DType, n: usize) -> impl Strategy<Value = Tensor> {
     let shape = vec![n];
     match dtype {
-        DType::Str => prop::collection::vec(".{0,4}", n).prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap()).boxed(),
-        DType::Bool => prop::collection::vec(any::<bool>(), n).prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap()).boxed(),
-        DType::F32 => prop::collection::vec(any::<f32>(), n).prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap()).boxed(),
-        DType::F64 => prop::collection::vec(any::<f64>(), n).prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap()).boxed(),
+        DType::Str => prop::collection::vec(".{0,4}", n)
+            .prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap())
+            .boxed(),
+        DType::Bool => prop::collection::vec(any::<bool>(), n)
+            .prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap())
+            .boxed(),
+        DType::F32 => prop::collection::vec(any::<f32>(), n)
+            .prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap())
+            .boxed(),
+        DType::F64 => prop::collection::vec(any::<f64>(), n)
+            .prop_map(move |v| Tensor::from_vec(vec![n], v).unwrap())
+            .boxed(),
         d => prop::collection::vec(any::<u8>(), n * d.size())
-            .prop_map(move |b| Tensor::new(shape.clone(), kiln_ir::Data::from_le_bytes(d, &b).unwrap()).unwrap())
+            .prop_map(move |b| {
+                Tensor::new(shape.clone(), kiln_ir::Data::from_le_bytes(d, &b).unwrap()).unwrap()
+            })
             .boxed(),
     }
 }
@@ -60,15 +75,26 @@ fn attr() -> impl Strategy<Value = Attr> {
         prop::collection::vec(any::<i64>(), 0..4).prop_map(Attr::Ints),
         prop::collection::vec(any::<f32>(), 0..4).prop_map(Attr::Floats),
         prop::collection::vec(".{0,3}", 0..3).prop_map(Attr::Strings),
-        (dtype(), 0usize..4).prop_flat_map(|(d, n)| tensor_of(d, n)).prop_map(Attr::Tensor),
+        (dtype(), 0usize..4)
+            .prop_flat_map(|(d, n)| tensor_of(d, n))
+            .prop_map(Attr::Tensor),
     ]
 }
 
 /// A random chain graph: inputs, initializers and nodes that use earlier values.
 fn graph() -> impl Strategy<Value = Graph> {
-    let inits = prop::collection::vec((dtype(), 0usize..5).prop_flat_map(|(d, n)| tensor_of(d, n)), 0..3);
+    let inits = prop::collection::vec(
+        (dtype(), 0usize..5).prop_flat_map(|(d, n)| tensor_of(d, n)),
+        0..3,
+    );
     let nodes = prop::collection::vec(
-        ("[A-Z][a-z]{0,6}", prop::collection::btree_map("[a-z_]{1,6}", attr(), 0..3), 1usize..3, any::<u64>(), dtype()),
+        (
+            "[A-Z][a-z]{0,6}",
+            prop::collection::btree_map("[a-z_]{1,6}", attr(), 0..3),
+            1usize..3,
+            any::<u64>(),
+            dtype(),
+        ),
         0..5,
     );
     (inits, nodes, ".{0,6}").prop_map(|(inits, nodes, name)| {
@@ -84,10 +110,23 @@ fn graph() -> impl Strategy<Value = Graph> {
             let avail = g.values.len();
             let inputs = vec![Some(kiln_ir::ValueId((pick % avail as u64) as u32)), None];
             let outputs = (0..n_out)
-                .map(|j| if j == 1 && pick % 2 == 0 { None } else { Some(g.add_value(format!("v{k}_{j}"), TensorType::unknown_shape(dt))) })
+                .map(|j| {
+                    if j == 1 && pick % 2 == 0 {
+                        None
+                    } else {
+                        Some(g.add_value(format!("v{k}_{j}"), TensorType::unknown_shape(dt)))
+                    }
+                })
                 .collect();
             let attrs: BTreeMap<String, Attr> = attrs;
-            g.nodes.push(Node { name: format!("n{k}"), op, domain: String::new(), inputs, outputs, attrs });
+            g.nodes.push(Node {
+                name: format!("n{k}"),
+                op,
+                domain: String::new(),
+                inputs,
+                outputs,
+                attrs,
+            });
         }
         let last = kiln_ir::ValueId(g.values.len() as u32 - 1);
         g.outputs.push(last);

@@ -27,7 +27,10 @@ fn rejects_double_definition_and_bad_ids() {
     let mut dup = g.nodes[0].clone();
     dup.name = "b".into();
     g.nodes.push(dup);
-    assert!(verify(&g).unwrap_err().to_string().contains("defined twice"));
+    assert!(verify(&g)
+        .unwrap_err()
+        .to_string()
+        .contains("defined twice"));
     g.nodes.pop();
     g.outputs.push(kiln_ir::ValueId(99));
     assert!(verify(&g).unwrap_err().to_string().contains("#99"));
@@ -35,7 +38,8 @@ fn rejects_double_definition_and_bad_ids() {
 
 #[test]
 fn rejects_mismatched_initializer_and_missing_capture() {
-    let mut g = parse("graph \"g\" opsets [] {\n init %w: f32[2] = [1.0, 2.0]\n output %w\n}").unwrap();
+    let mut g =
+        parse("graph \"g\" opsets [] {\n init %w: f32[2] = [1.0, 2.0]\n output %w\n}").unwrap();
     g.values[0].ty = kiln_ir::TensorType::new(kiln_ir::DType::F32, vec![3]);
     assert!(verify(&g).unwrap_err().to_string().contains("holds f32[2]"));
     let err = check("graph \"g\" opsets [] {\n input %c: bool[]\n node \"\" %y: f32[2] = If(%c) {then_branch=graph \"t\" opsets [] {\n capture %ghost: f32[2]\n output %ghost\n }}\n output %y\n}")

@@ -1,22 +1,38 @@
 //! `ModelProto`/`GraphProto` → IR graph: value table, initializers, nodes,
 //! attributes and subgraphs (with captures of outer-scope values).
 
-use crate::proto::{self, attribute_type as at, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto};
+use crate::proto::{
+    self, attribute_type as at, type_proto, GraphProto, ModelProto, NodeProto, ValueInfoProto,
+};
 use crate::{normalize, tensor, ImportOptions};
 use kiln_ir::{bail, Attr, DType, Error, Graph, Node, Result, Tensor, TensorType, ValueId};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-pub fn convert_model(m: &ModelProto, base_dir: Option<PathBuf>, opts: &ImportOptions) -> Result<Graph> {
-    let Some(gp) = &m.graph else { bail!("the model has no graph") };
+pub fn convert_model(
+    m: &ModelProto,
+    base_dir: Option<PathBuf>,
+    opts: &ImportOptions,
+) -> Result<Graph> {
+    let Some(gp) = &m.graph else {
+        bail!("the model has no graph")
+    };
     let mut opsets = BTreeMap::new();
     for o in &m.opset_import {
-        let d = if o.domain == "ai.onnx" { String::new() } else { o.domain.clone() };
+        let d = if o.domain == "ai.onnx" {
+            String::new()
+        } else {
+            o.domain.clone()
+        };
         opsets.insert(d, o.version);
     }
     // IR versions before 3 had no opset_import; they mean opset 1.
     opsets.entry(String::new()).or_insert(1);
-    let cv = Converter { base_dir: base_dir.as_deref(), opts, opsets };
+    let cv = Converter {
+        base_dir: base_dir.as_deref(),
+        opts,
+        opsets,
+    };
     let mut g = cv.graph(gp, &|_| None, true)?;
     normalize::normalize(&mut g)?;
     let no_outer = |_: &str| None;
@@ -40,12 +56,18 @@ impl Converter<'_> {
     /// Converts a graph. `outer` resolves names of enclosing graphs (for
     /// subgraphs); `top` is true for the model's main graph, whose inputs
     /// must have static shapes.
-    fn graph(&self, gp: &GraphProto, outer: &dyn Fn(&str) -> Option<TensorType>, top: bool) -> Result<Graph> {
+    fn graph(
+        &self,
+        gp: &GraphProto,
+        outer: &dyn Fn(&str) -> Option<TensorType>,
+        top: bool,
+    ) -> Result<Graph> {
         let mut g = Graph::new(gp.name.clone());
         g.opsets = self.opsets.clone();
         let mut ids: HashMap<String, ValueId> = HashMap::new();
         for t in &gp.initializer {
-            let init = tensor::to_initializer(t, self.base_dir).map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
+            let init = tensor::to_initializer(t, self.base_dir)
+                .map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
             if ids.contains_key(&t.name) {
                 bail!("initializer '{}' is defined twice", t.name);
             }
@@ -55,7 +77,11 @@ impl Converter<'_> {
         }
         for st in &gp.sparse_initializer {
             let t = sparse_to_dense(st, self.base_dir)?;
-            let name = st.values.as_ref().map(|v| v.name.clone()).unwrap_or_default();
+            let name = st
+                .values
+                .as_ref()
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
             let id = g.add_value(name.clone(), t.ty());
             ids.insert(name, id);
             g.initializers.insert(id, kiln_ir::Initializer::Tensor(t));
@@ -64,15 +90,25 @@ impl Converter<'_> {
             if ids.contains_key(&vi.name) {
                 continue; // an input with a default value: kiln treats it as the constant
             }
-            let ty = self.input_type(vi, top).map_err(|e| e.context(format!("graph input '{}'", vi.name)))?;
+            let ty = self
+                .input_type(vi, top)
+                .map_err(|e| e.context(format!("graph input '{}'", vi.name)))?;
             let id = g.add_value(vi.name.clone(), ty);
             ids.insert(vi.name.clone(), id);
             g.inputs.push(id);
         }
         for np in &gp.node {
             let node = self.node(np, &mut g, &mut ids, outer).map_err(|e| {
-                let name = if np.name.is_empty() { String::new() } else { format!("'{}' ", np.name) };
-                e.context(format!("node {name}({}, opset {})", np.op_type, self.opset(&np.domain)))
+                let name = if np.name.is_empty() {
+                    String::new()
+                } else {
+                    format!("'{}' ", np.name)
+                };
+                e.context(format!(
+                    "node {name}({}, opset {})",
+                    np.op_type,
+                    self.opset(&np.domain)
+                ))
             })?;
             g.nodes.push(node);
         }
@@ -105,21 +141,36 @@ impl Converter<'_> {
         }
         let tt = match vi.r#type.as_ref().and_then(|t| t.value.as_ref()) {
             Some(type_proto::Value::TensorType(tt)) => tt,
-            Some(type_proto::Value::SequenceType(_)) => bail!("has a sequence type; kiln supports tensor inputs only"),
-            Some(type_proto::Value::MapType(_)) => bail!("has a map type; kiln supports tensor inputs only"),
-            Some(type_proto::Value::OptionalType(_)) => bail!("has an optional type; kiln supports tensor inputs only"),
-            Some(type_proto::Value::SparseTensorType(_)) => bail!("has a sparse tensor type; kiln supports dense tensors only"),
+            Some(type_proto::Value::SequenceType(_)) => {
+                bail!("has a sequence type; kiln supports tensor inputs only")
+            }
+            Some(type_proto::Value::MapType(_)) => {
+                bail!("has a map type; kiln supports tensor inputs only")
+            }
+            Some(type_proto::Value::OptionalType(_)) => {
+                bail!("has an optional type; kiln supports tensor inputs only")
+            }
+            Some(type_proto::Value::SparseTensorType(_)) => {
+                bail!("has a sparse tensor type; kiln supports dense tensors only")
+            }
             None => bail!("has no type"),
         };
         let dtype = DType::from_onnx_code(tt.elem_type).ok_or_else(|| {
-            Error::new(format!("has element type {} ({}), which kiln does not support", DType::onnx_code_name(tt.elem_type), tt.elem_type))
+            Error::new(format!(
+                "has element type {} ({}), which kiln does not support",
+                DType::onnx_code_name(tt.elem_type),
+                tt.elem_type
+            ))
         })?;
         if let Some(shape) = self.opts.input_shapes.get(&vi.name) {
             return Ok(TensorType::new(dtype, shape.clone()));
         }
         let Some(shape) = &tt.shape else {
             if top {
-                bail!("has no shape; give one with --input-shape {}=D0,D1,...", vi.name);
+                bail!(
+                    "has no shape; give one with --input-shape {}=D0,D1,...",
+                    vi.name
+                );
             }
             return Ok(TensorType::unknown_shape(dtype));
         };
@@ -129,8 +180,12 @@ impl Converter<'_> {
                 Some(proto::dimension::Value::DimValue(v)) if *v >= 0 => dims.push(*v as usize),
                 other if top => {
                     let what = match other {
-                        Some(proto::dimension::Value::DimParam(p)) => format!("symbolic dimension '{p}'"),
-                        Some(proto::dimension::Value::DimValue(v)) => format!("invalid dimension {v}"),
+                        Some(proto::dimension::Value::DimParam(p)) => {
+                            format!("symbolic dimension '{p}'")
+                        }
+                        Some(proto::dimension::Value::DimValue(v)) => {
+                            format!("invalid dimension {v}")
+                        }
                         None => "an unknown dimension".to_string(),
                     };
                     bail!(
@@ -152,7 +207,9 @@ impl Converter<'_> {
         ids: &mut HashMap<String, ValueId>,
         outer: &dyn Fn(&str) -> Option<TensorType>,
     ) -> Result<ValueId> {
-        let Some(ty) = outer(name) else { bail!("'{name}' is not defined") };
+        let Some(ty) = outer(name) else {
+            bail!("'{name}' is not defined")
+        };
         let id = g.add_value(name.to_string(), ty);
         ids.insert(name.to_string(), id);
         g.captures.push(id);
@@ -172,13 +229,19 @@ impl Converter<'_> {
                 "" => None,
                 n => Some(match ids.get(n) {
                     Some(id) => *id,
-                    None => self.capture(n, g, ids, outer).map_err(|_| Error::new(format!("input '{n}' is not defined by any earlier node, input or initializer")))?,
+                    None => self.capture(n, g, ids, outer).map_err(|_| {
+                        Error::new(format!(
+                            "input '{n}' is not defined by any earlier node, input or initializer"
+                        ))
+                    })?,
                 }),
             });
         }
         let mut attrs = BTreeMap::new();
         for a in &np.attribute {
-            let v = self.attr(a, g, ids, outer).map_err(|e| e.context(format!("attribute '{}'", a.name)))?;
+            let v = self
+                .attr(a, g, ids, outer)
+                .map_err(|e| e.context(format!("attribute '{}'", a.name)))?;
             attrs.insert(a.name.clone(), v);
         }
         let mut outputs = Vec::with_capacity(np.output.len());
@@ -195,7 +258,14 @@ impl Converter<'_> {
                 }
             });
         }
-        Ok(Node { name: np.name.clone(), op: np.op_type.clone(), domain: np.domain.clone(), inputs, outputs, attrs })
+        Ok(Node {
+            name: np.name.clone(),
+            op: np.op_type.clone(),
+            domain: np.domain.clone(),
+            inputs,
+            outputs,
+            attrs,
+        })
     }
 
     fn attr(
@@ -206,10 +276,17 @@ impl Converter<'_> {
         outer: &dyn Fn(&str) -> Option<TensorType>,
     ) -> Result<Attr> {
         if !a.ref_attr_name.is_empty() {
-            bail!("refers to function attribute '{}', which is only valid inside a function", a.ref_attr_name);
+            bail!(
+                "refers to function attribute '{}', which is only valid inside a function",
+                a.ref_attr_name
+            );
         }
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-        let kind = if a.r#type != 0 { a.r#type } else { guess_attr_type(a) };
+        let kind = if a.r#type != 0 {
+            a.r#type
+        } else {
+            guess_attr_type(a)
+        };
         Ok(match kind {
             at::FLOAT => Attr::Float(a.f),
             at::INT => Attr::Int(a.i),
@@ -227,7 +304,8 @@ impl Converter<'_> {
             },
             at::GRAPH => match &a.g {
                 Some(sub) => {
-                    let here = |n: &str| ids.get(n).map(|id| g.ty(*id).clone()).or_else(|| outer(n));
+                    let here =
+                        |n: &str| ids.get(n).map(|id| g.ty(*id).clone()).or_else(|| outer(n));
                     Attr::Graph(Box::new(self.graph(sub, &here, false)?))
                 }
                 None => bail!("graph attribute has no graph"),
@@ -263,7 +341,9 @@ fn guess_attr_type(a: &proto::AttributeProto) -> i32 {
 
 /// Densifies a sparse tensor (COO indices, flat or per-dimension).
 fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
-    let (Some(values), Some(indices)) = (&st.values, &st.indices) else { bail!("sparse tensor without values or indices") };
+    let (Some(values), Some(indices)) = (&st.values, &st.indices) else {
+        bail!("sparse tensor without values or indices")
+    };
     let values = tensor::to_tensor(values, base_dir)?;
     let indices = tensor::to_tensor(indices, base_dir)?;
     let mut shape = Vec::new();
@@ -273,7 +353,10 @@ fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Re
         }
         shape.push(d as usize);
     }
-    let total = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| Error::new("sparse tensor too large"))?;
+    let total = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| Error::new("sparse tensor too large"))?;
     let idx = indices.data.to_i64_vec()?;
     let nnz = values.len();
     let strides = kiln_ops::util::strides(&shape);
@@ -283,7 +366,9 @@ fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Re
         if idx.len() != nnz * shape.len() {
             bail!("sparse tensor indices do not match its values");
         }
-        idx.chunks(shape.len().max(1)).map(|c| c.iter().zip(&strides).map(|(&i, &s)| i as usize * s).sum()).collect()
+        idx.chunks(shape.len().max(1))
+            .map(|c| c.iter().zip(&strides).map(|(&i, &s)| i as usize * s).sum())
+            .collect()
     };
     if flat.len() != nnz || flat.iter().any(|&i| i >= total) {
         bail!("sparse tensor indices are out of range");
@@ -296,7 +381,16 @@ fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Re
     let zero = Tensor::zeros(values.dtype(), vec![1]);
     let joined = kiln_ir::dispatch_all!(&values.data, |v: T| {
         let z = <T as kiln_ir::Elem>::unwrap(&zero.data).unwrap();
-        let all: Vec<T> = positions.iter().map(|&p| if p == usize::MAX { z[0].clone() } else { v[p].clone() }).collect();
+        let all: Vec<T> = positions
+            .iter()
+            .map(|&p| {
+                if p == usize::MAX {
+                    z[0].clone()
+                } else {
+                    v[p].clone()
+                }
+            })
+            .collect();
         <T as kiln_ir::Elem>::wrap(all)
     });
     Tensor::new(shape, joined)

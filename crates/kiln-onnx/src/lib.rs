@@ -37,15 +37,20 @@ pub struct Model {
 /// Loads the ONNX model at `path`.
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Model> {
     let ctx = || format!("{}", path.display());
-    let file = std::fs::File::open(path).map_err(|e| Error::new(format!("cannot open: {e}")).context(ctx()))?;
-    let len = file.metadata().map_err(|e| Error::new(e.to_string()).context(ctx()))?.len();
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::new(format!("cannot open: {e}")).context(ctx()))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Error::new(e.to_string()).context(ctx()))?
+        .len();
     let bytes = if len == 0 {
         Bytes::new()
     } else {
         // SAFETY: the map is read-only; kiln does not modify model files while
         // they are loaded (a concurrent truncation by another process is the
         // usual mmap caveat).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::new(format!("cannot map: {e}")).context(ctx()))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .map_err(|e| Error::new(format!("cannot map: {e}")).context(ctx()))?;
         Bytes::from_owner(map)
     };
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -58,16 +63,23 @@ pub fn load_bytes(bytes: Bytes, base_dir: Option<PathBuf>, opts: &ImportOptions)
     if bytes.is_empty() {
         kiln_ir::bail!("file is empty, not an ONNX model");
     }
-    let proto = proto::ModelProto::decode(bytes).map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")))?;
+    let proto = proto::ModelProto::decode(bytes)
+        .map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")))?;
     let graph = convert::convert_model(&proto, base_dir, opts)?;
-    Ok(Model { graph, ir_version: proto.ir_version, producer: proto.producer_name.clone() })
+    Ok(Model {
+        graph,
+        ir_version: proto.ir_version,
+        producer: proto.producer_name.clone(),
+    })
 }
 
 /// Reads a serialized `TensorProto` (the `.pb` files of ONNX test data).
 pub fn read_tensor_pb(path: &Path) -> Result<kiln_ir::Tensor> {
     let ctx = || format!("{}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
-    let t = proto::TensorProto::decode(Bytes::from(bytes)).map_err(|e| Error::new(format!("not a TensorProto: {e}")).context(ctx()))?;
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
+    let t = proto::TensorProto::decode(Bytes::from(bytes))
+        .map_err(|e| Error::new(format!("not a TensorProto: {e}")).context(ctx()))?;
     tensor::to_tensor(&t, path.parent()).map_err(|e| e.context(ctx()))
 }
 
@@ -75,13 +87,20 @@ pub fn read_tensor_pb(path: &Path) -> Result<kiln_ir::Tensor> {
 /// only need to peek at names or op types).
 pub fn decode_proto(path: &Path) -> Result<proto::ModelProto> {
     let ctx = || format!("{}", path.display());
-    let bytes = std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
-    proto::ModelProto::decode(Bytes::from(bytes)).map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")).context(ctx()))
+    let bytes =
+        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
+    proto::ModelProto::decode(Bytes::from(bytes))
+        .map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")).context(ctx()))
 }
 
 /// Names of the graph inputs that are not initializers, in order.
 pub fn graph_input_names(m: &proto::ModelProto) -> Vec<String> {
     let Some(g) = &m.graph else { return Vec::new() };
-    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name.as_str()).collect();
-    g.input.iter().filter(|i| !inits.contains(i.name.as_str())).map(|i| i.name.clone()).collect()
+    let inits: std::collections::HashSet<&str> =
+        g.initializer.iter().map(|t| t.name.as_str()).collect();
+    g.input
+        .iter()
+        .filter(|i| !inits.contains(i.name.as_str()))
+        .map(|i| i.name.clone())
+        .collect()
 }

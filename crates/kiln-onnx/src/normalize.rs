@@ -54,13 +54,23 @@ pub fn normalize(g: &mut Graph) -> Result<()> {
             if !ops.contains(&g.nodes[i].op.as_str()) {
                 continue;
             }
-            let Some(value) = g.nodes[i].attrs.remove(*attr) else { continue };
+            let Some(value) = g.nodes[i].attrs.remove(*attr) else {
+                continue;
+            };
             let values: Vec<i64> = match value {
                 Attr::Ints(v) => v,
                 Attr::Int(v) => vec![v],
-                other => kiln_ir::bail!("{}: attribute '{attr}' must be ints, got {}", g.nodes[i].describe(), other.kind()),
+                other => kiln_ir::bail!(
+                    "{}: attribute '{attr}' must be ints, got {}",
+                    g.nodes[i].describe(),
+                    other.kind()
+                ),
             };
-            let t = if *attr == "k" { Tensor::from_vec(vec![1], values)? } else { Tensor::from_vec(vec![values.len()], values)? };
+            let t = if *attr == "k" {
+                Tensor::from_vec(vec![1], values)?
+            } else {
+                Tensor::from_vec(vec![values.len()], values)?
+            };
             let id = add_constant(g, &g.nodes[i].clone(), attr, t);
             set_input(&mut g.nodes[i], *pos, id);
         }
@@ -69,7 +79,15 @@ pub fn normalize(g: &mut Graph) -> Result<()> {
 }
 
 fn add_constant(g: &mut Graph, node: &Node, attr: &str, t: Tensor) -> ValueId {
-    let base = format!("{}__{}", if node.name.is_empty() { &node.op } else { &node.name }, attr);
+    let base = format!(
+        "{}__{}",
+        if node.name.is_empty() {
+            &node.op
+        } else {
+            &node.name
+        },
+        attr
+    );
     let mut name = base.clone();
     let mut k = 1;
     while g.find(&name).is_some() {

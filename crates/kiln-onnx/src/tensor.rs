@@ -14,7 +14,9 @@ pub fn dims(t: &TensorProto) -> Result<Vec<usize>> {
         if d < 0 {
             bail!("tensor '{}' has negative dimension {d}", t.name);
         }
-        total = total.checked_mul(d as usize).ok_or_else(|| Error::new(format!("tensor '{}' is too large", t.name)))?;
+        total = total
+            .checked_mul(d as usize)
+            .ok_or_else(|| Error::new(format!("tensor '{}' is too large", t.name)))?;
         out.push(d as usize);
     }
     Ok(out)
@@ -39,11 +41,19 @@ pub fn to_initializer(t: &TensorProto, base_dir: Option<&Path>) -> Result<Initia
     if t.data_location == 1 {
         let bytes = external_bytes(t, base_dir)?;
         check_len(t, dtype, numel, bytes.len())?;
-        return Ok(Initializer::Raw { dtype, shape, bytes });
+        return Ok(Initializer::Raw {
+            dtype,
+            shape,
+            bytes,
+        });
     }
     if !t.raw_data.is_empty() && dtype != DType::Str {
         check_len(t, dtype, numel, t.raw_data.len())?;
-        return Ok(Initializer::Raw { dtype, shape, bytes: t.raw_data.clone() });
+        return Ok(Initializer::Raw {
+            dtype,
+            shape,
+            bytes: t.raw_data.clone(),
+        });
     }
     let data = typed_data(t, dtype, numel)?;
     Ok(Initializer::Tensor(Tensor::new(shape, data)?))
@@ -55,9 +65,15 @@ pub fn to_tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor> {
 }
 
 fn check_len(t: &TensorProto, dtype: DType, numel: usize, len: usize) -> Result<()> {
-    let want = numel.checked_mul(dtype.size()).ok_or_else(|| Error::new("tensor too large"))?;
+    let want = numel
+        .checked_mul(dtype.size())
+        .ok_or_else(|| Error::new("tensor too large"))?;
     if len != want {
-        bail!("tensor '{}' of type {dtype}{:?} needs {want} bytes of data but has {len}", t.name, t.dims);
+        bail!(
+            "tensor '{}' of type {dtype}{:?} needs {want} bytes of data but has {len}",
+            t.name,
+            t.dims
+        );
     }
     Ok(())
 }
@@ -73,7 +89,11 @@ fn typed_data(t: &TensorProto, dtype: DType, numel: usize) -> Result<Data> {
         _ => t.int32_data.len(),
     };
     if n != numel {
-        bail!("tensor '{}' of type {dtype}{:?} needs {numel} elements but has {n}", t.name, t.dims);
+        bail!(
+            "tensor '{}' of type {dtype}{:?} needs {numel} elements but has {n}",
+            t.name,
+            t.dims
+        );
     }
     let i32s = || t.int32_data.iter();
     Ok(match dtype {
@@ -91,7 +111,12 @@ fn typed_data(t: &TensorProto, dtype: DType, numel: usize) -> Result<Data> {
         // 16-bit floats are stored as their bit patterns in int32_data.
         DType::F16 => Data::F16(i32s().map(|&v| half::f16::from_bits(v as u16)).collect()),
         DType::BF16 => Data::BF16(i32s().map(|&v| half::bf16::from_bits(v as u16)).collect()),
-        DType::Str => Data::Str(t.string_data.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect()),
+        DType::Str => Data::Str(
+            t.string_data
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect(),
+        ),
     })
 }
 
@@ -103,28 +128,64 @@ fn external_bytes(t: &TensorProto, base_dir: Option<&Path>) -> Result<Bytes> {
     for kv in &t.external_data {
         match kv.key.as_str() {
             "location" => location = Some(kv.value.clone()),
-            "offset" => offset = kv.value.parse().map_err(|_| Error::new(format!("tensor '{}': bad external data offset '{}'", t.name, kv.value)))?,
-            "length" => length = Some(kv.value.parse::<usize>().map_err(|_| Error::new(format!("tensor '{}': bad external data length '{}'", t.name, kv.value)))?),
+            "offset" => {
+                offset = kv.value.parse().map_err(|_| {
+                    Error::new(format!(
+                        "tensor '{}': bad external data offset '{}'",
+                        t.name, kv.value
+                    ))
+                })?
+            }
+            "length" => {
+                length = Some(kv.value.parse::<usize>().map_err(|_| {
+                    Error::new(format!(
+                        "tensor '{}': bad external data length '{}'",
+                        t.name, kv.value
+                    ))
+                })?)
+            }
             _ => {}
         }
     }
-    let Some(location) = location else { bail!("tensor '{}' has external data without a location", t.name) };
-    let Some(base) = base_dir else { bail!("tensor '{}' has external data ('{location}') but the model was not loaded from a file", t.name) };
+    let Some(location) = location else {
+        bail!("tensor '{}' has external data without a location", t.name)
+    };
+    let Some(base) = base_dir else {
+        bail!(
+            "tensor '{}' has external data ('{location}') but the model was not loaded from a file",
+            t.name
+        )
+    };
     let rel = Path::new(&location);
-    if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
         bail!("tensor '{}': external data location '{location}' must be a relative path inside the model's directory", t.name);
     }
     let path = base.join(rel);
-    let file = std::fs::File::open(&path).map_err(|e| Error::new(format!("tensor '{}': cannot open external data file {}: {e}", t.name, path.display())))?;
+    let file = std::fs::File::open(&path).map_err(|e| {
+        Error::new(format!(
+            "tensor '{}': cannot open external data file {}: {e}",
+            t.name,
+            path.display()
+        ))
+    })?;
     let size = file.metadata()?.len() as usize;
     let len = length.unwrap_or(size.saturating_sub(offset));
     if offset.checked_add(len).is_none_or(|end| end > size) {
-        bail!("tensor '{}': external data range {offset}+{len} is past the end of {} ({size} bytes)", t.name, path.display());
+        bail!(
+            "tensor '{}': external data range {offset}+{len} is past the end of {} ({size} bytes)",
+            t.name,
+            path.display()
+        );
     }
     if len == 0 {
         return Ok(Bytes::new());
     }
     // SAFETY: read-only map of a data file (see `load`).
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::new(format!("cannot map {}: {e}", path.display())))?;
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| Error::new(format!("cannot map {}: {e}", path.display())))?;
     Ok(Bytes::from_owner(map).slice(offset..offset + len))
 }

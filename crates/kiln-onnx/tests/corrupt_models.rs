@@ -11,7 +11,9 @@ use std::path::Path;
 fn seed_models() -> Vec<Vec<u8>> {
     let dir = std::env::var("KILN_ONNX_NODE_TESTS")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/onnx-node-tests"));
+        .unwrap_or_else(|_| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/onnx-node-tests")
+        });
     let mut v: Vec<Vec<u8>> = [
         "test_conv_with_strides_padding",
         "test_lstm_defaults",
@@ -25,7 +27,12 @@ fn seed_models() -> Vec<Vec<u8>> {
     .iter()
     .filter_map(|c| std::fs::read(dir.join(c).join("model.onnx")).ok())
     .collect();
-    v.push(std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../kiln-cli/assets/default.onnx")).unwrap());
+    v.push(
+        std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../kiln-cli/assets/default.onnx"),
+        )
+        .unwrap(),
+    );
     v
 }
 
@@ -65,7 +72,8 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), any::<u8>()).prop_map(|(i, x)| Mutation::Flip(i, x)),
         any::<usize>().prop_map(Mutation::Truncate),
-        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8)).prop_map(|(i, d)| Mutation::Overwrite(i, d)),
+        (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))
+            .prop_map(|(i, d)| Mutation::Overwrite(i, d)),
     ]
 }
 

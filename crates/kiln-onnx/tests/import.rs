@@ -10,15 +10,28 @@ use kiln_onnx::{load, load_bytes, ImportOptions};
 use prost::Message;
 
 fn tensor_type(elem: i32, dims: &[i64]) -> Option<TypeProto> {
-    let dim = dims.iter().map(|&d| Dimension { value: Some(dimension::Value::DimValue(d)), denotation: String::new() }).collect();
+    let dim = dims
+        .iter()
+        .map(|&d| Dimension {
+            value: Some(dimension::Value::DimValue(d)),
+            denotation: String::new(),
+        })
+        .collect();
     Some(TypeProto {
-        value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: elem, shape: Some(TensorShapeProto { dim }) })),
+        value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+            elem_type: elem,
+            shape: Some(TensorShapeProto { dim }),
+        })),
         denotation: String::new(),
     })
 }
 
 fn value(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
-    ValueInfoProto { name: name.into(), r#type: tensor_type(elem, dims), doc_string: String::new() }
+    ValueInfoProto {
+        name: name.into(),
+        r#type: tensor_type(elem, dims),
+        doc_string: String::new(),
+    }
 }
 
 fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
@@ -34,7 +47,10 @@ fn node(op: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
 fn model(graph: GraphProto, opset: i64) -> ModelProto {
     ModelProto {
         ir_version: 8,
-        opset_import: vec![OperatorSetIdProto { domain: String::new(), version: opset }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: opset,
+        }],
         graph: Some(graph),
         ..Default::default()
     }
@@ -56,8 +72,17 @@ fn add_model(w: TensorProto) -> ModelProto {
 }
 
 fn w_raw() -> TensorProto {
-    let raw: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    TensorProto { name: "w".into(), dims: vec![3], data_type: 1, raw_data: raw.into(), ..Default::default() }
+    let raw: Vec<u8> = [1.0f32, 2.0, 3.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    TensorProto {
+        name: "w".into(),
+        dims: vec![3],
+        data_type: 1,
+        raw_data: raw.into(),
+        ..Default::default()
+    }
 }
 
 fn encode(m: &ModelProto) -> Bytes {
@@ -65,7 +90,9 @@ fn encode(m: &ModelProto) -> Bytes {
 }
 
 fn err(bytes: Bytes) -> String {
-    load_bytes(bytes, None, &ImportOptions::default()).unwrap_err().to_string()
+    load_bytes(bytes, None, &ImportOptions::default())
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -75,17 +102,36 @@ fn raw_initializers_borrow_the_model_buffer() {
     let m = load_bytes(bytes.clone(), None, &ImportOptions::default()).unwrap();
     let (_, init) = m.graph.initializers.iter().next().unwrap();
     match init {
-        Initializer::Raw { bytes: b, .. } => assert!(range.contains(&(b.as_ptr() as usize)), "weights were copied"),
+        Initializer::Raw { bytes: b, .. } => assert!(
+            range.contains(&(b.as_ptr() as usize)),
+            "weights were copied"
+        ),
         other => panic!("expected a raw initializer, got {other:?}"),
     }
-    assert_eq!(init.to_tensor().unwrap(), Tensor::from_vec(vec![3], vec![1.0f32, 2.0, 3.0]).unwrap());
+    assert_eq!(
+        init.to_tensor().unwrap(),
+        Tensor::from_vec(vec![3], vec![1.0f32, 2.0, 3.0]).unwrap()
+    );
 }
 
 #[test]
 fn typed_and_external_initializers() {
-    let typed = TensorProto { name: "w".into(), dims: vec![3], data_type: 1, float_data: vec![1.0, 2.0, 3.0], ..Default::default() };
+    let typed = TensorProto {
+        name: "w".into(),
+        dims: vec![3],
+        data_type: 1,
+        float_data: vec![1.0, 2.0, 3.0],
+        ..Default::default()
+    };
     let m = load_bytes(encode(&add_model(typed)), None, &ImportOptions::default()).unwrap();
-    let t = m.graph.initializers.values().next().unwrap().to_tensor().unwrap();
+    let t = m
+        .graph
+        .initializers
+        .values()
+        .next()
+        .unwrap()
+        .to_tensor()
+        .unwrap();
     assert_eq!(t.as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0]);
 
     let dir = std::env::temp_dir().join(format!("kiln-ext-{}", std::process::id()));
@@ -93,35 +139,64 @@ fn typed_and_external_initializers() {
     let mut data = vec![0u8; 8]; // 8 bytes of padding before the tensor
     data.extend([4.0f32, 5.0, 6.0].iter().flat_map(|v| v.to_le_bytes()));
     std::fs::write(dir.join("weights.bin"), &data).unwrap();
-    let kv = |k: &str, v: &str| StringStringEntryProto { key: k.into(), value: v.into() };
+    let kv = |k: &str, v: &str| StringStringEntryProto {
+        key: k.into(),
+        value: v.into(),
+    };
     let ext = TensorProto {
         name: "w".into(),
         dims: vec![3],
         data_type: 1,
         data_location: 1,
-        external_data: vec![kv("location", "weights.bin"), kv("offset", "8"), kv("length", "12")],
+        external_data: vec![
+            kv("location", "weights.bin"),
+            kv("offset", "8"),
+            kv("length", "12"),
+        ],
         ..Default::default()
     };
     let path = dir.join("model.onnx");
     std::fs::write(&path, add_model(ext.clone()).encode_to_vec()).unwrap();
     let m = load(&path, &ImportOptions::default()).unwrap();
-    let t = m.graph.initializers.values().next().unwrap().to_tensor().unwrap();
+    let t = m
+        .graph
+        .initializers
+        .values()
+        .next()
+        .unwrap()
+        .to_tensor()
+        .unwrap();
     assert_eq!(t.as_slice::<f32>().unwrap(), &[4.0, 5.0, 6.0]);
 
     let mut bad = ext;
     bad.external_data[2] = kv("length", "400");
     std::fs::write(&path, add_model(bad).encode_to_vec()).unwrap();
-    let e = load(&path, &ImportOptions::default()).unwrap_err().to_string();
-    assert!(e.contains("model.onnx") && e.contains("past the end"), "{e}");
+    let e = load(&path, &ImportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("model.onnx") && e.contains("past the end"),
+        "{e}"
+    );
 }
 
 #[test]
 fn old_attribute_forms_become_inputs() {
     // Unsqueeze-11 takes `axes` as an attribute; kiln's canonical form is the input.
     let mut n = node("Unsqueeze", &["x"], &["y"]);
-    n.attribute.push(AttributeProto { name: "axes".into(), r#type: attribute_type::INTS, ints: vec![0], ..Default::default() });
+    n.attribute.push(AttributeProto {
+        name: "axes".into(),
+        r#type: attribute_type::INTS,
+        ints: vec![0],
+        ..Default::default()
+    });
     let m = model(
-        GraphProto { node: vec![n], input: vec![value("x", 1, &[2, 3])], output: vec![value("y", 1, &[1, 2, 3])], ..Default::default() },
+        GraphProto {
+            node: vec![n],
+            input: vec![value("x", 1, &[2, 3])],
+            output: vec![value("y", 1, &[1, 2, 3])],
+            ..Default::default()
+        },
         11,
     );
     let g = match load_bytes(encode(&m), None, &ImportOptions::default()) {
@@ -131,7 +206,9 @@ fn old_attribute_forms_become_inputs() {
     };
     assert!(g.nodes[0].attrs.is_empty());
     assert_eq!(g.nodes[0].inputs.len(), 2);
-    let axes = g.initializers[&g.nodes[0].inputs[1].unwrap()].to_tensor().unwrap();
+    let axes = g.initializers[&g.nodes[0].inputs[1].unwrap()]
+        .to_tensor()
+        .unwrap();
     assert_eq!(axes.as_slice::<i64>().unwrap(), &[0]);
     assert_eq!(g.ty(g.outputs[0]).shape, Some(vec![1, 2, 3]));
 }
@@ -141,12 +218,25 @@ fn errors_name_file_node_op_and_opset() {
     let mut m = add_model(w_raw());
     m.graph.as_mut().unwrap().node[0].op_type = "FancyOp".into();
     let e = err(encode(&m));
-    assert!(e.contains("Add_0") && e.contains("FancyOp") && e.contains("opset 13") && e.contains("unsupported"), "{e}");
+    assert!(
+        e.contains("Add_0")
+            && e.contains("FancyOp")
+            && e.contains("opset 13")
+            && e.contains("unsupported"),
+        "{e}"
+    );
 
-    let e = load(std::path::Path::new("/nonexistent/model.onnx"), &ImportOptions::default()).unwrap_err().to_string();
+    let e = load(
+        std::path::Path::new("/nonexistent/model.onnx"),
+        &ImportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("/nonexistent/model.onnx"), "{e}");
     assert!(err(Bytes::new()).contains("empty"));
-    assert!(err(Bytes::from_static(b"\x08\x07garbage\xff\xff")).contains("not a valid ONNX protobuf"));
+    assert!(
+        err(Bytes::from_static(b"\x08\x07garbage\xff\xff")).contains("not a valid ONNX protobuf")
+    );
 }
 
 #[test]
@@ -157,7 +247,10 @@ fn symbolic_input_dims_are_rejected_unless_bound() {
         t.shape.as_mut().unwrap().dim[0].value = Some(dimension::Value::DimParam("batch".into()));
     }
     let e = err(encode(&m));
-    assert!(e.contains("'x'") && e.contains("'batch'") && e.contains("axis 0"), "{e}");
+    assert!(
+        e.contains("'x'") && e.contains("'batch'") && e.contains("axis 0"),
+        "{e}"
+    );
     let mut opts = ImportOptions::default();
     opts.input_shapes.insert("x".into(), vec![2, 3]);
     let g = load_bytes(encode(&m), None, &opts).unwrap().graph;

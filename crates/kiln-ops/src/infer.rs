@@ -30,14 +30,16 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
         // Subgraph attributes first: their outputs' types feed the op's rule.
         infer_subgraphs(g, i, outer, &consts).map_err(|e| e.context(g.nodes[i].describe()))?;
         let node = g.nodes[i].clone();
-        let types = infer_node(g, &node, opset, &mut consts, outer).map_err(|e| {
-            e.context(format!("{} (opset {opset})", node.describe()))
-        })?;
+        let types = infer_node(g, &node, opset, &mut consts, outer)
+            .map_err(|e| e.context(format!("{} (opset {opset})", node.describe())))?;
         for (k, o) in node.outputs.iter().enumerate() {
             if let Some(o) = o {
                 match types.get(k) {
                     Some(t) => g.values[o.index()].ty = t.clone(),
-                    None => bail!("{}: op did not produce a type for output {k}", node.describe()),
+                    None => bail!(
+                        "{}: op did not produce a type for output {k}",
+                        node.describe()
+                    ),
                 }
             }
         }
@@ -68,7 +70,11 @@ fn infer_node(
     outer: &dyn Fn(&str) -> Option<TensorType>,
 ) -> Result<Vec<TensorType>> {
     let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
-        let domain = if node.domain.is_empty() { "ai.onnx" } else { &node.domain };
+        let domain = if node.domain.is_empty() {
+            "ai.onnx"
+        } else {
+            &node.domain
+        };
         Error::new(format!("unsupported op '{}' (domain {domain})", node.op))
     })?;
     let mut all_const = true;
@@ -88,8 +94,13 @@ fn infer_node(
     }
     let has_subgraph = node.attrs.values().any(|a| matches!(a, Attr::Graph(_)));
     if all_const && op.deterministic() && !has_subgraph && const_elems <= MAX_CONST_EVAL_ELEMS {
-        let ins: Vec<Option<&Tensor>> = node.inputs.iter().map(|i| i.map(|i| &consts[&i])).collect();
-        let cx = EvalCx { node, opset, subgraphs: &NoSubgraphs };
+        let ins: Vec<Option<&Tensor>> =
+            node.inputs.iter().map(|i| i.map(|i| &consts[&i])).collect();
+        let cx = EvalCx {
+            node,
+            opset,
+            subgraphs: &NoSubgraphs,
+        };
         let outs = guard(|| op.eval(&cx, &ins))?;
         let types: Vec<TensorType> = outs.iter().map(|t| t.ty()).collect();
         for (o, t) in node.outputs.iter().zip(outs) {
@@ -97,18 +108,39 @@ fn infer_node(
                 consts.insert(*o, t);
             }
         }
-        if types.len() >= node.outputs.iter().rposition(|o| o.is_some()).map_or(0, |p| p + 1) {
+        if types.len()
+            >= node
+                .outputs
+                .iter()
+                .rposition(|o| o.is_some())
+                .map_or(0, |p| p + 1)
+        {
             return Ok(types);
         }
     }
     let scope_names = g.names();
-    let scope = |name: &str| scope_names.get(name).map(|id| g.ty(*id).clone()).or_else(|| outer(name));
+    let scope = |name: &str| {
+        scope_names
+            .get(name)
+            .map(|id| g.ty(*id).clone())
+            .or_else(|| outer(name))
+    };
     let inputs = node
         .inputs
         .iter()
-        .map(|i| i.map(|i| InputInfo { ty: g.ty(i).clone(), value: consts.get(&i) }))
+        .map(|i| {
+            i.map(|i| InputInfo {
+                ty: g.ty(i).clone(),
+                value: consts.get(&i),
+            })
+        })
         .collect();
-    let cx = InferCx { node, opset, inputs, scope: &scope };
+    let cx = InferCx {
+        node,
+        opset,
+        inputs,
+        scope: &scope,
+    };
     if let Some(outs) = guard(|| op.fold(&cx))? {
         let types = outs.iter().map(|t| t.ty()).collect();
         for (o, t) in node.outputs.iter().zip(outs) {
@@ -126,8 +158,14 @@ fn infer_node(
 /// this is the safety net).
 fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
-        Err(Error::new(format!("internal error (panic): {}", msg.unwrap_or_else(|| "unknown".into()))))
+        let msg = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned());
+        Err(Error::new(format!(
+            "internal error (panic): {}",
+            msg.unwrap_or_else(|| "unknown".into())
+        )))
     })
 }
 
@@ -139,26 +177,46 @@ fn infer_subgraphs(
     outer: &dyn Fn(&str) -> Option<TensorType>,
     consts: &HashMap<ValueId, Tensor>,
 ) -> Result<()> {
-    if !g.nodes[idx].attrs.values().any(|a| matches!(a, Attr::Graph(_))) {
+    if !g.nodes[idx]
+        .attrs
+        .values()
+        .any(|a| matches!(a, Attr::Graph(_)))
+    {
         return Ok(());
     }
     // Constant inputs decide which subgraphs can run at all.
     let mut decoded = Vec::new();
     for i in &g.nodes[idx].inputs {
         decoded.push(match i {
-            Some(i) if !consts.contains_key(i) => g.initializers.get(i).map(|init| init.to_tensor()).transpose()?,
+            Some(i) if !consts.contains_key(i) => g
+                .initializers
+                .get(i)
+                .map(|init| init.to_tensor())
+                .transpose()?,
             _ => None,
         });
     }
-    let values: Vec<Option<&Tensor>> =
-        g.nodes[idx].inputs.iter().zip(&decoded).map(|(i, d)| d.as_ref().or_else(|| i.and_then(|i| consts.get(&i)))).collect();
-    let input_types: Vec<Option<TensorType>> = g.nodes[idx].inputs.iter().map(|i| i.map(|i| g.ty(i).clone())).collect();
+    let values: Vec<Option<&Tensor>> = g.nodes[idx]
+        .inputs
+        .iter()
+        .zip(&decoded)
+        .map(|(i, d)| d.as_ref().or_else(|| i.and_then(|i| consts.get(&i))))
+        .collect();
+    let input_types: Vec<Option<TensorType>> = g.nodes[idx]
+        .inputs
+        .iter()
+        .map(|i| i.map(|i| g.ty(i).clone()))
+        .collect();
     let op = registry::lookup(&g.nodes[idx].domain, &g.nodes[idx].op);
     let opset = node_opset(g, idx);
     let mut attrs = std::mem::take(&mut g.nodes[idx].attrs);
     // The node as the op's hook sees it: its plain attributes, no subgraphs.
     let mut plain = g.nodes[idx].clone();
-    plain.attrs = attrs.iter().filter(|(_, a)| !matches!(a, Attr::Graph(_))).map(|(k, a)| (k.clone(), a.clone())).collect();
+    plain.attrs = attrs
+        .iter()
+        .filter(|(_, a)| !matches!(a, Attr::Graph(_)))
+        .map(|(k, a)| (k.clone(), a.clone()))
+        .collect();
     let res = (|| {
         for (name, a) in attrs.iter_mut() {
             if let Attr::Graph(sub) = a {
@@ -167,11 +225,18 @@ fn infer_subgraphs(
                 }
                 if let Some(op) = op {
                     let known = op.subgraph_input_types(&plain, opset, name, &input_types)?;
-                    refine_subgraph_inputs(sub, known).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
+                    refine_subgraph_inputs(sub, known)
+                        .map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
                 }
                 let names = g.names();
-                let scope = |n: &str| names.get(n).map(|id| g.ty(*id).clone()).or_else(|| outer(n));
-                infer_graph(sub, &scope).map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
+                let scope = |n: &str| {
+                    names
+                        .get(n)
+                        .map(|id| g.ty(*id).clone())
+                        .or_else(|| outer(n))
+                };
+                infer_graph(sub, &scope)
+                    .map_err(|e| e.context(format!("subgraph attribute '{name}'")))?;
             }
         }
         Ok(())
@@ -187,7 +252,11 @@ fn infer_subgraphs(
 fn refine_subgraph_inputs(sub: &mut Graph, known: Option<Vec<Option<TensorType>>>) -> Result<()> {
     let Some(known) = known else { return Ok(()) };
     if known.len() != sub.inputs.len() {
-        bail!("the subgraph has {} inputs but the node provides {}", sub.inputs.len(), known.len());
+        bail!(
+            "the subgraph has {} inputs but the node provides {}",
+            sub.inputs.len(),
+            known.len()
+        );
     }
     for (&id, k) in sub.inputs.iter().zip(known) {
         let Some(k) = k else { continue };

@@ -16,7 +16,9 @@ impl Registry {
     }
 
     pub fn add_in(&mut self, domain: &str, name: &str, op: impl Op + 'static) {
-        let prev = self.ops.insert((domain.to_string(), name.to_string()), Box::new(op));
+        let prev = self
+            .ops
+            .insert((domain.to_string(), name.to_string()), Box::new(op));
         assert!(prev.is_none(), "op {domain}:{name} registered twice");
     }
 }
@@ -24,7 +26,9 @@ impl Registry {
 fn registry() -> &'static Registry {
     static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| {
-        let mut r = Registry { ops: HashMap::new() };
+        let mut r = Registry {
+            ops: HashMap::new(),
+        };
         crate::ops::register_all(&mut r);
         r
     })
@@ -33,7 +37,10 @@ fn registry() -> &'static Registry {
 /// The definition of `op` in `domain` ("" and "ai.onnx" are the same).
 pub fn lookup(domain: &str, op: &str) -> Option<&'static dyn Op> {
     let domain = if domain == "ai.onnx" { "" } else { domain };
-    registry().ops.get(&(domain.to_string(), op.to_string())).map(|b| b.as_ref())
+    registry()
+        .ops
+        .get(&(domain.to_string(), op.to_string()))
+        .map(|b| b.as_ref())
 }
 
 /// All registered (domain, op) names, sorted.

@@ -21,7 +21,11 @@ pub fn normalize_axis(axis: i64, rank: usize) -> Result<usize> {
     if axis < -r || axis >= r.max(1) && !(rank == 0 && axis == 0) {
         bail!("axis {axis} is out of range for rank {rank}");
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// Like [`normalize_axis`] but allows `rank` itself (insert positions).
@@ -53,13 +57,23 @@ pub fn broadcast_strides(in_shape: &[usize], out_shape: &[usize]) -> Vec<usize> 
     let s = strides(in_shape);
     let off = out_shape.len() - in_shape.len();
     (0..out_shape.len())
-        .map(|i| if i < off || in_shape[i - off] == 1 { 0 } else { s[i - off] })
+        .map(|i| {
+            if i < off || in_shape[i - off] == 1 {
+                0
+            } else {
+                s[i - off]
+            }
+        })
         .collect()
 }
 
 /// Calls `f(out_index, [offset of each input])` for every element of
 /// `out_shape`, in row-major order, with inputs read through `in_strides`.
-pub fn for_each_offset<const N: usize>(out_shape: &[usize], in_strides: [&[usize]; N], mut f: impl FnMut(usize, [usize; N])) {
+pub fn for_each_offset<const N: usize>(
+    out_shape: &[usize],
+    in_strides: [&[usize]; N],
+    mut f: impl FnMut(usize, [usize; N]),
+) {
     let total = numel(out_shape);
     if total == 0 {
         return;
@@ -112,7 +126,11 @@ pub fn map<T: Elem, U: Elem>(x: &Tensor, f: impl Fn(&T) -> U) -> Result<Tensor> 
 }
 
 /// Broadcasting binary map.
-pub fn zip_map<A: Elem, B: Elem, O: Elem>(a: &Tensor, b: &Tensor, f: impl Fn(&A, &B) -> O) -> Result<Tensor> {
+pub fn zip_map<A: Elem, B: Elem, O: Elem>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(&A, &B) -> O,
+) -> Result<Tensor> {
     let (va, vb) = (a.as_slice::<A>()?, b.as_slice::<B>()?);
     if a.shape == b.shape {
         let out: Vec<O> = va.iter().zip(vb).map(|(x, y)| f(x, y)).collect();
@@ -134,7 +152,9 @@ pub fn zip_map<A: Elem, B: Elem, O: Elem>(a: &Tensor, b: &Tensor, f: impl Fn(&A,
     let sa = broadcast_strides(&a.shape, &shape);
     let sb = broadcast_strides(&b.shape, &shape);
     let mut out = Vec::with_capacity(numel(&shape));
-    for_each_offset(&shape, [&sa, &sb], |_, [ia, ib]| out.push(f(&va[ia], &vb[ib])));
+    for_each_offset(&shape, [&sa, &sb], |_, [ia, ib]| {
+        out.push(f(&va[ia], &vb[ib]))
+    });
     Tensor::new(shape, O::wrap(out))
 }
 
@@ -151,14 +171,23 @@ pub fn zip3_map<A: Elem, B: Elem, C: Elem, O: Elem>(
     let sb = broadcast_strides(&b.shape, &shape);
     let sc = broadcast_strides(&c.shape, &shape);
     let mut out = Vec::with_capacity(numel(&shape));
-    for_each_offset(&shape, [&sa, &sb, &sc], |_, [ia, ib, ic]| out.push(f(&va[ia], &vb[ib], &vc[ic])));
+    for_each_offset(&shape, [&sa, &sb, &sc], |_, [ia, ib, ic]| {
+        out.push(f(&va[ia], &vb[ib], &vc[ic]))
+    });
     Tensor::new(shape, O::wrap(out))
 }
 
 /// The values of an integer tensor (shape, axes, pads, ... inputs).
 pub fn ints(t: &Tensor) -> Result<Vec<i64>> {
     match &t.data {
-        Data::I64(_) | Data::I32(_) | Data::I16(_) | Data::I8(_) | Data::U8(_) | Data::U16(_) | Data::U32(_) | Data::U64(_) => t.data.to_i64_vec(),
+        Data::I64(_)
+        | Data::I32(_)
+        | Data::I16(_)
+        | Data::I8(_)
+        | Data::U8(_)
+        | Data::U16(_)
+        | Data::U32(_)
+        | Data::U64(_) => t.data.to_i64_vec(),
         _ => bail!("expected an integer tensor, got {}", t.dtype()),
     }
 }

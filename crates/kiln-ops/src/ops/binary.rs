@@ -18,35 +18,124 @@ use std::cmp::Ordering;
 pub use elementwise::broadcast_type;
 
 pub fn register(r: &mut Registry) {
-    for rule in [ADD, SUB, MUL, DIV, BITWISE_AND, BITWISE_OR, BITWISE_XOR, AND, OR, XOR] {
+    for rule in [
+        ADD,
+        SUB,
+        MUL,
+        DIV,
+        BITWISE_AND,
+        BITWISE_OR,
+        BITWISE_XOR,
+        AND,
+        OR,
+        XOR,
+    ] {
         r.add(rule.name, Binary(rule));
     }
     r.add("Mod", Mod);
     r.add("BitShift", BitShift);
     r.add("Pow", Pow);
-    r.add("Equal", Compare { name: "Equal", holds: |o| o == Ordering::Equal, strings: true });
-    r.add("Greater", Compare { name: "Greater", holds: |o| o == Ordering::Greater, strings: false });
-    r.add("Less", Compare { name: "Less", holds: |o| o == Ordering::Less, strings: false });
-    r.add("GreaterOrEqual", Compare { name: "GreaterOrEqual", holds: |o| o != Ordering::Less, strings: false });
-    r.add("LessOrEqual", Compare { name: "LessOrEqual", holds: |o| o != Ordering::Greater, strings: false });
+    r.add(
+        "Equal",
+        Compare {
+            name: "Equal",
+            holds: |o| o == Ordering::Equal,
+            strings: true,
+        },
+    );
+    r.add(
+        "Greater",
+        Compare {
+            name: "Greater",
+            holds: |o| o == Ordering::Greater,
+            strings: false,
+        },
+    );
+    r.add(
+        "Less",
+        Compare {
+            name: "Less",
+            holds: |o| o == Ordering::Less,
+            strings: false,
+        },
+    );
+    r.add(
+        "GreaterOrEqual",
+        Compare {
+            name: "GreaterOrEqual",
+            holds: |o| o != Ordering::Less,
+            strings: false,
+        },
+    );
+    r.add(
+        "LessOrEqual",
+        Compare {
+            name: "LessOrEqual",
+            holds: |o| o != Ordering::Greater,
+            strings: false,
+        },
+    );
     r.add("Where", Where);
     r.add("Clip", Clip);
-    r.add("Sum", Variadic { rule: SUM, mean: false });
-    r.add("Mean", Variadic { rule: MEAN, mean: true });
-    r.add("Max", Variadic { rule: MAX, mean: false });
-    r.add("Min", Variadic { rule: MIN, mean: false });
+    r.add(
+        "Sum",
+        Variadic {
+            rule: SUM,
+            mean: false,
+        },
+    );
+    r.add(
+        "Mean",
+        Variadic {
+            rule: MEAN,
+            mean: true,
+        },
+    );
+    r.add(
+        "Max",
+        Variadic {
+            rule: MAX,
+            mean: false,
+        },
+    );
+    r.add(
+        "Min",
+        Variadic {
+            rule: MIN,
+            mean: false,
+        },
+    );
 }
 
-const fn arith(name: &'static str, float: fn(f64, f64) -> f64, int: fn(i128, i128) -> i128) -> BinaryRule {
-    BinaryRule { name, float: Some(float), int: Some(int), boolean: None }
+const fn arith(
+    name: &'static str,
+    float: fn(f64, f64) -> f64,
+    int: fn(i128, i128) -> i128,
+) -> BinaryRule {
+    BinaryRule {
+        name,
+        float: Some(float),
+        int: Some(int),
+        boolean: None,
+    }
 }
 
 const fn bitwise(name: &'static str, int: fn(i128, i128) -> i128) -> BinaryRule {
-    BinaryRule { name, float: None, int: Some(int), boolean: None }
+    BinaryRule {
+        name,
+        float: None,
+        int: Some(int),
+        boolean: None,
+    }
 }
 
 const fn logical(name: &'static str, boolean: fn(bool, bool) -> bool) -> BinaryRule {
-    BinaryRule { name, float: None, int: None, boolean: Some(boolean) }
+    BinaryRule {
+        name,
+        float: None,
+        int: None,
+        boolean: Some(boolean),
+    }
 }
 
 // i128 holds every sum and difference of two 64-bit values; products of two
@@ -67,8 +156,28 @@ const XOR: BinaryRule = logical("Xor", |a, b| a != b);
 const SUM: BinaryRule = arith("Sum", |a, b| a + b, |a, b| a.wrapping_add(b));
 const MEAN: BinaryRule = arith("Mean", |a, b| a + b, |a, b| a.wrapping_add(b));
 // Max and Min propagate NaN, as numpy's maximum/minimum do.
-const MAX: BinaryRule = arith("Max", |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) }, |a, b| a.max(b));
-const MIN: BinaryRule = arith("Min", |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) }, |a, b| a.min(b));
+const MAX: BinaryRule = arith(
+    "Max",
+    |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.max(b)
+        }
+    },
+    |a, b| a.max(b),
+);
+const MIN: BinaryRule = arith(
+    "Min",
+    |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.min(b)
+        }
+    },
+    |a, b| a.min(b),
+);
 
 /// Mod with the sign of the divisor (Python/numpy `%`, `fmod` = 0) or of the
 /// dividend (C `fmod`, `fmod` = 1).
@@ -142,7 +251,9 @@ impl Op for Mod {
         rule_type(cx, &Mod::rule(cx.node)?)
     }
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        Ok(vec![Mod::rule(cx.node)?.apply(arg(inputs, 0)?, arg(inputs, 1)?)?])
+        Ok(vec![
+            Mod::rule(cx.node)?.apply(arg(inputs, 0)?, arg(inputs, 1)?)?
+        ])
     }
 }
 
@@ -172,7 +283,13 @@ impl BitShift {
             (true, true) => x.wrapping_shl(s as u32),
             (false, true) => x >> s,
             (true, false) => 0,
-            (false, false) => if x < 0 { -1 } else { 0 },
+            (false, false) => {
+                if x < 0 {
+                    -1
+                } else {
+                    0
+                }
+            }
         })
     }
 }
@@ -211,7 +328,11 @@ impl Pow {
     }
 
     fn float_base<F: Num>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
-        dispatch_num!(&b.data, |_e: E| zip_map::<F, E, F>(a, b, |x, y| F::from_f64(x.to_f64().powf(y.to_f64()))), unreachable!("checked numeric"))
+        dispatch_num!(
+            &b.data,
+            |_e: E| zip_map::<F, E, F>(a, b, |x, y| F::from_f64(x.to_f64().powf(y.to_f64()))),
+            unreachable!("checked numeric")
+        )
     }
 
     fn int_base<I: Int>(a: &Tensor, b: &Tensor) -> Result<Tensor> {
@@ -277,7 +398,11 @@ struct Compare {
 impl Compare {
     fn check(&self, a: DType, b: DType) -> Result<()> {
         ensure!(a == b, "{}: operand types differ: {a} and {b}", self.name);
-        ensure!(a != DType::Str || self.strings, "{} does not support string tensors", self.name);
+        ensure!(
+            a != DType::Str || self.strings,
+            "{} does not support string tensors",
+            self.name
+        );
         Ok(())
     }
 }
@@ -291,7 +416,9 @@ impl Op for Compare {
         let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
         self.check(a.dtype(), b.dtype())?;
         let holds = self.holds;
-        let out = dispatch_all!(&a.data, |_v: T| zip_map::<T, T, bool>(a, b, |x, y| x.partial_cmp(y).is_some_and(holds))?);
+        let out = dispatch_all!(&a.data, |_v: T| zip_map::<T, T, bool>(a, b, |x, y| x
+            .partial_cmp(y)
+            .is_some_and(holds))?);
         Ok(vec![out])
     }
 }
@@ -301,7 +428,10 @@ struct Where;
 
 impl Where {
     fn check(cond: DType, x: DType, y: DType) -> Result<()> {
-        ensure!(cond == DType::Bool, "Where: condition must be bool, got {cond}");
+        ensure!(
+            cond == DType::Bool,
+            "Where: condition must be bool, got {cond}"
+        );
         ensure!(x == y, "Where: X and Y types differ: {x} and {y}");
         Ok(())
     }
@@ -318,7 +448,12 @@ impl Op for Where {
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (c, x, y) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         Where::check(c.dtype(), x.dtype(), y.dtype())?;
-        let out = dispatch_all!(&x.data, |_v: T| zip3_map::<bool, T, T, T>(c, x, y, |c, x, y| if *c { x.clone() } else { y.clone() })?);
+        let out = dispatch_all!(&x.data, |_v: T| zip3_map::<bool, T, T, T>(
+            c,
+            x,
+            y,
+            |c, x, y| if *c { x.clone() } else { y.clone() }
+        )?);
         Ok(vec![out])
     }
 }
@@ -331,7 +466,10 @@ struct Clip;
 impl Clip {
     fn check(cx_opset: i64, x: DType, bounds: &[Option<DType>]) -> Result<()> {
         ensure!(x.is_numeric(), "Clip needs a numeric tensor, got {x}");
-        ensure!(cx_opset >= 11 || x.is_float(), "Clip before opset 11 needs a float tensor, got {x}");
+        ensure!(
+            cx_opset >= 11 || x.is_float(),
+            "Clip before opset 11 needs a float tensor, got {x}"
+        );
         for b in bounds.iter().flatten() {
             ensure!(*b == x, "Clip: bound type {b} differs from input type {x}");
         }
@@ -339,11 +477,18 @@ impl Clip {
     }
 
     /// The bound in input `i` (opset 11+), or attribute `name` (older).
-    fn bound<T: Num>(cx: &EvalCx, inputs: &[Option<&Tensor>], i: usize, name: &str) -> Result<Option<T>> {
+    fn bound<T: Num>(
+        cx: &EvalCx,
+        inputs: &[Option<&Tensor>],
+        i: usize,
+        name: &str,
+    ) -> Result<Option<T>> {
         if cx.opset < 11 {
             return Ok(cx.node.attr_float(name)?.map(T::from_f32));
         }
-        let Some(t) = opt_arg(inputs, i) else { return Ok(None) };
+        let Some(t) = opt_arg(inputs, i) else {
+            return Ok(None);
+        };
         match t.as_slice::<T>()? {
             [v] => Ok(Some(*v)),
             v => bail!("Clip: '{name}' must be a scalar, got {} elements", v.len()),
@@ -370,15 +515,23 @@ impl Clip {
 impl Op for Clip {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let x = cx.input(0)?.ty.clone();
-        let bounds: Vec<Option<DType>> = (1..3).map(|i| cx.opt_input(i).map(|b| b.ty.dtype)).collect();
+        let bounds: Vec<Option<DType>> = (1..3)
+            .map(|i| cx.opt_input(i).map(|b| b.ty.dtype))
+            .collect();
         Clip::check(cx.opset, x.dtype, &bounds)?;
         Ok(vec![x])
     }
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
-        let bounds: Vec<Option<DType>> = (1..3).map(|i| opt_arg(inputs, i).map(|b| b.dtype())).collect();
+        let bounds: Vec<Option<DType>> = (1..3)
+            .map(|i| opt_arg(inputs, i).map(|b| b.dtype()))
+            .collect();
         Clip::check(cx.opset, x.dtype(), &bounds)?;
-        let out = dispatch_num!(&x.data, |_v: T| Clip::clip::<T>(cx, inputs, x)?, unreachable!("checked numeric"));
+        let out = dispatch_num!(
+            &x.data,
+            |_v: T| Clip::clip::<T>(cx, inputs, x)?,
+            unreachable!("checked numeric")
+        );
         Ok(vec![out])
     }
 }
@@ -392,11 +545,16 @@ struct Variadic {
 
 impl Variadic {
     fn check(&self, dtypes: &[DType]) -> Result<()> {
-        let Some(&first) = dtypes.first() else { bail!("{} needs at least one input", self.rule.name) };
+        let Some(&first) = dtypes.first() else {
+            bail!("{} needs at least one input", self.rule.name)
+        };
         for &d in dtypes {
             self.rule.check(first, d)?;
         }
-        ensure!(!self.mean || first.is_float(), "Mean needs float tensors, got {first}");
+        ensure!(
+            !self.mean || first.is_float(),
+            "Mean needs float tensors, got {first}"
+        );
         Ok(())
     }
 }
@@ -433,13 +591,23 @@ mod tests {
 
     fn apply<T: kiln_ir::Elem + Clone>(rule: BinaryRule, a: Vec<T>, b: Vec<T>) -> Vec<T> {
         let n = a.len();
-        let (a, b) = (Tensor::from_vec(vec![n], a).unwrap(), Tensor::from_vec(vec![n], b).unwrap());
-        rule.apply(&a, &b).unwrap().as_slice::<T>().unwrap().to_vec()
+        let (a, b) = (
+            Tensor::from_vec(vec![n], a).unwrap(),
+            Tensor::from_vec(vec![n], b).unwrap(),
+        );
+        rule.apply(&a, &b)
+            .unwrap()
+            .as_slice::<T>()
+            .unwrap()
+            .to_vec()
     }
 
     #[test]
     fn integer_division_is_exact_and_total() {
-        assert_eq!(apply(DIV, vec![7i64, -7, i64::MIN, 5], vec![2, 2, -1, 0]), vec![3, -3, i64::MIN, 0]);
+        assert_eq!(
+            apply(DIV, vec![7i64, -7, i64::MIN, 5], vec![2, 2, -1, 0]),
+            vec![3, -3, i64::MIN, 0]
+        );
         // Beyond 2^53 an f64 detour would lose the low bits.
         assert_eq!(apply(ADD, vec![u64::MAX - 1], vec![1]), vec![u64::MAX]);
         assert_eq!(apply(MUL, vec![u64::MAX], vec![u64::MAX]), vec![1]);
@@ -447,8 +615,14 @@ mod tests {
 
     #[test]
     fn integer_mod_follows_divisor_sign_unless_fmod() {
-        assert_eq!(apply(mod_rule(false), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]), vec![2, -2, 2, 0]);
-        assert_eq!(apply(mod_rule(true), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]), vec![-1, 1, -1, 0]);
+        assert_eq!(
+            apply(mod_rule(false), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]),
+            vec![2, -2, 2, 0]
+        );
+        assert_eq!(
+            apply(mod_rule(true), vec![-4i32, 7, -7, 3], vec![3, -3, 3, 0]),
+            vec![-1, 1, -1, 0]
+        );
     }
 
     #[test]
@@ -478,7 +652,11 @@ mod tests {
             attrs: Default::default(),
         };
         node.attrs.insert("min".into(), kiln_ir::Attr::Float(-1.0));
-        let cx = EvalCx { node: &node, opset: 6, subgraphs: &NoSubgraphs };
+        let cx = EvalCx {
+            node: &node,
+            opset: 6,
+            subgraphs: &NoSubgraphs,
+        };
         let x = Tensor::from_vec(vec![3], vec![-5.0f32, 0.5, 9.0]).unwrap();
         let out = Clip.eval(&cx, &[Some(&x)]).unwrap();
         assert_eq!(out[0].as_slice::<f32>().unwrap(), &[-1.0, 0.5, 9.0]);

@@ -17,7 +17,9 @@
 use crate::registry::Registry;
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
-use kiln_ir::{bail, dispatch_all, with_dtype, Data, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, with_dtype, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("Cast", Cast);
@@ -34,7 +36,9 @@ pub fn cast_tensor(t: &Tensor, to: DType) -> Result<Tensor> {
 }
 
 fn convert<S: CastElem, U: CastElem>(v: &[S]) -> Result<Data> {
-    Ok(U::wrap(v.iter().map(U::from_elem).collect::<Result<Vec<U>>>()?))
+    Ok(U::wrap(
+        v.iter().map(U::from_elem).collect::<Result<Vec<U>>>()?,
+    ))
 }
 
 /// The exact value an element stands for, independent of its type.
@@ -200,7 +204,11 @@ fn python_layout(sci: &str) -> String {
         }
     } else {
         let (first, rest) = digits.split_at(1);
-        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
+        let frac = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
         let exp_sign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.abs())
     }
@@ -212,8 +220,11 @@ fn cast_target(node: &Node) -> Result<DType> {
     if let Some(name) = node.attr_string("to").ok().flatten() {
         return dtype_from_onnx_name(name);
     }
-    let Some(code) = node.attr_int("to")? else { bail!("Cast: attribute 'to' is required") };
-    let code = i32::try_from(code).map_err(|_| kiln_ir::Error::new(format!("Cast: bad type code {code}")))?;
+    let Some(code) = node.attr_int("to")? else {
+        bail!("Cast: attribute 'to' is required")
+    };
+    let code = i32::try_from(code)
+        .map_err(|_| kiln_ir::Error::new(format!("Cast: bad type code {code}")))?;
     match DType::from_onnx_code(code) {
         Some(d) => Ok(d),
         None => bail!("Cast to {} is not supported", DType::onnx_code_name(code)),
@@ -248,7 +259,10 @@ struct Cast;
 impl Op for Cast {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let to = cast_target(cx.node)?;
-        Ok(vec![TensorType { dtype: to, shape: cx.input(0)?.ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype: to,
+            shape: cx.input(0)?.ty.shape.clone(),
+        }])
     }
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         Ok(vec![cast_tensor(arg(inputs, 0)?, cast_target(cx.node)?)?])
@@ -261,7 +275,10 @@ struct CastLike;
 impl Op for CastLike {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let to = cx.input(1)?.ty.dtype;
-        Ok(vec![TensorType { dtype: to, shape: cx.input(0)?.ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype: to,
+            shape: cx.input(0)?.ty.shape.clone(),
+        }])
     }
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         Ok(vec![cast_tensor(arg(inputs, 0)?, arg(inputs, 1)?.dtype())?])
@@ -274,17 +291,27 @@ mod tests {
 
     fn cast<S: Elem, U: Elem>(v: Vec<S>, to: DType) -> Vec<U> {
         let t = Tensor::from_vec(vec![v.len()], v).unwrap();
-        cast_tensor(&t, to).unwrap().as_slice::<U>().unwrap().to_vec()
+        cast_tensor(&t, to)
+            .unwrap()
+            .as_slice::<U>()
+            .unwrap()
+            .to_vec()
     }
 
     #[test]
     fn float_to_int_truncates_and_saturates() {
-        assert_eq!(cast::<f32, i8>(vec![2.9, -2.9, 300.0, -300.0, f32::NAN], DType::I8), vec![2, -2, 127, -128, 0]);
+        assert_eq!(
+            cast::<f32, i8>(vec![2.9, -2.9, 300.0, -300.0, f32::NAN], DType::I8),
+            vec![2, -2, 127, -128, 0]
+        );
     }
 
     #[test]
     fn int_to_int_keeps_low_bits() {
-        assert_eq!(cast::<i16, i8>(vec![200, -1, 256], DType::I8), vec![-56, -1, 0]);
+        assert_eq!(
+            cast::<i16, i8>(vec![200, -1, 256], DType::I8),
+            vec![-56, -1, 0]
+        );
         assert_eq!(cast::<i64, u64>(vec![-1], DType::U64), vec![u64::MAX]);
     }
 
@@ -294,17 +321,35 @@ mod tests {
         // there is 2^30): rounding through f64 first would land on the tie and
         // round to even (down); one rounding goes up.
         let i = (1i64 << 53) + (1 << 29) + 1;
-        assert_eq!(cast::<i64, f32>(vec![i], DType::F32), vec![((1u64 << 53) + (1 << 30)) as f32]);
+        assert_eq!(
+            cast::<i64, f32>(vec![i], DType::F32),
+            vec![((1u64 << 53) + (1 << 30)) as f32]
+        );
     }
 
     #[test]
     fn strings_round_trip() {
-        let s = cast::<String, f32>(vec!["3.5".into(), "1e-5".into(), "+INF".into(), "-inf".into(), "NaN".into()], DType::F32);
+        let s = cast::<String, f32>(
+            vec![
+                "3.5".into(),
+                "1e-5".into(),
+                "+INF".into(),
+                "-inf".into(),
+                "NaN".into(),
+            ],
+            DType::F32,
+        );
         assert_eq!(&s[..4], &[3.5, 1e-5, f32::INFINITY, f32::NEG_INFINITY]);
         assert!(s[4].is_nan());
-        assert_eq!(cast::<String, i64>(vec!["9007199254740993".into(), "100.5".into()], DType::I64), vec![9007199254740993, 100]);
+        assert_eq!(
+            cast::<String, i64>(vec!["9007199254740993".into(), "100.5".into()], DType::I64),
+            vec![9007199254740993, 100]
+        );
         let text = cast::<f32, String>(vec![0.1, 100.0, 1e20, 1.5e-7, -0.0, 0.001], DType::Str);
-        assert_eq!(text, vec!["0.1", "100.0", "1e+20", "1.5e-07", "-0.0", "0.001"]);
+        assert_eq!(
+            text,
+            vec!["0.1", "100.0", "1e+20", "1.5e-07", "-0.0", "0.001"]
+        );
         assert_eq!(cast::<bool, String>(vec![true], DType::Str), vec!["True"]);
     }
 }

@@ -7,7 +7,9 @@
 use crate::registry::Registry;
 use crate::util::{normalize_axis, normalize_axis_inclusive, numel};
 use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_all, ensure, Data, DType, Elem, Graph, Node, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, ensure, DType, Data, Elem, Graph, Node, Result, Tensor, TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("If", If);
@@ -17,20 +19,29 @@ pub fn register(r: &mut Registry) {
 
 /// The graph attribute `name` of `node`, or an error naming it.
 fn body<'a>(node: &'a Node, name: &str) -> Result<&'a Graph> {
-    node.attr_graph(name)?.ok_or_else(|| kiln_ir::Error::new(format!("attribute '{name}' (a graph) is required")))
+    node.attr_graph(name)?
+        .ok_or_else(|| kiln_ir::Error::new(format!("attribute '{name}' (a graph) is required")))
 }
 
 /// Inferred type of the subgraph's `k`-th output.
 fn output_type(g: &Graph, k: usize) -> Result<&TensorType> {
     match g.outputs.get(k) {
         Some(&id) => Ok(g.ty(id)),
-        None => bail!("subgraph '{}' has {} outputs, output {k} is missing", g.name, g.outputs.len()),
+        None => bail!(
+            "subgraph '{}' has {} outputs, output {k} is missing",
+            g.name,
+            g.outputs.len()
+        ),
     }
 }
 
 /// Truth value of a single-element condition tensor (bool or numeric).
 fn truth(t: &Tensor, what: &str) -> Result<bool> {
-    ensure!(t.len() == 1, "{what} must hold exactly one element, got shape {:?}", t.shape);
+    ensure!(
+        t.len() == 1,
+        "{what} must hold exactly one element, got shape {:?}",
+        t.shape
+    );
     Ok(match &t.data {
         Data::Bool(v) => v[0],
         Data::Str(_) => bail!("{what} must be a bool tensor, got strings"),
@@ -50,7 +61,12 @@ fn as_declared(g: &Graph, k: usize, t: Tensor) -> Result<Tensor> {
 /// Runs `g` and checks it returned `n` outputs.
 fn run_body(cx: &EvalCx, g: &Graph, inputs: Vec<Tensor>, n: usize) -> Result<Vec<Tensor>> {
     let outs = cx.subgraphs.run(g, inputs)?;
-    ensure!(outs.len() == n, "subgraph '{}' returned {} outputs, expected {n}", g.name, outs.len());
+    ensure!(
+        outs.len() == n,
+        "subgraph '{}' returned {} outputs, expected {n}",
+        g.name,
+        outs.len()
+    );
     Ok(outs)
 }
 
@@ -58,7 +74,11 @@ fn run_body(cx: &EvalCx, g: &Graph, inputs: Vec<Tensor>, n: usize) -> Result<Vec
 
 /// The slice of `t` at `index` along `axis`, with that axis removed.
 fn index_axis(t: &Tensor, axis: usize, index: usize) -> Result<Tensor> {
-    ensure!(axis < t.rank() && index < t.shape[axis], "index {index} on axis {axis} is out of range for shape {:?}", t.shape);
+    ensure!(
+        axis < t.rank() && index < t.shape[axis],
+        "index {index} on axis {axis} is out of range for shape {:?}",
+        t.shape
+    );
     let outer: usize = t.shape[..axis].iter().product();
     let inner: usize = t.shape[axis + 1..].iter().product();
     let n = t.shape[axis];
@@ -70,7 +90,9 @@ fn index_axis(t: &Tensor, axis: usize, index: usize) -> Result<Tensor> {
 
 /// Stacks equally shaped tensors along a new axis `axis`.
 fn stack(parts: &[Tensor], axis: usize) -> Result<Tensor> {
-    let Some(first) = parts.first() else { bail!("nothing to stack") };
+    let Some(first) = parts.first() else {
+        bail!("nothing to stack")
+    };
     for p in parts {
         ensure!(
             p.shape == first.shape && p.dtype() == first.dtype(),
@@ -79,11 +101,18 @@ fn stack(parts: &[Tensor], axis: usize) -> Result<Tensor> {
             p.ty()
         );
     }
-    ensure!(axis <= first.rank(), "axis {axis} is out of range for rank {}", first.rank() + 1);
+    ensure!(
+        axis <= first.rank(),
+        "axis {axis} is out of range for rank {}",
+        first.rank() + 1
+    );
     let outer: usize = first.shape[..axis].iter().product();
     let inner: usize = first.shape[axis..].iter().product();
     let data = dispatch_all!(&first.data, |_v: T| {
-        let slices: Vec<&[T]> = parts.iter().map(|p| p.as_slice::<T>()).collect::<Result<_>>()?;
+        let slices: Vec<&[T]> = parts
+            .iter()
+            .map(|p| p.as_slice::<T>())
+            .collect::<Result<_>>()?;
         let mut out = Vec::with_capacity(outer * inner * parts.len());
         for o in 0..outer {
             for s in &slices {
@@ -104,7 +133,11 @@ fn empty_stack(dtype: DType, elem: Option<&[usize]>, axis: usize, what: &str) ->
         bail!("{what} ran no iterations and its per-iteration shape is not known statically")
     };
     let mut shape = elem.to_vec();
-    ensure!(axis <= shape.len(), "axis {axis} is out of range for rank {}", shape.len() + 1);
+    ensure!(
+        axis <= shape.len(),
+        "axis {axis} is out of range for rank {}",
+        shape.len() + 1
+    );
     shape.insert(axis, 0);
     Ok(Tensor::zeros(dtype, shape))
 }
@@ -138,14 +171,27 @@ impl Op for If {
         (0..n)
             .map(|k| {
                 let (t, e) = (output_type(then_g, k)?, output_type(else_g, k)?);
-                ensure!(t.dtype == e.dtype, "output {k} is {} in then_branch but {} in else_branch", t.dtype, e.dtype);
-                Ok(if t.shape == e.shape { t.clone() } else { TensorType::unknown_shape(t.dtype) })
+                ensure!(
+                    t.dtype == e.dtype,
+                    "output {k} is {} in then_branch but {} in else_branch",
+                    t.dtype,
+                    e.dtype
+                );
+                Ok(if t.shape == e.shape {
+                    t.clone()
+                } else {
+                    TensorType::unknown_shape(t.dtype)
+                })
             })
             .collect()
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let branch = if truth(arg(inputs, 0)?, "cond")? { "then_branch" } else { "else_branch" };
+        let branch = if truth(arg(inputs, 0)?, "cond")? {
+            "then_branch"
+        } else {
+            "else_branch"
+        };
         let g = body(cx.node, branch)?;
         run_body(cx, g, Vec::new(), cx.node.outputs.len())
     }
@@ -160,22 +206,51 @@ impl Loop {
     /// (number of carried values N, number of scan outputs K).
     fn counts(node: &Node, g: &Graph) -> Result<(usize, usize)> {
         let n = node.inputs.len().saturating_sub(2);
-        ensure!(g.inputs.len() == n + 2, "the body takes {} inputs but the Loop passes {}", g.inputs.len(), n + 2);
-        ensure!(g.outputs.len() > n, "the body returns {} outputs, needs at least {}", g.outputs.len(), n + 1);
+        ensure!(
+            g.inputs.len() == n + 2,
+            "the body takes {} inputs but the Loop passes {}",
+            g.inputs.len(),
+            n + 2
+        );
+        ensure!(
+            g.outputs.len() > n,
+            "the body returns {} outputs, needs at least {}",
+            g.outputs.len(),
+            n + 1
+        );
         let k = g.outputs.len() - 1 - n;
-        ensure!(node.outputs.len() <= n + k, "the node has {} outputs, the body provides {}", node.outputs.len(), n + k);
+        ensure!(
+            node.outputs.len() <= n + k,
+            "the node has {} outputs, the body provides {}",
+            node.outputs.len(),
+            n + k
+        );
         Ok((n, k))
     }
 }
 
 impl Op for Loop {
-    fn subgraph_input_types(&self, _node: &Node, _opset: i64, attr: &str, inputs: &[Option<TensorType>]) -> Result<Option<Vec<Option<TensorType>>>> {
+    fn subgraph_input_types(
+        &self,
+        _node: &Node,
+        _opset: i64,
+        attr: &str,
+        inputs: &[Option<TensorType>],
+    ) -> Result<Option<Vec<Option<TensorType>>>> {
         if attr != "body" {
             return Ok(None);
         }
-        let mut known = vec![Some(TensorType::new(DType::I64, vec![])), Some(TensorType::new(DType::Bool, vec![]))];
+        let mut known = vec![
+            Some(TensorType::new(DType::I64, vec![])),
+            Some(TensorType::new(DType::Bool, vec![])),
+        ];
         // Carried values may change shape between iterations: dtype only.
-        known.extend(inputs.iter().skip(2).map(|t| t.as_ref().map(|t| TensorType::unknown_shape(t.dtype))));
+        known.extend(
+            inputs
+                .iter()
+                .skip(2)
+                .map(|t| t.as_ref().map(|t| TensorType::unknown_shape(t.dtype))),
+        );
         Ok(Some(known))
     }
 
@@ -186,9 +261,18 @@ impl Op for Loop {
         for i in 0..n {
             let init = &cx.input(2 + i)?.ty;
             let last = output_type(g, 1 + i)?;
-            ensure!(init.dtype == last.dtype, "carried value {i} starts as {} but the body returns {}", init.dtype, last.dtype);
+            ensure!(
+                init.dtype == last.dtype,
+                "carried value {i} starts as {} but the body returns {}",
+                init.dtype,
+                last.dtype
+            );
             // Zero iterations return the initial value, others the body's.
-            out.push(if init.shape.is_some() && init.shape == last.shape { init.clone() } else { TensorType::unknown_shape(init.dtype) });
+            out.push(if init.shape.is_some() && init.shape == last.shape {
+                init.clone()
+            } else {
+                TensorType::unknown_shape(init.dtype)
+            });
         }
         for j in 0..k {
             // The trip count depends on run-time conditions.
@@ -202,7 +286,11 @@ impl Op for Loop {
         let (n, k) = Loop::counts(cx.node, g)?;
         let max_trips = match inputs.first().copied().flatten() {
             Some(m) => {
-                ensure!(m.len() == 1, "M must hold one element, got shape {:?}", m.shape);
+                ensure!(
+                    m.len() == 1,
+                    "M must hold one element, got shape {:?}",
+                    m.shape
+                );
                 m.data.to_i64_vec()?[0]
             }
             None => i64::MAX,
@@ -211,11 +299,16 @@ impl Op for Loop {
             Some(c) => truth(c, "cond")?,
             None => true,
         };
-        let mut carried: Vec<Tensor> = (0..n).map(|i| arg(inputs, 2 + i).cloned()).collect::<Result<_>>()?;
+        let mut carried: Vec<Tensor> = (0..n)
+            .map(|i| arg(inputs, 2 + i).cloned())
+            .collect::<Result<_>>()?;
         let mut scans: Vec<Vec<Tensor>> = vec![Vec::new(); k];
         let mut iter = 0i64;
         while cond && iter < max_trips {
-            let mut ins = vec![as_declared(g, 0, Tensor::scalar(iter))?, as_declared(g, 1, Tensor::scalar(cond))?];
+            let mut ins = vec![
+                as_declared(g, 0, Tensor::scalar(iter))?,
+                as_declared(g, 1, Tensor::scalar(cond))?,
+            ];
             ins.extend(carried.iter().cloned());
             let mut outs = run_body(cx, g, ins, 1 + n + k)?;
             let produced = outs.split_off(1 + n);
@@ -263,23 +356,54 @@ impl ScanSpec {
     /// Reads the attributes; the states start at node input 1 for opset 8
     /// (input 0 is sequence_lens), else at input 0.
     fn new(node: &Node, opset: i64, g: &Graph) -> Result<ScanSpec> {
-        let m = node.attr_int("num_scan_inputs")?.ok_or_else(|| kiln_ir::Error::new("attribute 'num_scan_inputs' is required"))?;
+        let m = node
+            .attr_int("num_scan_inputs")?
+            .ok_or_else(|| kiln_ir::Error::new("attribute 'num_scan_inputs' is required"))?;
         ensure!(m > 0, "num_scan_inputs must be positive, got {m}");
         let m = m as usize;
         let first_state = if opset < 9 { 1 } else { 0 };
         let total = node.inputs.len().saturating_sub(first_state);
-        ensure!(total >= m, "num_scan_inputs is {m} but the node has {total} state and scan inputs");
+        ensure!(
+            total >= m,
+            "num_scan_inputs is {m} but the node has {total} state and scan inputs"
+        );
         let n = total - m;
-        ensure!(g.inputs.len() == n + m, "the body takes {} inputs but the Scan passes {}", g.inputs.len(), n + m);
-        ensure!(g.outputs.len() >= n, "the body returns {} outputs, needs at least the {n} states", g.outputs.len());
+        ensure!(
+            g.inputs.len() == n + m,
+            "the body takes {} inputs but the Scan passes {}",
+            g.inputs.len(),
+            n + m
+        );
+        ensure!(
+            g.outputs.len() >= n,
+            "the body returns {} outputs, needs at least the {n} states",
+            g.outputs.len()
+        );
         let k = g.outputs.len() - n;
-        ensure!(node.outputs.len() <= n + k, "the node has {} outputs, the body provides {}", node.outputs.len(), n + k);
+        ensure!(
+            node.outputs.len() <= n + k,
+            "the node has {} outputs, the body provides {}",
+            node.outputs.len(),
+            n + k
+        );
         let flags = |name: &str, len: usize| -> Result<Vec<bool>> {
             match node.attr_ints(name)? {
                 None => Ok(vec![false; len]),
                 Some(v) => {
-                    ensure!(v.len() == len, "attribute '{name}' has {} entries, expected {len}", v.len());
-                    v.iter().map(|&d| if d == 0 || d == 1 { Ok(d == 1) } else { bail!("attribute '{name}' entries must be 0 or 1, got {d}") }).collect()
+                    ensure!(
+                        v.len() == len,
+                        "attribute '{name}' has {} entries, expected {len}",
+                        v.len()
+                    );
+                    v.iter()
+                        .map(|&d| {
+                            if d == 0 || d == 1 {
+                                Ok(d == 1)
+                            } else {
+                                bail!("attribute '{name}' entries must be 0 or 1, got {d}")
+                            }
+                        })
+                        .collect()
                 }
             }
         };
@@ -287,32 +411,62 @@ impl ScanSpec {
             match node.attr_ints(name)? {
                 None => Ok(vec![0; len]),
                 Some(v) => {
-                    ensure!(v.len() == len, "attribute '{name}' has {} entries, expected {len}", v.len());
+                    ensure!(
+                        v.len() == len,
+                        "attribute '{name}' has {} entries, expected {len}",
+                        v.len()
+                    );
                     Ok(v.to_vec())
                 }
             }
         };
-        let in_dirs = if opset < 9 { "directions" } else { "scan_input_directions" };
+        let in_dirs = if opset < 9 {
+            "directions"
+        } else {
+            "scan_input_directions"
+        };
         Ok(ScanSpec {
             states: n,
             inputs: m,
             outputs: k,
             in_reverse: flags(in_dirs, m)?,
-            out_reverse: if opset < 9 { vec![false; k] } else { flags("scan_output_directions", k)? },
-            in_axes: if opset < 9 { vec![0; m] } else { axes("scan_input_axes", m)? },
-            out_axes: if opset < 9 { vec![0; k] } else { axes("scan_output_axes", k)? },
+            out_reverse: if opset < 9 {
+                vec![false; k]
+            } else {
+                flags("scan_output_directions", k)?
+            },
+            in_axes: if opset < 9 {
+                vec![0; m]
+            } else {
+                axes("scan_input_axes", m)?
+            },
+            out_axes: if opset < 9 {
+                vec![0; k]
+            } else {
+                axes("scan_output_axes", k)?
+            },
         })
     }
 
     /// Runs the scan over unbatched states and inputs: returns the final
     /// states then the scan outputs.
-    fn run(&self, cx: &EvalCx, g: &Graph, states: Vec<Tensor>, scan_inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run(
+        &self,
+        cx: &EvalCx,
+        g: &Graph,
+        states: Vec<Tensor>,
+        scan_inputs: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
         let mut axes = Vec::with_capacity(self.inputs);
         let mut len = None;
         for (i, x) in scan_inputs.iter().enumerate() {
             let axis = normalize_axis(self.in_axes[i], x.rank())?;
             let l = x.shape[axis];
-            ensure!(len.is_none_or(|n| n == l), "scan inputs have different sequence lengths ({} and {l})", len.unwrap_or(0));
+            ensure!(
+                len.is_none_or(|n| n == l),
+                "scan inputs have different sequence lengths ({} and {l})",
+                len.unwrap_or(0)
+            );
             len = Some(l);
             axes.push(axis);
         }
@@ -343,19 +497,37 @@ impl ScanSpec {
             if self.out_reverse[j] {
                 acc.reverse();
             }
-            result.push(if acc.is_empty() { empty_stack(ty.dtype, ty.shape.as_deref(), axis, "Scan")? } else { stack(&acc, axis)? });
+            result.push(if acc.is_empty() {
+                empty_stack(ty.dtype, ty.shape.as_deref(), axis, "Scan")?
+            } else {
+                stack(&acc, axis)?
+            });
         }
         Ok(result)
     }
 
     /// Output types for the unbatched form, given the scan inputs' types.
-    fn infer(&self, g: &Graph, states: &[&TensorType], scan_inputs: &[&TensorType]) -> Result<Vec<TensorType>> {
+    fn infer(
+        &self,
+        g: &Graph,
+        states: &[&TensorType],
+        scan_inputs: &[&TensorType],
+    ) -> Result<Vec<TensorType>> {
         let mut out = Vec::with_capacity(self.states + self.outputs);
         for (i, init) in states.iter().enumerate() {
             let last = output_type(g, i)?;
-            ensure!(init.dtype == last.dtype, "state {i} starts as {} but the body returns {}", init.dtype, last.dtype);
+            ensure!(
+                init.dtype == last.dtype,
+                "state {i} starts as {} but the body returns {}",
+                init.dtype,
+                last.dtype
+            );
             // States keep one shape across iterations (the spec requires it).
-            out.push(if init.shape.is_some() { (*init).clone() } else { last.clone() });
+            out.push(if init.shape.is_some() {
+                (*init).clone()
+            } else {
+                last.clone()
+            });
         }
         let mut len = None;
         for (i, x) in scan_inputs.iter().enumerate() {
@@ -391,7 +563,13 @@ fn drop_axis(t: &TensorType, axis: i64) -> Result<TensorType> {
 }
 
 impl Op for Scan {
-    fn subgraph_input_types(&self, node: &Node, opset: i64, attr: &str, inputs: &[Option<TensorType>]) -> Result<Option<Vec<Option<TensorType>>>> {
+    fn subgraph_input_types(
+        &self,
+        node: &Node,
+        opset: i64,
+        attr: &str,
+        inputs: &[Option<TensorType>],
+    ) -> Result<Option<Vec<Option<TensorType>>>> {
         if attr != "body" {
             return Ok(None);
         }
@@ -405,7 +583,11 @@ impl Op for Scan {
             // Opset 8 inputs carry a leading batch axis; scan inputs then
             // have their sequence axis at 1.
             let elem = |t: &TensorType| -> Result<TensorType> {
-                let t = if opset < 9 { drop_axis(t, 0)? } else { t.clone() };
+                let t = if opset < 9 {
+                    drop_axis(t, 0)?
+                } else {
+                    t.clone()
+                };
                 if i < n {
                     return Ok(t);
                 }
@@ -421,7 +603,9 @@ impl Op for Scan {
         let g = body(cx.node, "body")?;
         let spec = ScanSpec::new(cx.node, cx.opset, g)?;
         let first = if cx.opset < 9 { 1 } else { 0 };
-        let types: Vec<&TensorType> = (0..spec.states + spec.inputs).map(|i| cx.input(first + i).map(|x| &x.ty)).collect::<Result<_>>()?;
+        let types: Vec<&TensorType> = (0..spec.states + spec.inputs)
+            .map(|i| cx.input(first + i).map(|x| &x.ty))
+            .collect::<Result<_>>()?;
         if cx.opset < 9 {
             infer_batched(&spec, g, &types)
         } else {
@@ -435,8 +619,12 @@ impl Op for Scan {
         if cx.opset < 9 {
             return eval_batched(&spec, cx, g, inputs);
         }
-        let states: Vec<Tensor> = (0..spec.states).map(|i| arg(inputs, i).cloned()).collect::<Result<_>>()?;
-        let scan_inputs: Vec<&Tensor> = (0..spec.inputs).map(|i| arg(inputs, spec.states + i)).collect::<Result<_>>()?;
+        let states: Vec<Tensor> = (0..spec.states)
+            .map(|i| arg(inputs, i).cloned())
+            .collect::<Result<_>>()?;
+        let scan_inputs: Vec<&Tensor> = (0..spec.inputs)
+            .map(|i| arg(inputs, spec.states + i))
+            .collect::<Result<_>>()?;
         spec.run(cx, g, states, &scan_inputs)
     }
 }
@@ -444,8 +632,13 @@ impl Op for Scan {
 /// Scan-8 output types: every value has a leading batch axis; scan outputs
 /// have the (padded) sequence axis at 1.
 fn infer_batched(spec: &ScanSpec, g: &Graph, types: &[&TensorType]) -> Result<Vec<TensorType>> {
-    let batch = types.iter().find_map(|t| t.shape.as_ref().and_then(|s| s.first().copied()));
-    let unbatched: Vec<TensorType> = types.iter().map(|t| drop_axis(t, 0)).collect::<Result<_>>()?;
+    let batch = types
+        .iter()
+        .find_map(|t| t.shape.as_ref().and_then(|s| s.first().copied()));
+    let unbatched: Vec<TensorType> = types
+        .iter()
+        .map(|t| drop_axis(t, 0))
+        .collect::<Result<_>>()?;
     let refs: Vec<&TensorType> = unbatched.iter().collect();
     let inner = spec.infer(g, &refs[..spec.states], &refs[spec.states..])?;
     Ok(inner
@@ -462,31 +655,64 @@ fn infer_batched(spec: &ScanSpec, g: &Graph, types: &[&TensorType]) -> Result<Ve
 
 /// Scan-8: runs the scan per batch entry over its `sequence_lens` prefix;
 /// scan outputs past a sequence's length are zero.
-fn eval_batched(spec: &ScanSpec, cx: &EvalCx, g: &Graph, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-    let values: Vec<&Tensor> = (0..spec.states + spec.inputs).map(|i| arg(inputs, 1 + i)).collect::<Result<_>>()?;
-    let Some(batch) = values.first().and_then(|t| t.shape.first().copied()) else { bail!("Scan-8 inputs need a leading batch axis") };
+fn eval_batched(
+    spec: &ScanSpec,
+    cx: &EvalCx,
+    g: &Graph,
+    inputs: &[Option<&Tensor>],
+) -> Result<Vec<Tensor>> {
+    let values: Vec<&Tensor> = (0..spec.states + spec.inputs)
+        .map(|i| arg(inputs, 1 + i))
+        .collect::<Result<_>>()?;
+    let Some(batch) = values.first().and_then(|t| t.shape.first().copied()) else {
+        bail!("Scan-8 inputs need a leading batch axis")
+    };
     for t in &values {
-        ensure!(t.shape.first() == Some(&batch), "all Scan-8 inputs must share the batch size {batch}, got shape {:?}", t.shape);
+        ensure!(
+            t.shape.first() == Some(&batch),
+            "all Scan-8 inputs must share the batch size {batch}, got shape {:?}",
+            t.shape
+        );
     }
     let scan_inputs = &values[spec.states..];
     for t in scan_inputs {
-        ensure!(t.rank() >= 2, "Scan-8 scan inputs need [batch, sequence, ...] shapes, got {:?}", t.shape);
+        ensure!(
+            t.rank() >= 2,
+            "Scan-8 scan inputs need [batch, sequence, ...] shapes, got {:?}",
+            t.shape
+        );
     }
     let max_len = scan_inputs.first().map_or(0, |t| t.shape[1]);
     let lens = match inputs.first().copied().flatten() {
         Some(l) => {
             let v = l.data.to_i64_vec()?;
-            ensure!(v.len() == batch, "sequence_lens has {} entries for batch size {batch}", v.len());
+            ensure!(
+                v.len() == batch,
+                "sequence_lens has {} entries for batch size {batch}",
+                v.len()
+            );
             v.iter()
-                .map(|&x| if x >= 0 && x as usize <= max_len { Ok(x as usize) } else { bail!("sequence length {x} is outside [0, {max_len}]") })
+                .map(|&x| {
+                    if x >= 0 && x as usize <= max_len {
+                        Ok(x as usize)
+                    } else {
+                        bail!("sequence length {x} is outside [0, {max_len}]")
+                    }
+                })
                 .collect::<Result<Vec<_>>>()?
         }
         None => vec![max_len; batch],
     };
     let mut per_batch: Vec<Vec<Tensor>> = Vec::with_capacity(batch);
     for (b, &len) in lens.iter().enumerate() {
-        let states = values[..spec.states].iter().map(|t| index_axis(t, 0, b)).collect::<Result<Vec<_>>>()?;
-        let seqs = scan_inputs.iter().map(|t| prefix(&index_axis(t, 0, b)?, len)).collect::<Result<Vec<_>>>()?;
+        let states = values[..spec.states]
+            .iter()
+            .map(|t| index_axis(t, 0, b))
+            .collect::<Result<Vec<_>>>()?;
+        let seqs = scan_inputs
+            .iter()
+            .map(|t| prefix(&index_axis(t, 0, b)?, len))
+            .collect::<Result<Vec<_>>>()?;
         let seq_refs: Vec<&Tensor> = seqs.iter().collect();
         let mut outs = spec.run(cx, g, states, &seq_refs)?;
         for o in outs.iter_mut().skip(spec.states) {

@@ -36,18 +36,37 @@ pub(crate) struct ConvShape {
 
 impl ConvShape {
     pub fn new(node: &Node, x: &[usize], w: &[usize]) -> Result<ConvShape> {
-        ensure!(x.len() >= 3, "convolution input must have rank >= 3 ([N, C, spatial...]), got {x:?}");
-        ensure!(w.len() == x.len(), "weights of shape {w:?} do not match input rank {}", x.len());
+        ensure!(
+            x.len() >= 3,
+            "convolution input must have rank >= 3 ([N, C, spatial...]), got {x:?}"
+        );
+        ensure!(
+            w.len() == x.len(),
+            "weights of shape {w:?} do not match input rank {}",
+            x.len()
+        );
         let group = node.attr_int_or("group", 1)?;
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
         let (c, m) = (x[1], w[0]);
-        ensure!(w[1].checked_mul(group) == Some(c), "input has {c} channels but weights {w:?} with group {group} disagree");
-        ensure!(m.is_multiple_of(group), "{m} output channels do not divide into {group} groups");
+        ensure!(
+            w[1].checked_mul(group) == Some(c),
+            "input has {c} channels but weights {w:?} with group {group} disagree"
+        );
+        ensure!(
+            m.is_multiple_of(group),
+            "{m} output channels do not divide into {group} groups"
+        );
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, x.len() - 2)?;
         let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
-        let cs = ConvShape { batch: x[0], in_channels: c, out_channels: m, group, geom };
+        let cs = ConvShape {
+            batch: x[0],
+            in_channels: c,
+            out_channels: m,
+            group,
+            geom,
+        };
         checked_numel(&cs.out_shape())?;
         Ok(cs)
     }
@@ -62,7 +81,10 @@ impl ConvShape {
 /// Checks an optional per-output-channel bias.
 fn check_bias(b: Option<&[usize]>, channels: usize) -> Result<()> {
     if let Some(b) = b {
-        ensure!(b == [channels], "bias must have shape [{channels}], got {b:?}");
+        ensure!(
+            b == [channels],
+            "bias must have shape [{channels}], got {b:?}"
+        );
     }
     Ok(())
 }
@@ -80,15 +102,30 @@ fn add_bias<T: GemmElem>(out: &mut [T], bias: &[T], plane: usize) {
 
 /// The convolution of `x` by `w` (plus `bias`), per batch item and group:
 /// the group's weights `[M/g, C/g*K]` times its im2col matrix `[C/g*K, windows]`.
-pub(crate) fn conv_forward<T: GemmElem>(cs: &ConvShape, x: &[T], w: &[T], bias: Option<&[T]>) -> Result<Vec<T>> {
+pub(crate) fn conv_forward<T: GemmElem>(
+    cs: &ConvShape,
+    x: &[T],
+    w: &[T],
+    bias: Option<&[T]>,
+) -> Result<Vec<T>> {
     let g = &cs.geom;
     let (cg, mg) = (cs.in_channels / cs.group, cs.out_channels / cs.group);
     let (kt, wins, plane) = (g.kernel_size(), g.window_count(), g.image_size());
-    ensure!(x.len() == cs.batch * cs.in_channels * plane, "input size does not match its shape");
-    ensure!(w.len() == cs.out_channels * cg * kt, "weight size does not match its shape");
+    ensure!(
+        x.len() == cs.batch * cs.in_channels * plane,
+        "input size does not match its shape"
+    );
+    ensure!(
+        w.len() == cs.out_channels * cg * kt,
+        "weight size does not match its shape"
+    );
     let taps = Taps::new(g);
     let pointwise = g.is_pointwise();
-    let mut cols = if pointwise { Vec::new() } else { vec![T::default(); cg * kt * wins] };
+    let mut cols = if pointwise {
+        Vec::new()
+    } else {
+        vec![T::default(); cg * kt * wins]
+    };
     let mut out = vec![T::zero(); cs.batch * cs.out_channels * wins];
     for b in 0..cs.batch {
         for gi in 0..cs.group {
@@ -125,7 +162,10 @@ impl Op for Conv {
         let dtype = cx.input(0)?.ty.dtype;
         Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
             let cs = ConvShape::new(cx.node, s[0], s[1])?;
-            check_bias(cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()), cs.out_channels)?;
+            check_bias(
+                cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()),
+                cs.out_channels,
+            )?;
             Ok(cs.out_shape())
         })?])
     }
@@ -153,10 +193,25 @@ fn channel_param_shape(p: &Tensor, rank: usize, axis: usize) -> Vec<usize> {
 }
 
 /// `x - x_zp` and `w - w_zp` as exact i32 values and the convolution of them.
-fn integer_conv(node: &Node, x: &Tensor, x_zp: Option<&Tensor>, w: &Tensor, w_zp: Option<&Tensor>, bias: Option<&Tensor>) -> Result<(ConvShape, Vec<i32>)> {
+fn integer_conv(
+    node: &Node,
+    x: &Tensor,
+    x_zp: Option<&Tensor>,
+    w: &Tensor,
+    w_zp: Option<&Tensor>,
+    bias: Option<&Tensor>,
+) -> Result<(ConvShape, Vec<i32>)> {
     let cs = ConvShape::new(node, &x.shape, &w.shape)?;
-    let xc = centered(x, x_zp, &x_zp.map_or(vec![], |z| channel_param_shape(z, x.rank(), 1)))?;
-    let wc = centered(w, w_zp, &w_zp.map_or(vec![], |z| channel_param_shape(z, w.rank(), 0)))?;
+    let xc = centered(
+        x,
+        x_zp,
+        &x_zp.map_or(vec![], |z| channel_param_shape(z, x.rank(), 1)),
+    )?;
+    let wc = centered(
+        w,
+        w_zp,
+        &w_zp.map_or(vec![], |z| channel_param_shape(z, w.rank(), 0)),
+    )?;
     let bias = match bias {
         Some(b) => {
             check_bias(Some(&b.shape), cs.out_channels)?;
@@ -173,7 +228,9 @@ struct ConvInteger;
 
 impl Op for ConvInteger {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape()))?])
+        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| {
+            Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape())
+        })?])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -188,20 +245,53 @@ struct QLinearConv;
 
 impl Op for QLinearConv {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let dtype = cx.opt_input(7).map_or(cx.input(0)?.ty.dtype, |z| z.ty.dtype);
-        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape()))?])
+        let dtype = cx
+            .opt_input(7)
+            .map_or(cx.input(0)?.ty.dtype, |z| z.ty.dtype);
+        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| {
+            Ok(ConvShape::new(cx.node, s[0], s[1])?.out_shape())
+        })?])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, x_scale, w, w_scale, y_scale) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 3)?, arg(inputs, 4)?, arg(inputs, 6)?);
+        let (x, x_scale, w, w_scale, y_scale) = (
+            arg(inputs, 0)?,
+            arg(inputs, 1)?,
+            arg(inputs, 3)?,
+            arg(inputs, 4)?,
+            arg(inputs, 6)?,
+        );
         let y_zp = opt_arg(inputs, 7);
-        let (cs, acc) = integer_conv(cx.node, x, opt_arg(inputs, 2), w, opt_arg(inputs, 5), opt_arg(inputs, 8))?;
-        ensure!(x_scale.len() == 1 && y_scale.len() == 1, "QLinearConv x_scale and y_scale must be scalars");
-        ensure!(w_scale.len() == 1 || w_scale.shape == [cs.out_channels], "w_scale must be a scalar or have shape [{}], got {:?}", cs.out_channels, w_scale.shape);
+        let (cs, acc) = integer_conv(
+            cx.node,
+            x,
+            opt_arg(inputs, 2),
+            w,
+            opt_arg(inputs, 5),
+            opt_arg(inputs, 8),
+        )?;
+        ensure!(
+            x_scale.len() == 1 && y_scale.len() == 1,
+            "QLinearConv x_scale and y_scale must be scalars"
+        );
+        ensure!(
+            w_scale.len() == 1 || w_scale.shape == [cs.out_channels],
+            "w_scale must be a scalar or have shape [{}], got {:?}",
+            cs.out_channels,
+            w_scale.shape
+        );
         let scale_dtype = x_scale.dtype();
-        ensure!(scale_dtype.is_float(), "QLinearConv scales must be floats, got {scale_dtype}");
+        ensure!(
+            scale_dtype.is_float(),
+            "QLinearConv scales must be floats, got {scale_dtype}"
+        );
         let (xs, ys) = (x_scale.data.get_f64(0), y_scale.data.get_f64(0));
-        let multipliers: Vec<f64> = w_scale.data.to_f64_vec()?.into_iter().map(|ws| combined_scale(scale_dtype, xs, ws, ys)).collect();
+        let multipliers: Vec<f64> = w_scale
+            .data
+            .to_f64_vec()?
+            .into_iter()
+            .map(|ws| combined_scale(scale_dtype, xs, ws, ys))
+            .collect();
         let zp = match y_zp {
             Some(z) => {
                 ensure!(z.len() == 1, "QLinearConv y_zero_point must be a scalar");
@@ -210,9 +300,14 @@ impl Op for QLinearConv {
             None => 0.0,
         };
         let plane = cs.geom.window_count().max(1);
-        let values = acc.iter().enumerate().map(|(i, &v)| v as f64 * multipliers[(i / plane) % cs.out_channels % multipliers.len()] + zp);
+        let values = acc.iter().enumerate().map(|(i, &v)| {
+            v as f64 * multipliers[(i / plane) % cs.out_channels % multipliers.len()] + zp
+        });
         let dtype = y_zp.map_or(x.dtype(), |z| z.dtype());
-        Ok(vec![Tensor::new(cs.out_shape(), saturate_round(dtype, values)?)?])
+        Ok(vec![Tensor::new(
+            cs.out_shape(),
+            saturate_round(dtype, values)?,
+        )?])
     }
 }
 
@@ -228,35 +323,71 @@ struct ConvTransposeShape {
 
 impl ConvTransposeShape {
     fn new(node: &Node, x: &[usize], w: &[usize]) -> Result<ConvTransposeShape> {
-        ensure!(x.len() >= 3, "ConvTranspose input must have rank >= 3, got {x:?}");
-        ensure!(w.len() == x.len(), "weights of shape {w:?} do not match input rank {}", x.len());
+        ensure!(
+            x.len() >= 3,
+            "ConvTranspose input must have rank >= 3, got {x:?}"
+        );
+        ensure!(
+            w.len() == x.len(),
+            "weights of shape {w:?} do not match input rank {}",
+            x.len()
+        );
         let rank = x.len() - 2;
         let group = node.attr_int_or("group", 1)?;
         ensure!(group >= 1, "group must be positive, got {group}");
         let group = group as usize;
-        ensure!(w[0] == x[1], "input has {} channels but weights {w:?} expect {}", x[1], w[0]);
-        ensure!(x[1].is_multiple_of(group), "{} input channels do not divide into {group} groups", x[1]);
+        ensure!(
+            w[0] == x[1],
+            "input has {} channels but weights {w:?} expect {}",
+            x[1],
+            w[0]
+        );
+        ensure!(
+            x[1].is_multiple_of(group),
+            "{} input channels do not divide into {group} groups",
+            x[1]
+        );
         let kernel = kernel_shape(node, Some(&w[2..]))?;
         let attrs = WindowAttrs::from_node(node, rank)?;
         let output_padding: Vec<usize> = match node.attr_ints("output_padding")? {
             Some(p) => {
-                ensure!(p.iter().all(|&v| v >= 0), "output_padding must not be negative, got {p:?}");
+                ensure!(
+                    p.iter().all(|&v| v >= 0),
+                    "output_padding must not be negative, got {p:?}"
+                );
                 p.iter().map(|&v| v as usize).collect()
             }
             None => vec![0; rank],
         };
         let output_shape: Option<Vec<usize>> = match node.attr_ints("output_shape")? {
             Some(s) => {
-                ensure!(s.iter().all(|&v| v >= 0), "output_shape must not be negative, got {s:?}");
+                ensure!(
+                    s.iter().all(|&v| v >= 0),
+                    "output_shape must not be negative, got {s:?}"
+                );
                 // Some exporters write the full [N, C, spatial...] shape.
                 let spatial = if s.len() == rank + 2 { &s[2..] } else { s };
                 Some(spatial.iter().map(|&v| v as usize).collect())
             }
             None => None,
         };
-        let geom = Geometry::transposed(&attrs, &x[2..], &kernel, &output_padding, output_shape.as_deref())?;
-        let out_channels = w[1].checked_mul(group).ok_or_else(|| kiln_ir::Error::new("too many output channels"))?;
-        let shape = ConvTransposeShape { batch: x[0], in_channels: x[1], out_channels, group, geom };
+        let geom = Geometry::transposed(
+            &attrs,
+            &x[2..],
+            &kernel,
+            &output_padding,
+            output_shape.as_deref(),
+        )?;
+        let out_channels = w[1]
+            .checked_mul(group)
+            .ok_or_else(|| kiln_ir::Error::new("too many output channels"))?;
+        let shape = ConvTransposeShape {
+            batch: x[0],
+            in_channels: x[1],
+            out_channels,
+            group,
+            geom,
+        };
         checked_numel(&shape.out_shape())?;
         Ok(shape)
     }
@@ -290,7 +421,14 @@ impl TypedKernel for ConvTransposeKernel<'_> {
                 let w_view = MatView::row_major(w, gi * cg * mg * kt, cg, mg * kt)?;
                 gemm(w_view.t(), x_view, &mut cols)?;
                 let o_off = (b * s.out_channels + gi * mg) * plane;
-                col2im(&cols, mg, g, &taps, &mut out[o_off..o_off + mg * plane], T::add);
+                col2im(
+                    &cols,
+                    mg,
+                    g,
+                    &taps,
+                    &mut out[o_off..o_off + mg * plane],
+                    T::add,
+                );
             }
         }
         if let Some(bias) = inputs.get(2) {
@@ -305,7 +443,10 @@ impl Op for ConvTranspose {
         let dtype = cx.input(0)?.ty.dtype;
         Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
             let shape = ConvTransposeShape::new(cx.node, s[0], s[1])?;
-            check_bias(cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()), shape.out_channels)?;
+            check_bias(
+                cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()),
+                shape.out_channels,
+            )?;
             Ok(shape.out_shape())
         })?])
     }
@@ -335,19 +476,47 @@ impl Col2ImShape {
     fn new(node: &Node, input: &[usize], image: &Tensor, block: &Tensor) -> Result<Col2ImShape> {
         let to_dims = |t: &Tensor, what: &str| -> Result<Vec<usize>> {
             let v = ints(t)?;
-            ensure!(t.rank() == 1 && !v.is_empty(), "{what} must be a non-empty 1-D tensor");
-            ensure!(v.iter().all(|&x| x >= 1), "{what} must be positive, got {v:?}");
+            ensure!(
+                t.rank() == 1 && !v.is_empty(),
+                "{what} must be a non-empty 1-D tensor"
+            );
+            ensure!(
+                v.iter().all(|&x| x >= 1),
+                "{what} must be positive, got {v:?}"
+            );
             Ok(v.into_iter().map(|x| x as usize).collect())
         };
-        let (image, block) = (to_dims(image, "image_shape")?, to_dims(block, "block_shape")?);
-        ensure!(image.len() == block.len(), "image_shape {image:?} and block_shape {block:?} differ in rank");
-        ensure!(input.len() == 3, "Col2Im input must be [N, C*prod(block_shape), L], got {input:?}");
+        let (image, block) = (
+            to_dims(image, "image_shape")?,
+            to_dims(block, "block_shape")?,
+        );
+        ensure!(
+            image.len() == block.len(),
+            "image_shape {image:?} and block_shape {block:?} differ in rank"
+        );
+        ensure!(
+            input.len() == 3,
+            "Col2Im input must be [N, C*prod(block_shape), L], got {input:?}"
+        );
         let attrs = WindowAttrs::from_node(node, image.len())?;
         let geom = Geometry::forward(&attrs, &image, &block)?;
         let kt = geom.kernel_size();
-        ensure!(input[1].is_multiple_of(kt), "input dim 1 ({}) is not a multiple of the block size {kt}", input[1]);
-        ensure!(input[2] == geom.window_count(), "input has {} blocks but the geometry gives {}", input[2], geom.window_count());
-        let shape = Col2ImShape { batch: input[0], channels: input[1] / kt, geom };
+        ensure!(
+            input[1].is_multiple_of(kt),
+            "input dim 1 ({}) is not a multiple of the block size {kt}",
+            input[1]
+        );
+        ensure!(
+            input[2] == geom.window_count(),
+            "input has {} blocks but the geometry gives {}",
+            input[2],
+            geom.window_count()
+        );
+        let shape = Col2ImShape {
+            batch: input[0],
+            channels: input[1] / kt,
+            geom,
+        };
         checked_numel(&shape.out_shape())?;
         Ok(shape)
     }
@@ -366,10 +535,20 @@ impl TypedKernel for Col2ImKernel<'_> {
         let s = self.0;
         let g = &s.geom;
         let taps = Taps::new(g);
-        let (per_in, per_out) = (s.channels * g.kernel_size() * g.window_count(), s.channels * g.image_size());
+        let (per_in, per_out) = (
+            s.channels * g.kernel_size() * g.window_count(),
+            s.channels * g.image_size(),
+        );
         let mut out = vec![T::zero(); s.batch * per_out];
         for b in 0..s.batch {
-            col2im(&inputs[0][b * per_in..(b + 1) * per_in], s.channels, g, &taps, &mut out[b * per_out..(b + 1) * per_out], T::add);
+            col2im(
+                &inputs[0][b * per_in..(b + 1) * per_in],
+                s.channels,
+                g,
+                &taps,
+                &mut out[b * per_out..(b + 1) * per_out],
+                T::add,
+            );
         }
         Ok(out)
     }
@@ -379,7 +558,10 @@ impl Op for Col2Im {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = cx.input(0)?.ty.dtype;
         match (cx.shape(0)?, cx.value(1), cx.value(2)) {
-            (Some(input), Some(image), Some(block)) => Ok(vec![TensorType::new(dtype, Col2ImShape::new(cx.node, input, image, block)?.out_shape())]),
+            (Some(input), Some(image), Some(block)) => Ok(vec![TensorType::new(
+                dtype,
+                Col2ImShape::new(cx.node, input, image, block)?.out_shape(),
+            )]),
             _ => Ok(vec![TensorType::unknown_shape(dtype)]),
         }
     }
@@ -404,12 +586,31 @@ struct CausalConvWithState;
 
 impl CausalConvWithState {
     /// (kernel size, whether SiLU follows) after checking the shapes.
-    fn check(node: &Node, x: &[usize], w: &[usize], bias: Option<&[usize]>, past: Option<&[usize]>) -> Result<(usize, bool)> {
-        ensure!(x.len() == 3, "input must be [batch, channels, length], got {x:?}");
-        ensure!(w.len() == 3 && w[0] == x[1] && w[1] == 1 && w[2] >= 1, "weight must be [{}, 1, k] with k >= 1, got {w:?}", x[1]);
+    fn check(
+        node: &Node,
+        x: &[usize],
+        w: &[usize],
+        bias: Option<&[usize]>,
+        past: Option<&[usize]>,
+    ) -> Result<(usize, bool)> {
+        ensure!(
+            x.len() == 3,
+            "input must be [batch, channels, length], got {x:?}"
+        );
+        ensure!(
+            w.len() == 3 && w[0] == x[1] && w[1] == 1 && w[2] >= 1,
+            "weight must be [{}, 1, k] with k >= 1, got {w:?}",
+            x[1]
+        );
         check_bias(bias, x[1])?;
         if let Some(p) = past {
-            ensure!(p == [x[0], x[1], w[2] - 1], "past_state must be [{}, {}, {}], got {p:?}", x[0], x[1], w[2] - 1);
+            ensure!(
+                p == [x[0], x[1], w[2] - 1],
+                "past_state must be [{}, {}, {}], got {p:?}",
+                x[0],
+                x[1],
+                w[2] - 1
+            );
         }
         let silu = match node.attr_string_or("activation", "none")? {
             "none" => false,
@@ -419,7 +620,15 @@ impl CausalConvWithState {
         Ok((w[2], silu))
     }
 
-    fn typed<T: Num>(x: &[T], shape: &[usize], w: &[T], bias: Option<&[T]>, past: Option<&[T]>, k: usize, silu: bool) -> (Vec<T>, Vec<T>) {
+    fn typed<T: Num>(
+        x: &[T],
+        shape: &[usize],
+        w: &[T],
+        bias: Option<&[T]>,
+        past: Option<&[T]>,
+        k: usize,
+        silu: bool,
+    ) -> (Vec<T>, Vec<T>) {
         let (rows, len) = (shape[0] * shape[1], shape[2]);
         let mut out = Vec::with_capacity(rows * len);
         let mut state = Vec::with_capacity(rows * (k - 1));
@@ -435,7 +644,11 @@ impl CausalConvWithState {
             let kernel = &w[c * k..(c + 1) * k];
             let b = bias.map_or(0.0, |b| b[c].to_f64());
             for t in 0..len {
-                let sum = b + kernel.iter().zip(&seq[t..t + k]).map(|(wv, sv)| wv.to_f64() * sv).sum::<f64>();
+                let sum = b + kernel
+                    .iter()
+                    .zip(&seq[t..t + k])
+                    .map(|(wv, sv)| wv.to_f64() * sv)
+                    .sum::<f64>();
                 // The convolution is rounded to T before the activation, as the reference does.
                 let v = T::from_f64(sum).to_f64();
                 out.push(T::from_f64(if silu { v / (1.0 + (-v).exp()) } else { v }));
@@ -454,20 +667,46 @@ impl Op for CausalConvWithState {
         };
         let shape_of = |i: usize| cx.opt_input(i).and_then(|t| t.ty.shape.as_deref());
         let (k, _) = Self::check(cx.node, x, w, shape_of(2), shape_of(3))?;
-        Ok(vec![TensorType::new(dtype, x.to_vec()), TensorType::new(dtype, vec![x[0], x[1], k - 1])])
+        Ok(vec![
+            TensorType::new(dtype, x.to_vec()),
+            TensorType::new(dtype, vec![x[0], x[1], k - 1]),
+        ])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, w, bias, past) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2), opt_arg(inputs, 3));
-        let (k, silu) = Self::check(cx.node, &x.shape, &w.shape, bias.map(|b| b.shape.as_slice()), past.map(|p| p.shape.as_slice()))?;
-        ensure!(x.dtype().is_float(), "CausalConvWithState needs a float input, got {}", x.dtype());
-        let (out, state) = dispatch_num!(&x.data, |v: T| {
-            let bias = bias.map(|b| b.as_slice::<T>()).transpose()?;
-            let past = past.map(|p| p.as_slice::<T>()).transpose()?;
-            let (out, state) = Self::typed::<T>(v, &x.shape, w.as_slice::<T>()?, bias, past, k, silu);
-            (T::wrap(out), T::wrap(state))
-        }, bail!("CausalConvWithState needs a float input"));
-        Ok(vec![Tensor::new(x.shape.clone(), out)?, Tensor::new(vec![x.shape[0], x.shape[1], k - 1], state)?])
+        let (x, w, bias, past) = (
+            arg(inputs, 0)?,
+            arg(inputs, 1)?,
+            opt_arg(inputs, 2),
+            opt_arg(inputs, 3),
+        );
+        let (k, silu) = Self::check(
+            cx.node,
+            &x.shape,
+            &w.shape,
+            bias.map(|b| b.shape.as_slice()),
+            past.map(|p| p.shape.as_slice()),
+        )?;
+        ensure!(
+            x.dtype().is_float(),
+            "CausalConvWithState needs a float input, got {}",
+            x.dtype()
+        );
+        let (out, state) = dispatch_num!(
+            &x.data,
+            |v: T| {
+                let bias = bias.map(|b| b.as_slice::<T>()).transpose()?;
+                let past = past.map(|p| p.as_slice::<T>()).transpose()?;
+                let (out, state) =
+                    Self::typed::<T>(v, &x.shape, w.as_slice::<T>()?, bias, past, k, silu);
+                (T::wrap(out), T::wrap(state))
+            },
+            bail!("CausalConvWithState needs a float input")
+        );
+        Ok(vec![
+            Tensor::new(x.shape.clone(), out)?,
+            Tensor::new(vec![x.shape[0], x.shape[1], k - 1], state)?,
+        ])
     }
 }
 
@@ -478,7 +717,16 @@ mod tests {
 
     /// Direct convolution straight from the definition, in f64.
     #[allow(clippy::too_many_arguments)]
-    fn naive_conv2d(x: &[f32], xs: [usize; 4], w: &[f32], ws: [usize; 4], group: usize, stride: [usize; 2], dil: [usize; 2], pads: [usize; 4]) -> (Vec<usize>, Vec<f32>) {
+    fn naive_conv2d(
+        x: &[f32],
+        xs: [usize; 4],
+        w: &[f32],
+        ws: [usize; 4],
+        group: usize,
+        stride: [usize; 2],
+        dil: [usize; 2],
+        pads: [usize; 4],
+    ) -> (Vec<usize>, Vec<f32>) {
         let [n, c, h, wd] = xs;
         let [m, cg, kh, kw] = ws;
         let oh = (h + pads[0] + pads[2] - (dil[0] * (kh - 1) + 1)) / stride[0] + 1;
@@ -500,7 +748,8 @@ mod tests {
                                     if iy < 0 || ix < 0 || iy >= h as i64 || ix >= wd as i64 {
                                         continue;
                                     }
-                                    let xv = x[((b * c + ci) * h + iy as usize) * wd + ix as usize] as f64;
+                                    let xv = x[((b * c + ci) * h + iy as usize) * wd + ix as usize]
+                                        as f64;
                                     let wv = w[((oc * cg + ic) * kh + ky) * kw + kx] as f64;
                                     s += xv * wv;
                                 }
@@ -518,20 +767,43 @@ mod tests {
     fn strided_dilated_grouped_conv_matches_direct_convolution() {
         let (xs, ws) = ([2, 6, 11, 9], [4, 3, 3, 2]);
         let (group, stride, dil, pads) = (2, [2, 1], [2, 3], [1, 2, 0, 1]);
-        let x: Vec<f32> = (0..xs.iter().product::<usize>()).map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0).collect();
-        let w: Vec<f32> = (0..ws.iter().product::<usize>()).map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0).collect();
-        let mut node = Node { name: String::new(), op: "Conv".into(), domain: String::new(), inputs: vec![], outputs: vec![], attrs: Default::default() };
+        let x: Vec<f32> = (0..xs.iter().product::<usize>())
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 7.0)
+            .collect();
+        let w: Vec<f32> = (0..ws.iter().product::<usize>())
+            .map(|i| ((i * 13 % 17) as f32 - 8.0) / 5.0)
+            .collect();
+        let mut node = Node {
+            name: String::new(),
+            op: "Conv".into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: Default::default(),
+        };
         node.attrs.insert("group".into(), Attr::Int(group as i64));
-        node.attrs.insert("strides".into(), Attr::Ints(stride.iter().map(|&v| v as i64).collect()));
-        node.attrs.insert("dilations".into(), Attr::Ints(dil.iter().map(|&v| v as i64).collect()));
-        node.attrs.insert("pads".into(), Attr::Ints(pads.iter().map(|&v| v as i64).collect()));
+        node.attrs.insert(
+            "strides".into(),
+            Attr::Ints(stride.iter().map(|&v| v as i64).collect()),
+        );
+        node.attrs.insert(
+            "dilations".into(),
+            Attr::Ints(dil.iter().map(|&v| v as i64).collect()),
+        );
+        node.attrs.insert(
+            "pads".into(),
+            Attr::Ints(pads.iter().map(|&v| v as i64).collect()),
+        );
         let cs = ConvShape::new(&node, &xs, &ws).unwrap();
         let got = conv_forward::<f32>(&cs, &x, &w, None).unwrap();
         let (want_shape, want) = naive_conv2d(&x, xs, &w, ws, group, stride, dil, pads);
         assert_eq!(cs.out_shape(), want_shape);
         assert_eq!(got.len(), want.len());
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} vs {w}");
+            assert!(
+                (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "element {i}: {g} vs {w}"
+            );
         }
     }
 }

@@ -4,21 +4,49 @@
 //! ops are not deterministic, so they are never folded at compile time; their
 //! values come from kiln's own generator and cannot match other runtimes'.
 
-use crate::ops::movement::common::{checked_numel, dims_from_i64, for_each_index, int_values, scalar_of, take, typed};
+use crate::ops::movement::common::{
+    checked_numel, dims_from_i64, for_each_index, int_values, scalar_of, take, typed,
+};
 use crate::registry::Registry;
 use crate::util::normalize_axis;
 use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, ensure, Data, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_num, ensure, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("ConstantOfShape", ConstantOfShape);
     r.add("Range", Range);
     r.add("OneHot", OneHot);
     r.add("EyeLike", EyeLike);
-    r.add("RandomUniform", Random { dist: Dist::Uniform, like: false });
-    r.add("RandomNormal", Random { dist: Dist::Normal, like: false });
-    r.add("RandomUniformLike", Random { dist: Dist::Uniform, like: true });
-    r.add("RandomNormalLike", Random { dist: Dist::Normal, like: true });
+    r.add(
+        "RandomUniform",
+        Random {
+            dist: Dist::Uniform,
+            like: false,
+        },
+    );
+    r.add(
+        "RandomNormal",
+        Random {
+            dist: Dist::Normal,
+            like: false,
+        },
+    );
+    r.add(
+        "RandomUniformLike",
+        Random {
+            dist: Dist::Uniform,
+            like: true,
+        },
+    );
+    r.add(
+        "RandomNormalLike",
+        Random {
+            dist: Dist::Normal,
+            like: true,
+        },
+    );
     r.add("Bernoulli", Bernoulli);
     r.add("Multinomial", Multinomial);
 }
@@ -29,14 +57,21 @@ fn dtype_attr(node: &Node, name: &str) -> Result<Option<DType>> {
         None => Ok(None),
         Some(code) => match i32::try_from(code).ok().and_then(DType::from_onnx_code) {
             Some(d) => Ok(Some(d)),
-            None => bail!("attribute '{name}' names unsupported type {}", DType::onnx_code_name(code as i32)),
+            None => bail!(
+                "attribute '{name}' names unsupported type {}",
+                DType::onnx_code_name(code as i32)
+            ),
         },
     }
 }
 
 /// A scalar input (or one-element tensor) given as data.
 fn single(t: &Tensor, what: &str) -> Result<()> {
-    ensure!(t.len() == 1, "{what} must have exactly one element, got shape {:?}", t.shape);
+    ensure!(
+        t.len() == 1,
+        "{what} must have exactly one element, got shape {:?}",
+        t.shape
+    );
     Ok(())
 }
 
@@ -55,7 +90,11 @@ impl ConstantOfShape {
     }
 
     fn out_shape(shape: &Tensor) -> Result<Vec<usize>> {
-        ensure!(shape.rank() == 1, "input must be 1-D, got shape {:?}", shape.shape);
+        ensure!(
+            shape.rank() == 1,
+            "input must be 1-D, got shape {:?}",
+            shape.shape
+        );
         dims_from_i64(&int_values(shape)?, "shape")
     }
 }
@@ -63,7 +102,10 @@ impl ConstantOfShape {
 impl Op for ConstantOfShape {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = ConstantOfShape::value(cx.node)?.dtype();
-        Ok(vec![typed(dtype, cx.value(0).map(ConstantOfShape::out_shape).transpose()?)])
+        Ok(vec![typed(
+            dtype,
+            cx.value(0).map(ConstantOfShape::out_shape).transpose()?,
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -81,7 +123,10 @@ struct Range;
 impl Range {
     fn eval_range(start: &Tensor, limit: &Tensor, delta: &Tensor) -> Result<Tensor> {
         let dtype = start.dtype();
-        ensure!(limit.dtype() == dtype && delta.dtype() == dtype, "start, limit and delta must share a type");
+        ensure!(
+            limit.dtype() == dtype && delta.dtype() == dtype,
+            "start, limit and delta must share a type"
+        );
         for (t, what) in [(start, "start"), (limit, "limit"), (delta, "delta")] {
             single(t, what)?;
         }
@@ -97,10 +142,17 @@ impl Range {
         let [s, l, d] = [start, limit, delta].map(|t| t.data.get_f64(0));
         ensure!(d != 0.0, "delta cannot be 0");
         let span = ((l - s) / d).ceil();
-        ensure!(span.is_finite() || span.is_nan(), "range from {s} to {l} by {d} is infinite");
+        ensure!(
+            span.is_finite() || span.is_nan(),
+            "range from {s} to {l} by {d} is infinite"
+        );
         let n = if span > 0.0 { span as usize } else { 0 };
         checked_numel(&[n])?;
-        let data = dispatch_num!(&Data::zeros(dtype, 0), |_z: T| T::wrap((0..n).map(|i| T::from_f64(s + i as f64 * d)).collect()), bail!("Range does not support {dtype}"));
+        let data = dispatch_num!(
+            &Data::zeros(dtype, 0),
+            |_z: T| T::wrap((0..n).map(|i| T::from_f64(s + i as f64 * d)).collect()),
+            bail!("Range does not support {dtype}")
+        );
         Tensor::new(vec![n], data)
     }
 
@@ -119,7 +171,8 @@ impl Range {
 fn int_data(dtype: DType, vals: &[i128]) -> Result<Data> {
     macro_rules! conv {
         ($t:ty) => {{
-            let v: std::result::Result<Vec<$t>, _> = vals.iter().map(|&x| <$t>::try_from(x)).collect();
+            let v: std::result::Result<Vec<$t>, _> =
+                vals.iter().map(|&x| <$t>::try_from(x)).collect();
             match v {
                 Ok(v) => <$t as Elem>::wrap(v),
                 Err(_) => bail!("a value does not fit in {dtype}"),
@@ -144,7 +197,11 @@ impl Op for Range {
         Ok(vec![TensorType::unknown_shape(cx.input(0)?.ty.dtype)])
     }
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        Ok(vec![Range::eval_range(arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?)?])
+        Ok(vec![Range::eval_range(
+            arg(inputs, 0)?,
+            arg(inputs, 1)?,
+            arg(inputs, 2)?,
+        )?])
     }
 }
 
@@ -155,7 +212,10 @@ impl OneHot {
     fn plan(node: &Node, indices: &[usize], depth: &Tensor) -> Result<(usize, usize, Vec<usize>)> {
         single(depth, "depth")?;
         let d = depth.data.get_f64(0);
-        ensure!(d.is_finite() && d >= 0.0, "depth must be a non-negative number, got {d}");
+        ensure!(
+            d.is_finite() && d >= 0.0,
+            "depth must be a non-negative number, got {d}"
+        );
         let depth = d as usize;
         let axis = normalize_axis(node.attr_int_or("axis", -1)?, indices.len() + 1)?;
         let mut out = indices.to_vec();
@@ -177,15 +237,32 @@ impl Op for OneHot {
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (indices, values) = (arg(inputs, 0)?, arg(inputs, 2)?);
-        ensure!(values.len() == 2, "values must hold [off, on], got shape {:?}", values.shape);
+        ensure!(
+            values.len() == 2,
+            "values must hold [off, on], got shape {:?}",
+            values.shape
+        );
         let (depth, axis, out) = OneHot::plan(cx.node, &indices.shape, arg(inputs, 1)?)?;
         // Indices may be any numeric type; fractional ones are truncated.
-        let classes: Vec<i64> = indices.data.to_f64_vec()?.into_iter().map(|v| v as i64).map(|v| if v < 0 { v + depth as i64 } else { v }).collect();
+        let classes: Vec<i64> = indices
+            .data
+            .to_f64_vec()?
+            .into_iter()
+            .map(|v| v as i64)
+            .map(|v| if v < 0 { v + depth as i64 } else { v })
+            .collect();
         let inner: usize = indices.shape[axis..].iter().product();
         let mut pick = Vec::with_capacity(out.iter().product());
         for_each_index(&out, |o| {
-            let pos = o[..axis].iter().zip(&indices.shape).fold(0, |acc, (&i, &d)| acc * d + i) * inner
-                + o[axis + 1..].iter().zip(&indices.shape[axis..]).fold(0, |acc, (&i, &d)| acc * d + i);
+            let pos = o[..axis]
+                .iter()
+                .zip(&indices.shape)
+                .fold(0, |acc, (&i, &d)| acc * d + i)
+                * inner
+                + o[axis + 1..]
+                    .iter()
+                    .zip(&indices.shape[axis..])
+                    .fold(0, |acc, (&i, &d)| acc * d + i);
             pick.push(usize::from(classes[pos] == o[axis] as i64));
         });
         Ok(vec![take(values, out, pick)?])
@@ -211,7 +288,10 @@ impl Op for EyeLike {
         if let Some(s) = &x.ty.shape {
             EyeLike::check(s)?;
         }
-        Ok(vec![TensorType { dtype: EyeLike::dtype(cx.node, x.ty.dtype)?, shape: x.ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype: EyeLike::dtype(cx.node, x.ty.dtype)?,
+            shape: x.ty.shape.clone(),
+        }])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -219,16 +299,25 @@ impl Op for EyeLike {
         EyeLike::check(&x.shape)?;
         let dtype = EyeLike::dtype(cx.node, x.dtype())?;
         let k = cx.node.attr_int_or("k", 0)?;
-        let zero_one = Tensor::new(vec![2], concat2(scalar_of(dtype, 0.0)?, scalar_of(dtype, 1.0)?)?)?;
+        let zero_one = Tensor::new(
+            vec![2],
+            concat2(scalar_of(dtype, 0.0)?, scalar_of(dtype, 1.0)?)?,
+        )?;
         let cols = x.shape[1];
-        let pick = (0..x.len()).map(|o| usize::from((o % cols) as i64 - (o / cols) as i64 == k)).collect();
+        let pick = (0..x.len())
+            .map(|o| usize::from((o % cols) as i64 - (o / cols) as i64 == k))
+            .collect();
         Ok(vec![take(&zero_one, x.shape.clone(), pick)?])
     }
 }
 
 /// The elements of two same-typed scalars, in order.
 fn concat2(a: Tensor, b: Tensor) -> Result<Data> {
-    dispatch_num!(&a.data, |v: T| Ok(T::wrap(vec![v[0], b.as_slice::<T>()?[0]])), bail!("expected numeric scalars"))
+    dispatch_num!(
+        &a.data,
+        |v: T| Ok(T::wrap(vec![v[0], b.as_slice::<T>()?[0]])),
+        bail!("expected numeric scalars")
+    )
 }
 
 /// A small deterministic generator (SplitMix64). Unseeded generators are
@@ -240,14 +329,19 @@ impl Rng {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         Rng(seed.unwrap_or_else(|| {
-            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0);
             t ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
         }))
     }
 
     /// Seed from an ONNX float `seed` attribute.
     fn from_attr(node: &Node) -> Result<Rng> {
-        Ok(Rng::new(node.attr_float("seed")?.map(|s| s.to_bits() as u64)))
+        Ok(Rng::new(
+            node.attr_float("seed")?.map(|s| s.to_bits() as u64),
+        ))
     }
 
     fn next_u64(&mut self) -> u64 {
@@ -273,8 +367,15 @@ impl Rng {
 
 /// Floating-point data of `dtype` from f64 samples.
 fn float_data(dtype: DType, vals: impl Iterator<Item = f64>) -> Result<Data> {
-    ensure!(dtype.is_float(), "random values must be a floating-point type, got {dtype}");
-    dispatch_num!(&Data::zeros(dtype, 0), |_z: T| Ok(T::wrap(vals.map(T::from_f64).collect())), bail!("unreachable string type"))
+    ensure!(
+        dtype.is_float(),
+        "random values must be a floating-point type, got {dtype}"
+    );
+    dispatch_num!(
+        &Data::zeros(dtype, 0),
+        |_z: T| Ok(T::wrap(vals.map(T::from_f64).collect())),
+        bail!("unreachable string type")
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -294,11 +395,21 @@ impl Random {
     fn out_type(&self, node: &Node, input: Option<&TensorType>) -> Result<TensorType> {
         let dtype = dtype_attr(node, "dtype")?;
         if self.like {
-            let Some(x) = input else { bail!("input 0 is required") };
-            return Ok(TensorType { dtype: dtype.unwrap_or(x.dtype), shape: x.shape.clone() });
+            let Some(x) = input else {
+                bail!("input 0 is required")
+            };
+            return Ok(TensorType {
+                dtype: dtype.unwrap_or(x.dtype),
+                shape: x.shape.clone(),
+            });
         }
-        let Some(shape) = node.attr_ints("shape")? else { bail!("attribute 'shape' is required") };
-        Ok(TensorType::new(dtype.unwrap_or(DType::F32), dims_from_i64(shape, "shape")?))
+        let Some(shape) = node.attr_ints("shape")? else {
+            bail!("attribute 'shape' is required")
+        };
+        Ok(TensorType::new(
+            dtype.unwrap_or(DType::F32),
+            dims_from_i64(shape, "shape")?,
+        ))
     }
 }
 
@@ -316,15 +427,24 @@ impl Op for Random {
         let node = cx.node;
         let vals: Vec<f64> = match self.dist {
             Dist::Uniform => {
-                let (lo, hi) = (node.attr_float_or("low", 0.0)? as f64, node.attr_float_or("high", 1.0)? as f64);
+                let (lo, hi) = (
+                    node.attr_float_or("low", 0.0)? as f64,
+                    node.attr_float_or("high", 1.0)? as f64,
+                );
                 (0..n).map(|_| lo + (hi - lo) * rng.uniform()).collect()
             }
             Dist::Normal => {
-                let (mean, scale) = (node.attr_float_or("mean", 0.0)? as f64, node.attr_float_or("scale", 1.0)? as f64);
+                let (mean, scale) = (
+                    node.attr_float_or("mean", 0.0)? as f64,
+                    node.attr_float_or("scale", 1.0)? as f64,
+                );
                 (0..n).map(|_| mean + scale * rng.normal()).collect()
             }
         };
-        Ok(vec![Tensor::new(shape, float_data(ty.dtype, vals.into_iter())?)?])
+        Ok(vec![Tensor::new(
+            shape,
+            float_data(ty.dtype, vals.into_iter())?,
+        )?])
     }
 
     fn deterministic(&self) -> bool {
@@ -338,15 +458,27 @@ struct Bernoulli;
 impl Op for Bernoulli {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let x = &cx.input(0)?.ty;
-        Ok(vec![TensorType { dtype: dtype_attr(cx.node, "dtype")?.unwrap_or(x.dtype), shape: x.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype: dtype_attr(cx.node, "dtype")?.unwrap_or(x.dtype),
+            shape: x.shape.clone(),
+        }])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let dtype = dtype_attr(cx.node, "dtype")?.unwrap_or(x.dtype());
         let mut rng = Rng::from_attr(cx.node)?;
-        let draws: Vec<f64> = x.data.to_f64_vec()?.into_iter().map(|p| if rng.uniform() < p { 1.0 } else { 0.0 }).collect();
-        let data = dispatch_num!(&Data::zeros(dtype, 0), |_z: T| T::wrap(draws.iter().map(|&v| T::from_f64(v)).collect()), bail!("Bernoulli cannot produce {dtype}"));
+        let draws: Vec<f64> = x
+            .data
+            .to_f64_vec()?
+            .into_iter()
+            .map(|p| if rng.uniform() < p { 1.0 } else { 0.0 })
+            .collect();
+        let data = dispatch_num!(
+            &Data::zeros(dtype, 0),
+            |_z: T| T::wrap(draws.iter().map(|&v| T::from_f64(v)).collect()),
+            bail!("Bernoulli cannot produce {dtype}")
+        );
         Ok(vec![Tensor::new(x.shape.clone(), data)?])
     }
 
@@ -362,12 +494,18 @@ struct Multinomial;
 impl Multinomial {
     fn out_type(node: &Node, x: &TensorType) -> Result<TensorType> {
         let dtype = dtype_attr(node, "dtype")?.unwrap_or(DType::I32);
-        ensure!(matches!(dtype, DType::I32 | DType::I64), "dtype must be int32 or int64, got {dtype}");
+        ensure!(
+            matches!(dtype, DType::I32 | DType::I64),
+            "dtype must be int32 or int64, got {dtype}"
+        );
         let samples = node.attr_int_or("sample_size", 1)?;
         let samples = dims_from_i64(&[samples], "sample_size")?[0];
         let shape = match &x.shape {
             Some(s) => {
-                ensure!(s.len() == 2, "input must be [batch, classes], got shape {s:?}");
+                ensure!(
+                    s.len() == 2,
+                    "input must be [batch, classes], got shape {s:?}"
+                );
                 Some(vec![s[0], samples])
             }
             None => None,
@@ -387,7 +525,10 @@ impl Op for Multinomial {
         let shape = ty.shape.unwrap_or_default();
         let (batch, samples, classes) = (shape[0], shape[1], x.shape[1]);
         let logits = x.data.to_f64_vec()?;
-        ensure!(classes > 0 || samples == 0, "cannot sample from zero classes");
+        ensure!(
+            classes > 0 || samples == 0,
+            "cannot sample from zero classes"
+        );
         let mut rng = Rng::from_attr(cx.node)?;
         let mut out = Vec::with_capacity(batch * samples);
         for b in 0..batch {
@@ -422,7 +563,15 @@ mod tests {
         assert_eq!(Range::count_int(10, 4, -3), 2);
         assert_eq!(Range::count_int(0, 0, 1), 0);
         assert_eq!(Range::count_int(5, 0, 1), 0);
-        let big = Range::eval_range(&Tensor::scalar(i64::MAX - 2), &Tensor::scalar(i64::MAX), &Tensor::scalar(1i64)).unwrap();
-        assert_eq!(big.as_slice::<i64>().unwrap(), &[i64::MAX - 2, i64::MAX - 1]);
+        let big = Range::eval_range(
+            &Tensor::scalar(i64::MAX - 2),
+            &Tensor::scalar(i64::MAX),
+            &Tensor::scalar(1i64),
+        )
+        .unwrap();
+        assert_eq!(
+            big.as_slice::<i64>().unwrap(),
+            &[i64::MAX - 2, i64::MAX - 1]
+        );
     }
 }

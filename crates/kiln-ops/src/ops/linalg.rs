@@ -20,7 +20,12 @@ pub fn register(r: &mut Registry) {
 
 /// Output type from the shapes of the inputs at `positions`, or an unknown
 /// shape when one of them is not known.
-pub(crate) fn infer_from(cx: &InferCx, dtype: DType, positions: &[usize], f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>) -> Result<TensorType> {
+pub(crate) fn infer_from(
+    cx: &InferCx,
+    dtype: DType,
+    positions: &[usize],
+    f: impl FnOnce(&[&[usize]]) -> Result<Vec<usize>>,
+) -> Result<TensorType> {
     let mut shapes = Vec::new();
     for &p in positions {
         match cx.shape(p)? {
@@ -44,8 +49,15 @@ impl TypedKernel for MatMulKernel<'_> {
 impl Op for MatMul {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let (a, b) = (&cx.input(0)?.ty, &cx.input(1)?.ty);
-        ensure!(a.dtype == b.dtype, "input types differ: {} and {}", a.dtype, b.dtype);
-        Ok(vec![infer_from(cx, a.dtype, &[0, 1], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        ensure!(
+            a.dtype == b.dtype,
+            "input types differ: {} and {}",
+            a.dtype,
+            b.dtype
+        );
+        Ok(vec![infer_from(cx, a.dtype, &[0, 1], |s| {
+            Ok(MatMulShape::new(s[0], s[1])?.out)
+        })?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -68,23 +80,47 @@ struct GemmSpec {
 }
 
 impl GemmSpec {
-    fn new(node: &kiln_ir::Node, a: &[usize], b: &[usize], c: Option<&[usize]>, opset: i64) -> Result<GemmSpec> {
+    fn new(
+        node: &kiln_ir::Node,
+        a: &[usize],
+        b: &[usize],
+        c: Option<&[usize]>,
+        opset: i64,
+    ) -> Result<GemmSpec> {
         let trans_a = node.attr_int_or("transA", 0)? != 0;
         let trans_b = node.attr_int_or("transB", 0)? != 0;
-        ensure!(a.len() == 2 && b.len() == 2, "Gemm needs 2-D A and B, got shapes {a:?} and {b:?}");
+        ensure!(
+            a.len() == 2 && b.len() == 2,
+            "Gemm needs 2-D A and B, got shapes {a:?} and {b:?}"
+        );
         let (m, k) = if trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
         let (k2, n) = if trans_b { (b[1], b[0]) } else { (b[0], b[1]) };
-        ensure!(k == k2, "Gemm inner dimensions differ: A {a:?} (transA={trans_a}), B {b:?} (transB={trans_b})");
+        ensure!(
+            k == k2,
+            "Gemm inner dimensions differ: A {a:?} (transA={trans_a}), B {b:?} (transB={trans_b})"
+        );
         if let Some(c) = c {
             // Before opset 7, C broadcasts only when the `broadcast` attribute says so.
             let exact = opset < 7 && node.attr_int_or("broadcast", 0)? == 0;
-            let ok = if exact { c == [m, n] } else { c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n]) };
+            let ok = if exact {
+                c == [m, n]
+            } else {
+                c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n])
+            };
             ensure!(ok, "Gemm C of shape {c:?} does not broadcast to [{m}, {n}]");
         }
         crate::ops::conv::window::checked_numel(&[m, n])?;
         let alpha = node.attr_float_or("alpha", 1.0)?;
         let beta = node.attr_float_or("beta", 1.0)?;
-        Ok(GemmSpec { trans_a, trans_b, alpha, beta, m, k, n })
+        Ok(GemmSpec {
+            trans_a,
+            trans_b,
+            alpha,
+            beta,
+            m,
+            k,
+            n,
+        })
     }
 }
 
@@ -98,9 +134,22 @@ struct GemmKernel<'a> {
 impl TypedKernel for GemmKernel<'_> {
     fn run<T: GemmElem>(&self, inputs: &[&[T]]) -> Result<Vec<T>> {
         let s = self.spec;
-        let a = MatView::row_major(inputs[0], 0, if s.trans_a { s.k } else { s.m }, if s.trans_a { s.m } else { s.k })?;
-        let b = MatView::row_major(inputs[1], 0, if s.trans_b { s.n } else { s.k }, if s.trans_b { s.k } else { s.n })?;
-        let (a, b) = (if s.trans_a { a.t() } else { a }, if s.trans_b { b.t() } else { b });
+        let a = MatView::row_major(
+            inputs[0],
+            0,
+            if s.trans_a { s.k } else { s.m },
+            if s.trans_a { s.m } else { s.k },
+        )?;
+        let b = MatView::row_major(
+            inputs[1],
+            0,
+            if s.trans_b { s.n } else { s.k },
+            if s.trans_b { s.k } else { s.n },
+        )?;
+        let (a, b) = (
+            if s.trans_a { a.t() } else { a },
+            if s.trans_b { b.t() } else { b },
+        );
         let mut out = vec![T::zero(); s.m * s.n];
         gemm::gemm(a, b, &mut out)?;
         let is_float = T::DTYPE.is_float();
@@ -110,14 +159,20 @@ impl TypedKernel for GemmKernel<'_> {
                 *v = T::from_f64(s.alpha as f64 * v.to_f64());
             }
         }
-        let (Some(c_shape), Some(c)) = (self.c_shape, inputs.get(2)) else { return Ok(out) };
+        let (Some(c_shape), Some(c)) = (self.c_shape, inputs.get(2)) else {
+            return Ok(out);
+        };
         if s.beta == 0.0 {
             return Ok(out);
         }
         let c_strides = broadcast_strides(c_shape, &[s.m, s.n]);
         let beta = s.beta as f64;
         for_each_offset(&[s.m, s.n], [&c_strides], |i, [ic]| {
-            out[i] = if exact_int || s.beta == 1.0 { out[i].add(c[ic]) } else { T::from_f64(out[i].to_f64() + beta * c[ic].to_f64()) };
+            out[i] = if exact_int || s.beta == 1.0 {
+                out[i].add(c[ic])
+            } else {
+                T::from_f64(out[i].to_f64() + beta * c[ic].to_f64())
+            };
         });
         Ok(out)
     }
@@ -138,10 +193,19 @@ impl Op for Gemm {
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (a, b, c) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
-        let spec = GemmSpec::new(cx.node, &a.shape, &b.shape, c.map(|c| c.shape.as_slice()), cx.opset)?;
+        let spec = GemmSpec::new(
+            cx.node,
+            &a.shape,
+            &b.shape,
+            c.map(|c| c.shape.as_slice()),
+            cx.opset,
+        )?;
         let mut operands = vec![a, b];
         operands.extend(c);
-        let kernel = GemmKernel { spec: &spec, c_shape: c.map(|c| c.shape.as_slice()) };
+        let kernel = GemmKernel {
+            spec: &spec,
+            c_shape: c.map(|c| c.shape.as_slice()),
+        };
         let data = run_typed(&kernel, &operands, Accepts::Numbers)?;
         Ok(vec![Tensor::new(vec![spec.m, spec.n], data)?])
     }
@@ -171,17 +235,30 @@ fn fit_strides(p: &Tensor, p_shape: &[usize], shape: &[usize]) -> Result<Vec<usi
     let ok = p_shape.iter().product::<usize>() == p.len()
         && p_shape.len() <= shape.len()
         && broadcast_shapes(&[shape, p_shape]).is_ok_and(|s| s == shape);
-    ensure!(ok, "quantization parameter of shape {:?} does not fit an operand of shape {shape:?}", p.shape);
+    ensure!(
+        ok,
+        "quantization parameter of shape {:?} does not fit an operand of shape {shape:?}",
+        p.shape
+    );
     Ok(broadcast_strides(p_shape, shape))
 }
 
 /// `x - zero_point` as exact i32 values; `zp_shape` is the shape the zero
 /// point broadcasts with against `x`.
 pub(crate) fn centered(x: &Tensor, zp: Option<&Tensor>, zp_shape: &[usize]) -> Result<Vec<i32>> {
-    ensure!(matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::U16), "unsupported quantized type {}", x.dtype());
+    ensure!(
+        matches!(x.dtype(), DType::I8 | DType::U8 | DType::I16 | DType::U16),
+        "unsupported quantized type {}",
+        x.dtype()
+    );
     let xs: Vec<i32> = x.data.to_i64_vec()?.into_iter().map(|v| v as i32).collect();
     let Some(zp) = zp else { return Ok(xs) };
-    ensure!(zp.dtype() == x.dtype(), "zero point type {} differs from its input's {}", zp.dtype(), x.dtype());
+    ensure!(
+        zp.dtype() == x.dtype(),
+        "zero point type {} differs from its input's {}",
+        zp.dtype(),
+        x.dtype()
+    );
     let zs = zp.data.to_i64_vec()?;
     let strides = fit_strides(zp, zp_shape, &x.shape)?;
     let mut out = xs;
@@ -190,10 +267,18 @@ pub(crate) fn centered(x: &Tensor, zp: Option<&Tensor>, zp_shape: &[usize]) -> R
 }
 
 /// `(a - a_zp) @ (b - b_zp)` in exact i32 arithmetic.
-fn integer_matmul(a: &Tensor, a_zp: Option<&Tensor>, b: &Tensor, b_zp: Option<&Tensor>) -> Result<(MatMulShape, Vec<i32>)> {
+fn integer_matmul(
+    a: &Tensor,
+    a_zp: Option<&Tensor>,
+    b: &Tensor,
+    b_zp: Option<&Tensor>,
+) -> Result<(MatMulShape, Vec<i32>)> {
     let sh = MatMulShape::new(&a.shape, &b.shape)?;
     let zp_shape = |zp: Option<&Tensor>, side| zp.map_or(vec![], |z| param_shape(z, side));
-    let (ca, cb) = (centered(a, a_zp, &zp_shape(a_zp, Side::A))?, centered(b, b_zp, &zp_shape(b_zp, Side::B))?);
+    let (ca, cb) = (
+        centered(a, a_zp, &zp_shape(a_zp, Side::A))?,
+        centered(b, b_zp, &zp_shape(b_zp, Side::B))?,
+    );
     let out = batched_matmul(&sh, &ca, &cb)?;
     Ok((sh, out))
 }
@@ -202,11 +287,18 @@ struct MatMulInteger;
 
 impl Op for MatMulInteger {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        Ok(vec![infer_from(cx, DType::I32, &[0, 1], |s| {
+            Ok(MatMulShape::new(s[0], s[1])?.out)
+        })?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (sh, out) = integer_matmul(arg(inputs, 0)?, opt_arg(inputs, 2), arg(inputs, 1)?, opt_arg(inputs, 3))?;
+        let (sh, out) = integer_matmul(
+            arg(inputs, 0)?,
+            opt_arg(inputs, 2),
+            arg(inputs, 1)?,
+            opt_arg(inputs, 3),
+        )?;
         Ok(vec![Tensor::from_vec(sh.out, out)?])
     }
 }
@@ -220,23 +312,48 @@ impl Op for QLinearMatMul {
             Some(zp) => zp.ty.dtype,
             None => cx.input(0)?.ty.dtype,
         };
-        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| Ok(MatMulShape::new(s[0], s[1])?.out))?])
+        Ok(vec![infer_from(cx, dtype, &[0, 3], |s| {
+            Ok(MatMulShape::new(s[0], s[1])?.out)
+        })?])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (a, a_scale, b, b_scale, y_scale) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 3)?, arg(inputs, 4)?, arg(inputs, 6)?);
+        let (a, a_scale, b, b_scale, y_scale) = (
+            arg(inputs, 0)?,
+            arg(inputs, 1)?,
+            arg(inputs, 3)?,
+            arg(inputs, 4)?,
+            arg(inputs, 6)?,
+        );
         let y_zp = opt_arg(inputs, 7);
         let (sh, acc) = integer_matmul(a, opt_arg(inputs, 2), b, opt_arg(inputs, 5))?;
         let out_shape = sh.out;
-        ensure!(y_scale.len() == 1, "QLinearMatMul y_scale must be a scalar, got shape {:?}", y_scale.shape);
+        ensure!(
+            y_scale.len() == 1,
+            "QLinearMatMul y_scale must be a scalar, got shape {:?}",
+            y_scale.shape
+        );
         let sa = fit_strides(a_scale, &param_shape(a_scale, Side::A), &out_shape)?;
         let sb = fit_strides(b_scale, &param_shape(b_scale, Side::B), &out_shape)?;
         let scale_dtype = a_scale.dtype();
-        ensure!(scale_dtype.is_float() && b_scale.dtype() == scale_dtype && y_scale.dtype() == scale_dtype, "QLinearMatMul scales must share one float type");
-        let (va, vb, vy) = (a_scale.data.to_f64_vec()?, b_scale.data.to_f64_vec()?, y_scale.data.get_f64(0));
+        ensure!(
+            scale_dtype.is_float()
+                && b_scale.dtype() == scale_dtype
+                && y_scale.dtype() == scale_dtype,
+            "QLinearMatMul scales must share one float type"
+        );
+        let (va, vb, vy) = (
+            a_scale.data.to_f64_vec()?,
+            b_scale.data.to_f64_vec()?,
+            y_scale.data.get_f64(0),
+        );
         let zp = match y_zp {
             Some(z) => {
-                ensure!(z.len() == 1, "QLinearMatMul y_zero_point must be a scalar, got shape {:?}", z.shape);
+                ensure!(
+                    z.len() == 1,
+                    "QLinearMatMul y_zero_point must be a scalar, got shape {:?}",
+                    z.shape
+                );
                 z.data.get_f64(0)
             }
             None => 0.0,
@@ -246,7 +363,10 @@ impl Op for QLinearMatMul {
             values[i] = acc[i] as f64 * combined_scale(scale_dtype, va[ia], vb[ib], vy) + zp;
         });
         let dtype = y_zp.map_or(a.dtype(), |z| z.dtype());
-        Ok(vec![Tensor::new(out_shape, saturate_round(dtype, values.into_iter())?)?])
+        Ok(vec![Tensor::new(
+            out_shape,
+            saturate_round(dtype, values.into_iter())?,
+        )?])
     }
 }
 
@@ -290,7 +410,10 @@ mod tests {
         assert_eq!(got.shape, vec![m, n]);
         let want = naive_matmul(&a, &b, m, k, n);
         for (i, (g, w)) in got.as_slice::<f32>().unwrap().iter().zip(&want).enumerate() {
-            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} vs {w}");
+            assert!(
+                (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                "element {i}: {g} vs {w}"
+            );
         }
     }
 
@@ -301,7 +424,11 @@ mod tests {
         let b = Tensor::from_vec(vec![2, 1, 2, 2], vec![1i64, 0, 0, 1, 2, 0, 0, 2]).unwrap();
         let sh = MatMulShape::new(&a.shape, &b.shape).unwrap();
         assert_eq!(sh.out, vec![2, 1, 2]);
-        let got = Tensor::new(sh.out.clone(), run_typed(&MatMulKernel(&sh), &[&a, &b], Accepts::Numbers).unwrap()).unwrap();
+        let got = Tensor::new(
+            sh.out.clone(),
+            run_typed(&MatMulKernel(&sh), &[&a, &b], Accepts::Numbers).unwrap(),
+        )
+        .unwrap();
         assert_eq!(got.as_slice::<i64>().unwrap(), &[big, 3, 2 * big, 6]);
         assert!(MatMulShape::new(&[2, 3], &[2, 3]).is_err());
         assert!(MatMulShape::new(&[], &[3]).is_err());

@@ -15,7 +15,7 @@ use crate::registry::Registry;
 use crate::util::numel;
 use crate::InferCx;
 use kiln_ir::tensor::{bf16, f16};
-use kiln_ir::{bail, Data, DType, Result, Tensor, TensorType};
+use kiln_ir::{bail, DType, Data, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     softmax::register(r);
@@ -76,13 +76,21 @@ pub(crate) struct Lines {
 impl Lines {
     /// Lines along `axis` of `shape`.
     pub fn along(shape: &[usize], axis: usize) -> Lines {
-        Lines { outer: numel(&shape[..axis]), len: shape[axis], inner: numel(&shape[axis + 1..]) }
+        Lines {
+            outer: numel(&shape[..axis]),
+            len: shape[axis],
+            inner: numel(&shape[axis + 1..]),
+        }
     }
 
     /// Lines over the flattened trailing dims `axis..` (the 2-D coercion of
     /// older Softmax-style ops).
     pub fn flattened_from(shape: &[usize], axis: usize) -> Lines {
-        Lines { outer: numel(&shape[..axis]), len: numel(&shape[axis..]), inner: 1 }
+        Lines {
+            outer: numel(&shape[..axis]),
+            len: numel(&shape[axis..]),
+            inner: 1,
+        }
     }
 
     /// Applies `f` to every line of `v` in place.
@@ -112,7 +120,13 @@ impl Lines {
 /// Runs a registered op on tensors, for unit tests of semantics the ONNX
 /// node tests do not cover (older opsets, edge cases).
 #[cfg(test)]
-pub(crate) fn eval_op(op: &str, opset: i64, attrs: Vec<(&str, kiln_ir::Attr)>, inputs: &[Tensor], outputs: usize) -> Result<Vec<Tensor>> {
+pub(crate) fn eval_op(
+    op: &str,
+    opset: i64,
+    attrs: Vec<(&str, kiln_ir::Attr)>,
+    inputs: &[Tensor],
+    outputs: usize,
+) -> Result<Vec<Tensor>> {
     struct NoSubgraphs;
     impl crate::SubgraphRunner for NoSubgraphs {
         fn run(&self, _g: &kiln_ir::Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
@@ -127,9 +141,18 @@ pub(crate) fn eval_op(op: &str, opset: i64, attrs: Vec<(&str, kiln_ir::Attr)>, i
         outputs: vec![Some(kiln_ir::ValueId(0)); outputs],
         attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
     };
-    let Some(def) = crate::registry::lookup("", op) else { bail!("op {op} is not registered") };
+    let Some(def) = crate::registry::lookup("", op) else {
+        bail!("op {op} is not registered")
+    };
     let ins: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
-    def.eval(&crate::EvalCx { node: &node, opset, subgraphs: &NoSubgraphs }, &ins)
+    def.eval(
+        &crate::EvalCx {
+            node: &node,
+            opset,
+            subgraphs: &NoSubgraphs,
+        },
+        &ins,
+    )
 }
 
 #[cfg(test)]
@@ -143,8 +166,14 @@ mod tests {
 
     #[test]
     fn softmax_before_13_coerces_to_2d() {
-        let x = Tensor::from_vec(vec![2, 2, 2], vec![1.0f32, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0, 1.0]).unwrap();
-        let y = f32s(&eval_op("Softmax", 11, vec![("axis", Attr::Int(1))], &[x.clone()], 1).unwrap()[0]);
+        let x = Tensor::from_vec(
+            vec![2, 2, 2],
+            vec![1.0f32, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0, 1.0],
+        )
+        .unwrap();
+        let y = f32s(
+            &eval_op("Softmax", 11, vec![("axis", Attr::Int(1))], &[x.clone()], 1).unwrap()[0],
+        );
         // Each row of 4 (the flattened dims 1..) sums to one.
         assert!((y[..4].iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!((y[4] - 0.25).abs() < 1e-6);
@@ -158,18 +187,39 @@ mod tests {
         let scale = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
         let bias = Tensor::from_vec(vec![2], vec![0.0f32, 10.0]).unwrap();
         let attrs = || vec![("num_groups", Attr::Int(2)), ("epsilon", Attr::Float(0.0))];
-        let y = f32s(&eval_op("GroupNormalization", 18, attrs(), &[x.clone(), scale, bias], 1).unwrap()[0]);
+        let y = f32s(
+            &eval_op(
+                "GroupNormalization",
+                18,
+                attrs(),
+                &[x.clone(), scale, bias],
+                1,
+            )
+            .unwrap()[0],
+        );
         assert_eq!(y, vec![-1.0, 1.0, 8.0, 12.0]);
         // Opset 21 wants one value per channel.
         let scale4 = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();
-        assert!(eval_op("GroupNormalization", 21, attrs(), &[x, scale4.clone(), scale4], 1).is_err());
+        assert!(eval_op(
+            "GroupNormalization",
+            21,
+            attrs(),
+            &[x, scale4.clone(), scale4],
+            1
+        )
+        .is_err());
     }
 
     #[test]
     fn lrn_window_for_even_size() {
         // size 4: channel c sums channels c-1 ..= c+2.
         let x = Tensor::from_vec(vec![1, 4, 1, 1], vec![1.0f32, 1.0, 1.0, 1.0]).unwrap();
-        let attrs = vec![("size", Attr::Int(4)), ("alpha", Attr::Float(4.0)), ("beta", Attr::Float(1.0)), ("bias", Attr::Float(0.0))];
+        let attrs = vec![
+            ("size", Attr::Int(4)),
+            ("alpha", Attr::Float(4.0)),
+            ("beta", Attr::Float(1.0)),
+            ("bias", Attr::Float(0.0)),
+        ];
         let y = f32s(&eval_op("LRN", 13, attrs, &[x], 1).unwrap()[0]);
         assert_eq!(y, vec![1.0 / 3.0, 1.0 / 4.0, 1.0 / 3.0, 1.0 / 2.0]);
     }
@@ -179,7 +229,21 @@ mod tests {
         let x = Tensor::from_vec(vec![2, 3], vec![0.0f32; 6]).unwrap();
         let t = Tensor::from_vec(vec![2], vec![0i64, 7]).unwrap();
         assert!(eval_op("NegativeLogLikelihoodLoss", 13, vec![], &[x.clone(), t], 1).is_err());
-        assert!(eval_op("LpNormalization", 13, vec![("p", Attr::Int(3))], &[x.clone()], 1).is_err());
-        assert!(eval_op("GroupNormalization", 21, vec![("num_groups", Attr::Int(0))], &[x.clone(), x.clone(), x], 1).is_err());
+        assert!(eval_op(
+            "LpNormalization",
+            13,
+            vec![("p", Attr::Int(3))],
+            &[x.clone()],
+            1
+        )
+        .is_err());
+        assert!(eval_op(
+            "GroupNormalization",
+            21,
+            vec![("num_groups", Attr::Int(0))],
+            &[x.clone(), x.clone(), x],
+            1
+        )
+        .is_err());
     }
 }

@@ -7,7 +7,10 @@ use crate::ops::quant::floats_to;
 use crate::registry::Registry;
 use crate::util::{ints, numel, strides as row_strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_all, dispatch_num, ensure, Attr, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, dispatch_num, ensure, Attr, DType, Elem, Node, Num, Result, Tensor,
+    TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("MaxPool", MaxPool);
@@ -28,14 +31,21 @@ struct PoolShape {
 
 impl PoolShape {
     fn new(node: &Node, x: &[usize]) -> Result<PoolShape> {
-        ensure!(x.len() >= 3, "pooling input must have rank >= 3 ([N, C, spatial...]), got {x:?}");
+        ensure!(
+            x.len() >= 3,
+            "pooling input must have rank >= 3 ([N, C, spatial...]), got {x:?}"
+        );
         let kernel = kernel_shape(node, None)?;
         let attrs = WindowAttrs::from_node(node, x.len() - 2)?;
         let geom = Geometry::forward(&attrs, &x[2..], &kernel)?;
         let mut out = x[..2].to_vec();
         out.extend(&geom.windows);
         checked_numel(&out)?;
-        Ok(PoolShape { planes: x[0] * x[1], geom, out })
+        Ok(PoolShape {
+            planes: x[0] * x[1],
+            geom,
+            out,
+        })
     }
 }
 
@@ -54,7 +64,11 @@ fn for_each_window(g: &Geometry, mut f: impl FnMut(usize, &[usize], usize)) {
             (0..g.windows[d])
                 .map(|o| {
                     let coords = (0..g.kernel[d]).map(|k| g.coord(d, o, k));
-                    let inside = coords.clone().filter(|&c| c >= 0 && c < g.image[d] as i64).map(|c| c as usize * img_strides[d]).collect();
+                    let inside = coords
+                        .clone()
+                        .filter(|&c| c >= 0 && c < g.image[d] as i64)
+                        .map(|c| c as usize * img_strides[d])
+                        .collect();
                     (inside, coords.filter(|&c| c >= lo && c < hi).count())
                 })
                 .collect()
@@ -70,7 +84,10 @@ fn for_each_window(g: &Geometry, mut f: impl FnMut(usize, &[usize], usize)) {
             let (inside, count) = &per_dim[d][idx[d]];
             counted *= count;
             next.clear();
-            next.extend(taps.iter().flat_map(|&b| inside.iter().map(move |&o| b + o)));
+            next.extend(
+                taps.iter()
+                    .flat_map(|&b| inside.iter().map(move |&o| b + o)),
+            );
             std::mem::swap(&mut taps, &mut next);
         }
         f(w, &taps, counted);
@@ -109,11 +126,19 @@ impl MaxPool {
         for p in 0..s.planes {
             let src = &x[p * plane..(p + 1) * plane];
             for_each_window(&s.geom, |w, taps, _| {
-                let Some((&first, rest)) = taps.split_first() else { return };
+                let Some((&first, rest)) = taps.split_first() else {
+                    return;
+                };
                 // Strictly greater keeps the first maximum (and a leading NaN).
-                let best = rest.iter().fold(first, |b, &o| if src[o] > src[b] { o } else { b });
+                let best = rest
+                    .iter()
+                    .fold(first, |b, &o| if src[o] > src[b] { o } else { b });
                 values[p * wins + w] = src[best];
-                let spatial = if column_order { column_major(best, &s.geom.image) } else { best };
+                let spatial = if column_order {
+                    column_major(best, &s.geom.image)
+                } else {
+                    best
+                };
                 indices[p * wins + w] = (p * plane + spatial) as i64;
             });
         }
@@ -127,9 +152,15 @@ impl Op for MaxPool {
         Ok(match cx.shape(0)? {
             Some(x) => {
                 let out = PoolShape::new(cx.node, x)?.out;
-                vec![TensorType::new(dtype, out.clone()), TensorType::new(DType::I64, out)]
+                vec![
+                    TensorType::new(dtype, out.clone()),
+                    TensorType::new(DType::I64, out),
+                ]
             }
-            None => vec![TensorType::unknown_shape(dtype), TensorType::unknown_shape(DType::I64)],
+            None => vec![
+                TensorType::unknown_shape(dtype),
+                TensorType::unknown_shape(DType::I64),
+            ],
         })
     }
 
@@ -138,18 +169,33 @@ impl Op for MaxPool {
         let s = PoolShape::new(cx.node, &x.shape)?;
         let column_order = cx.node.attr_int_or("storage_order", 0)? != 0;
         ensure!(x.dtype() != DType::Bool, "MaxPool does not support bool");
-        let (values, indices) = dispatch_num!(&x.data, |v: T| {
-            let (values, indices) = Self::typed::<T>(v, &s, column_order);
-            (T::wrap(values), indices)
-        }, bail!("MaxPool does not support strings"));
-        Ok(vec![Tensor::new(s.out.clone(), values)?, Tensor::from_vec(s.out, indices)?])
+        let (values, indices) = dispatch_num!(
+            &x.data,
+            |v: T| {
+                let (values, indices) = Self::typed::<T>(v, &s, column_order);
+                (T::wrap(values), indices)
+            },
+            bail!("MaxPool does not support strings")
+        );
+        Ok(vec![
+            Tensor::new(s.out.clone(), values)?,
+            Tensor::from_vec(s.out, indices)?,
+        ])
     }
 }
 
 /// Applies `f(taps' values, padded_count) -> value` to every window of
 /// every plane of a float tensor, computing in f64.
-fn float_pool(x: &Tensor, s: &PoolShape, f: impl Fn(&mut dyn Iterator<Item = f64>, usize, usize) -> f64) -> Result<Tensor> {
-    ensure!(x.dtype().is_float(), "pooling needs a float tensor, got {}", x.dtype());
+fn float_pool(
+    x: &Tensor,
+    s: &PoolShape,
+    f: impl Fn(&mut dyn Iterator<Item = f64>, usize, usize) -> f64,
+) -> Result<Tensor> {
+    ensure!(
+        x.dtype().is_float(),
+        "pooling needs a float tensor, got {}",
+        x.dtype()
+    );
     let (plane, wins) = (s.geom.image_size(), s.geom.window_count());
     let xs = x.data.to_f64_vec()?;
     let mut out = vec![0f64; s.planes * wins];
@@ -181,7 +227,9 @@ impl Op for AveragePool {
         let x = arg(inputs, 0)?;
         let s = PoolShape::new(cx.node, &x.shape)?;
         let include_pad = cx.node.attr_int_or("count_include_pad", 0)? != 0;
-        let y = float_pool(x, &s, |vals, inside, counted| vals.sum::<f64>() / if include_pad { counted } else { inside } as f64)?;
+        let y = float_pool(x, &s, |vals, inside, counted| {
+            vals.sum::<f64>() / if include_pad { counted } else { inside } as f64
+        })?;
         Ok(vec![y])
     }
 }
@@ -229,7 +277,10 @@ enum Reduce {
 struct GlobalPool(Reduce);
 
 fn global_shape(x: &[usize]) -> Result<Vec<usize>> {
-    ensure!(x.len() >= 2, "global pooling input must have rank >= 2 ([N, C, spatial...]), got {x:?}");
+    ensure!(
+        x.len() >= 2,
+        "global pooling input must have rank >= 2 ([N, C, spatial...]), got {x:?}"
+    );
     let mut out = x[..2].to_vec();
     out.resize(x.len(), 1);
     Ok(out)
@@ -247,16 +298,30 @@ impl Op for GlobalPool {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let out = global_shape(&x.shape)?;
-        ensure!(x.dtype().is_float(), "global pooling needs a float tensor, got {}", x.dtype());
+        ensure!(
+            x.dtype().is_float(),
+            "global pooling needs a float tensor, got {}",
+            x.dtype()
+        );
         let planes = x.shape[0] * x.shape[1];
         let plane = numel(&x.shape[2..]);
         let xs = x.data.to_f64_vec()?;
-        let p = if matches!(self.0, Reduce::Lp) { lp_exponent(cx.node)? } else { 2.0 };
+        let p = if matches!(self.0, Reduce::Lp) {
+            lp_exponent(cx.node)?
+        } else {
+            2.0
+        };
         let values = (0..planes).map(|i| {
             let v = &xs[i * plane..(i + 1) * plane];
             match self.0 {
                 Reduce::Mean => v.iter().sum::<f64>() / plane as f64,
-                Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, |m, x| if x > m || x.is_nan() { x } else { m }),
+                Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, |m, x| {
+                    if x > m || x.is_nan() {
+                        x
+                    } else {
+                        m
+                    }
+                }),
                 Reduce::Lp => lp_norm(&mut v.iter().copied(), p),
             }
         });
@@ -272,8 +337,15 @@ struct MaxUnpool;
 
 impl MaxUnpool {
     /// (inferred shape, output shape).
-    fn shapes(node: &Node, x: &[usize], output_shape: Option<&Tensor>) -> Result<(Vec<usize>, Vec<usize>)> {
-        ensure!(x.len() >= 3, "MaxUnpool input must have rank >= 3, got {x:?}");
+    fn shapes(
+        node: &Node,
+        x: &[usize],
+        output_shape: Option<&Tensor>,
+    ) -> Result<(Vec<usize>, Vec<usize>)> {
+        ensure!(
+            x.len() >= 3,
+            "MaxUnpool input must have rank >= 3, got {x:?}"
+        );
         let rank = x.len() - 2;
         let kernel = kernel_shape(node, None)?;
         let attrs = WindowAttrs::from_node(node, rank)?;
@@ -281,23 +353,46 @@ impl MaxUnpool {
         let mut inferred = x[..2].to_vec();
         inferred.extend(&geom.image);
         checked_numel(&inferred)?;
-        let Some(os) = output_shape else { return Ok((inferred.clone(), inferred)) };
+        let Some(os) = output_shape else {
+            return Ok((inferred.clone(), inferred));
+        };
         let os = ints(os)?;
-        ensure!(os.len() == x.len(), "output_shape {os:?} must have rank {}", x.len());
-        ensure!(os.iter().all(|&v| v >= 0), "output_shape must not be negative, got {os:?}");
+        ensure!(
+            os.len() == x.len(),
+            "output_shape {os:?} must have rank {}",
+            x.len()
+        );
+        ensure!(
+            os.iter().all(|&v| v >= 0),
+            "output_shape must not be negative, got {os:?}"
+        );
         let os: Vec<usize> = os.into_iter().map(|v| v as usize).collect();
-        ensure!(os[..2] == x[..2], "output_shape {os:?} must keep N and C of {x:?}");
-        ensure!(os.iter().zip(&inferred).all(|(o, i)| o >= i), "output_shape {os:?} is smaller than the unpooled shape {inferred:?}");
+        ensure!(
+            os[..2] == x[..2],
+            "output_shape {os:?} must keep N and C of {x:?}"
+        );
+        ensure!(
+            os.iter().zip(&inferred).all(|(o, i)| o >= i),
+            "output_shape {os:?} is smaller than the unpooled shape {inferred:?}"
+        );
         checked_numel(&os)?;
         Ok((inferred, os))
     }
 
-    fn typed<T: Elem + Default>(x: &[T], idx: &[i64], inferred: &[usize], out: &[usize]) -> Result<Vec<T>> {
+    fn typed<T: Elem + Default>(
+        x: &[T],
+        idx: &[i64],
+        inferred: &[usize],
+        out: &[usize],
+    ) -> Result<Vec<T>> {
         let total = numel(inferred);
         let mut y = vec![T::default(); numel(out)];
         let (in_strides, out_strides) = (row_strides(inferred), row_strides(out));
         for (v, &i) in x.iter().zip(idx) {
-            ensure!(i >= 0 && (i as usize) < total, "index {i} is out of range for the unpooled shape {inferred:?}");
+            ensure!(
+                i >= 0 && (i as usize) < total,
+                "index {i} is out of range for the unpooled shape {inferred:?}"
+            );
             // Re-address the flat index of the inferred image in the output.
             let (mut rest, mut o) = (i as usize, 0);
             for d in 0..inferred.len() {
@@ -325,9 +420,16 @@ impl Op for MaxUnpool {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, idx) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let (inferred, out) = Self::shapes(cx.node, &x.shape, opt_arg(inputs, 2))?;
-        ensure!(idx.shape == x.shape, "indices shape {:?} differs from input shape {:?}", idx.shape, x.shape);
+        ensure!(
+            idx.shape == x.shape,
+            "indices shape {:?} differs from input shape {:?}",
+            idx.shape,
+            x.shape
+        );
         let idx = idx.as_slice::<i64>()?;
-        let data = dispatch_all!(&x.data, |v: T| T::wrap(Self::typed::<T>(v, idx, &inferred, &out)?));
+        let data = dispatch_all!(&x.data, |v: T| T::wrap(Self::typed::<T>(
+            v, idx, &inferred, &out
+        )?));
         Ok(vec![Tensor::new(out, data)?])
     }
 }

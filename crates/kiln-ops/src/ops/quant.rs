@@ -24,7 +24,9 @@ fn int_range(dtype: DType) -> Result<(f64, f64)> {
         DType::U16 => (0.0, u16::MAX as f64),
         DType::I16 => (i16::MIN as f64, i16::MAX as f64),
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        other => bail!("unsupported quantized type {other} (kiln quantizes to 8-, 16- and 32-bit integers)"),
+        other => bail!(
+            "unsupported quantized type {other} (kiln quantizes to 8-, 16- and 32-bit integers)"
+        ),
     })
 }
 
@@ -32,7 +34,10 @@ fn int_range(dtype: DType) -> Result<(f64, f64)> {
 pub(crate) fn saturate_round(dtype: DType, values: impl Iterator<Item = f64>) -> Result<Data> {
     let (lo, hi) = int_range(dtype)?;
     fn collect<T: Num>(v: impl Iterator<Item = f64>, lo: f64, hi: f64) -> Data {
-        T::wrap(v.map(|x| T::from_f64(x.round_ties_even().clamp(lo, hi))).collect())
+        T::wrap(
+            v.map(|x| T::from_f64(x.round_ties_even().clamp(lo, hi)))
+                .collect(),
+        )
     }
     let v = values;
     Ok(match dtype {
@@ -82,7 +87,12 @@ enum Layout {
     /// One value per index along the axis; `inner` is the axis' stride.
     Axis { inner: usize, len: usize },
     /// One value per `block` consecutive indices along the axis.
-    Blocked { inner: usize, len: usize, block: usize, blocks: usize },
+    Blocked {
+        inner: usize,
+        len: usize,
+        block: usize,
+        blocks: usize,
+    },
 }
 
 impl Layout {
@@ -100,8 +110,17 @@ impl Layout {
         let blocks = len.div_ceil(block);
         let mut want = x_shape.to_vec();
         want[axis] = blocks;
-        ensure!(scale.shape == want, "blocked scale must have shape {want:?} (block_size {block}), got {:?}", scale.shape);
-        Ok(Layout::Blocked { inner, len, block, blocks })
+        ensure!(
+            scale.shape == want,
+            "blocked scale must have shape {want:?} (block_size {block}), got {:?}",
+            scale.shape
+        );
+        Ok(Layout::Blocked {
+            inner,
+            len,
+            block,
+            blocks,
+        })
     }
 
     /// Index of the parameter for input element `i`.
@@ -109,7 +128,12 @@ impl Layout {
         match *self {
             Layout::Tensor => 0,
             Layout::Axis { inner, len } => (i / inner) % len,
-            Layout::Blocked { inner, len, block, blocks } => {
+            Layout::Blocked {
+                inner,
+                len,
+                block,
+                blocks,
+            } => {
                 let (outer, a, rest) = (i / (inner * len), (i / inner) % len, i % inner);
                 (outer * blocks + a / block) * inner + rest
             }
@@ -121,7 +145,12 @@ impl Layout {
 fn zero_points(zp: Option<&Tensor>, scale: &Tensor) -> Result<Vec<i64>> {
     match zp {
         Some(z) => {
-            ensure!(z.shape == scale.shape || z.len() == 1 && scale.len() == 1, "zero point shape {:?} differs from scale shape {:?}", z.shape, scale.shape);
+            ensure!(
+                z.shape == scale.shape || z.len() == 1 && scale.len() == 1,
+                "zero point shape {:?} differs from scale shape {:?}",
+                z.shape,
+                scale.shape
+            );
             z.data.to_i64_vec()
         }
         None => Ok(vec![0; scale.len()]),
@@ -130,7 +159,10 @@ fn zero_points(zp: Option<&Tensor>, scale: &Tensor) -> Result<Vec<i64>> {
 
 /// Attributes shared by QuantizeLinear and DequantizeLinear.
 fn layout_attrs(node: &Node) -> Result<(i64, i64)> {
-    Ok((node.attr_int_or("axis", 1)?, node.attr_int_or("block_size", 0)?))
+    Ok((
+        node.attr_int_or("axis", 1)?,
+        node.attr_int_or("block_size", 0)?,
+    ))
 }
 
 /// The dtype named by an `output_dtype` style attribute (0 = unset).
@@ -151,7 +183,9 @@ impl QuantizeLinear {
     fn out_dtype(node: &Node, zp: Option<DType>) -> Result<DType> {
         let attr = dtype_attr(node, "output_dtype")?;
         let dtype = match (zp, attr) {
-            (Some(z), Some(a)) if z != a => bail!("output_dtype {a} differs from the zero point's type {z}"),
+            (Some(z), Some(a)) if z != a => {
+                bail!("output_dtype {a} differs from the zero point's type {z}")
+            }
             (Some(z), _) => z,
             (None, Some(a)) => a,
             (None, None) => DType::U8,
@@ -178,26 +212,49 @@ impl QuantizeLinear {
 impl Op for QuantizeLinear {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = Self::out_dtype(cx.node, cx.opt_input(2).map(|z| z.ty.dtype))?;
-        Ok(vec![TensorType { dtype, shape: cx.input(0)?.ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype,
+            shape: cx.input(0)?.ty.shape.clone(),
+        }])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, scale, zp) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
         let dtype = Self::out_dtype(cx.node, zp.map(|z| z.dtype()))?;
-        ensure!(scale.dtype().is_float(), "y_scale must be a float tensor, got {}", scale.dtype());
-        ensure!(x.dtype().is_float() || x.dtype() == DType::I32, "QuantizeLinear input must be a float or int32 tensor, got {}", x.dtype());
-        ensure!(cx.opset >= 13 || scale.len() == 1, "QuantizeLinear-{} needs a scalar scale", cx.opset);
+        ensure!(
+            scale.dtype().is_float(),
+            "y_scale must be a float tensor, got {}",
+            scale.dtype()
+        );
+        ensure!(
+            x.dtype().is_float() || x.dtype() == DType::I32,
+            "QuantizeLinear input must be a float or int32 tensor, got {}",
+            x.dtype()
+        );
+        ensure!(
+            cx.opset >= 13 || scale.len() == 1,
+            "QuantizeLinear-{} needs a scalar scale",
+            cx.opset
+        );
         let (axis, block_size) = layout_attrs(cx.node)?;
         let layout = Layout::new(&x.shape, scale, axis, block_size)?;
         let div = Self::division_dtype(cx.node, x.dtype(), scale.dtype())?;
-        let scales: Vec<f64> = scale.data.to_f64_vec()?.into_iter().map(|s| round_to(div, s)).collect();
+        let scales: Vec<f64> = scale
+            .data
+            .to_f64_vec()?
+            .into_iter()
+            .map(|s| round_to(div, s))
+            .collect();
         let zps = zero_points(zp, scale)?;
         let xs = x.data.to_f64_vec()?;
         let values = xs.iter().enumerate().map(|(i, &v)| {
             let p = layout.index(i);
             round_to(div, round_to(div, v) / scales[p]).round_ties_even() + zps[p] as f64
         });
-        Ok(vec![Tensor::new(x.shape.clone(), saturate_round(dtype, values)?)?])
+        Ok(vec![Tensor::new(
+            x.shape.clone(),
+            saturate_round(dtype, values)?,
+        )?])
     }
 }
 
@@ -207,7 +264,10 @@ struct DequantizeLinear;
 impl DequantizeLinear {
     fn out_dtype(node: &Node, scale: DType) -> Result<DType> {
         let dtype = dtype_attr(node, "output_dtype")?.unwrap_or(scale);
-        ensure!(dtype.is_float(), "DequantizeLinear output must be a float type, got {dtype}");
+        ensure!(
+            dtype.is_float(),
+            "DequantizeLinear output must be a float type, got {dtype}"
+        );
         Ok(dtype)
     }
 }
@@ -215,7 +275,10 @@ impl DequantizeLinear {
 impl Op for DequantizeLinear {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = Self::out_dtype(cx.node, cx.input(1)?.ty.dtype)?;
-        Ok(vec![TensorType { dtype, shape: cx.input(0)?.ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype,
+            shape: cx.input(0)?.ty.shape.clone(),
+        }])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -223,10 +286,23 @@ impl Op for DequantizeLinear {
         let dtype = Self::out_dtype(cx.node, scale.dtype())?;
         int_range(x.dtype())?;
         if let Some(z) = zp {
-            ensure!(z.dtype() == x.dtype(), "zero point type {} differs from x's {}", z.dtype(), x.dtype());
+            ensure!(
+                z.dtype() == x.dtype(),
+                "zero point type {} differs from x's {}",
+                z.dtype(),
+                x.dtype()
+            );
         }
-        ensure!(scale.dtype().is_float(), "x_scale must be a float tensor, got {}", scale.dtype());
-        ensure!(cx.opset >= 13 || scale.len() == 1, "DequantizeLinear-{} needs a scalar scale", cx.opset);
+        ensure!(
+            scale.dtype().is_float(),
+            "x_scale must be a float tensor, got {}",
+            scale.dtype()
+        );
+        ensure!(
+            cx.opset >= 13 || scale.len() == 1,
+            "DequantizeLinear-{} needs a scalar scale",
+            cx.opset
+        );
         let (axis, block_size) = layout_attrs(cx.node)?;
         let layout = Layout::new(&x.shape, scale, axis, block_size)?;
         let scales = scale.data.to_f64_vec()?;
@@ -243,7 +319,10 @@ impl Op for DequantizeLinear {
                 (centered as f32 * scales[p] as f32) as f64
             }
         });
-        Ok(vec![Tensor::new(x.shape.clone(), floats_to(dtype, values)?)?])
+        Ok(vec![Tensor::new(
+            x.shape.clone(),
+            floats_to(dtype, values)?,
+        )?])
     }
 }
 
@@ -254,18 +333,41 @@ struct DynamicQuantizeLinear;
 impl Op for DynamicQuantizeLinear {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let x = &cx.input(0)?.ty;
-        ensure!(x.dtype == DType::F32, "DynamicQuantizeLinear needs f32 input, got {}", x.dtype);
-        Ok(vec![TensorType { dtype: DType::U8, shape: x.shape.clone() }, TensorType::new(DType::F32, vec![]), TensorType::new(DType::U8, vec![])])
+        ensure!(
+            x.dtype == DType::F32,
+            "DynamicQuantizeLinear needs f32 input, got {}",
+            x.dtype
+        );
+        Ok(vec![
+            TensorType {
+                dtype: DType::U8,
+                shape: x.shape.clone(),
+            },
+            TensorType::new(DType::F32, vec![]),
+            TensorType::new(DType::U8, vec![]),
+        ])
     }
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let xs = x.as_slice::<f32>()?;
-        let max = xs.iter().fold(0.0f32, |m, &v| if v > m || v.is_nan() { v } else { m });
-        let min = xs.iter().fold(0.0f32, |m, &v| if v < m || v.is_nan() { v } else { m });
+        let max = xs
+            .iter()
+            .fold(0.0f32, |m, &v| if v > m || v.is_nan() { v } else { m });
+        let min = xs
+            .iter()
+            .fold(0.0f32, |m, &v| if v < m || v.is_nan() { v } else { m });
         let scale = if max == min { 1.0f32 } else { max - min } / 255.0f32;
         let zp = (0.0f32 - min / scale).clamp(0.0, 255.0).round_ties_even();
-        let y = saturate_round(DType::U8, xs.iter().map(|&v| ((v / scale).round_ties_even() + zp) as f64))?;
-        Ok(vec![Tensor::new(x.shape.clone(), y)?, Tensor::scalar(scale), Tensor::scalar(zp as u8)])
+        let y = saturate_round(
+            DType::U8,
+            xs.iter()
+                .map(|&v| ((v / scale).round_ties_even() + zp) as f64),
+        )?;
+        Ok(vec![
+            Tensor::new(x.shape.clone(), y)?,
+            Tensor::scalar(scale),
+            Tensor::scalar(zp as u8),
+        ])
     }
 }

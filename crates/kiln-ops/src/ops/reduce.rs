@@ -101,7 +101,10 @@ impl ReducePlan {
             for_each_offset(&dims, [&step], |_, [o]| offs.push(o));
             offs
         };
-        ReducePlan { kept: offsets(false), reduced: offsets(true) }
+        ReducePlan {
+            kept: offsets(false),
+            reduced: offsets(true),
+        }
     }
 
     /// The plan that reduces the single axis `axis`.
@@ -117,15 +120,27 @@ pub(crate) fn checked_axis(axis: i64, rank: usize) -> Result<usize> {
     if axis < -r || axis >= r {
         bail!("axis {axis} is out of range for rank {rank}");
     }
-    Ok(if axis < 0 { (axis + r) as usize } else { axis as usize })
+    Ok(if axis < 0 {
+        (axis + r) as usize
+    } else {
+        axis as usize
+    })
 }
 
 /// The reduced-axis mask of a Reduce* node, or `None` when the node is a
 /// no-op (no axes and `noop_with_empty_axes`). No axes otherwise means all.
-pub(crate) fn reduce_mask(rank: usize, axes: Option<&[i64]>, noop_with_empty_axes: bool) -> Result<Option<Vec<bool>>> {
+pub(crate) fn reduce_mask(
+    rank: usize,
+    axes: Option<&[i64]>,
+    noop_with_empty_axes: bool,
+) -> Result<Option<Vec<bool>>> {
     let axes = axes.unwrap_or(&[]);
     if axes.is_empty() {
-        return Ok(if noop_with_empty_axes { None } else { Some(vec![true; rank]) });
+        return Ok(if noop_with_empty_axes {
+            None
+        } else {
+            Some(vec![true; rank])
+        });
     }
     let mut mask = vec![false; rank];
     for &a in axes {
@@ -178,8 +193,20 @@ impl Reduction {
                 s / n as f64
             }
             // NaN propagates, as in numpy's maximum/minimum.
-            Max => vals.fold(f64::NEG_INFINITY, |m, x| if m.is_nan() || x.is_nan() { f64::NAN } else { m.max(x) }),
-            Min => vals.fold(f64::INFINITY, |m, x| if m.is_nan() || x.is_nan() { f64::NAN } else { m.min(x) }),
+            Max => vals.fold(f64::NEG_INFINITY, |m, x| {
+                if m.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    m.max(x)
+                }
+            }),
+            Min => vals.fold(f64::INFINITY, |m, x| {
+                if m.is_nan() || x.is_nan() {
+                    f64::NAN
+                } else {
+                    m.min(x)
+                }
+            }),
             Prod => vals.product(),
             L1 => vals.map(f64::abs).sum(),
             L2 => vals.map(|x| x * x).sum::<f64>().sqrt(),
@@ -191,7 +218,12 @@ impl Reduction {
 
     /// Folds integer values exactly, wrapping on overflow. The float-valued
     /// reductions (L2, logs) go through f64 and truncate like a cast.
-    fn fold_i128<I: Iterator<Item = i128> + Clone>(self, vals: I, lowest: i128, highest: i128) -> i128 {
+    fn fold_i128<I: Iterator<Item = i128> + Clone>(
+        self,
+        vals: I,
+        lowest: i128,
+        highest: i128,
+    ) -> i128 {
         use Reduction::*;
         match self {
             Sum => vals.fold(0i128, |a, x| a.wrapping_add(x)),
@@ -222,7 +254,10 @@ impl Reduction {
 
 /// log(sum(exp(x))), shifted by the largest finite value for stability.
 pub(crate) fn log_sum_exp<I: Iterator<Item = f64> + Clone>(vals: I) -> f64 {
-    let m = vals.clone().filter(|x| x.is_finite()).fold(f64::NEG_INFINITY, f64::max);
+    let m = vals
+        .clone()
+        .filter(|x| x.is_finite())
+        .fold(f64::NEG_INFINITY, f64::max);
     let m = if m.is_finite() { m } else { 0.0 };
     m + vals.map(|x| (x - m).exp()).sum::<f64>().ln()
 }
@@ -230,7 +265,11 @@ pub(crate) fn log_sum_exp<I: Iterator<Item = f64> + Clone>(vals: I) -> f64 {
 /// Reduces the masked axes of `x`; the result has `x`'s element type.
 pub(crate) fn reduce(x: &Tensor, mask: &[bool], keepdims: bool, how: Reduction) -> Result<Tensor> {
     let plan = ReducePlan::new(&x.shape, mask);
-    let data = dispatch_num!(&x.data, |v: T| reduce_typed::<T>(v, &plan, how), bail!("cannot reduce a string tensor"));
+    let data = dispatch_num!(
+        &x.data,
+        |v: T| reduce_typed::<T>(v, &plan, how),
+        bail!("cannot reduce a string tensor")
+    );
     Tensor::new(reduced_shape(&x.shape, mask, keepdims), data)
 }
 
@@ -238,13 +277,21 @@ fn reduce_typed<T: Exact>(v: &[T], plan: &ReducePlan, how: Reduction) -> Data {
     let out: Vec<T> = if T::DTYPE.is_float() {
         plan.kept
             .iter()
-            .map(|&base| T::from_f64(how.fold_f64(plan.reduced.iter().map(|&o| v[base + o].to_f64()))))
+            .map(|&base| {
+                T::from_f64(how.fold_f64(plan.reduced.iter().map(|&o| v[base + o].to_f64())))
+            })
             .collect()
     } else {
         let (lo, hi) = (T::LOWEST.to_i128(), T::HIGHEST.to_i128());
         plan.kept
             .iter()
-            .map(|&base| T::from_i128(how.fold_i128(plan.reduced.iter().map(|&o| v[base + o].to_i128()), lo, hi)))
+            .map(|&base| {
+                T::from_i128(how.fold_i128(
+                    plan.reduced.iter().map(|&o| v[base + o].to_i128()),
+                    lo,
+                    hi,
+                ))
+            })
             .collect()
     };
     T::wrap(out)
@@ -256,12 +303,20 @@ struct Reduce(Reduction);
 
 impl Reduce {
     fn flags(node: &kiln_ir::Node) -> Result<(bool, bool)> {
-        Ok((node.attr_int_or("keepdims", 1)? != 0, node.attr_int_or("noop_with_empty_axes", 0)? != 0))
+        Ok((
+            node.attr_int_or("keepdims", 1)? != 0,
+            node.attr_int_or("noop_with_empty_axes", 0)? != 0,
+        ))
     }
 }
 
 /// Output shape of a Reduce* node.
-fn reduce_output_shape(shape: &[usize], axes: Option<&[i64]>, keepdims: bool, noop: bool) -> Result<Vec<usize>> {
+fn reduce_output_shape(
+    shape: &[usize],
+    axes: Option<&[i64]>,
+    keepdims: bool,
+    noop: bool,
+) -> Result<Vec<usize>> {
     Ok(match reduce_mask(shape.len(), axes, noop)? {
         None => shape.to_vec(),
         Some(mask) => reduced_shape(shape, &mask, keepdims),
@@ -283,7 +338,10 @@ impl Op for Reduce {
             },
         };
         Ok(vec![match &ty.shape {
-            Some(s) => TensorType::new(ty.dtype, reduce_output_shape(s, axes.as_deref(), keepdims, noop)?),
+            Some(s) => TensorType::new(
+                ty.dtype,
+                reduce_output_shape(s, axes.as_deref(), keepdims, noop)?,
+            ),
             None => TensorType::unknown_shape(ty.dtype),
         }])
     }

@@ -11,7 +11,7 @@ mod sample;
 use crate::registry::Registry;
 use crate::util::normalize_axis;
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, ensure, Data, DType, Node, Num, Result, Tensor, TensorType};
+use kiln_ir::{bail, dispatch_num, ensure, DType, Data, Node, Num, Result, Tensor, TensorType};
 use sample::{Axis, Coord, Kernel, NearestRound, Sampler};
 
 pub fn register(r: &mut Registry) {
@@ -26,11 +26,20 @@ pub fn register(r: &mut Registry) {
 /// `round` (Resize), else truncate (GridSample's "cast"); both saturate.
 pub(crate) fn from_f64(values: Vec<f64>, dtype: DType, round: bool) -> Result<Data> {
     fn convert<T: Num>(values: Vec<f64>, round: bool) -> Data {
-        T::wrap(values.into_iter().map(|v| T::from_f64(if round { v.round_ties_even() } else { v })).collect())
+        T::wrap(
+            values
+                .into_iter()
+                .map(|v| T::from_f64(if round { v.round_ties_even() } else { v }))
+                .collect(),
+        )
     }
     let round = round && dtype.is_int();
     // An empty tensor of `dtype` selects the element type.
-    dispatch_num!(&Data::zeros(dtype, 0), |_v: T| Ok(convert::<T>(values, round)), bail!("cannot produce {dtype} values by interpolation"))
+    dispatch_num!(
+        &Data::zeros(dtype, 0),
+        |_v: T| Ok(convert::<T>(values, round)),
+        bail!("cannot produce {dtype} values by interpolation")
+    )
 }
 
 /// keep_aspect_ratio_policy (Resize-18+).
@@ -76,15 +85,34 @@ impl Params {
     fn parse(node: &Node, legacy: bool) -> Result<Params> {
         if legacy {
             let kernel = Params::mode(node, true, -0.75)?;
-            let sampler = Sampler { kernel, coord: Coord::Asymmetric, antialias: false, exclude_outside: false };
-            return Ok(Params { sampler, extrapolation: 0.0, axes: None, policy: AspectPolicy::Stretch });
+            let sampler = Sampler {
+                kernel,
+                coord: Coord::Asymmetric,
+                antialias: false,
+                exclude_outside: false,
+            };
+            return Ok(Params {
+                sampler,
+                extrapolation: 0.0,
+                axes: None,
+                policy: AspectPolicy::Stretch,
+            });
         }
-        let kernel = Params::mode(node, false, node.attr_float_or("cubic_coeff_a", -0.75)? as f64)?;
+        let kernel = Params::mode(
+            node,
+            false,
+            node.attr_float_or("cubic_coeff_a", -0.75)? as f64,
+        )?;
         let antialias = node.attr_int_or("antialias", 0)? != 0;
-        ensure!(!(antialias && matches!(kernel, Kernel::Nearest(_))), "antialias is only defined for linear and cubic modes");
+        ensure!(
+            !(antialias && matches!(kernel, Kernel::Nearest(_))),
+            "antialias is only defined for linear and cubic modes"
+        );
         let sampler = Sampler {
             kernel,
-            coord: Coord::parse(node.attr_string_or("coordinate_transformation_mode", "half_pixel")?)?,
+            coord: Coord::parse(
+                node.attr_string_or("coordinate_transformation_mode", "half_pixel")?,
+            )?,
             antialias,
             exclude_outside: node.attr_int_or("exclude_outside", 0)? != 0,
         };
@@ -104,7 +132,10 @@ impl Params {
 
     fn axes(&self, rank: usize) -> Result<Vec<usize>> {
         let axes: Vec<usize> = match &self.axes {
-            Some(a) => a.iter().map(|&x| normalize_axis(x, rank)).collect::<Result<_>>()?,
+            Some(a) => a
+                .iter()
+                .map(|&x| normalize_axis(x, rank))
+                .collect::<Result<_>>()?,
             None => (0..rank).collect(),
         };
         for (i, a) in axes.iter().enumerate() {
@@ -121,29 +152,64 @@ enum Target {
 }
 
 /// Per-axis plan for an input of `shape` (roi left at its default).
-fn plan(shape: &[usize], axes: &[usize], target: &Target, policy: AspectPolicy) -> Result<Vec<Axis>> {
-    let mut out: Vec<Axis> =
-        shape.iter().map(|&n| Axis { in_len: n, out_len: n, scale: 1.0, resized_len: n as f64, roi: (0.0, 1.0) }).collect();
+fn plan(
+    shape: &[usize],
+    axes: &[usize],
+    target: &Target,
+    policy: AspectPolicy,
+) -> Result<Vec<Axis>> {
+    let mut out: Vec<Axis> = shape
+        .iter()
+        .map(|&n| Axis {
+            in_len: n,
+            out_len: n,
+            scale: 1.0,
+            resized_len: n as f64,
+            roi: (0.0, 1.0),
+        })
+        .collect();
     let given = match target {
         Target::Scales(s) => s.len(),
         Target::Sizes(s) => s.len(),
     };
-    ensure!(given == axes.len(), "{given} scales/sizes given for {} axes", axes.len());
+    ensure!(
+        given == axes.len(),
+        "{given} scales/sizes given for {} axes",
+        axes.len()
+    );
     match target {
         Target::Scales(scales) => {
             for (&d, &s) in axes.iter().zip(scales) {
                 ensure!(s > 0.0 && s.is_finite(), "scales must be positive, got {s}");
                 let len = s * shape[d] as f64;
-                ensure!(len < (1u64 << 40) as f64, "resized length {len} is too large");
-                out[d] = Axis { in_len: shape[d], out_len: len.floor() as usize, scale: s, resized_len: len, roi: (0.0, 1.0) };
+                ensure!(
+                    len < (1u64 << 40) as f64,
+                    "resized length {len} is too large"
+                );
+                out[d] = Axis {
+                    in_len: shape[d],
+                    out_len: len.floor() as usize,
+                    scale: s,
+                    resized_len: len,
+                    roi: (0.0, 1.0),
+                };
             }
         }
         Target::Sizes(sizes) => {
             for (&d, &s) in axes.iter().zip(sizes) {
                 ensure!(s >= 0, "sizes must not be negative, got {s}");
-                ensure!(shape[d] > 0 || s == 0, "cannot resize an empty axis {d} to length {s}");
+                ensure!(
+                    shape[d] > 0 || s == 0,
+                    "cannot resize an empty axis {d} to length {s}"
+                );
             }
-            let ratio = |i: usize| if shape[axes[i]] == 0 { 1.0 } else { sizes[i] as f64 / shape[axes[i]] as f64 };
+            let ratio = |i: usize| {
+                if shape[axes[i]] == 0 {
+                    1.0
+                } else {
+                    sizes[i] as f64 / shape[axes[i]] as f64
+                }
+            };
             let common = match policy {
                 AspectPolicy::Stretch => None,
                 AspectPolicy::NotLarger => (0..axes.len()).map(ratio).reduce(f64::min),
@@ -155,8 +221,18 @@ fn plan(shape: &[usize], axes: &[usize], target: &Target, policy: AspectPolicy) 
                     Some(s) => ((s * shape[d] as f64 + 0.5).floor() as usize, s),
                     None => (sizes[i] as usize, ratio(i)),
                 };
-                let resized_len = if common.is_some() { scale * shape[d] as f64 } else { len as f64 };
-                out[d] = Axis { in_len: shape[d], out_len: len, scale, resized_len, roi: (0.0, 1.0) };
+                let resized_len = if common.is_some() {
+                    scale * shape[d] as f64
+                } else {
+                    len as f64
+                };
+                out[d] = Axis {
+                    in_len: shape[d],
+                    out_len: len,
+                    scale,
+                    resized_len,
+                    roi: (0.0, 1.0),
+                };
             }
         }
     }
@@ -165,7 +241,11 @@ fn plan(shape: &[usize], axes: &[usize], target: &Target, policy: AspectPolicy) 
 
 /// The f64 values of a float tensor (scales, roi).
 fn floats(t: &Tensor, what: &str) -> Result<Vec<f64>> {
-    ensure!(t.dtype().is_float(), "{what} must be a float tensor, got {}", t.dtype());
+    ensure!(
+        t.dtype().is_float(),
+        "{what} must be a float tensor, got {}",
+        t.dtype()
+    );
     t.data.to_f64_vec()
 }
 
@@ -189,12 +269,17 @@ fn resize(x: &Tensor, axes: &[Axis], params: &Params) -> Result<Tensor> {
     }
     let s = &params.sampler;
     if let Kernel::Nearest(_) = s.kernel {
-        let index: Vec<Vec<Option<usize>>> =
-            axes.iter().map(|a| s.taps(a).into_iter().map(|t| t.map(|t| t[0].0)).collect()).collect();
+        let index: Vec<Vec<Option<usize>>> = axes
+            .iter()
+            .map(|a| s.taps(a).into_iter().map(|t| t.map(|t| t[0].0)).collect())
+            .collect();
         let data = sample::gather_nearest(&x.data, &x.shape, &index, params.extrapolation)?;
         return Tensor::new(out_shape, data);
     }
-    ensure!(x.dtype() != DType::Str, "linear and cubic Resize need a numeric tensor, got strings");
+    ensure!(
+        x.dtype() != DType::Str,
+        "linear and cubic Resize need a numeric tensor, got strings"
+    );
     let mut data = x.data.to_f64_vec()?;
     let mut shape = x.shape.clone();
     for (d, a) in axes.iter().enumerate() {
@@ -224,7 +309,10 @@ impl Op for Resize {
         let x = &cx.input(0)?.ty;
         let params = Params::parse(cx.node, cx.opset < 11)?;
         let (_, scales, sizes) = Resize::positions(cx.opset);
-        let (Some(shape), true) = (&x.shape, cx.opt_input(scales).is_none_or(|i| i.value.is_some())) else {
+        let (Some(shape), true) = (
+            &x.shape,
+            cx.opt_input(scales).is_none_or(|i| i.value.is_some()),
+        ) else {
             return Ok(vec![TensorType::unknown_shape(x.dtype)]);
         };
         let sizes = sizes.and_then(|i| cx.opt_input(i));
@@ -233,22 +321,36 @@ impl Op for Resize {
         }
         let target = target(cx.value(scales), sizes.and_then(|i| i.value))?;
         let axes = plan(shape, &params.axes(shape.len())?, &target, params.policy)?;
-        Ok(vec![TensorType::new(x.dtype, axes.iter().map(|a| a.out_len).collect())])
+        Ok(vec![TensorType::new(
+            x.dtype,
+            axes.iter().map(|a| a.out_len).collect(),
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let params = Params::parse(cx.node, cx.opset < 11)?;
         let (roi, scales, sizes) = Resize::positions(cx.opset);
-        let target = target(opt_arg(inputs, scales), sizes.and_then(|i| opt_arg(inputs, i)))?;
+        let target = target(
+            opt_arg(inputs, scales),
+            sizes.and_then(|i| opt_arg(inputs, i)),
+        )?;
         let dims = params.axes(x.rank())?;
         let mut axes = plan(&x.shape, &dims, &target, params.policy)?;
         if params.sampler.coord == Coord::TfCropAndResize {
-            let Some(roi) = roi.and_then(|i| opt_arg(inputs, i)).filter(|t| !t.is_empty()) else {
+            let Some(roi) = roi
+                .and_then(|i| opt_arg(inputs, i))
+                .filter(|t| !t.is_empty())
+            else {
                 bail!("tf_crop_and_resize needs the 'roi' input")
             };
             let roi = floats(roi, "roi")?;
-            ensure!(roi.len() == 2 * dims.len(), "roi has {} values, expected {} (starts then ends)", roi.len(), 2 * dims.len());
+            ensure!(
+                roi.len() == 2 * dims.len(),
+                "roi has {} values, expected {} (starts then ends)",
+                roi.len(),
+                2 * dims.len()
+            );
             for (i, &d) in dims.iter().enumerate() {
                 axes[d].roi = (roi[i], roi[dims.len() + i]);
             }
@@ -264,7 +366,9 @@ struct Upsample;
 impl Upsample {
     fn scales(node: &Node, opset: i64, input: Option<&Tensor>) -> Result<Option<Vec<f64>>> {
         if opset < 9 {
-            let Some(s) = node.attr_floats("scales")? else { bail!("attribute 'scales' is required") };
+            let Some(s) = node.attr_floats("scales")? else {
+                bail!("attribute 'scales' is required")
+            };
             return Ok(Some(s.iter().map(|&v| v as f64).collect()));
         }
         input.map(|t| floats(t, "scales")).transpose()
@@ -275,16 +379,33 @@ impl Op for Upsample {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let x = &cx.input(0)?.ty;
         let scales = Upsample::scales(cx.node, cx.opset, cx.value(1))?;
-        let (Some(shape), Some(scales)) = (&x.shape, scales) else { return Ok(vec![TensorType::unknown_shape(x.dtype)]) };
-        let axes = plan(shape, &(0..shape.len()).collect::<Vec<_>>(), &Target::Scales(scales), AspectPolicy::Stretch)?;
-        Ok(vec![TensorType::new(x.dtype, axes.iter().map(|a| a.out_len).collect())])
+        let (Some(shape), Some(scales)) = (&x.shape, scales) else {
+            return Ok(vec![TensorType::unknown_shape(x.dtype)]);
+        };
+        let axes = plan(
+            shape,
+            &(0..shape.len()).collect::<Vec<_>>(),
+            &Target::Scales(scales),
+            AspectPolicy::Stretch,
+        )?;
+        Ok(vec![TensorType::new(
+            x.dtype,
+            axes.iter().map(|a| a.out_len).collect(),
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let params = Params::parse(cx.node, true)?;
-        let Some(scales) = Upsample::scales(cx.node, cx.opset, opt_arg(inputs, 1))? else { bail!("input 1 (scales) is required") };
-        let axes = plan(&x.shape, &(0..x.rank()).collect::<Vec<_>>(), &Target::Scales(scales), AspectPolicy::Stretch)?;
+        let Some(scales) = Upsample::scales(cx.node, cx.opset, opt_arg(inputs, 1))? else {
+            bail!("input 1 (scales) is required")
+        };
+        let axes = plan(
+            &x.shape,
+            &(0..x.rank()).collect::<Vec<_>>(),
+            &Target::Scales(scales),
+            AspectPolicy::Stretch,
+        )?;
         Ok(vec![resize(x, &axes, &params)?])
     }
 }

@@ -60,7 +60,11 @@ enum Act {
 impl Act {
     /// Builds `name`, taking its alpha/beta from the front of the queues
     /// (the spec consumes them in the order of the activation functions).
-    fn parse(name: &str, alphas: &mut impl Iterator<Item = f64>, betas: &mut impl Iterator<Item = f64>) -> Result<Act> {
+    fn parse(
+        name: &str,
+        alphas: &mut impl Iterator<Item = f64>,
+        betas: &mut impl Iterator<Item = f64>,
+    ) -> Result<Act> {
         let mut a = |default: f64| alphas.next().unwrap_or(default);
         Ok(match name.to_ascii_lowercase().as_str() {
             "relu" => Act::Relu,
@@ -139,15 +143,36 @@ impl Config {
         let per = kind.default_activations().len();
         let names: Vec<String> = match node.attr_strings("activations")? {
             Some(v) => v.to_vec(),
-            None => kind.default_activations().iter().map(|s| s.to_string()).collect(),
+            None => kind
+                .default_activations()
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
         };
-        ensure!(names.len() == per || names.len() == per * dirs, "expected {} activation functions, got {}", per * dirs, names.len());
-        let floats = |name: &str| -> Result<Vec<f64>> { Ok(node.attr_floats(name)?.unwrap_or(&[]).iter().map(|&v| v as f64).collect()) };
+        ensure!(
+            names.len() == per || names.len() == per * dirs,
+            "expected {} activation functions, got {}",
+            per * dirs,
+            names.len()
+        );
+        let floats = |name: &str| -> Result<Vec<f64>> {
+            Ok(node
+                .attr_floats(name)?
+                .unwrap_or(&[])
+                .iter()
+                .map(|&v| v as f64)
+                .collect())
+        };
         let (alphas, betas) = (floats("activation_alpha")?, floats("activation_beta")?);
         let (mut alphas, mut betas) = (alphas.into_iter(), betas.into_iter());
-        let parsed: Vec<Act> = names.iter().map(|n| Act::parse(n, &mut alphas, &mut betas)).collect::<Result<_>>()?;
+        let parsed: Vec<Act> = names
+            .iter()
+            .map(|n| Act::parse(n, &mut alphas, &mut betas))
+            .collect::<Result<_>>()?;
         // One list for both directions when only one direction's is given.
-        let acts = (0..dirs).map(|d| parsed[(d * per) % parsed.len()..][..per].to_vec()).collect();
+        let acts = (0..dirs)
+            .map(|d| parsed[(d * per) % parsed.len()..][..per].to_vec())
+            .collect();
         let clip = node.attr_float("clip")?.map(|c| c as f64);
         ensure!(clip.is_none_or(|c| c >= 0.0), "clip must not be negative");
         let hidden = match node.attr_int("hidden_size")? {
@@ -156,7 +181,10 @@ impl Config {
             None => None,
         };
         let layout = node.attr_int_or("layout", 0)?;
-        ensure!(layout == 0 || layout == 1, "layout must be 0 or 1, got {layout}");
+        ensure!(
+            layout == 0 || layout == 1,
+            "layout must be 0 or 1, got {layout}"
+        );
         Ok(Config {
             kind,
             dirs,
@@ -180,7 +208,11 @@ impl Config {
     /// (seq_length, batch) of X's shape.
     fn seq_batch(&self, x: &[usize]) -> Result<(usize, usize, usize)> {
         ensure!(x.len() == 3, "X must be 3-D, got {:?}", x);
-        Ok(if self.batch_first { (x[1], x[0], x[2]) } else { (x[0], x[1], x[2]) })
+        Ok(if self.batch_first {
+            (x[1], x[0], x[2])
+        } else {
+            (x[0], x[1], x[2])
+        })
     }
 
     /// Output shapes (Y, Y_h, Y_c) for the given sizes.
@@ -201,12 +233,18 @@ impl Op for Recurrent {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let cfg = Config::parse(cx.node, self.0)?;
         let dtype = cx.input(0)?.ty.dtype;
-        let hidden = cfg.hidden.or_else(|| cx.shape(2).ok().flatten().and_then(|r| r.last().copied()));
+        let hidden = cfg
+            .hidden
+            .or_else(|| cx.shape(2).ok().flatten().and_then(|r| r.last().copied()));
         let n = if self.0 == Kind::Lstm { 3 } else { 2 };
         Ok(match (cx.shape(0)?, hidden) {
             (Some(x), Some(h)) => {
                 let (seq, batch, _) = cfg.seq_batch(x)?;
-                cfg.output_shapes(seq, batch, h).into_iter().take(n).map(|s| TensorType::new(dtype, s)).collect()
+                cfg.output_shapes(seq, batch, h)
+                    .into_iter()
+                    .take(n)
+                    .map(|s| TensorType::new(dtype, s))
+                    .collect()
             }
             _ => vec![TensorType::unknown_shape(dtype); n],
         })
@@ -215,17 +253,37 @@ impl Op for Recurrent {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let cfg = Config::parse(cx.node, self.0)?;
         let x = arg(inputs, 0)?;
-        ensure!(x.dtype().is_float(), "X must be a float tensor, got {}", x.dtype());
+        ensure!(
+            x.dtype().is_float(),
+            "X must be a float tensor, got {}",
+            x.dtype()
+        );
         let (seq, batch, input) = cfg.seq_batch(&x.shape)?;
         let (w, r) = (arg(inputs, 1)?, arg(inputs, 2)?);
         let g = cfg.kind.gates();
         let hidden = cfg.hidden.or_else(|| r.shape.last().copied()).unwrap_or(0);
-        ensure!(w.shape == [cfg.dirs, g * hidden, input], "W must have shape [{}, {}, {input}], got {:?}", cfg.dirs, g * hidden, w.shape);
-        ensure!(r.shape == [cfg.dirs, g * hidden, hidden], "R must have shape [{}, {}, {hidden}], got {:?}", cfg.dirs, g * hidden, r.shape);
+        ensure!(
+            w.shape == [cfg.dirs, g * hidden, input],
+            "W must have shape [{}, {}, {input}], got {:?}",
+            cfg.dirs,
+            g * hidden,
+            w.shape
+        );
+        ensure!(
+            r.shape == [cfg.dirs, g * hidden, hidden],
+            "R must have shape [{}, {}, {hidden}], got {:?}",
+            cfg.dirs,
+            g * hidden,
+            r.shape
+        );
         let read = |i: usize, len: usize, what: &str| -> Result<Option<Vec<f64>>> {
             match opt_arg(inputs, i) {
                 Some(t) => {
-                    ensure!(t.len() == len, "{what} has {} elements, expected {len}", t.len());
+                    ensure!(
+                        t.len() == len,
+                        "{what} has {} elements, expected {len}",
+                        t.len()
+                    );
                     Ok(Some(t.data.to_f64_vec()?))
                 }
                 None => Ok(None),
@@ -235,8 +293,20 @@ impl Op for Recurrent {
         let lens = match opt_arg(inputs, 4) {
             Some(t) => {
                 let v = ints(t)?;
-                ensure!(v.len() == batch, "sequence_lens has {} entries for batch size {batch}", v.len());
-                v.iter().map(|&l| if (0..=seq as i64).contains(&l) { Ok(l as usize) } else { bail!("sequence length {l} is outside [0, {seq}]") }).collect::<Result<Vec<_>>>()?
+                ensure!(
+                    v.len() == batch,
+                    "sequence_lens has {} entries for batch size {batch}",
+                    v.len()
+                );
+                v.iter()
+                    .map(|&l| {
+                        if (0..=seq as i64).contains(&l) {
+                            Ok(l as usize)
+                        } else {
+                            bail!("sequence length {l} is outside [0, {seq}]")
+                        }
+                    })
+                    .collect::<Result<Vec<_>>>()?
             }
             None => vec![seq; batch],
         };
@@ -246,7 +316,12 @@ impl Op for Recurrent {
         let peep = read(7, cfg.dirs * 3 * hidden, "P")?;
         let xv = x.data.to_f64_vec()?;
         let (wv, rv) = (w.data.to_f64_vec()?, r.data.to_f64_vec()?);
-        let dims = Dims { seq, batch, input, hidden };
+        let dims = Dims {
+            seq,
+            batch,
+            input,
+            hidden,
+        };
         // y[d][t][b][j], h[d][b][j], c[d][b][j]
         let mut y = vec![0.0; cfg.dirs * seq * batch * hidden];
         let mut h_last = vec![0.0; state_len];
@@ -260,14 +335,24 @@ impl Op for Recurrent {
                 r: &rv[d * gh * hidden..(d + 1) * gh * hidden],
                 wb: bias.as_ref().map(|b| &b[d * 2 * gh..d * 2 * gh + gh]),
                 rb: bias.as_ref().map(|b| &b[d * 2 * gh + gh..(d + 1) * 2 * gh]),
-                p: peep.as_ref().map(|p| &p[d * 3 * hidden..(d + 1) * 3 * hidden]),
+                p: peep
+                    .as_ref()
+                    .map(|p| &p[d * 3 * hidden..(d + 1) * 3 * hidden]),
                 hidden,
             };
             for b in 0..batch {
                 let s = (d * batch + b) * hidden;
-                let mut h = h0.as_ref().map_or(vec![0.0; hidden], |v| v[s..s + hidden].to_vec());
-                let mut c = c0.as_ref().map_or(vec![0.0; hidden], |v| v[s..s + hidden].to_vec());
-                let steps: Vec<usize> = if cfg.reverse[d] { (0..lens[b]).rev().collect() } else { (0..lens[b]).collect() };
+                let mut h = h0
+                    .as_ref()
+                    .map_or(vec![0.0; hidden], |v| v[s..s + hidden].to_vec());
+                let mut c = c0
+                    .as_ref()
+                    .map_or(vec![0.0; hidden], |v| v[s..s + hidden].to_vec());
+                let steps: Vec<usize> = if cfg.reverse[d] {
+                    (0..lens[b]).rev().collect()
+                } else {
+                    (0..lens[b]).collect()
+                };
                 for t in steps {
                     let xt = x_at(&cfg, &xv, &dims, t, b);
                     cell.step(xt, &mut h, &mut c);
@@ -280,8 +365,13 @@ impl Op for Recurrent {
         }
         let [ys, hs, cs] = cfg.output_shapes(seq, batch, hidden);
         let dtype = x.dtype();
-        let make = |v: Vec<f64>, shape: Vec<usize>| -> Result<Tensor> { Tensor::new(shape, super::resize::from_f64(v, dtype, false)?) };
-        let mut outs = vec![make(y_layout(&cfg, y, &dims), ys)?, make(state_layout(&cfg, h_last, batch, hidden), hs)?];
+        let make = |v: Vec<f64>, shape: Vec<usize>| -> Result<Tensor> {
+            Tensor::new(shape, super::resize::from_f64(v, dtype, false)?)
+        };
+        let mut outs = vec![
+            make(y_layout(&cfg, y, &dims), ys)?,
+            make(state_layout(&cfg, h_last, batch, hidden), hs)?,
+        ];
         if cfg.kind == Kind::Lstm {
             outs.push(make(state_layout(&cfg, c_last, batch, hidden), cs)?);
         }
@@ -298,7 +388,11 @@ struct Dims {
 
 /// The input vector of time step `t`, batch entry `b`.
 fn x_at<'a>(cfg: &Config, x: &'a [f64], d: &Dims, t: usize, b: usize) -> &'a [f64] {
-    let row = if cfg.batch_first { b * d.seq + t } else { t * d.batch + b };
+    let row = if cfg.batch_first {
+        b * d.seq + t
+    } else {
+        t * d.batch + b
+    };
     &x[row * d.input..(row + 1) * d.input]
 }
 
@@ -341,7 +435,11 @@ fn y_layout(cfg: &Config, v: Vec<f64>, d: &Dims) -> Vec<f64> {
         for t in 0..d.seq {
             for b in 0..d.batch {
                 let src = ((dir * d.seq + t) * d.batch + b) * h;
-                let dst = if cfg.batch_first { ((b * d.seq + t) * cfg.dirs + dir) * h } else { ((t * cfg.dirs + dir) * d.batch + b) * h };
+                let dst = if cfg.batch_first {
+                    ((b * d.seq + t) * cfg.dirs + dir) * h
+                } else {
+                    ((t * cfg.dirs + dir) * d.batch + b) * h
+                };
                 out[dst..dst + h].copy_from_slice(&v[src..src + h]);
             }
         }
@@ -366,7 +464,11 @@ struct Cell<'a> {
 
 /// Row `row` of a row-major matrix with `cols` columns, dotted with `v`.
 fn dot_row(m: &[f64], row: usize, cols: usize, v: &[f64]) -> f64 {
-    m[row * cols..(row + 1) * cols].iter().zip(v).map(|(a, b)| a * b).sum()
+    m[row * cols..(row + 1) * cols]
+        .iter()
+        .zip(v)
+        .map(|(a, b)| a * b)
+        .sum()
 }
 
 impl Cell<'_> {
@@ -389,27 +491,52 @@ impl Cell<'_> {
         let n = self.hidden;
         let act = |k: usize, v: f64| self.acts[k].apply(self.cfg.clip(v));
         match self.cfg.kind {
-            Kind::Rnn => *h = (0..n).map(|j| act(0, self.x_part(x, j) + self.h_part(h, j))).collect(),
+            Kind::Rnn => {
+                *h = (0..n)
+                    .map(|j| act(0, self.x_part(x, j) + self.h_part(h, j)))
+                    .collect()
+            }
             Kind::Gru => {
                 // Gate rows: z at 0, r at n, h at 2n.
-                let z: Vec<f64> = (0..n).map(|j| act(0, self.x_part(x, j) + self.h_part(h, j))).collect();
-                let r: Vec<f64> = (0..n).map(|j| act(0, self.x_part(x, n + j) + self.h_part(h, n + j))).collect();
+                let z: Vec<f64> = (0..n)
+                    .map(|j| act(0, self.x_part(x, j) + self.h_part(h, j)))
+                    .collect();
+                let r: Vec<f64> = (0..n)
+                    .map(|j| act(0, self.x_part(x, n + j) + self.h_part(h, n + j)))
+                    .collect();
                 let cand: Vec<f64> = if self.cfg.linear_before_reset {
-                    (0..n).map(|j| act(1, self.x_part(x, 2 * n + j) + r[j] * self.h_part(h, 2 * n + j))).collect()
+                    (0..n)
+                        .map(|j| {
+                            act(
+                                1,
+                                self.x_part(x, 2 * n + j) + r[j] * self.h_part(h, 2 * n + j),
+                            )
+                        })
+                        .collect()
                 } else {
                     let rh: Vec<f64> = r.iter().zip(h.iter()).map(|(a, b)| a * b).collect();
-                    (0..n).map(|j| act(1, self.x_part(x, 2 * n + j) + self.h_part(&rh, 2 * n + j))).collect()
+                    (0..n)
+                        .map(|j| act(1, self.x_part(x, 2 * n + j) + self.h_part(&rh, 2 * n + j)))
+                        .collect()
                 };
-                *h = (0..n).map(|j| (1.0 - z[j]) * cand[j] + z[j] * h[j]).collect();
+                *h = (0..n)
+                    .map(|j| (1.0 - z[j]) * cand[j] + z[j] * h[j])
+                    .collect();
             }
             Kind::Lstm => {
                 // Gate rows: i at 0, o at n, f at 2n, c at 3n; peepholes i, o, f.
-                let pre = |g: usize, j: usize| self.x_part(x, g * n + j) + self.h_part(h, g * n + j);
-                let peep = |k: usize, j: usize, state: f64| self.p.map_or(0.0, |p| p[k * n + j] * state);
+                let pre =
+                    |g: usize, j: usize| self.x_part(x, g * n + j) + self.h_part(h, g * n + j);
+                let peep =
+                    |k: usize, j: usize, state: f64| self.p.map_or(0.0, |p| p[k * n + j] * state);
                 let mut h_new = vec![0.0; n];
                 for j in 0..n {
                     let i_gate = act(0, pre(0, j) + peep(0, j, c[j]));
-                    let f_gate = if self.cfg.input_forget { 1.0 - i_gate } else { act(0, pre(2, j) + peep(2, j, c[j])) };
+                    let f_gate = if self.cfg.input_forget {
+                        1.0 - i_gate
+                    } else {
+                        act(0, pre(2, j) + peep(2, j, c[j]))
+                    };
                     let cand = act(1, pre(3, j));
                     let c_new = f_gate * c[j] + i_gate * cand;
                     let o_gate = act(0, pre(1, j) + peep(1, j, c_new));
@@ -437,15 +564,29 @@ mod tests {
 
     /// RNN with hidden size 1, W = 1, R = 0: h_t = tanh(x_t).
     fn run_rnn(direction: &str, x: Vec<f32>, lens: Vec<i32>) -> Vec<Tensor> {
-        let mut node = Node { name: String::new(), op: "RNN".into(), domain: String::new(), inputs: vec![], outputs: vec![], attrs: Default::default() };
+        let mut node = Node {
+            name: String::new(),
+            op: "RNN".into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: Default::default(),
+        };
         node.attrs.insert("hidden_size".into(), Attr::Int(1));
-        node.attrs.insert("direction".into(), Attr::String(direction.into()));
-        let cx = EvalCx { node: &node, opset: 14, subgraphs: &NoBodies };
+        node.attrs
+            .insert("direction".into(), Attr::String(direction.into()));
+        let cx = EvalCx {
+            node: &node,
+            opset: 14,
+            subgraphs: &NoBodies,
+        };
         let xt = Tensor::from_vec(vec![2, 2, 1], x).unwrap();
         let w = Tensor::from_vec(vec![1, 1, 1], vec![1.0f32]).unwrap();
         let r = Tensor::from_vec(vec![1, 1, 1], vec![0.0f32]).unwrap();
         let l = Tensor::from_vec(vec![2], lens).unwrap();
-        Recurrent(Kind::Rnn).eval(&cx, &[Some(&xt), Some(&w), Some(&r), None, Some(&l)]).unwrap()
+        Recurrent(Kind::Rnn)
+            .eval(&cx, &[Some(&xt), Some(&w), Some(&r), None, Some(&l)])
+            .unwrap()
     }
 
     #[test]

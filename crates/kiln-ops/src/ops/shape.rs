@@ -6,11 +6,15 @@
 //! compile time.
 
 use crate::ops::generate::Rng;
-use crate::ops::movement::common::{affine_offsets, checked_numel, i64_tensor, int_values, normalize_axes, take, typed};
+use crate::ops::movement::common::{
+    affine_offsets, checked_numel, i64_tensor, int_values, normalize_axes, take, typed,
+};
 use crate::registry::Registry;
 use crate::util::{broadcast_shapes, broadcast_strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, ensure, Data, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_num, ensure, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("Reshape", Reshape);
@@ -26,7 +30,11 @@ pub fn register(r: &mut Registry) {
 /// Output type of an op whose output shape is `rule(data shape, values of
 /// input 1)`: unknown unless the data shape is known and input 1 is constant
 /// (or absent, when `optional`).
-fn with_param(cx: &InferCx, optional: bool, rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>) -> Result<Vec<TensorType>> {
+fn with_param(
+    cx: &InferCx,
+    optional: bool,
+    rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>,
+) -> Result<Vec<TensorType>> {
     let x = cx.input(0)?;
     let param_known = cx.value(1).is_some() || (optional && cx.opt_input(1).is_none());
     let shape = match (&x.ty.shape, param_known) {
@@ -37,7 +45,10 @@ fn with_param(cx: &InferCx, optional: bool, rule: impl Fn(&[usize], Option<&Tens
 }
 
 /// The data input with a new shape (same elements).
-fn reshaped(inputs: &[Option<&Tensor>], rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>) -> Result<Vec<Tensor>> {
+fn reshaped(
+    inputs: &[Option<&Tensor>],
+    rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>,
+) -> Result<Vec<Tensor>> {
     let x = arg(inputs, 0)?;
     Ok(vec![x.reshaped(rule(&x.shape, opt_arg(inputs, 1))?)?])
 }
@@ -78,10 +89,16 @@ impl Reshape {
         }
         let known = checked_numel(&out)?;
         if let Some(i) = infer_at {
-            ensure!(known != 0 && total % known == 0, "cannot reshape {input:?} to {target:?}");
+            ensure!(
+                known != 0 && total % known == 0,
+                "cannot reshape {input:?} to {target:?}"
+            );
             out[i] = total / known;
         } else {
-            ensure!(known == total, "cannot reshape {input:?} ({total} elements) to {out:?}");
+            ensure!(
+                known == total,
+                "cannot reshape {input:?} ({total} elements) to {out:?}"
+            );
         }
         Ok(out)
     }
@@ -102,9 +119,15 @@ impl Flatten {
     fn out_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
         // Axis is in [-r, r]; negative values count from the end of the input.
         let (axis, r) = (node.attr_int_or("axis", 1)?, input.len() as i64);
-        ensure!((-r..=r).contains(&axis), "axis {axis} is out of range for rank {r}");
+        ensure!(
+            (-r..=r).contains(&axis),
+            "axis {axis} is out of range for rank {r}"
+        );
         let axis = if axis < 0 { axis + r } else { axis } as usize;
-        Ok(vec![input[..axis].iter().product(), input[axis..].iter().product()])
+        Ok(vec![
+            input[..axis].iter().product(),
+            input[axis..].iter().product(),
+        ])
     }
 }
 
@@ -124,13 +147,26 @@ impl Squeeze {
     /// none are given. Before opset 13 axes were an attribute, where an empty
     /// list also meant "all".
     fn out_shape(opset: i64, input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
-        let axes = axes.map(int_values).transpose()?.filter(|a| opset >= 13 || !a.is_empty());
-        let Some(axes) = axes else { return Ok(input.iter().copied().filter(|&d| d != 1).collect()) };
+        let axes = axes
+            .map(int_values)
+            .transpose()?
+            .filter(|a| opset >= 13 || !a.is_empty());
+        let Some(axes) = axes else {
+            return Ok(input.iter().copied().filter(|&d| d != 1).collect());
+        };
         let axes = normalize_axes(&axes, input.len())?;
         if let Some(&a) = axes.iter().find(|&&a| input[a] != 1) {
-            bail!("cannot squeeze axis {a} of size {} (shape {input:?})", input[a]);
+            bail!(
+                "cannot squeeze axis {a} of size {} (shape {input:?})",
+                input[a]
+            );
         }
-        Ok(input.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect())
+        Ok(input
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !axes.contains(i))
+            .map(|(_, &d)| d)
+            .collect())
     }
 }
 
@@ -152,7 +188,15 @@ impl Unsqueeze {
         let rank = input.len() + axes.len();
         let axes = normalize_axes(&axes, rank)?;
         let mut rest = input.iter();
-        Ok((0..rank).map(|i| if axes.contains(&i) { 1 } else { *rest.next().expect("rank counts the input axes") }).collect())
+        Ok((0..rank)
+            .map(|i| {
+                if axes.contains(&i) {
+                    1
+                } else {
+                    *rest.next().expect("rank counts the input axes")
+                }
+            })
+            .collect())
     }
 }
 
@@ -170,7 +214,11 @@ struct Expand;
 impl Expand {
     fn out_shape(input: &[usize], shape: Option<&Tensor>) -> Result<Vec<usize>> {
         let shape = required(shape, "shape")?;
-        ensure!(shape.rank() == 1, "shape must be 1-D, got shape {:?}", shape.shape);
+        ensure!(
+            shape.rank() == 1,
+            "shape must be 1-D, got shape {:?}",
+            shape.shape
+        );
         let target = crate::ops::movement::common::dims_from_i64(&int_values(shape)?, "shape")?;
         let out = broadcast_shapes(&[input, &target])?;
         checked_numel(&out)?;
@@ -185,7 +233,10 @@ impl Op for Expand {
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let out = Expand::out_shape(&x.shape, opt_arg(inputs, 1))?;
-        let st: Vec<i64> = broadcast_strides(&x.shape, &out).into_iter().map(|s| s as i64).collect();
+        let st: Vec<i64> = broadcast_strides(&x.shape, &out)
+            .into_iter()
+            .map(|s| s as i64)
+            .collect();
         let idx = affine_offsets(&out, 0, &st);
         Ok(vec![take(x, out, idx)?])
     }
@@ -201,7 +252,11 @@ impl ShapeOp {
         let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
         let start = clamp(node.attr_int_or("start", 0)?);
         let end = clamp(node.attr_int_or("end", r)?);
-        let dims = if start < end { &shape[start..end] } else { &[][..] };
+        let dims = if start < end {
+            &shape[start..end]
+        } else {
+            &[][..]
+        };
         Ok(i64_tensor(dims.iter().map(|&d| d as i64).collect()))
     }
 }
@@ -214,7 +269,9 @@ impl Op for ShapeOp {
         }])
     }
     fn fold(&self, cx: &InferCx) -> Result<Option<Vec<Tensor>>> {
-        cx.shape(0)?.map(|s| Ok(vec![ShapeOp::dims(cx.node, s)?])).transpose()
+        cx.shape(0)?
+            .map(|s| Ok(vec![ShapeOp::dims(cx.node, s)?]))
+            .transpose()
     }
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         Ok(vec![ShapeOp::dims(cx.node, &arg(inputs, 0)?.shape)?])
@@ -264,19 +321,30 @@ impl Dropout {
         }
         let training = match opt_arg(inputs, 2) {
             Some(t) => {
-                ensure!(t.len() == 1, "training_mode must be a scalar, got shape {:?}", t.shape);
+                ensure!(
+                    t.len() == 1,
+                    "training_mode must be a scalar, got shape {:?}",
+                    t.shape
+                );
                 t.data.get_f64(0) != 0.0
             }
             None => false,
         };
         let ratio = match opt_arg(inputs, 1) {
             Some(t) => {
-                ensure!(t.len() == 1, "ratio must be a scalar, got shape {:?}", t.shape);
+                ensure!(
+                    t.len() == 1,
+                    "ratio must be a scalar, got shape {:?}",
+                    t.shape
+                );
                 t.data.get_f64(0)
             }
             None => 0.5,
         };
-        ensure!((0.0..=1.0).contains(&ratio), "ratio must be in [0, 1], got {ratio}");
+        ensure!(
+            (0.0..=1.0).contains(&ratio),
+            "ratio must be in [0, 1], got {ratio}"
+        );
         Ok((training && ratio > 0.0).then_some(ratio))
     }
 }
@@ -284,7 +352,10 @@ impl Dropout {
 impl Op for Dropout {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let x = cx.input(0)?.ty.clone();
-        let mask = TensorType { dtype: Dropout::mask_dtype(cx.opset, x.dtype), shape: x.shape.clone() };
+        let mask = TensorType {
+            dtype: Dropout::mask_dtype(cx.opset, x.dtype),
+            shape: x.shape.clone(),
+        };
         Ok(vec![x, mask])
     }
 
@@ -297,16 +368,38 @@ impl Op for Dropout {
         };
         let seed = cx.node.attr_int("seed")?;
         let mut rng = Rng::new(seed.map(|s| s as u64));
-        let keep: Vec<f64> = (0..x.len()).map(|_| if rng.uniform() >= ratio { 1.0 } else { 0.0 }).collect();
-        let scale = if ratio < 1.0 { 1.0 / (1.0 - ratio) } else { 0.0 };
-        let y = dispatch_num!(&x.data, |v: T| T::wrap(v.iter().zip(&keep).map(|(e, k)| T::from_f64(e.to_f64() * k * scale)).collect()), bail!("Dropout needs numeric data"));
-        Ok(vec![Tensor::new(x.shape.clone(), y)?, mask_tensor(&x.shape, mask_dtype, &keep)?])
+        let keep: Vec<f64> = (0..x.len())
+            .map(|_| if rng.uniform() >= ratio { 1.0 } else { 0.0 })
+            .collect();
+        let scale = if ratio < 1.0 {
+            1.0 / (1.0 - ratio)
+        } else {
+            0.0
+        };
+        let y = dispatch_num!(
+            &x.data,
+            |v: T| T::wrap(
+                v.iter()
+                    .zip(&keep)
+                    .map(|(e, k)| T::from_f64(e.to_f64() * k * scale))
+                    .collect()
+            ),
+            bail!("Dropout needs numeric data")
+        );
+        Ok(vec![
+            Tensor::new(x.shape.clone(), y)?,
+            mask_tensor(&x.shape, mask_dtype, &keep)?,
+        ])
     }
 }
 
 /// The mask as a tensor of `dtype` (bool, or the data's type before opset 10).
 fn mask_tensor(shape: &[usize], dtype: DType, keep: &[f64]) -> Result<Tensor> {
-    let data = dispatch_num!(&Data::zeros(dtype, 0), |_z: T| T::wrap(keep.iter().map(|&k| T::from_f64(k)).collect()), bail!("mask cannot be {dtype}"));
+    let data = dispatch_num!(
+        &Data::zeros(dtype, 0),
+        |_z: T| T::wrap(keep.iter().map(|&k| T::from_f64(k)).collect()),
+        bail!("mask cannot be {dtype}")
+    );
     Tensor::new(shape.to_vec(), data)
 }
 
@@ -321,7 +414,10 @@ mod tests {
             domain: String::new(),
             inputs: vec![],
             outputs: vec![],
-            attrs: attrs.iter().map(|(k, v)| (k.to_string(), kiln_ir::Attr::Int(*v))).collect(),
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), kiln_ir::Attr::Int(*v)))
+                .collect(),
         }
     }
 
@@ -334,11 +430,14 @@ mod tests {
         g.opsets.insert(String::new(), 17);
         let x = g.add_value("x", TensorType::new(DType::F32, vec![2, 3, 4]));
         let mut value = |name: &str| g.add_value(name, TensorType::unknown_shape(DType::F32));
-        let (shape, batch, target, y) = (value("shape"), value("batch"), value("target"), value("y"));
+        let (shape, batch, target, y) =
+            (value("shape"), value("batch"), value("target"), value("y"));
         let zero = g.add_value("zero", TensorType::new(DType::I64, vec![1]));
         let minus_one = g.add_value("minus_one", TensorType::new(DType::I64, vec![1]));
-        g.initializers.insert(zero, Initializer::Tensor(i64_tensor(vec![0])));
-        g.initializers.insert(minus_one, Initializer::Tensor(i64_tensor(vec![-1])));
+        g.initializers
+            .insert(zero, Initializer::Tensor(i64_tensor(vec![0])));
+        g.initializers
+            .insert(minus_one, Initializer::Tensor(i64_tensor(vec![-1])));
         let mk = |op: &str, ins: Vec<kiln_ir::ValueId>, out, attrs: &[(&str, i64)]| Node {
             op: op.into(),
             inputs: ins.into_iter().map(Some).collect(),
@@ -361,11 +460,17 @@ mod tests {
     fn reshape_rules() {
         let t = |v: Vec<i64>| i64_tensor(v);
         let n = node(&[]);
-        assert_eq!(Reshape::out_shape(&n, &[2, 3, 4], Some(&t(vec![0, -1]))).unwrap(), vec![2, 12]);
+        assert_eq!(
+            Reshape::out_shape(&n, &[2, 3, 4], Some(&t(vec![0, -1]))).unwrap(),
+            vec![2, 12]
+        );
         assert!(Reshape::out_shape(&n, &[2, 3, 4], Some(&t(vec![-1, -1]))).is_err());
         assert!(Reshape::out_shape(&n, &[2, 3, 4], Some(&t(vec![5, -1]))).is_err());
         let z = node(&[("allowzero", 1)]);
-        assert_eq!(Reshape::out_shape(&z, &[0, 3], Some(&t(vec![3, 0]))).unwrap(), vec![3, 0]);
+        assert_eq!(
+            Reshape::out_shape(&z, &[0, 3], Some(&t(vec![3, 0]))).unwrap(),
+            vec![3, 0]
+        );
         assert!(Reshape::out_shape(&z, &[0, 3], Some(&t(vec![0, -1]))).is_err());
     }
 }

@@ -22,14 +22,21 @@ pub fn register(r: &mut Registry) {
 /// A scalar integer input (sizes, lengths, axes).
 fn scalar_int(t: &Tensor, what: &str) -> Result<i64> {
     let v = ints(t)?;
-    ensure!(v.len() == 1, "{what} must be a scalar, got shape {:?}", t.shape);
+    ensure!(
+        v.len() == 1,
+        "{what} must be a scalar, got shape {:?}",
+        t.shape
+    );
     Ok(v[0])
 }
 
 /// A non-negative scalar integer input as a length.
 fn length(t: &Tensor, what: &str) -> Result<usize> {
     let v = scalar_int(t, what)?;
-    ensure!(v >= 0 && v < 1 << 40, "{what} must be a non-negative length, got {v}");
+    ensure!(
+        v >= 0 && v < 1 << 40,
+        "{what} must be a non-negative length, got {v}"
+    );
     Ok(v as usize)
 }
 
@@ -43,7 +50,10 @@ struct Twiddles {
 
 impl Twiddles {
     fn new(n: usize) -> Twiddles {
-        let (cos, sin) = (0..n).map(|k| (2.0 * PI * k as f64 / n as f64).sin_cos()).map(|(s, c)| (c, s)).unzip();
+        let (cos, sin) = (0..n)
+            .map(|k| (2.0 * PI * k as f64 / n as f64).sin_cos())
+            .map(|(s, c)| (c, s))
+            .unzip();
         Twiddles { cos, sin }
     }
 
@@ -95,11 +105,23 @@ impl DftSpec {
             // Rebuild the Hermitian-symmetric full spectrum from its first
             // n/2 + 1 bins; only the real part of the result is kept.
             let half = |k: usize| signal.get(k).copied().unwrap_or((0.0, 0.0));
-            (0..n).map(|k| if k <= n / 2 { half(k) } else { let (r, i) = half(n - k); (r, -i) }).collect()
+            (0..n)
+                .map(|k| {
+                    if k <= n / 2 {
+                        half(k)
+                    } else {
+                        let (r, i) = half(n - k);
+                        (r, -i)
+                    }
+                })
+                .collect()
         } else {
             signal.to_vec()
         };
-        tw.transform(&spectrum, bins, 1.0).into_iter().map(|(r, i)| (r * scale, i * scale)).collect()
+        tw.transform(&spectrum, bins, 1.0)
+            .into_iter()
+            .map(|(r, i)| (r * scale, i * scale))
+            .collect()
     }
 }
 
@@ -107,10 +129,20 @@ impl DftSpec {
 fn dft(x: &Tensor, axis: usize, n: usize, spec: DftSpec) -> Result<Tensor> {
     let rank = x.rank();
     let comps = x.shape[rank - 1];
-    ensure!(comps == 1 || comps == 2, "the last dimension must be 1 (real) or 2 (complex), got {comps}");
-    ensure!(axis < rank - 1, "axis {axis} is the complex dimension or out of range for rank {rank}");
+    ensure!(
+        comps == 1 || comps == 2,
+        "the last dimension must be 1 (real) or 2 (complex), got {comps}"
+    );
+    ensure!(
+        axis < rank - 1,
+        "axis {axis} is the complex dimension or out of range for rank {rank}"
+    );
     ensure!(n > 0, "dft_length must be positive");
-    ensure!(x.dtype().is_float(), "DFT needs a float tensor, got {}", x.dtype());
+    ensure!(
+        x.dtype().is_float(),
+        "DFT needs a float tensor, got {}",
+        x.dtype()
+    );
     let v = x.data.to_f64_vec()?;
     let len = x.shape[axis];
     let outer: usize = x.shape[..axis].iter().product();
@@ -147,12 +179,20 @@ struct Dft;
 
 impl Dft {
     fn spec(node: &Node) -> Result<DftSpec> {
-        Ok(DftSpec { inverse: node.attr_int_or("inverse", 0)? != 0, onesided: node.attr_int_or("onesided", 0)? != 0 })
+        Ok(DftSpec {
+            inverse: node.attr_int_or("inverse", 0)? != 0,
+            onesided: node.attr_int_or("onesided", 0)? != 0,
+        })
     }
 
     /// The axis (attribute before opset 20, input 2 after), normalized;
     /// None when it is an input not known yet.
-    fn axis(node: &Node, opset: i64, axis_input: Option<Option<&Tensor>>, rank: usize) -> Result<Option<usize>> {
+    fn axis(
+        node: &Node,
+        opset: i64,
+        axis_input: Option<Option<&Tensor>>,
+        rank: usize,
+    ) -> Result<Option<usize>> {
         let axis = if opset < 20 {
             node.attr_int_or("axis", 1)?
         } else {
@@ -181,13 +221,21 @@ impl Op for Dft {
         let x = &cx.input(0)?.ty;
         let spec = Dft::spec(cx.node)?;
         let unknown = Ok(vec![TensorType::unknown_shape(x.dtype)]);
-        let Some(shape) = &x.shape else { return unknown };
+        let Some(shape) = &x.shape else {
+            return unknown;
+        };
         let axis_input = cx.opt_input(2).map(|i| i.value);
-        let Some(axis) = Dft::axis(cx.node, cx.opset, axis_input, shape.len())? else { return unknown };
+        let Some(axis) = Dft::axis(cx.node, cx.opset, axis_input, shape.len())? else {
+            return unknown;
+        };
         if cx.opt_input(1).is_some_and(|i| i.value.is_none()) {
             return unknown;
         }
-        ensure!(axis + 1 < shape.len(), "axis {axis} is the complex dimension or out of range for rank {}", shape.len());
+        ensure!(
+            axis + 1 < shape.len(),
+            "axis {axis} is the complex dimension or out of range for rank {}",
+            shape.len()
+        );
         let n = Dft::length(spec, cx.value(1), shape[axis])?;
         let (bins, comps) = spec.output_dims(n);
         let mut out = shape.clone();
@@ -198,9 +246,15 @@ impl Op for Dft {
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
-        ensure!(x.rank() >= 2, "DFT input must have rank 2 or more, got {:?}", x.shape);
+        ensure!(
+            x.rank() >= 2,
+            "DFT input must have rank 2 or more, got {:?}",
+            x.shape
+        );
         let spec = Dft::spec(cx.node)?;
-        let Some(axis) = Dft::axis(cx.node, cx.opset, Some(opt_arg(inputs, 2)), x.rank())? else { bail!("axis is unknown") };
+        let Some(axis) = Dft::axis(cx.node, cx.opset, Some(opt_arg(inputs, 2)), x.rank())? else {
+            bail!("axis is unknown")
+        };
         ensure!(axis + 1 < x.rank(), "axis {axis} is the complex dimension");
         let n = Dft::length(spec, opt_arg(inputs, 1), x.shape[axis])?;
         Ok(vec![dft(x, axis, n, spec)?])
@@ -212,14 +266,23 @@ impl Op for Dft {
 struct Stft;
 
 /// STFT sizes: (frame_step, frame_length, frames).
-fn stft_sizes(signal_len: usize, step: &Tensor, window: Option<&[usize]>, frame_length: Option<&Tensor>) -> Result<(usize, usize, usize)> {
+fn stft_sizes(
+    signal_len: usize,
+    step: &Tensor,
+    window: Option<&[usize]>,
+    frame_length: Option<&Tensor>,
+) -> Result<(usize, usize, usize)> {
     let step = length(step, "frame_step")?;
     ensure!(step > 0, "frame_step must be positive");
     let frame = match (frame_length, window) {
         (Some(f), w) => {
             let f = length(f, "frame_length")?;
             if let Some(w) = w {
-                ensure!(w == [f], "the window has shape {:?} but frame_length is {f}", w);
+                ensure!(
+                    w == [f],
+                    "the window has shape {:?} but frame_length is {f}",
+                    w
+                );
             }
             f
         }
@@ -229,7 +292,10 @@ fn stft_sizes(signal_len: usize, step: &Tensor, window: Option<&[usize]>, frame_
         }
         (None, None) => signal_len,
     };
-    ensure!(frame > 0 && frame <= signal_len, "frame length {frame} must be in [1, {signal_len}]");
+    ensure!(
+        frame > 0 && frame <= signal_len,
+        "frame length {frame} must be in [1, {signal_len}]"
+    );
     Ok((step, frame, (signal_len - frame) / step + 1))
 }
 
@@ -238,31 +304,60 @@ impl Op for Stft {
         let x = &cx.input(0)?.ty;
         let onesided = cx.node.attr_int_or("onesided", 1)? != 0;
         let unknown = Ok(vec![TensorType::unknown_shape(x.dtype)]);
-        let (Some(shape), Some(step)) = (&x.shape, cx.value(1)) else { return unknown };
-        ensure!(shape.len() == 3, "signal must be [batch, length, 1|2], got {:?}", shape);
+        let (Some(shape), Some(step)) = (&x.shape, cx.value(1)) else {
+            return unknown;
+        };
+        ensure!(
+            shape.len() == 3,
+            "signal must be [batch, length, 1|2], got {:?}",
+            shape
+        );
         let window = cx.opt_input(2).map(|w| w.ty.shape.as_deref());
         let frame_length = cx.opt_input(3).map(|f| f.value);
         if matches!(window, Some(None)) || matches!(frame_length, Some(None)) {
             return unknown;
         }
-        let (_, frame, frames) = stft_sizes(shape[1], step, window.flatten(), frame_length.flatten())?;
+        let (_, frame, frames) =
+            stft_sizes(shape[1], step, window.flatten(), frame_length.flatten())?;
         let bins = if onesided { frame / 2 + 1 } else { frame };
-        Ok(vec![TensorType::new(x.dtype, vec![shape[0], frames, bins, 2])])
+        Ok(vec![TensorType::new(
+            x.dtype,
+            vec![shape[0], frames, bins, 2],
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
-        ensure!(x.rank() == 3, "signal must be [batch, length, 1|2], got {:?}", x.shape);
-        ensure!(x.dtype().is_float(), "STFT needs a float signal, got {}", x.dtype());
+        ensure!(
+            x.rank() == 3,
+            "signal must be [batch, length, 1|2], got {:?}",
+            x.shape
+        );
+        ensure!(
+            x.dtype().is_float(),
+            "STFT needs a float signal, got {}",
+            x.dtype()
+        );
         let comps = x.shape[2];
-        ensure!(comps == 1 || comps == 2, "the last dimension must be 1 (real) or 2 (complex), got {comps}");
+        ensure!(
+            comps == 1 || comps == 2,
+            "the last dimension must be 1 (real) or 2 (complex), got {comps}"
+        );
         let window = opt_arg(inputs, 2);
-        let (step, frame, frames) = stft_sizes(x.shape[1], arg(inputs, 1)?, window.map(|w| w.shape.as_slice()), opt_arg(inputs, 3))?;
+        let (step, frame, frames) = stft_sizes(
+            x.shape[1],
+            arg(inputs, 1)?,
+            window.map(|w| w.shape.as_slice()),
+            opt_arg(inputs, 3),
+        )?;
         let weights = match window {
             Some(w) => w.data.to_f64_vec()?,
             None => vec![1.0; frame],
         };
-        let spec = DftSpec { inverse: false, onesided: cx.node.attr_int_or("onesided", 1)? != 0 };
+        let spec = DftSpec {
+            inverse: false,
+            onesided: cx.node.attr_int_or("onesided", 1)? != 0,
+        };
         let (bins, _) = spec.output_dims(frame);
         let tw = Twiddles::new(frame);
         let v = x.data.to_f64_vec()?;
@@ -277,10 +372,17 @@ impl Op for Stft {
                         (v[at] * weights[j], im * weights[j])
                     })
                     .collect();
-                out.extend(spec.apply(&tw, &frame_signal, frame).into_iter().flat_map(|(r, i)| [r, i]));
+                out.extend(
+                    spec.apply(&tw, &frame_signal, frame)
+                        .into_iter()
+                        .flat_map(|(r, i)| [r, i]),
+                );
             }
         }
-        Ok(vec![Tensor::new(vec![batch, frames, bins, 2], from_f64(out, x.dtype(), false)?)?])
+        Ok(vec![Tensor::new(
+            vec![batch, frames, bins, 2],
+            from_f64(out, x.dtype(), false)?,
+        )?])
     }
 }
 
@@ -311,7 +413,10 @@ fn output_dtype(node: &Node) -> Result<DType> {
     let code = node.attr_int_or("output_datatype", 1)?;
     match DType::from_onnx_code(code as i32) {
         Some(d) if d.is_numeric() => Ok(d),
-        _ => bail!("output_datatype {code} ({}) is not a supported numeric type", DType::onnx_code_name(code as i32)),
+        _ => bail!(
+            "output_datatype {code} ({}) is not a supported numeric type",
+            DType::onnx_code_name(code as i32)
+        ),
     }
 }
 
@@ -330,7 +435,11 @@ impl Op for Window {
         let (a0, a1, a2) = self.0.coefficients();
         // A periodic window is the first `size` points of a symmetric one
         // of length size + 1.
-        let denom = if periodic { size } else { size.saturating_sub(1) } as f64;
+        let denom = if periodic {
+            size
+        } else {
+            size.saturating_sub(1)
+        } as f64;
         let values: Vec<f64> = (0..size)
             .map(|n| {
                 if denom == 0.0 {
@@ -341,7 +450,10 @@ impl Op for Window {
             })
             .collect();
         let dtype = output_dtype(cx.node)?;
-        Ok(vec![Tensor::new(vec![size], from_f64(values, dtype, false)?)?])
+        Ok(vec![Tensor::new(
+            vec![size],
+            from_f64(values, dtype, false)?,
+        )?])
     }
 }
 
@@ -359,7 +471,13 @@ impl Op for MelWeightMatrix {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = output_dtype(cx.node)?;
         Ok(vec![match (cx.value(0), cx.value(1)) {
-            (Some(mels), Some(dft_len)) => TensorType::new(dtype, vec![length(dft_len, "dft_length")? / 2 + 1, length(mels, "num_mel_bins")?]),
+            (Some(mels), Some(dft_len)) => TensorType::new(
+                dtype,
+                vec![
+                    length(dft_len, "dft_length")? / 2 + 1,
+                    length(mels, "num_mel_bins")?,
+                ],
+            ),
             _ => TensorType::unknown_shape(dtype),
         }])
     }
@@ -371,22 +489,32 @@ impl Op for MelWeightMatrix {
         ensure!(rate > 0, "sample_rate must be positive");
         let edge = |i: usize, what: &str| -> Result<f64> {
             let t = arg(inputs, i)?;
-            ensure!(t.len() == 1 && t.dtype().is_float(), "{what} must be a float scalar");
+            ensure!(
+                t.len() == 1 && t.dtype().is_float(),
+                "{what} must be a float scalar"
+            );
             Ok(t.data.get_f64(0))
         };
-        let (low, high) = (hz_to_mel(edge(3, "lower_edge_hertz")?), hz_to_mel(edge(4, "upper_edge_hertz")?));
+        let (low, high) = (
+            hz_to_mel(edge(3, "lower_edge_hertz")?),
+            hz_to_mel(edge(4, "upper_edge_hertz")?),
+        );
         let spectrogram_bins = dft_len / 2 + 1;
         // num_mel_bins + 2 points evenly spaced in mel, mapped to DFT bins.
         let step = (high - low) / (mels + 2) as f64;
         let points: Vec<i64> = (0..mels + 2)
             .map(|i| {
-                let hz = 700.0 * ((i as f64 * step + low) / 2595.0 * std::f64::consts::LN_10).exp_m1();
+                let hz =
+                    700.0 * ((i as f64 * step + low) / 2595.0 * std::f64::consts::LN_10).exp_m1();
                 ((dft_len + 1) as f64 * hz / rate as f64).floor() as i64
             })
             .collect();
         let mut out = vec![0.0; spectrogram_bins * mels];
         let mut set = |bin: i64, m: usize, v: f64| -> Result<()> {
-            ensure!((0..spectrogram_bins as i64).contains(&bin), "mel band {m} reaches DFT bin {bin}, outside [0, {spectrogram_bins})");
+            ensure!(
+                (0..spectrogram_bins as i64).contains(&bin),
+                "mel band {m} reaches DFT bin {bin}, outside [0, {spectrogram_bins})"
+            );
             out[bin as usize * mels + m] = v;
             Ok(())
         };
@@ -404,6 +532,9 @@ impl Op for MelWeightMatrix {
             }
         }
         let dtype = output_dtype(cx.node)?;
-        Ok(vec![Tensor::new(vec![spectrogram_bins, mels], from_f64(out, dtype, false)?)?])
+        Ok(vec![Tensor::new(
+            vec![spectrogram_bins, mels],
+            from_f64(out, dtype, false)?,
+        )?])
     }
 }

@@ -17,8 +17,25 @@ pub fn register(r: &mut Registry) {
     for op in UNARY {
         r.add(op.name, *op);
     }
-    r.add("IsNaN", FloatTest { name: "IsNaN", test: |x, _| x.is_nan(), params: &[] });
-    r.add("IsInf", FloatTest { name: "IsInf", test: is_inf, params: &[Param::Int("detect_positive", 1), Param::Int("detect_negative", 1)] });
+    r.add(
+        "IsNaN",
+        FloatTest {
+            name: "IsNaN",
+            test: |x, _| x.is_nan(),
+            params: &[],
+        },
+    );
+    r.add(
+        "IsInf",
+        FloatTest {
+            name: "IsInf",
+            test: is_inf,
+            params: &[
+                Param::Int("detect_positive", 1),
+                Param::Int("detect_negative", 1),
+            ],
+        },
+    );
     r.add("PRelu", PRelu);
 }
 
@@ -72,7 +89,13 @@ struct Unary {
 }
 
 const fn float(name: &'static str, f: fn(f64, &[f64]) -> f64) -> Unary {
-    Unary { name, float: Some(f), int: IntRule::Unsupported, boolean: None, params: &[] }
+    Unary {
+        name,
+        float: Some(f),
+        int: IntRule::Unsupported,
+        boolean: None,
+        params: &[],
+    }
 }
 
 impl Unary {
@@ -80,10 +103,16 @@ impl Unary {
         Unary { params, ..self }
     }
     const fn with_int(self, f: fn(i128) -> i128) -> Unary {
-        Unary { int: IntRule::Exact(f), ..self }
+        Unary {
+            int: IntRule::Exact(f),
+            ..self
+        }
     }
     const fn with_int_via_float(self) -> Unary {
-        Unary { int: IntRule::ViaFloat, ..self }
+        Unary {
+            int: IntRule::ViaFloat,
+            ..self
+        }
     }
 
     fn check(&self, dtype: DType) -> Result<()> {
@@ -102,7 +131,8 @@ impl Unary {
         self.check(x.dtype())?;
         let p = read_params(node, self.params)?;
         let (float, int, boolean) = (self.float, self.int, self.boolean);
-        let float_fn = || float.ok_or_else(|| kiln_ir::Error::new(format!("{} has no float rule", self.name)));
+        let float_fn =
+            || float.ok_or_else(|| kiln_ir::Error::new(format!("{} has no float rule", self.name)));
         by_class!(x.dtype(),
             float |F| {
                 let f = float_fn()?;
@@ -200,15 +230,41 @@ const UNARY: &[Unary] = &[
     float("Floor", |x, _| x.floor()),
     float("Ceil", |x, _| x.ceil()),
     float("Round", |x, _| x.round_ties_even()),
-    Unary { name: "Not", float: None, int: IntRule::Unsupported, boolean: Some(|x| !x), params: &[] },
-    Unary { name: "BitwiseNot", float: None, int: IntRule::Exact(|x| !x), boolean: None, params: &[] },
+    Unary {
+        name: "Not",
+        float: None,
+        int: IntRule::Unsupported,
+        boolean: Some(|x| !x),
+        params: &[],
+    },
+    Unary {
+        name: "BitwiseNot",
+        float: None,
+        int: IntRule::Exact(|x| !x),
+        boolean: None,
+        params: &[],
+    },
     // activations
     float("Relu", |x, _| if x < 0.0 { 0.0 } else { x }).with_int(|x| x.max(0)),
-    float("LeakyRelu", |x, p| if x < 0.0 { p[0] * x } else { x }).with_params(&[Param::Float("alpha", 0.01)]),
-    float("Elu", |x, p| if x < 0.0 { p[0] * x.exp_m1() } else { x }).with_params(&[Param::Float("alpha", 1.0)]),
-    float("Selu", |x, p| if x <= 0.0 { p[1] * (p[0] * x.exp() - p[0]) } else { p[1] * x })
-        .with_params(&[Param::Float("alpha", SELU_ALPHA), Param::Float("gamma", SELU_GAMMA)]),
-    float("Celu", |x, p| x.max(0.0) + (p[0] * (x / p[0]).exp_m1()).min(0.0)).with_params(&[Param::Float("alpha", 1.0)]),
+    float("LeakyRelu", |x, p| if x < 0.0 { p[0] * x } else { x })
+        .with_params(&[Param::Float("alpha", 0.01)]),
+    float("Elu", |x, p| if x < 0.0 { p[0] * x.exp_m1() } else { x })
+        .with_params(&[Param::Float("alpha", 1.0)]),
+    float("Selu", |x, p| {
+        if x <= 0.0 {
+            p[1] * (p[0] * x.exp() - p[0])
+        } else {
+            p[1] * x
+        }
+    })
+    .with_params(&[
+        Param::Float("alpha", SELU_ALPHA),
+        Param::Float("gamma", SELU_GAMMA),
+    ]),
+    float("Celu", |x, p| {
+        x.max(0.0) + (p[0] * (x / p[0]).exp_m1()).min(0.0)
+    })
+    .with_params(&[Param::Float("alpha", 1.0)]),
     float("Sigmoid", |x, _| sigmoid(x)),
     float("HardSigmoid", |x, p| (p[0] * x + p[1]).clamp(0.0, 1.0))
         .with_params(&[Param::Float("alpha", 0.2), Param::Float("beta", 0.5)]),
@@ -216,10 +272,19 @@ const UNARY: &[Unary] = &[
     float("Tanh", |x, _| x.tanh()),
     float("Softplus", |x, _| softplus(x)),
     float("Softsign", |x, _| x / (1.0 + x.abs())),
-    float("ThresholdedRelu", |x, p| if x > p[0] { x } else { 0.0 }).with_params(&[Param::Float("alpha", 1.0)]),
-    float("Shrink", |x, p| if x < -p[0] { x + p[1] } else if x > p[0] { x - p[1] } else { 0.0 })
-        .with_params(&[Param::Float("lambd", 0.5), Param::Float("bias", 0.0)])
-        .with_int_via_float(),
+    float("ThresholdedRelu", |x, p| if x > p[0] { x } else { 0.0 })
+        .with_params(&[Param::Float("alpha", 1.0)]),
+    float("Shrink", |x, p| {
+        if x < -p[0] {
+            x + p[1]
+        } else if x > p[0] {
+            x - p[1]
+        } else {
+            0.0
+        }
+    })
+    .with_params(&[Param::Float("lambd", 0.5), Param::Float("bias", 0.0)])
+    .with_int_via_float(),
     float("Gelu", gelu).with_params(&[Param::Choice("approximate", &["none", "tanh"])]),
     float("Mish", |x, _| x * softplus(x).tanh()),
     float("Swish", |x, p| x * sigmoid(p[0] * x)).with_params(&[Param::Float("alpha", 1.0)]),
@@ -235,9 +300,17 @@ struct FloatTest {
 impl Op for FloatTest {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let ty = &cx.input(0)?.ty;
-        ensure!(ty.dtype.is_float(), "{} needs a float tensor, got {}", self.name, ty.dtype);
+        ensure!(
+            ty.dtype.is_float(),
+            "{} needs a float tensor, got {}",
+            self.name,
+            ty.dtype
+        );
         read_params(cx.node, self.params)?;
-        Ok(vec![TensorType { dtype: DType::Bool, shape: ty.shape.clone() }])
+        Ok(vec![TensorType {
+            dtype: DType::Bool,
+            shape: ty.shape.clone(),
+        }])
     }
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
@@ -276,7 +349,9 @@ impl PRelu {
         if let [n] = slope {
             let matches: Vec<usize> = (0..x.len()).filter(|&i| x[i] == *n).collect();
             if let [axis] = matches[..] {
-                return Ok((0..x.len()).map(|i| if i == axis { *n } else { 1 }).collect());
+                return Ok((0..x.len())
+                    .map(|i| if i == axis { *n } else { 1 })
+                    .collect());
             }
         }
         bail!("PRelu: slope shape {slope:?} does not broadcast to input shape {x:?}")
@@ -320,7 +395,10 @@ mod tests {
 
     #[test]
     fn prelu_slope_per_channel_fallback() {
-        assert_eq!(PRelu::slope_shape(&[2, 3, 4, 5], &[3]).unwrap(), vec![1, 3, 1, 1]);
+        assert_eq!(
+            PRelu::slope_shape(&[2, 3, 4, 5], &[3]).unwrap(),
+            vec![1, 3, 1, 1]
+        );
         assert_eq!(PRelu::slope_shape(&[2, 3, 4, 5], &[5]).unwrap(), vec![5]);
         assert!(PRelu::slope_shape(&[2, 3, 3], &[3, 1, 2]).is_err());
     }

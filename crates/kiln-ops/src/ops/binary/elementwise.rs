@@ -41,18 +41,66 @@ macro_rules! by_class {
     ($dtype:expr, float |$F:ident| $fb:expr, int |$I:ident| $ib:expr, bool => $bb:expr, string => $sb:expr $(,)?) => {{
         use kiln_ir::DType as D;
         match $dtype {
-            D::F32 => { #[allow(dead_code)] type $F = f32; $fb }
-            D::F64 => { #[allow(dead_code)] type $F = f64; $fb }
-            D::F16 => { #[allow(dead_code)] type $F = kiln_ir::tensor::f16; $fb }
-            D::BF16 => { #[allow(dead_code)] type $F = kiln_ir::tensor::bf16; $fb }
-            D::I8 => { #[allow(dead_code)] type $I = i8; $ib }
-            D::I16 => { #[allow(dead_code)] type $I = i16; $ib }
-            D::I32 => { #[allow(dead_code)] type $I = i32; $ib }
-            D::I64 => { #[allow(dead_code)] type $I = i64; $ib }
-            D::U8 => { #[allow(dead_code)] type $I = u8; $ib }
-            D::U16 => { #[allow(dead_code)] type $I = u16; $ib }
-            D::U32 => { #[allow(dead_code)] type $I = u32; $ib }
-            D::U64 => { #[allow(dead_code)] type $I = u64; $ib }
+            D::F32 => {
+                #[allow(dead_code)]
+                type $F = f32;
+                $fb
+            }
+            D::F64 => {
+                #[allow(dead_code)]
+                type $F = f64;
+                $fb
+            }
+            D::F16 => {
+                #[allow(dead_code)]
+                type $F = kiln_ir::tensor::f16;
+                $fb
+            }
+            D::BF16 => {
+                #[allow(dead_code)]
+                type $F = kiln_ir::tensor::bf16;
+                $fb
+            }
+            D::I8 => {
+                #[allow(dead_code)]
+                type $I = i8;
+                $ib
+            }
+            D::I16 => {
+                #[allow(dead_code)]
+                type $I = i16;
+                $ib
+            }
+            D::I32 => {
+                #[allow(dead_code)]
+                type $I = i32;
+                $ib
+            }
+            D::I64 => {
+                #[allow(dead_code)]
+                type $I = i64;
+                $ib
+            }
+            D::U8 => {
+                #[allow(dead_code)]
+                type $I = u8;
+                $ib
+            }
+            D::U16 => {
+                #[allow(dead_code)]
+                type $I = u16;
+                $ib
+            }
+            D::U32 => {
+                #[allow(dead_code)]
+                type $I = u32;
+                $ib
+            }
+            D::U64 => {
+                #[allow(dead_code)]
+                type $I = u64;
+                $ib
+            }
             D::Bool => $bb,
             D::Str => $sb,
         }
@@ -71,12 +119,20 @@ pub(crate) fn map_int<I: Int>(x: &Tensor, f: impl Fn(i128) -> i128) -> Result<Te
 }
 
 /// Broadcasting float rule over two tensors of type `F`.
-pub(crate) fn zip_float<F: Num>(a: &Tensor, b: &Tensor, f: impl Fn(f64, f64) -> f64) -> Result<Tensor> {
+pub(crate) fn zip_float<F: Num>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(f64, f64) -> f64,
+) -> Result<Tensor> {
     zip_map::<F, F, F>(a, b, |x, y| F::from_f64(f(x.to_f64(), y.to_f64())))
 }
 
 /// Broadcasting integer rule over two tensors of type `I`.
-pub(crate) fn zip_int<I: Int>(a: &Tensor, b: &Tensor, f: impl Fn(i128, i128) -> i128) -> Result<Tensor> {
+pub(crate) fn zip_int<I: Int>(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(i128, i128) -> i128,
+) -> Result<Tensor> {
     zip_map::<I, I, I>(a, b, |x, y| I::from_i128(f(x.to_i128(), y.to_i128())))
 }
 
@@ -117,7 +173,13 @@ impl BinaryRule {
     /// Computes the broadcast result of this rule on `a` and `b`.
     pub fn apply(&self, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         self.check(a.dtype(), b.dtype())?;
-        let unsupported = || kiln_ir::Error::new(format!("{} does not support {} tensors", self.name, a.dtype()));
+        let unsupported = || {
+            kiln_ir::Error::new(format!(
+                "{} does not support {} tensors",
+                self.name,
+                a.dtype()
+            ))
+        };
         by_class!(a.dtype(),
             float |F| zip_float::<F>(a, b, self.float.ok_or_else(unsupported)?),
             int |I| zip_int::<I>(a, b, self.int.ok_or_else(unsupported)?),

@@ -17,10 +17,20 @@ struct DeformShape {
 }
 
 impl DeformShape {
-    fn new(node: &Node, x: &[usize], w: &[usize], offset: &[usize], mask: Option<&[usize]>) -> Result<DeformShape> {
+    fn new(
+        node: &Node,
+        x: &[usize],
+        w: &[usize],
+        offset: &[usize],
+        mask: Option<&[usize]>,
+    ) -> Result<DeformShape> {
         let conv = ConvShape::new(node, x, w)?;
         let og = node.attr_int_or("offset_group", 1)?;
-        ensure!(og >= 1 && conv.in_channels % og as usize == 0, "offset_group {og} must be positive and divide {} channels", conv.in_channels);
+        ensure!(
+            og >= 1 && conv.in_channels % og as usize == 0,
+            "offset_group {og} must be positive and divide {} channels",
+            conv.in_channels
+        );
         let og = og as usize;
         let (rank, kt) = (conv.geom.image.len(), conv.geom.kernel_size());
         let expect = |per_tap: usize| {
@@ -28,11 +38,22 @@ impl DeformShape {
             s.extend(&conv.geom.windows);
             s
         };
-        ensure!(offset == expect(rank), "offset must have shape {:?}, got {offset:?}", expect(rank));
+        ensure!(
+            offset == expect(rank),
+            "offset must have shape {:?}, got {offset:?}",
+            expect(rank)
+        );
         if let Some(m) = mask {
-            ensure!(m == expect(1), "mask must have shape {:?}, got {m:?}", expect(1));
+            ensure!(
+                m == expect(1),
+                "mask must have shape {:?}, got {m:?}",
+                expect(1)
+            );
         }
-        Ok(DeformShape { conv, offset_groups: og })
+        Ok(DeformShape {
+            conv,
+            offset_groups: og,
+        })
     }
 }
 
@@ -72,8 +93,17 @@ impl TypedKernel for DeformKernel<'_> {
         let g = &cs.geom;
         let (x, w, offsets) = (inputs[0], inputs[1], inputs[2]);
         let bias = if self.has_bias { Some(inputs[3]) } else { None };
-        let mask = if self.has_mask { Some(inputs[3 + self.has_bias as usize]) } else { None };
-        let (rank, kt, wins, plane) = (g.image.len(), g.kernel_size(), g.window_count(), g.image_size());
+        let mask = if self.has_mask {
+            Some(inputs[3 + self.has_bias as usize])
+        } else {
+            None
+        };
+        let (rank, kt, wins, plane) = (
+            g.image.len(),
+            g.kernel_size(),
+            g.window_count(),
+            g.image_size(),
+        );
         let (c, og) = (cs.in_channels, s.offset_groups);
         let (cg, mg) = (c / cs.group, cs.out_channels / cs.group);
         // Each window's coordinates, row-major.
@@ -90,7 +120,10 @@ impl TypedKernel for DeformKernel<'_> {
         let mut pos = vec![0f64; rank];
         for b in 0..cs.batch {
             for ch in 0..c {
-                let img: Vec<f64> = x[(b * c + ch) * plane..(b * c + ch + 1) * plane].iter().map(|v| v.to_f64()).collect();
+                let img: Vec<f64> = x[(b * c + ch) * plane..(b * c + ch + 1) * plane]
+                    .iter()
+                    .map(|v| v.to_f64())
+                    .collect();
                 let ogi = ch / (c / og);
                 for_each_kernel_tap(&g.kernel, |t, kc| {
                     let base = (b * og + ogi) * kt + t;
@@ -100,7 +133,8 @@ impl TypedKernel for DeformKernel<'_> {
                             pos[d] = g.coord(d, window_coords[wi * rank + d], kc[d]) as f64 + shift;
                         }
                         let scale = mask.map_or(1.0, |m| m[base * wins + wi].to_f64());
-                        cols[(ch * kt + t) * wins + wi] = T::from_f64(sample(&img, &g.image, &pos) * scale);
+                        cols[(ch * kt + t) * wins + wi] =
+                            T::from_f64(sample(&img, &g.image, &pos) * scale);
                     }
                 });
             }
@@ -127,7 +161,10 @@ impl Op for DeformConv {
         }
         Ok(vec![infer_from(cx, dtype, &[0, 1, 2], |s| {
             let shape = DeformShape::new(cx.node, s[0], s[1], s[2], mask.flatten())?;
-            check_bias(cx.opt_input(3).and_then(|b| b.ty.shape.as_deref()), shape.conv.out_channels)?;
+            check_bias(
+                cx.opt_input(3).and_then(|b| b.ty.shape.as_deref()),
+                shape.conv.out_channels,
+            )?;
             Ok(shape.conv.out_shape())
         })?])
     }
@@ -135,12 +172,22 @@ impl Op for DeformConv {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, w, offset) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         let (bias, mask) = (opt_arg(inputs, 3), opt_arg(inputs, 4));
-        let shape = DeformShape::new(cx.node, &x.shape, &w.shape, &offset.shape, mask.map(|m| m.shape.as_slice()))?;
+        let shape = DeformShape::new(
+            cx.node,
+            &x.shape,
+            &w.shape,
+            &offset.shape,
+            mask.map(|m| m.shape.as_slice()),
+        )?;
         check_bias(bias.map(|b| b.shape.as_slice()), shape.conv.out_channels)?;
         let mut operands = vec![x, w, offset];
         operands.extend(bias);
         operands.extend(mask);
-        let kernel = DeformKernel { shape: &shape, has_bias: bias.is_some(), has_mask: mask.is_some() };
+        let kernel = DeformKernel {
+            shape: &shape,
+            has_bias: bias.is_some(),
+            has_mask: mask.is_some(),
+        };
         let data = run_typed(&kernel, &operands, Accepts::Floats)?;
         Ok(vec![Tensor::new(shape.conv.out_shape(), data)?])
     }

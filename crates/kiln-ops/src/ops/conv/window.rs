@@ -30,8 +30,15 @@ fn positive_ints(node: &Node, name: &str, rank: usize) -> Result<Vec<usize>> {
     match node.attr_ints(name)? {
         None => Ok(vec![1; rank]),
         Some(v) => {
-            ensure!(v.len() == rank, "attribute '{name}' has {} values, expected {rank}", v.len());
-            ensure!(v.iter().all(|&x| x >= 1), "attribute '{name}' must be positive, got {v:?}");
+            ensure!(
+                v.len() == rank,
+                "attribute '{name}' has {} values, expected {rank}",
+                v.len()
+            );
+            ensure!(
+                v.iter().all(|&x| x >= 1),
+                "attribute '{name}' must be positive, got {v:?}"
+            );
             Ok(v.iter().map(|&x| x as usize).collect())
         }
     }
@@ -49,8 +56,16 @@ impl WindowAttrs {
         let pads = match node.attr_ints("pads")? {
             None => vec![0; 2 * rank],
             Some(p) => {
-                ensure!(p.len() == 2 * rank, "attribute 'pads' has {} values, expected {}", p.len(), 2 * rank);
-                ensure!(p.iter().all(|&x| x >= 0), "attribute 'pads' must not be negative, got {p:?}");
+                ensure!(
+                    p.len() == 2 * rank,
+                    "attribute 'pads' has {} values, expected {}",
+                    p.len(),
+                    2 * rank
+                );
+                ensure!(
+                    p.iter().all(|&x| x >= 0),
+                    "attribute 'pads' must not be negative, got {p:?}"
+                );
                 p.iter().map(|&x| x as usize).collect()
             }
         };
@@ -73,14 +88,20 @@ impl WindowAttrs {
 pub fn kernel_shape(node: &Node, from_weights: Option<&[usize]>) -> Result<Vec<usize>> {
     let attr: Option<Vec<usize>> = match node.attr_ints("kernel_shape")? {
         Some(k) => {
-            ensure!(k.iter().all(|&x| x >= 1), "kernel_shape must be positive, got {k:?}");
+            ensure!(
+                k.iter().all(|&x| x >= 1),
+                "kernel_shape must be positive, got {k:?}"
+            );
             Some(k.iter().map(|&x| x as usize).collect())
         }
         None => None,
     };
     match (attr, from_weights) {
         (Some(a), Some(w)) => {
-            ensure!(a == w, "kernel_shape {a:?} differs from the weights' spatial shape {w:?}");
+            ensure!(
+                a == w,
+                "kernel_shape {a:?} differs from the weights' spatial shape {w:?}"
+            );
             Ok(a)
         }
         (Some(a), None) => Ok(a),
@@ -114,9 +135,19 @@ pub fn checked_numel(dims: &[usize]) -> Result<usize> {
 
 /// One spatial dimension of a geometry, checked so that every tap
 /// coordinate (and the image and window counts) fits the types used later.
-fn checked_dim(image: i128, windows: i128, stride: i128, extent: i128, pb: i128, pe: i128) -> Result<(usize, usize, i64, i64)> {
+fn checked_dim(
+    image: i128,
+    windows: i128,
+    stride: i128,
+    extent: i128,
+    pb: i128,
+    pe: i128,
+) -> Result<(usize, usize, i64, i64)> {
     let reach = (windows - 1).max(0) * stride + extent + pb.abs() + pe.abs() + image;
-    ensure!(image >= 0 && windows >= 0, "negative spatial size (image {image}, windows {windows})");
+    ensure!(
+        image >= 0 && windows >= 0,
+        "negative spatial size (image {image}, windows {windows})"
+    );
     ensure!(reach < i64::MAX as i128 / 2, "window geometry is too large (image {image}, stride {stride}, kernel extent {extent}, pads {pb}/{pe})");
     Ok((image as usize, windows as usize, pb as i64, pe as i64))
 }
@@ -145,7 +176,10 @@ impl Geometry {
             dims.len(),
             kernel
         );
-        ensure!(kernel.iter().all(|&k| k >= 1), "kernel dimensions must be positive, got {kernel:?}");
+        ensure!(
+            kernel.iter().all(|&k| k >= 1),
+            "kernel dimensions must be positive, got {kernel:?}"
+        );
         Ok(())
     }
 
@@ -162,7 +196,11 @@ impl Geometry {
     pub fn forward(attrs: &WindowAttrs, image: &[usize], kernel: &[usize]) -> Result<Geometry> {
         Self::check_rank(attrs, image, kernel)?;
         let n = image.len();
-        let (mut windows, mut begin, mut end) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut windows, mut begin, mut end) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         for d in 0..n {
             let (size, stride) = (wide(image[d]), wide(attrs.strides[d]));
             let extent = Self::effective_kernel(kernel[d], attrs.dilations[d]);
@@ -174,7 +212,11 @@ impl Geometry {
                     (count, pb, pe)
                 }
                 AutoPad::Valid | AutoPad::NotSet => {
-                    let (pb, pe) = if attrs.auto_pad == AutoPad::Valid { (0, 0) } else { (wide(attrs.pads[d]), wide(attrs.pads[n + d])) };
+                    let (pb, pe) = if attrs.auto_pad == AutoPad::Valid {
+                        (0, 0)
+                    } else {
+                        (wide(attrs.pads[d]), wide(attrs.pads[n + d]))
+                    };
                     let room = size + pb + pe - extent;
                     ensure!(room >= 0, "kernel extent {extent} exceeds the padded input size {} along spatial dim {d}", size + pb + pe);
                     let mut count = room / stride + 1;
@@ -217,18 +259,37 @@ impl Geometry {
     ) -> Result<Geometry> {
         Self::check_rank(attrs, windows, kernel)?;
         let n = windows.len();
-        ensure!(output_padding.len() == n, "output_padding has {} values, expected {n}", output_padding.len());
+        ensure!(
+            output_padding.len() == n,
+            "output_padding has {} values, expected {n}",
+            output_padding.len()
+        );
         if let Some(s) = output_shape {
-            ensure!(s.len() == n, "output_shape has {} values, expected {n}", s.len());
+            ensure!(
+                s.len() == n,
+                "output_shape has {} values, expected {n}",
+                s.len()
+            );
         }
-        let (mut image, mut begin, mut end) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+        let (mut image, mut begin, mut end) = (
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+            Vec::with_capacity(n),
+        );
         let same = matches!(attrs.auto_pad, AutoPad::SameUpper | AutoPad::SameLower);
         for d in 0..n {
             let (count, stride) = (wide(windows[d]), wide(attrs.strides[d]));
-            ensure!(count >= 1, "transposed windows need a non-empty input, got {windows:?}");
+            ensure!(
+                count >= 1,
+                "transposed windows need a non-empty input, got {windows:?}"
+            );
             let extent = Self::effective_kernel(kernel[d], attrs.dilations[d]);
             let natural = stride * (count - 1) + wide(output_padding[d]) + extent;
-            let (explicit_b, explicit_e) = if attrs.auto_pad == AutoPad::NotSet { (wide(attrs.pads[d]), wide(attrs.pads[n + d])) } else { (0, 0) };
+            let (explicit_b, explicit_e) = if attrs.auto_pad == AutoPad::NotSet {
+                (wide(attrs.pads[d]), wide(attrs.pads[n + d]))
+            } else {
+                (0, 0)
+            };
             let (size, pb, pe) = match (output_shape.map(|s| wide(s[d])), same) {
                 (Some(size), true) => {
                     let (pb, pe) = split_padding(natural - size, attrs.auto_pad);
@@ -242,7 +303,10 @@ impl Geometry {
                 }
                 (None, false) => (natural - explicit_b - explicit_e, explicit_b, explicit_e),
             };
-            ensure!(size >= 0, "output size {size} along spatial dim {d} is negative");
+            ensure!(
+                size >= 0,
+                "output size {size} along spatial dim {d} is negative"
+            );
             let (size, _, pb, pe) = checked_dim(size, count, stride, extent, pb, pe)?;
             image.push(size);
             begin.push(pb);
@@ -281,7 +345,9 @@ impl Geometry {
     /// window's own position (1x1 kernel, unit stride, no padding), so
     /// im2col would only copy.
     pub fn is_pointwise(&self) -> bool {
-        self.image == self.windows && self.kernel.iter().all(|&k| k == 1) && self.pads_begin.iter().all(|&p| p == 0)
+        self.image == self.windows
+            && self.kernel.iter().all(|&k| k == 1)
+            && self.pads_begin.iter().all(|&p| p == 0)
     }
 }
 
@@ -332,12 +398,18 @@ impl Taps {
         let mut idx = vec![0usize; n - 1];
         let mut col = 0;
         loop {
-            let base = idx.iter().enumerate().try_fold(0usize, |acc, (d, &o)| match per_dim[d][o] {
-                PAD => None,
-                off => Some(acc + off),
-            });
+            let base =
+                idx.iter()
+                    .enumerate()
+                    .try_fold(0usize, |acc, (d, &o)| match per_dim[d][o] {
+                        PAD => None,
+                        off => Some(acc + off),
+                    });
             for &off in inner {
-                f(col, base.and_then(|b| if off == PAD { None } else { Some(b + off) }));
+                f(
+                    col,
+                    base.and_then(|b| if off == PAD { None } else { Some(b + off) }),
+                );
                 col += 1;
             }
             // Advance the odometer over the outer window dimensions.
@@ -376,7 +448,13 @@ pub fn for_each_kernel_tap(kernel: &[usize], mut f: impl FnMut(usize, &[usize]))
 /// Writes the im2col matrix of `channels` image planes: row
 /// `(c, tap)` holds, for every window, the image value under that tap
 /// (zero in padding).
-pub fn im2col<T: Copy + Default>(img: &[T], channels: usize, g: &Geometry, taps: &Taps, cols: &mut [T]) {
+pub fn im2col<T: Copy + Default>(
+    img: &[T],
+    channels: usize,
+    g: &Geometry,
+    taps: &Taps,
+    cols: &mut [T],
+) {
     let (plane, kt, wins) = (g.image_size(), g.kernel_size(), g.window_count());
     for c in 0..channels {
         let src = &img[c * plane..(c + 1) * plane];
@@ -389,7 +467,14 @@ pub fn im2col<T: Copy + Default>(img: &[T], channels: usize, g: &Geometry, taps:
 
 /// The inverse scatter of [`im2col`]: adds every column entry into the
 /// image element under its tap (entries over padding are dropped).
-pub fn col2im<T: Copy>(cols: &[T], channels: usize, g: &Geometry, taps: &Taps, img: &mut [T], add: impl Fn(T, T) -> T) {
+pub fn col2im<T: Copy>(
+    cols: &[T],
+    channels: usize,
+    g: &Geometry,
+    taps: &Taps,
+    img: &mut [T],
+    add: impl Fn(T, T) -> T,
+) {
     let (plane, kt, wins) = (g.image_size(), g.kernel_size(), g.window_count());
     for c in 0..channels {
         let dst = &mut img[c * plane..(c + 1) * plane];
@@ -408,38 +493,103 @@ pub fn col2im<T: Copy>(cols: &[T], channels: usize, g: &Geometry, taps: &Taps, i
 mod tests {
     use super::*;
 
-    fn attrs(auto_pad: AutoPad, strides: Vec<usize>, pads: Vec<usize>, ceil_mode: bool) -> WindowAttrs {
+    fn attrs(
+        auto_pad: AutoPad,
+        strides: Vec<usize>,
+        pads: Vec<usize>,
+        ceil_mode: bool,
+    ) -> WindowAttrs {
         let rank = strides.len();
-        WindowAttrs { auto_pad, strides, dilations: vec![1; rank], pads, ceil_mode }
+        WindowAttrs {
+            auto_pad,
+            strides,
+            dilations: vec![1; rank],
+            pads,
+            ceil_mode,
+        }
     }
 
     #[test]
     fn same_padding_puts_the_odd_unit_where_auto_pad_says() {
-        let upper = Geometry::forward(&attrs(AutoPad::SameUpper, vec![2], vec![0, 0], false), &[6], &[3]).unwrap();
-        assert_eq!((upper.windows.clone(), upper.pads_begin.clone(), upper.pads_end.clone()), (vec![3], vec![0], vec![1]));
-        let lower = Geometry::forward(&attrs(AutoPad::SameLower, vec![2], vec![0, 0], false), &[6], &[3]).unwrap();
+        let upper = Geometry::forward(
+            &attrs(AutoPad::SameUpper, vec![2], vec![0, 0], false),
+            &[6],
+            &[3],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                upper.windows.clone(),
+                upper.pads_begin.clone(),
+                upper.pads_end.clone()
+            ),
+            (vec![3], vec![0], vec![1])
+        );
+        let lower = Geometry::forward(
+            &attrs(AutoPad::SameLower, vec![2], vec![0, 0], false),
+            &[6],
+            &[3],
+        )
+        .unwrap();
         assert_eq!((lower.pads_begin, lower.pads_end), (vec![1], vec![0]));
     }
 
     #[test]
     fn ceil_mode_drops_a_window_starting_in_the_end_padding() {
         // in 2, kernel 3, stride 3, pads 1/1: ceil gives 2 windows, the second starts at 3 >= 2 + 1.
-        let g = Geometry::forward(&attrs(AutoPad::NotSet, vec![3], vec![1, 1], true), &[2], &[3]).unwrap();
+        let g = Geometry::forward(
+            &attrs(AutoPad::NotSet, vec![3], vec![1, 1], true),
+            &[2],
+            &[3],
+        )
+        .unwrap();
         assert_eq!(g.windows, vec![1]);
     }
 
     #[test]
     fn transposed_output_shape_larger_than_natural_pads_the_end_negatively() {
-        let g = Geometry::transposed(&attrs(AutoPad::NotSet, vec![3], vec![0, 0], false), &[3], &[3], &[0], Some(&[10])).unwrap();
-        assert_eq!((g.image, g.pads_begin, g.pads_end), (vec![10], vec![0], vec![-1]));
+        let g = Geometry::transposed(
+            &attrs(AutoPad::NotSet, vec![3], vec![0, 0], false),
+            &[3],
+            &[3],
+            &[0],
+            Some(&[10]),
+        )
+        .unwrap();
+        assert_eq!(
+            (g.image, g.pads_begin, g.pads_end),
+            (vec![10], vec![0], vec![-1])
+        );
     }
 
     #[test]
     fn absurd_attributes_are_errors_not_panics() {
         let huge = (i64::MAX / 2) as usize;
-        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![1], vec![huge, huge], false), &[4], &[2]).is_err());
-        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false), &[4], &[2]).is_ok());
-        assert!(Geometry::transposed(&attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false), &[4], &[2], &[0], None).is_err());
-        assert!(Geometry::forward(&attrs(AutoPad::NotSet, vec![1], vec![0, 0], false), &[2], &[5]).is_err());
+        assert!(Geometry::forward(
+            &attrs(AutoPad::NotSet, vec![1], vec![huge, huge], false),
+            &[4],
+            &[2]
+        )
+        .is_err());
+        assert!(Geometry::forward(
+            &attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false),
+            &[4],
+            &[2]
+        )
+        .is_ok());
+        assert!(Geometry::transposed(
+            &attrs(AutoPad::NotSet, vec![huge], vec![0, 0], false),
+            &[4],
+            &[2],
+            &[0],
+            None
+        )
+        .is_err());
+        assert!(Geometry::forward(
+            &attrs(AutoPad::NotSet, vec![1], vec![0, 0], false),
+            &[2],
+            &[5]
+        )
+        .is_err());
     }
 }

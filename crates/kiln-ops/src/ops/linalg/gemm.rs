@@ -22,18 +22,39 @@ pub struct MatView<'a, T> {
 }
 
 impl<'a, T> MatView<'a, T> {
-    pub fn new(data: &'a [T], offset: usize, rows: usize, cols: usize, row_stride: usize, col_stride: usize) -> Result<Self> {
+    pub fn new(
+        data: &'a [T],
+        offset: usize,
+        rows: usize,
+        cols: usize,
+        row_stride: usize,
+        col_stride: usize,
+    ) -> Result<Self> {
         if rows > 0 && cols > 0 {
             let last = (rows - 1)
                 .checked_mul(row_stride)
-                .and_then(|r| (cols - 1).checked_mul(col_stride).and_then(|c| r.checked_add(c)))
+                .and_then(|r| {
+                    (cols - 1)
+                        .checked_mul(col_stride)
+                        .and_then(|c| r.checked_add(c))
+                })
                 .and_then(|x| x.checked_add(offset));
             match last {
                 Some(l) if l < data.len() => {}
-                _ => bail!("a {rows}x{cols} matrix at offset {offset} does not fit in {} elements", data.len()),
+                _ => bail!(
+                    "a {rows}x{cols} matrix at offset {offset} does not fit in {} elements",
+                    data.len()
+                ),
             }
         }
-        Ok(MatView { data, offset, rows, cols, row_stride, col_stride })
+        Ok(MatView {
+            data,
+            offset,
+            rows,
+            cols,
+            row_stride,
+            col_stride,
+        })
     }
 
     /// A contiguous row-major matrix starting at `offset`.
@@ -43,7 +64,13 @@ impl<'a, T> MatView<'a, T> {
 
     /// The transposed matrix (same storage, strides swapped).
     pub fn t(self) -> Self {
-        MatView { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+        MatView {
+            rows: self.cols,
+            cols: self.rows,
+            row_stride: self.col_stride,
+            col_stride: self.row_stride,
+            ..self
+        }
     }
 
     fn at(&self, r: usize, c: usize) -> &T {
@@ -64,8 +91,20 @@ pub trait GemmElem: Num {
 
 /// `c = a · b` after checking that the shapes agree.
 pub fn gemm<T: GemmElem>(a: MatView<T>, b: MatView<T>, c: &mut [T]) -> Result<()> {
-    ensure!(a.cols == b.rows, "matrix product of {}x{} and {}x{}", a.rows, a.cols, b.rows, b.cols);
-    ensure!(c.len() == a.rows * b.cols, "matrix product output has {} elements, expected {}", c.len(), a.rows * b.cols);
+    ensure!(
+        a.cols == b.rows,
+        "matrix product of {}x{} and {}x{}",
+        a.rows,
+        a.cols,
+        b.rows,
+        b.cols
+    );
+    ensure!(
+        c.len() == a.rows * b.cols,
+        "matrix product output has {} elements, expected {}",
+        c.len(),
+        a.rows * b.cols
+    );
     if a.cols == 0 {
         c.fill(T::zero());
         return Ok(());
@@ -82,7 +121,10 @@ macro_rules! blas_gemm {
         impl GemmElem for $t {
             fn gemm_raw(a: MatView<Self>, b: MatView<Self>, c: &mut [Self]) {
                 // `gemm` has checked this; repeated because the raw call relies on it.
-                assert!(a.cols == b.rows && c.len() == a.rows * b.cols, "gemm_raw called with mismatched shapes");
+                assert!(
+                    a.cols == b.rows && c.len() == a.rows * b.cols,
+                    "gemm_raw called with mismatched shapes"
+                );
                 // SAFETY: MatView::new checked that every element of `a` and
                 // `b` is inside its slice; `gemm` checked that `c` holds
                 // a.rows × b.cols contiguous row-major elements.
@@ -158,9 +200,20 @@ pub struct MatMulShape {
 
 impl MatMulShape {
     pub fn new(a: &[usize], b: &[usize]) -> Result<MatMulShape> {
-        ensure!(!a.is_empty() && !b.is_empty(), "MatMul operands must have rank >= 1, got shapes {a:?} and {b:?}");
-        let a2: Vec<usize> = if a.len() == 1 { vec![1, a[0]] } else { a.to_vec() };
-        let b2: Vec<usize> = if b.len() == 1 { vec![b[0], 1] } else { b.to_vec() };
+        ensure!(
+            !a.is_empty() && !b.is_empty(),
+            "MatMul operands must have rank >= 1, got shapes {a:?} and {b:?}"
+        );
+        let a2: Vec<usize> = if a.len() == 1 {
+            vec![1, a[0]]
+        } else {
+            a.to_vec()
+        };
+        let b2: Vec<usize> = if b.len() == 1 {
+            vec![b[0], 1]
+        } else {
+            b.to_vec()
+        };
         let (ra, rb) = (a2.len(), b2.len());
         let (m, k, k2, n) = (a2[ra - 2], a2[ra - 1], b2[rb - 2], b2[rb - 1]);
         if k != k2 {
@@ -177,7 +230,15 @@ impl MatMulShape {
             out.push(n);
         }
         checked_numel(&[checked_numel(&batch)?, m, n])?;
-        Ok(MatMulShape { m, k, n, a_batch, b_batch, batch, out })
+        Ok(MatMulShape {
+            m,
+            k,
+            n,
+            a_batch,
+            b_batch,
+            batch,
+            out,
+        })
     }
 }
 
@@ -185,7 +246,10 @@ impl MatMulShape {
 /// returns the row-major output of shape `sh.out`.
 pub fn batched_matmul<T: GemmElem>(sh: &MatMulShape, a: &[T], b: &[T]) -> Result<Vec<T>> {
     let (m, k, n) = (sh.m, sh.k, sh.n);
-    ensure!(a.len() == numel(&sh.a_batch) * m * k && b.len() == numel(&sh.b_batch) * k * n, "MatMul operand sizes do not match their shapes");
+    ensure!(
+        a.len() == numel(&sh.a_batch) * m * k && b.len() == numel(&sh.b_batch) * k * n,
+        "MatMul operand sizes do not match their shapes"
+    );
     let batches = numel(&sh.batch);
     let mut out = vec![T::zero(); batches * m * n];
     if out.is_empty() {
@@ -205,8 +269,9 @@ pub fn batched_matmul<T: GemmElem>(sh: &MatMulShape, a: &[T], b: &[T]) -> Result
     for_each_offset(&sh.batch, [&sa, &sb], |_, [ia, ib]| {
         let Some(c) = chunks.next() else { return };
         if result.is_ok() {
-            result = MatView::row_major(a, ia * m * k, m, k)
-                .and_then(|av| MatView::row_major(b, ib * k * n, k, n).and_then(|bv| gemm(av, bv, c)));
+            result = MatView::row_major(a, ia * m * k, m, k).and_then(|av| {
+                MatView::row_major(b, ib * k * n, k, n).and_then(|bv| gemm(av, bv, c))
+            });
         }
     });
     result?;
@@ -229,23 +294,46 @@ pub enum Accepts {
 /// bf16 widen to f32 and the result is rounded back; the output has the
 /// inputs' dtype.
 pub fn run_typed(k: &impl TypedKernel, inputs: &[&Tensor], accepts: Accepts) -> Result<Data> {
-    let Some(first) = inputs.first() else { bail!("no inputs") };
+    let Some(first) = inputs.first() else {
+        bail!("no inputs")
+    };
     let dtype = first.dtype();
     for t in inputs {
-        ensure!(t.dtype() == dtype, "inputs must share one type, got {} and {}", dtype, t.dtype());
+        ensure!(
+            t.dtype() == dtype,
+            "inputs must share one type, got {} and {}",
+            dtype,
+            t.dtype()
+        );
     }
-    ensure!(accepts == Accepts::Numbers || dtype.is_float(), "unsupported type {dtype} (expected a float type)");
+    ensure!(
+        accepts == Accepts::Numbers || dtype.is_float(),
+        "unsupported type {dtype} (expected a float type)"
+    );
     fn direct<T: GemmElem>(k: &impl TypedKernel, inputs: &[&Tensor]) -> Result<Data> {
-        let slices = inputs.iter().map(|t| t.as_slice::<T>()).collect::<Result<Vec<_>>>()?;
+        let slices = inputs
+            .iter()
+            .map(|t| t.as_slice::<T>())
+            .collect::<Result<Vec<_>>>()?;
         Ok(T::wrap(k.run::<T>(&slices)?))
     }
     fn widened<T: Num>(k: &impl TypedKernel, inputs: &[&Tensor]) -> Result<Data> {
         let wide = inputs
             .iter()
-            .map(|t| Ok(t.as_slice::<T>()?.iter().map(|x| x.to_f32()).collect::<Vec<f32>>()))
+            .map(|t| {
+                Ok(t.as_slice::<T>()?
+                    .iter()
+                    .map(|x| x.to_f32())
+                    .collect::<Vec<f32>>())
+            })
             .collect::<Result<Vec<_>>>()?;
         let slices: Vec<&[f32]> = wide.iter().map(|v| v.as_slice()).collect();
-        Ok(T::wrap(k.run::<f32>(&slices)?.into_iter().map(T::from_f32).collect()))
+        Ok(T::wrap(
+            k.run::<f32>(&slices)?
+                .into_iter()
+                .map(T::from_f32)
+                .collect(),
+        ))
     }
     match dtype {
         DType::F32 => direct::<f32>(k, inputs),

@@ -102,7 +102,13 @@ impl Dims {
         self.past_len + self.kv_len
     }
 
-    fn of(cfg: &Config, q: &[usize], k: &[usize], v: &[usize], past: Option<(&[usize], &[usize])>) -> Result<Dims> {
+    fn of(
+        cfg: &Config,
+        q: &[usize],
+        k: &[usize],
+        v: &[usize],
+        past: Option<(&[usize], &[usize])>,
+    ) -> Result<Dims> {
         if q.len() != k.len() || q.len() != v.len() {
             bail!("Q, K and V must have the same rank, got {q:?}, {k:?}, {v:?}");
         }
@@ -111,7 +117,17 @@ impl Dims {
                 if bk != b || bv != b || hv != hk || sv != sk || dk != dq {
                     bail!("inconsistent Q/K/V shapes {q:?}, {k:?}, {v:?}");
                 }
-                Dims { batch: b, q_heads: hq, kv_heads: hk, q_len: sq, kv_len: sk, past_len: 0, head_size: dq, v_size: dv, three_d: false }
+                Dims {
+                    batch: b,
+                    q_heads: hq,
+                    kv_heads: hk,
+                    q_len: sq,
+                    kv_len: sk,
+                    past_len: 0,
+                    head_size: dq,
+                    v_size: dv,
+                    three_d: false,
+                }
             }
             (&[b, sq, hidden_q], &[bk, sk, hidden_k], &[bv, sv, hidden_v]) => {
                 let (Some(hq), Some(hk)) = (cfg.q_heads, cfg.kv_heads) else {
@@ -138,16 +154,27 @@ impl Dims {
             _ => bail!("Q, K and V must be 3-D or 4-D, got {q:?}, {k:?}, {v:?}"),
         };
         if d.kv_heads == 0 || d.q_heads % d.kv_heads != 0 {
-            bail!("q heads ({}) must be a multiple of kv heads ({})", d.q_heads, d.kv_heads);
+            bail!(
+                "q heads ({}) must be a multiple of kv heads ({})",
+                d.q_heads,
+                d.kv_heads
+            );
         }
         let Some((pk, pv)) = past else { return Ok(d) };
         if pk.len() != 4 || pv.len() != 4 || pk[2] != pv[2] {
-            bail!("past_key and past_value must be 4-D with the same length, got {pk:?} and {pv:?}");
+            bail!(
+                "past_key and past_value must be 4-D with the same length, got {pk:?} and {pv:?}"
+            );
         }
-        if pk != [d.batch, d.kv_heads, pk[2], d.head_size] || pv != [d.batch, d.kv_heads, pv[2], d.v_size] {
+        if pk != [d.batch, d.kv_heads, pk[2], d.head_size]
+            || pv != [d.batch, d.kv_heads, pv[2], d.v_size]
+        {
             bail!("past_key {pk:?} / past_value {pv:?} do not match K and V");
         }
-        Ok(Dims { past_len: pk[2], ..d })
+        Ok(Dims {
+            past_len: pk[2],
+            ..d
+        })
     }
 
     fn y_shape(&self) -> Vec<usize> {
@@ -169,7 +196,10 @@ impl Dims {
 }
 
 /// The past key/value shapes, which must come together.
-fn past_shapes<'a>(pk: Option<&'a [usize]>, pv: Option<&'a [usize]>) -> Result<Option<(&'a [usize], &'a [usize])>> {
+fn past_shapes<'a>(
+    pk: Option<&'a [usize]>,
+    pv: Option<&'a [usize]>,
+) -> Result<Option<(&'a [usize], &'a [usize])>> {
     match (pk, pv) {
         (None, None) => Ok(None),
         (Some(k), Some(v)) => Ok(Some((k, v))),
@@ -185,8 +215,17 @@ impl Op for Attention {
             bail!("Q/K/V must be float tensors");
         }
         let shape = |i: usize| cx.opt_input(i).map(|x| x.ty.shape.as_deref());
-        let unknown = || vec![TensorType::unknown_shape(t1), TensorType::unknown_shape(t1), TensorType::unknown_shape(t2), TensorType::unknown_shape(t1)];
-        let (Some(Some(q)), Some(Some(k)), Some(Some(v))) = (shape(0), shape(1), shape(2)) else { return Ok(unknown()) };
+        let unknown = || {
+            vec![
+                TensorType::unknown_shape(t1),
+                TensorType::unknown_shape(t1),
+                TensorType::unknown_shape(t2),
+                TensorType::unknown_shape(t1),
+            ]
+        };
+        let (Some(Some(q)), Some(Some(k)), Some(Some(v))) = (shape(0), shape(1), shape(2)) else {
+            return Ok(unknown());
+        };
         let past = match (shape(PAST_KEY), shape(PAST_VALUE)) {
             (Some(None), _) | (_, Some(None)) => return Ok(unknown()),
             (pk, pv) => past_shapes(pk.flatten(), pv.flatten())?,
@@ -204,10 +243,18 @@ impl Op for Attention {
         let cfg = Config::of(cx.node)?;
         let (q, k, v) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         let (pk, pv) = (opt_arg(inputs, PAST_KEY), opt_arg(inputs, PAST_VALUE));
-        let d = Dims::of(&cfg, &q.shape, &k.shape, &v.shape, past_shapes(pk.map(|t| &t.shape[..]), pv.map(|t| &t.shape[..]))?)?;
+        let d = Dims::of(
+            &cfg,
+            &q.shape,
+            &k.shape,
+            &v.shape,
+            past_shapes(pk.map(|t| &t.shape[..]), pv.map(|t| &t.shape[..]))?,
+        )?;
         let present_k = present(pk, k, &d, d.head_size)?;
         let present_v = present(pv, v, &d, d.v_size)?;
-        let nonpad = opt_arg(inputs, NONPAD).map(|t| nonpad_lengths(t, &d)).transpose()?;
+        let nonpad = opt_arg(inputs, NONPAD)
+            .map(|t| nonpad_lengths(t, &d))
+            .transpose()?;
         let bias = attention_bias(&cfg, &d, opt_arg(inputs, MASK), nonpad.as_deref())?;
         let q_heads = to_head_major(&float_values(q)?, &d, d.q_heads, d.q_len, d.head_size);
         let (y, scores) = attend(&cfg, &d, q.dtype(), &q_heads, &present_k, &present_v, &bias);
@@ -256,10 +303,17 @@ fn present(past: Option<&Tensor>, new: &Tensor, d: &Dims, size: usize) -> Result
 fn nonpad_lengths(t: &Tensor, d: &Dims) -> Result<Vec<i64>> {
     let v = ints(t)?;
     if v.len() != d.batch {
-        bail!("nonpad_kv_seqlen must have one value per batch ({}), got {}", d.batch, v.len());
+        bail!(
+            "nonpad_kv_seqlen must have one value per batch ({}), got {}",
+            d.batch,
+            v.len()
+        );
     }
     if let Some(&bad) = v.iter().find(|&&n| n < 0 || n as usize > d.total()) {
-        bail!("nonpad_kv_seqlen value {bad} is out of range 0..={}", d.total());
+        bail!(
+            "nonpad_kv_seqlen value {bad} is out of range 0..={}",
+            d.total()
+        );
     }
     Ok(v)
 }
@@ -268,7 +322,12 @@ fn nonpad_lengths(t: &Tensor, d: &Dims) -> Result<Vec<i64>> {
 /// give 0 / -inf; keys past the mask's length are masked), plus -inf where
 /// the causal frontier, the sliding window or the non-padded length exclude
 /// a key.
-fn attention_bias(cfg: &Config, d: &Dims, mask: Option<&Tensor>, nonpad: Option<&[i64]>) -> Result<Vec<f64>> {
+fn attention_bias(
+    cfg: &Config,
+    d: &Dims,
+    mask: Option<&Tensor>,
+    nonpad: Option<&[i64]>,
+) -> Result<Vec<f64>> {
     let shape = d.scores_shape();
     let mut bias = match mask {
         Some(m) => mask_bias(m, shape)?,
@@ -311,7 +370,10 @@ fn mask_bias(m: &Tensor, shape: [usize; 4]) -> Result<Vec<f64>> {
     let r = m.rank();
     let kv = shape[3];
     if r == 0 || r > 4 || m.shape[r - 1] > kv {
-        bail!("attn_mask of shape {:?} does not fit the scores shape {shape:?}", m.shape);
+        bail!(
+            "attn_mask of shape {:?} does not fit the scores shape {shape:?}",
+            m.shape
+        );
     }
     let is_bool = m.dtype() == DType::Bool;
     let vals = m.data.to_f64_vec()?;
@@ -321,7 +383,10 @@ fn mask_bias(m: &Tensor, shape: [usize; 4]) -> Result<Vec<f64>> {
     for (k, s) in step.iter_mut().enumerate().take(3).skip(4 - r) {
         let md = m.shape[k + r - 4];
         if md != 1 && md != shape[k] {
-            bail!("attn_mask of shape {:?} does not broadcast to the scores shape {shape:?}", m.shape);
+            bail!(
+                "attn_mask of shape {:?} does not broadcast to the scores shape {shape:?}",
+                m.shape
+            );
         }
         *s = if md == 1 { 0 } else { st[k + r - 4] };
     }
@@ -337,7 +402,11 @@ fn mask_bias(m: &Tensor, shape: [usize; 4]) -> Result<Vec<f64>> {
                     } else {
                         let x = vals[base + j];
                         if is_bool {
-                            if x != 0.0 { 0.0 } else { f64::NEG_INFINITY }
+                            if x != 0.0 {
+                                0.0
+                            } else {
+                                f64::NEG_INFINITY
+                            }
                         } else {
                             x
                         }
@@ -351,7 +420,15 @@ fn mask_bias(m: &Tensor, shape: [usize; 4]) -> Result<Vec<f64>> {
 
 /// Runs the attention: returns Y (in the output layout) and the selected
 /// qk_matmul_output, both in f64.
-fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64], bias: &[f64]) -> (Vec<f64>, Vec<f64>) {
+fn attend(
+    cfg: &Config,
+    d: &Dims,
+    dtype: DType,
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    bias: &[f64],
+) -> (Vec<f64>, Vec<f64>) {
     let r = rounder(dtype);
     let softmax_dtype = cfg.softmax_dtype.unwrap_or(dtype);
     // Q and K are each scaled by sqrt(scale) (rounded to the element type).
@@ -374,7 +451,15 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
                 let row = (b * d.q_heads + h) * d.q_len + i;
                 let brow = &bias[row * t..][..t];
                 let debug = &mut scores[row * t..][..t];
-                score_row(cfg, r, &qs[row * hs..][..hs], keys, brow, &mut logits, debug);
+                score_row(
+                    cfg,
+                    r,
+                    &qs[row * hs..][..hs],
+                    keys,
+                    brow,
+                    &mut logits,
+                    debug,
+                );
                 let masked = brow.iter().all(|&x| x == f64::NEG_INFINITY);
                 // A fully masked row attends nothing: zeros, not NaN (also
                 // when every logit is -inf, whose softmax would be 0/0).
@@ -388,9 +473,17 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
                 if cfg.mode == 3 {
                     debug.copy_from_slice(&probs);
                 }
-                let out_at = if d.three_d { ((b * d.q_len + i) * d.q_heads + h) * vs } else { row * vs };
+                let out_at = if d.three_d {
+                    ((b * d.q_len + i) * d.q_heads + h) * vs
+                } else {
+                    row * vs
+                };
                 for (c, out) in y[out_at..out_at + vs].iter_mut().enumerate() {
-                    *out = r(probs.iter().enumerate().map(|(j, p)| p * values[j * vs + c]).sum());
+                    *out = r(probs
+                        .iter()
+                        .enumerate()
+                        .map(|(j, p)| p * values[j * vs + c])
+                        .sum());
                 }
             }
         }
@@ -400,11 +493,23 @@ fn attend(cfg: &Config, d: &Dims, dtype: DType, q: &[f64], k: &[f64], v: &[f64],
 
 /// The logits of one query row against every key (QK, softcap, + bias),
 /// and in `debug` the stage `qk_matmul_output_mode` 0-2 asks for.
-fn score_row(cfg: &Config, r: fn(f64) -> f64, query: &[f64], keys: &[f64], bias: &[f64], logits: &mut [f64], debug: &mut [f64]) {
+fn score_row(
+    cfg: &Config,
+    r: fn(f64) -> f64,
+    query: &[f64],
+    keys: &[f64],
+    bias: &[f64],
+    logits: &mut [f64],
+    debug: &mut [f64],
+) {
     for (j, (logit, dbg)) in logits.iter_mut().zip(debug.iter_mut()).enumerate() {
         let key = &keys[j * query.len()..][..query.len()];
         let raw = r(query.iter().zip(key).map(|(a, b)| a * b).sum());
-        let capped = if cfg.softcap > 0.0 { r(cfg.softcap * r(r(raw / cfg.softcap).tanh())) } else { raw };
+        let capped = if cfg.softcap > 0.0 {
+            r(cfg.softcap * r(r(raw / cfg.softcap).tanh()))
+        } else {
+            raw
+        };
         *logit = r(capped + bias[j]);
         *dbg = match cfg.mode {
             0 => raw,

@@ -37,7 +37,9 @@ impl Op for Det {
         let dets: Vec<f64> = if m == 0 {
             vec![1.0; batch.iter().product()]
         } else {
-            v.chunks_exact(m * m).map(|a| determinant(a.to_vec(), m)).collect()
+            v.chunks_exact(m * m)
+                .map(|a| determinant(a.to_vec(), m))
+                .collect()
         };
         Ok(vec![float_tensor(x.dtype(), batch, &dets)?])
     }
@@ -47,7 +49,9 @@ impl Op for Det {
 fn determinant(mut a: Vec<f64>, m: usize) -> f64 {
     let mut det = 1.0;
     for col in 0..m {
-        let pivot = (col..m).max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs())).unwrap_or(col);
+        let pivot = (col..m)
+            .max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs()))
+            .unwrap_or(col);
         if a[pivot * m + col] == 0.0 {
             return 0.0;
         }

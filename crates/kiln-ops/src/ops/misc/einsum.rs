@@ -57,7 +57,10 @@ fn parse_equation(eq: &str) -> Result<Equation> {
         None => (eq.clone(), None),
     };
     let inputs = lhs.split(',').map(parse_term).collect::<Result<Vec<_>>>()?;
-    Ok(Equation { inputs, output: rhs.map(|r| parse_term(&r)).transpose()? })
+    Ok(Equation {
+        inputs,
+        output: rhs.map(|r| parse_term(&r)).transpose()?,
+    })
 }
 
 /// Labels are numbered: broadcast (`...`) dims 0..E, letters E + ASCII code.
@@ -91,9 +94,16 @@ fn operand_labels(term: &[Sym], rank: usize, ell: usize) -> Result<Vec<Label>> {
 }
 
 fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
-    let Equation { inputs: terms, output } = parse_equation(equation)?;
+    let Equation {
+        inputs: terms,
+        output,
+    } = parse_equation(equation)?;
     if terms.len() != shapes.len() {
-        bail!("equation '{equation}' has {} operands but {} inputs were given", terms.len(), shapes.len());
+        bail!(
+            "equation '{equation}' has {} operands but {} inputs were given",
+            terms.len(),
+            shapes.len()
+        );
     }
     // Broadcast rank: the largest number of dims any ellipsis stands for.
     let ell = terms
@@ -103,7 +113,11 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
         .map(|(t, s)| s.len().saturating_sub(t.len() - 1))
         .max()
         .unwrap_or(0);
-    let labels: Vec<Vec<Label>> = terms.iter().zip(shapes).map(|(t, s)| operand_labels(t, s.len(), ell)).collect::<Result<_>>()?;
+    let labels: Vec<Vec<Label>> = terms
+        .iter()
+        .zip(shapes)
+        .map(|(t, s)| operand_labels(t, s.len(), ell))
+        .collect::<Result<_>>()?;
     let mut size = vec![1usize; ell + 128];
     let mut uses = vec![0usize; ell + 128];
     for (ls, s) in labels.iter().zip(shapes) {
@@ -118,12 +132,18 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
     }
     let out: Vec<Label> = match output {
         Some(term) => explicit_output(&term, ell, &uses)?,
-        None => (0..ell).chain((ell..ell + 128).filter(|&l| uses[l] == 1)).collect(),
+        None => (0..ell)
+            .chain((ell..ell + 128).filter(|&l| uses[l] == 1))
+            .collect(),
     };
     let summed = (0..ell + 128).filter(|l| uses[*l] > 0 && !out.contains(l));
     let joint: Vec<Label> = out.iter().copied().chain(summed).collect();
     // The loop visits every joint index once; refuse spaces that cannot be counted.
-    if joint.iter().try_fold(1usize, |n, &l| n.checked_mul(size[l])).is_none() {
+    if joint
+        .iter()
+        .try_fold(1usize, |n, &l| n.checked_mul(size[l]))
+        .is_none()
+    {
         bail!("einsum '{equation}' iterates over more elements than can be counted");
     }
     let strides = labels
@@ -133,11 +153,21 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
             let st = strides(s);
             joint
                 .iter()
-                .map(|&j| ls.iter().enumerate().filter(|&(i, &l)| l == j && s[i] != 1).map(|(i, _)| st[i]).sum())
+                .map(|&j| {
+                    ls.iter()
+                        .enumerate()
+                        .filter(|&(i, &l)| l == j && s[i] != 1)
+                        .map(|(i, _)| st[i])
+                        .sum()
+                })
                 .collect()
         })
         .collect();
-    Ok(Plan { dims: joint.iter().map(|&l| size[l]).collect(), strides, out_shape: out.iter().map(|&l| size[l]).collect() })
+    Ok(Plan {
+        dims: joint.iter().map(|&l| size[l]).collect(),
+        strides,
+        out_shape: out.iter().map(|&l| size[l]).collect(),
+    })
 }
 
 fn explicit_output(term: &[Sym], ell: usize, uses: &[usize]) -> Result<Vec<Label>> {
@@ -148,7 +178,10 @@ fn explicit_output(term: &[Sym], ell: usize, uses: &[usize]) -> Result<Vec<Label
             Sym::Letter(c) => {
                 let l = ell + *c as usize;
                 if uses[l] == 0 {
-                    bail!("output label '{}' does not appear in the inputs", *c as char);
+                    bail!(
+                        "output label '{}' does not appear in the inputs",
+                        *c as char
+                    );
                 }
                 if out.contains(&l) {
                     bail!("output label '{}' is repeated", *c as char);
@@ -162,7 +195,15 @@ fn explicit_output(term: &[Sym], ell: usize, uses: &[usize]) -> Result<Vec<Label
 
 /// Sum over the joint space of the product of the operands, with
 /// accumulator `A`.
-fn contract<T, A: Copy>(p: &Plan, ops: &[&[T]], zero: A, one: A, load: impl Fn(&T) -> A, mul: impl Fn(A, A) -> A, add: impl Fn(A, A) -> A) -> Vec<A> {
+fn contract<T, A: Copy>(
+    p: &Plan,
+    ops: &[&[T]],
+    zero: A,
+    one: A,
+    load: impl Fn(&T) -> A,
+    mul: impl Fn(A, A) -> A,
+    add: impl Fn(A, A) -> A,
+) -> Vec<A> {
     let out_len: usize = p.out_shape.iter().product();
     let total: usize = p.dims.iter().product();
     let mut out = vec![zero; out_len];
@@ -174,7 +215,10 @@ fn contract<T, A: Copy>(p: &Plan, ops: &[&[T]], zero: A, one: A, load: impl Fn(&
     let mut idx = vec![0usize; rank];
     let mut offs = vec![0usize; ops.len()];
     for flat in 0..total {
-        let prod = ops.iter().zip(&offs).fold(one, |acc, (v, &o)| mul(acc, load(&v[o])));
+        let prod = ops
+            .iter()
+            .zip(&offs)
+            .fold(one, |acc, (v, &o)| mul(acc, load(&v[o])));
         out[flat / inner] = add(out[flat / inner], prod);
         let mut d = rank;
         while d > 0 {
@@ -196,11 +240,36 @@ fn contract<T, A: Copy>(p: &Plan, ops: &[&[T]], zero: A, one: A, load: impl Fn(&
 }
 
 fn einsum_typed<T: Exact>(p: &Plan, inputs: &[&Tensor]) -> Result<Data> {
-    let ops: Vec<&[T]> = inputs.iter().map(|t| t.as_slice::<T>()).collect::<Result<_>>()?;
+    let ops: Vec<&[T]> = inputs
+        .iter()
+        .map(|t| t.as_slice::<T>())
+        .collect::<Result<_>>()?;
     Ok(T::wrap(if T::DTYPE.is_float() {
-        contract(p, &ops, 0.0, 1.0, |x: &T| x.to_f64(), |a, b| a * b, |a, b| a + b).into_iter().map(T::from_f64).collect()
+        contract(
+            p,
+            &ops,
+            0.0,
+            1.0,
+            |x: &T| x.to_f64(),
+            |a, b| a * b,
+            |a, b| a + b,
+        )
+        .into_iter()
+        .map(T::from_f64)
+        .collect()
     } else {
-        contract(p, &ops, 0i128, 1i128, |x: &T| x.to_i128(), i128::wrapping_mul, i128::wrapping_add).into_iter().map(T::from_i128).collect()
+        contract(
+            p,
+            &ops,
+            0i128,
+            1i128,
+            |x: &T| x.to_i128(),
+            i128::wrapping_mul,
+            i128::wrapping_add,
+        )
+        .into_iter()
+        .map(T::from_i128)
+        .collect()
     }))
 }
 
@@ -224,15 +293,26 @@ impl Op for Einsum {
                 None => return Ok(vec![TensorType::unknown_shape(dtype)]),
             }
         }
-        Ok(vec![TensorType::new(dtype, plan(equation(cx.node)?, &shapes)?.out_shape)])
+        Ok(vec![TensorType::new(
+            dtype,
+            plan(equation(cx.node)?, &shapes)?.out_shape,
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let ts: Vec<&Tensor> = (0..inputs.len()).map(|i| crate::arg(inputs, i)).collect::<Result<_>>()?;
-        let Some(first) = ts.first() else { bail!("Einsum needs at least one input") };
+        let ts: Vec<&Tensor> = (0..inputs.len())
+            .map(|i| crate::arg(inputs, i))
+            .collect::<Result<_>>()?;
+        let Some(first) = ts.first() else {
+            bail!("Einsum needs at least one input")
+        };
         let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
         let p = plan(equation(cx.node)?, &shapes)?;
-        let data = dispatch_num!(&first.data, |_v: T| einsum_typed::<T>(&p, &ts)?, bail!("Einsum needs numeric inputs"));
+        let data = dispatch_num!(
+            &first.data,
+            |_v: T| einsum_typed::<T>(&p, &ts)?,
+            bail!("Einsum needs numeric inputs")
+        );
         Ok(vec![Tensor::new(p.out_shape.clone(), data)?])
     }
 }
@@ -252,9 +332,15 @@ mod tests {
     fn trace_diagonal_and_implicit_order() {
         let m = Tensor::from_vec(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
         assert_eq!(run("ii", &[m.clone()]).as_slice::<f64>().unwrap(), &[5.0]);
-        assert_eq!(run("ii->i", &[m.clone()]).as_slice::<f64>().unwrap(), &[1.0, 4.0]);
+        assert_eq!(
+            run("ii->i", &[m.clone()]).as_slice::<f64>().unwrap(),
+            &[1.0, 4.0]
+        );
         // Implicit output sorts labels: "ba" gives the transpose.
-        assert_eq!(run("ba", &[m]).as_slice::<f64>().unwrap(), &[1.0, 3.0, 2.0, 4.0]);
+        assert_eq!(
+            run("ba", &[m]).as_slice::<f64>().unwrap(),
+            &[1.0, 3.0, 2.0, 4.0]
+        );
     }
 
     #[test]
@@ -263,6 +349,9 @@ mod tests {
         let b = Tensor::from_vec(vec![3, 2], vec![1.0, 0.0, 0.0, 1.0, 1.0, 1.0]).unwrap();
         let y = run("...j,...j->...", &[a, b]);
         assert_eq!(y.shape, vec![2, 3]);
-        assert_eq!(y.as_slice::<f64>().unwrap(), &[1.0, 2.0, 3.0, 3.0, 4.0, 7.0]);
+        assert_eq!(
+            y.as_slice::<f64>().unwrap(),
+            &[1.0, 2.0, 3.0, 3.0, 4.0, 7.0]
+        );
     }
 }

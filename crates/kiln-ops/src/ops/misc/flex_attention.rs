@@ -35,7 +35,15 @@ impl Dims {
         if kb != b || vb != b || hv != hk || sv != s || ek != e || hk == 0 || hq % hk != 0 {
             bail!("inconsistent Q/K/V shapes {q:?}, {k:?}, {v:?}");
         }
-        Ok(Dims { batch: b, q_heads: hq, kv_heads: hk, q_len: l, kv_len: s, head_size: e, v_size: ev })
+        Ok(Dims {
+            batch: b,
+            q_heads: hq,
+            kv_heads: hk,
+            q_len: l,
+            kv_len: s,
+            head_size: e,
+            v_size: ev,
+        })
     }
 
     fn scores_shape(&self) -> Vec<usize> {
@@ -75,7 +83,10 @@ impl Op for FlexAttention {
         let d = Dims::of(&q.shape, &k.shape, &v.shape)?;
         let ct = compute_dtype(cx.node, q.dtype())?;
         let (r, rc) = (rounder(q.dtype()), rounder(ct));
-        let scale = cx.node.attr_float("scale")?.map_or(1.0 / (d.head_size as f64).sqrt(), |s| s as f64);
+        let scale = cx
+            .node
+            .attr_float("scale")?
+            .map_or(1.0 / (d.head_size as f64).sqrt(), |s| s as f64);
         let root = r((scale as f32 as f64).sqrt());
         let qs: Vec<f64> = float_values(q)?.iter().map(|&x| r(x * root)).collect();
         let ks: Vec<f64> = float_values(k)?.iter().map(|&x| r(x * root)).collect();
@@ -108,20 +119,41 @@ impl Op for FlexAttention {
         let vv = float_values(v)?;
         let vs = d.v_size;
         let mut y = Vec::with_capacity(d.batch * d.q_heads * d.q_len * vs);
-        for (row_index, prow) in probs.chunks_exact(t.max(1)).enumerate().take(d.batch * d.q_heads * d.q_len) {
-            let (b, h) = (row_index / (d.q_heads * d.q_len), row_index / d.q_len % d.q_heads);
+        for (row_index, prow) in probs
+            .chunks_exact(t.max(1))
+            .enumerate()
+            .take(d.batch * d.q_heads * d.q_len)
+        {
+            let (b, h) = (
+                row_index / (d.q_heads * d.q_len),
+                row_index / d.q_len % d.q_heads,
+            );
             let kv = b * d.kv_heads + h / group;
             for c in 0..vs {
-                y.push(rc((0..t).map(|j| prow[j] * rc(vv[(kv * t + j) * vs + c])).sum()));
+                y.push(rc((0..t)
+                    .map(|j| prow[j] * rc(vv[(kv * t + j) * vs + c]))
+                    .sum()));
             }
         }
-        Ok(vec![float_tensor(v.dtype(), vec![d.batch, d.q_heads, d.q_len, vs], &y)?])
+        Ok(vec![float_tensor(
+            v.dtype(),
+            vec![d.batch, d.q_heads, d.q_len, vs],
+            &y,
+        )?])
     }
 }
 
 /// Runs the modifier subgraph `name` (if the node has it) on `values`.
-fn apply_mod(cx: &EvalCx, name: &str, dtype: DType, d: &Dims, values: Vec<f64>) -> Result<Vec<f64>> {
-    let Some(g): Option<&Graph> = cx.node.attr_graph(name)? else { return Ok(values) };
+fn apply_mod(
+    cx: &EvalCx,
+    name: &str,
+    dtype: DType,
+    d: &Dims,
+    values: Vec<f64>,
+) -> Result<Vec<f64>> {
+    let Some(g): Option<&Graph> = cx.node.attr_graph(name)? else {
+        return Ok(values);
+    };
     let shape = d.scores_shape();
     let input = float_tensor(dtype, shape.clone(), &values)?;
     let out = cx.subgraphs.run(g, vec![input])?;

@@ -28,10 +28,22 @@ struct Rule {
 
 fn rule(node: &Node) -> Result<Rule> {
     Ok(match node.attr_string_or("update_rule", "gated_delta")? {
-        "linear" => Rule { gated: false, delta: false },
-        "gated" => Rule { gated: true, delta: false },
-        "delta" => Rule { gated: false, delta: true },
-        "gated_delta" => Rule { gated: true, delta: true },
+        "linear" => Rule {
+            gated: false,
+            delta: false,
+        },
+        "gated" => Rule {
+            gated: true,
+            delta: false,
+        },
+        "delta" => Rule {
+            gated: false,
+            delta: true,
+        },
+        "gated_delta" => Rule {
+            gated: true,
+            delta: true,
+        },
         other => bail!("unknown update_rule '{other}'"),
     })
 }
@@ -59,10 +71,25 @@ impl Dims {
         let (&[b, t, qw], &[kb, kt, kw], &[vb, vt, vw]) = (q, k, v) else {
             bail!("query, key and value must be 3-D, got {q:?}, {k:?}, {v:?}");
         };
-        if kb != b || vb != b || kt != t || vt != t || qw % hq != 0 || kw % hk != 0 || vw % hk != 0 || qw / hq != kw / hk {
+        if kb != b
+            || vb != b
+            || kt != t
+            || vt != t
+            || qw % hq != 0
+            || kw % hk != 0
+            || vw % hk != 0
+            || qw / hq != kw / hk
+        {
             bail!("inconsistent query/key/value shapes {q:?}, {k:?}, {v:?} for {hq} query and {hk} kv heads");
         }
-        Ok(Dims { batch: b, seq: t, q_heads: hq, kv_heads: hk, key_size: qw / hq, value_size: vw / hk })
+        Ok(Dims {
+            batch: b,
+            seq: t,
+            q_heads: hq,
+            kv_heads: hk,
+            key_size: qw / hq,
+            value_size: vw / hk,
+        })
     }
 
     fn output_shape(&self) -> Vec<usize> {
@@ -81,9 +108,15 @@ impl Op for LinearAttention {
         match (cx.shape(0)?, cx.shape(1)?, cx.shape(2)?) {
             (Some(q), Some(k), Some(v)) => {
                 let d = Dims::of(cx.node, q, k, v)?;
-                Ok(vec![TensorType::new(t, d.output_shape()), TensorType::new(s, d.state_shape())])
+                Ok(vec![
+                    TensorType::new(t, d.output_shape()),
+                    TensorType::new(s, d.state_shape()),
+                ])
             }
-            _ => Ok(vec![TensorType::unknown_shape(t), TensorType::unknown_shape(s)]),
+            _ => Ok(vec![
+                TensorType::unknown_shape(t),
+                TensorType::unknown_shape(s),
+            ]),
         }
     }
 
@@ -91,35 +124,72 @@ impl Op for LinearAttention {
         let (q, k, v) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         let d = Dims::of(cx.node, &q.shape, &k.shape, &v.shape)?;
         let rule = rule(cx.node)?;
-        let decay = gate_input(opt_arg(inputs, DECAY), rule.gated, "decay", &d, &[d.kv_heads, d.kv_heads * d.key_size])?;
-        let beta = gate_input(opt_arg(inputs, BETA), rule.delta, "beta", &d, &[d.kv_heads, 1])?;
+        let decay = gate_input(
+            opt_arg(inputs, DECAY),
+            rule.gated,
+            "decay",
+            &d,
+            &[d.kv_heads, d.kv_heads * d.key_size],
+        )?;
+        let beta = gate_input(
+            opt_arg(inputs, BETA),
+            rule.delta,
+            "beta",
+            &d,
+            &[d.kv_heads, 1],
+        )?;
         let past = opt_arg(inputs, PAST_STATE);
         let mut state = match past {
             Some(p) if p.shape == d.state_shape() => float_values(p)?,
-            Some(p) => bail!("past_state shape {:?} must be {:?}", p.shape, d.state_shape()),
+            Some(p) => bail!(
+                "past_state shape {:?} must be {:?}",
+                p.shape,
+                d.state_shape()
+            ),
             None => vec![0.0; d.state_shape().iter().product()],
         };
         let scale = match cx.node.attr_float_or("scale", 0.0)? {
             s if s != 0.0 => s as f64,
             _ => 1.0 / (d.key_size as f64).sqrt(),
         };
-        let io = Io { q: float_values(q)?, k: float_values(k)?, v: float_values(v)?, decay, beta, scale };
+        let io = Io {
+            q: float_values(q)?,
+            k: float_values(k)?,
+            v: float_values(v)?,
+            decay,
+            beta,
+            scale,
+        };
         let out = run(&d, &io, &mut state);
         let state_dtype = past.map_or(q.dtype(), |p| p.dtype());
-        Ok(vec![float_tensor(q.dtype(), d.output_shape(), &out)?, float_tensor(state_dtype, d.state_shape(), &state)?])
+        Ok(vec![
+            float_tensor(q.dtype(), d.output_shape(), &out)?,
+            float_tensor(state_dtype, d.state_shape(), &state)?,
+        ])
     }
 }
 
 /// A decay or beta input: required by its rule, forbidden otherwise, with a
 /// last dim from `widths`. Returns (values, last dim).
-fn gate_input(t: Option<&Tensor>, needed: bool, name: &str, d: &Dims, widths: &[usize]) -> Result<Option<(Vec<f64>, usize)>> {
+fn gate_input(
+    t: Option<&Tensor>,
+    needed: bool,
+    name: &str,
+    d: &Dims,
+    widths: &[usize],
+) -> Result<Option<(Vec<f64>, usize)>> {
     match (t, needed) {
         (None, false) => Ok(None),
         (None, true) => bail!("this update_rule requires the {name} input"),
         (Some(_), false) => bail!("this update_rule does not take the {name} input"),
         (Some(t), true) => match *t.shape.as_slice() {
-            [b, s, w] if b == d.batch && s == d.seq && widths.contains(&w) => Ok(Some((float_values(t)?, w))),
-            _ => bail!("{name} of shape {:?} must be (batch, seq, one of {widths:?})", t.shape),
+            [b, s, w] if b == d.batch && s == d.seq && widths.contains(&w) => {
+                Ok(Some((float_values(t)?, w)))
+            }
+            _ => bail!(
+                "{name} of shape {:?} must be (batch, seq, one of {widths:?})",
+                t.shape
+            ),
         },
     }
 }
@@ -149,7 +219,11 @@ fn run(d: &Dims, io: &Io, state: &mut [f64]) -> Vec<f64> {
                 v_t.copy_from_slice(&io.v[(token * d.kv_heads + g) * dv..][..dv]);
                 if let Some((decay, w)) = &io.decay {
                     for (row, cells) in s.chunks_exact_mut(dv).enumerate() {
-                        let gate = if *w == d.kv_heads { decay[token * w + g] } else { decay[token * w + g * dk + row] };
+                        let gate = if *w == d.kv_heads {
+                            decay[token * w + g]
+                        } else {
+                            decay[token * w + g * dk + row]
+                        };
                         cells.iter_mut().for_each(|c| *c *= gate.exp());
                     }
                 }

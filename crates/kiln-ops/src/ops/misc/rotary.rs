@@ -28,7 +28,10 @@ impl Op for Rotary {
         let rot = match cx.node.attr_int_or("rotary_embedding_dim", 0)? {
             0 => layout.head_size,
             r if r > 0 && r as usize <= layout.head_size && r % 2 == 0 => r as usize,
-            r => bail!("rotary_embedding_dim {r} must be even and at most the head size {}", layout.head_size),
+            r => bail!(
+                "rotary_embedding_dim {r} must be even and at most the head size {}",
+                layout.head_size
+            ),
         };
         let half = rot / 2;
         let positions = match opt_arg(inputs, 3) {
@@ -66,29 +69,55 @@ struct Layout {
 impl Layout {
     fn of(node: &Node, shape: &[usize]) -> Result<Layout> {
         match *shape {
-            [batch, heads, seq, head_size] => Ok(Layout { batch, seq, heads, head_size, heads_first: true }),
+            [batch, heads, seq, head_size] => Ok(Layout {
+                batch,
+                seq,
+                heads,
+                head_size,
+                heads_first: true,
+            }),
             [batch, seq, hidden] => {
                 let heads = match node.attr_int("num_heads")? {
                     Some(n) if n > 0 && hidden % n as usize == 0 => n as usize,
                     _ => bail!("3-D input needs a num_heads attribute that divides the hidden size {hidden}"),
                 };
-                Ok(Layout { batch, seq, heads, head_size: hidden / heads, heads_first: false })
+                Ok(Layout {
+                    batch,
+                    seq,
+                    heads,
+                    head_size: hidden / heads,
+                    heads_first: false,
+                })
             }
             _ => bail!("input must be 3-D or 4-D, got shape {shape:?}"),
         }
     }
 
     fn head_offset(&self, b: usize, s: usize, h: usize) -> usize {
-        let vector = if self.heads_first { (b * self.heads + h) * self.seq + s } else { (b * self.seq + s) * self.heads + h };
+        let vector = if self.heads_first {
+            (b * self.heads + h) * self.seq + s
+        } else {
+            (b * self.seq + s) * self.heads + h
+        };
         vector * self.head_size
     }
 }
 
 /// The cache row used by each (batch, seq) position: `position_ids` index
 /// a (max_position, half) cache; without them the cache is (batch, seq, half).
-fn cache_rows(cos: &Tensor, sin: &Tensor, half: usize, layout: &Layout, positions: Option<&[i64]>) -> Result<Vec<usize>> {
+fn cache_rows(
+    cos: &Tensor,
+    sin: &Tensor,
+    half: usize,
+    layout: &Layout,
+    positions: Option<&[i64]>,
+) -> Result<Vec<usize>> {
     if cos.shape != sin.shape || cos.shape.last() != Some(&half) {
-        bail!("cos and sin caches must have the same shape ending in {half}, got {:?} and {:?}", cos.shape, sin.shape);
+        bail!(
+            "cos and sin caches must have the same shape ending in {half}, got {:?} and {:?}",
+            cos.shape,
+            sin.shape
+        );
     }
     let tokens = layout.batch * layout.seq;
     match positions {
@@ -98,12 +127,21 @@ fn cache_rows(cos: &Tensor, sin: &Tensor, half: usize, layout: &Layout, position
             }
             let max = cos.shape[0];
             p.iter()
-                .map(|&i| if i >= 0 && (i as usize) < max { Ok(i as usize) } else { bail!("position id {i} is out of range for a cache of {max} rows") })
+                .map(|&i| {
+                    if i >= 0 && (i as usize) < max {
+                        Ok(i as usize)
+                    } else {
+                        bail!("position id {i} is out of range for a cache of {max} rows")
+                    }
+                })
                 .collect()
         }
         None => {
             if cos.shape != [layout.batch, layout.seq, half] {
-                bail!("without position_ids the caches must be (batch, seq, {half}), got {:?}", cos.shape);
+                bail!(
+                    "without position_ids the caches must be (batch, seq, {half}), got {:?}",
+                    cos.shape
+                );
             }
             Ok((0..tokens).collect())
         }
@@ -114,7 +152,11 @@ fn cache_rows(cos: &Tensor, sin: &Tensor, half: usize, layout: &Layout, position
 fn rotate(head: &mut [f64], cos: &[f64], sin: &[f64], interleaved: bool) {
     let half = cos.len();
     for i in 0..half {
-        let (a, b) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };
+        let (a, b) = if interleaved {
+            (2 * i, 2 * i + 1)
+        } else {
+            (i, i + half)
+        };
         let (x1, x2) = (head[a], head[b]);
         head[a] = cos[i] * x1 - sin[i] * x2;
         head[b] = sin[i] * x1 + cos[i] * x2;

@@ -2,7 +2,9 @@
 //! families: checked conversions of data-given sizes and indices, row-major
 //! offset enumeration, and copying elements by index with a fill value.
 
-use kiln_ir::{bail, dispatch_all, dispatch_num, Data, DType, Elem, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, dispatch_num, DType, Data, Elem, Num, Result, Tensor, TensorType,
+};
 
 /// Largest element count an op will allocate for a shape that comes from
 /// data; beyond it the model is treated as malformed instead of aborting on
@@ -96,7 +98,12 @@ pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
 pub(crate) fn affine_offsets(shape: &[usize], base: i64, strides: &[i64]) -> Vec<usize> {
     let mut out = Vec::with_capacity(shape.iter().product());
     for_each_index(shape, |idx| {
-        let off: i64 = base + idx.iter().zip(strides).map(|(&i, &s)| i as i64 * s).sum::<i64>();
+        let off: i64 = base
+            + idx
+                .iter()
+                .zip(strides)
+                .map(|(&i, &s)| i as i64 * s)
+                .sum::<i64>();
         out.push(off as usize);
     });
     out
@@ -104,16 +111,27 @@ pub(crate) fn affine_offsets(shape: &[usize], base: i64, strides: &[i64]) -> Vec
 
 /// Row-major strides as i64 (for [`affine_offsets`]).
 pub(crate) fn strides_i64(shape: &[usize]) -> Vec<i64> {
-    crate::util::strides(shape).into_iter().map(|s| s as i64).collect()
+    crate::util::strides(shape)
+        .into_iter()
+        .map(|s| s as i64)
+        .collect()
 }
 
 /// Copies `data[i]` for each `Some(i)` of `idx` and `fill` for each `None`.
 /// `fill` must have `data`'s dtype and one element; without it the dtype's
 /// zero (false, "") is used.
-pub(crate) fn gather_fill(data: &Data, idx: &[Option<usize>], fill: Option<&Tensor>) -> Result<Data> {
+pub(crate) fn gather_fill(
+    data: &Data,
+    idx: &[Option<usize>],
+    fill: Option<&Tensor>,
+) -> Result<Data> {
     if let Some(f) = fill {
         if f.dtype() != data.dtype() {
-            bail!("fill value has type {} but the data has {}", f.dtype(), data.dtype());
+            bail!(
+                "fill value has type {} but the data has {}",
+                f.dtype(),
+                data.dtype()
+            );
         }
         if f.len() != 1 {
             bail!("fill value must have one element, got {}", f.len());
@@ -122,12 +140,20 @@ pub(crate) fn gather_fill(data: &Data, idx: &[Option<usize>], fill: Option<&Tens
     dispatch_all!(data, |v: T| fill_take(v, idx, fill))
 }
 
-fn fill_take<T: Elem + Default>(v: &[T], idx: &[Option<usize>], fill: Option<&Tensor>) -> Result<Data> {
+fn fill_take<T: Elem + Default>(
+    v: &[T],
+    idx: &[Option<usize>],
+    fill: Option<&Tensor>,
+) -> Result<Data> {
     let fill = match fill {
         Some(f) => f.as_slice::<T>()?[0].clone(),
         None => T::default(),
     };
-    Ok(T::wrap(idx.iter().map(|i| i.map_or_else(|| fill.clone(), |i| v[i].clone())).collect()))
+    Ok(T::wrap(
+        idx.iter()
+            .map(|i| i.map_or_else(|| fill.clone(), |i| v[i].clone()))
+            .collect(),
+    ))
 }
 
 /// A tensor of `shape` from elements of `x` at flat offsets `idx`.
@@ -142,7 +168,9 @@ pub(crate) fn slices<'a, T: Elem>(ts: &[&'a Tensor]) -> Result<Vec<&'a [T]>> {
 
 /// Ensures all inputs share the first one's dtype.
 pub(crate) fn same_dtype(ts: &[&Tensor]) -> Result<DType> {
-    let Some(first) = ts.first() else { bail!("no inputs") };
+    let Some(first) = ts.first() else {
+        bail!("no inputs")
+    };
     let d = first.dtype();
     if let Some(t) = ts.iter().find(|t| t.dtype() != d) {
         bail!("inputs have different types: {d} and {}", t.dtype());
@@ -158,14 +186,20 @@ pub(crate) fn int_values(t: &Tensor) -> Result<Vec<i64>> {
 /// A 1-D i64 tensor.
 pub(crate) fn i64_tensor(v: Vec<i64>) -> Tensor {
     let n = v.len();
-    Tensor { shape: vec![n], data: Data::I64(v.into()) }
+    Tensor {
+        shape: vec![n],
+        data: Data::I64(v.into()),
+    }
 }
 
 /// The part `start..start + len` of `x` along `axis`.
 pub(crate) fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
     let dim = x.shape[axis];
     if start + len > dim {
-        bail!("range {start}..{} is outside dimension {axis} of size {dim}", start + len);
+        bail!(
+            "range {start}..{} is outside dimension {axis} of size {dim}",
+            start + len
+        );
     }
     let inner: usize = x.shape[axis + 1..].iter().product();
     let outer: usize = x.shape[..axis].iter().product();
@@ -181,7 +215,11 @@ pub(crate) fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Resul
 
 /// A scalar of numeric `dtype` holding `v` (converted as a cast would).
 pub(crate) fn scalar_of(dtype: DType, v: f64) -> Result<Tensor> {
-    dispatch_num!(&Data::zeros(dtype, 1), |_z: T| Ok(Tensor::scalar(T::from_f64(v))), bail!("a number cannot be stored in a {dtype} tensor"))
+    dispatch_num!(
+        &Data::zeros(dtype, 1),
+        |_z: T| Ok(Tensor::scalar(T::from_f64(v))),
+        bail!("a number cannot be stored in a {dtype} tensor")
+    )
 }
 
 #[cfg(test)]

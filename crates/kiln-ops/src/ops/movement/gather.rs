@@ -14,12 +14,18 @@ pub fn register(r: &mut Registry) {
 }
 
 fn check_index_type(dtype: DType) -> Result<()> {
-    ensure!(matches!(dtype, DType::I32 | DType::I64), "indices must be int32 or int64, got {dtype}");
+    ensure!(
+        matches!(dtype, DType::I32 | DType::I64),
+        "indices must be int32 or int64, got {dtype}"
+    );
     Ok(())
 }
 
 /// Output type from the data and indices shapes, when both are known.
-fn from_shapes(cx: &InferCx, rule: impl Fn(&[usize], &[usize]) -> Result<Vec<usize>>) -> Result<Vec<TensorType>> {
+fn from_shapes(
+    cx: &InferCx,
+    rule: impl Fn(&[usize], &[usize]) -> Result<Vec<usize>>,
+) -> Result<Vec<TensorType>> {
     let data = cx.input(0)?;
     check_index_type(cx.input(1)?.ty.dtype)?;
     let shape = match (data.ty.shape.as_deref(), cx.shape(1)?) {
@@ -44,7 +50,9 @@ impl Gather {
 
 impl Op for Gather {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        from_shapes(cx, |d, i| Ok(Gather::out_shape(d, i, Gather::axis(cx.node, d.len())?)))
+        from_shapes(cx, |d, i| {
+            Ok(Gather::out_shape(d, i, Gather::axis(cx.node, d.len())?))
+        })
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -52,7 +60,10 @@ impl Op for Gather {
         check_index_type(indices.dtype())?;
         let axis = Gather::axis(cx.node, x.rank())?;
         let dim = x.shape[axis];
-        let picks = int_values(indices)?.into_iter().map(|i| resolve_index(i, dim)).collect::<Result<Vec<_>>>()?;
+        let picks = int_values(indices)?
+            .into_iter()
+            .map(|i| resolve_index(i, dim))
+            .collect::<Result<Vec<_>>>()?;
         let inner: usize = x.shape[axis + 1..].iter().product();
         let outer: usize = x.shape[..axis].iter().product();
         let mut idx = Vec::with_capacity(outer * picks.len() * inner);
@@ -62,7 +73,11 @@ impl Op for Gather {
                 idx.extend(base..base + inner);
             }
         }
-        Ok(vec![take(x, Gather::out_shape(&x.shape, &indices.shape, axis), idx)?])
+        Ok(vec![take(
+            x,
+            Gather::out_shape(&x.shape, &indices.shape, axis),
+            idx,
+        )?])
     }
 }
 
@@ -72,10 +87,18 @@ impl GatherElements {
     /// Checks the shapes and returns the normalized axis.
     fn axis(node: &kiln_ir::Node, data: &[usize], indices: &[usize]) -> Result<usize> {
         ensure!(!data.is_empty(), "GatherElements data must have rank >= 1");
-        ensure!(data.len() == indices.len(), "indices rank {} differs from data rank {}", indices.len(), data.len());
+        ensure!(
+            data.len() == indices.len(),
+            "indices rank {} differs from data rank {}",
+            indices.len(),
+            data.len()
+        );
         let axis = normalize_axis(node.attr_int_or("axis", 0)?, data.len())?;
         for (d, (&n, &m)) in data.iter().zip(indices).enumerate() {
-            ensure!(d == axis || m <= n, "indices shape {indices:?} exceeds data shape {data:?} at axis {d}");
+            ensure!(
+                d == axis || m <= n,
+                "indices shape {indices:?} exceeds data shape {data:?} at axis {d}"
+            );
         }
         Ok(axis)
     }
@@ -94,12 +117,21 @@ impl Op for GatherElements {
         check_index_type(indices.dtype())?;
         let axis = GatherElements::axis(cx.node, &x.shape, &indices.shape)?;
         let dim = x.shape[axis];
-        let picks = int_values(indices)?.into_iter().map(|i| resolve_index(i, dim)).collect::<Result<Vec<_>>>()?;
+        let picks = int_values(indices)?
+            .into_iter()
+            .map(|i| resolve_index(i, dim))
+            .collect::<Result<Vec<_>>>()?;
         let st = strides(&x.shape);
         let mut idx = Vec::with_capacity(picks.len());
         for_each_index(&indices.shape, |o| {
             let k = idx.len();
-            idx.push(o.iter().zip(&st).enumerate().map(|(d, (&i, &s))| if d == axis { picks[k] * s } else { i * s }).sum());
+            idx.push(
+                o.iter()
+                    .zip(&st)
+                    .enumerate()
+                    .map(|(d, (&i, &s))| if d == axis { picks[k] * s } else { i * s })
+                    .sum(),
+            );
         });
         Ok(vec![take(x, indices.shape.clone(), idx)?])
     }
@@ -118,14 +150,32 @@ impl GatherNd {
     fn plan(node: &kiln_ir::Node, data: &[usize], indices: &[usize]) -> Result<NdPlan> {
         let b = node.attr_int_or("batch_dims", 0)?;
         let (r, q) = (data.len(), indices.len());
-        ensure!(r >= 1 && q >= 1, "data and indices must have rank >= 1, got {r} and {q}");
-        let Ok(b) = usize::try_from(b) else { bail!("batch_dims must be >= 0, got {b}") };
-        ensure!(b < q && b < r, "batch_dims {b} must be less than both ranks ({r} and {q})");
-        ensure!(data[..b] == indices[..b], "batch dimensions of data {data:?} and indices {indices:?} differ");
+        ensure!(
+            r >= 1 && q >= 1,
+            "data and indices must have rank >= 1, got {r} and {q}"
+        );
+        let Ok(b) = usize::try_from(b) else {
+            bail!("batch_dims must be >= 0, got {b}")
+        };
+        ensure!(
+            b < q && b < r,
+            "batch_dims {b} must be less than both ranks ({r} and {q})"
+        );
+        ensure!(
+            data[..b] == indices[..b],
+            "batch dimensions of data {data:?} and indices {indices:?} differ"
+        );
         let k = indices[q - 1];
-        ensure!(k <= r - b, "index tuples of length {k} are too long for data of rank {r} with {b} batch dims");
+        ensure!(
+            k <= r - b,
+            "index tuples of length {k} are too long for data of rank {r} with {b} batch dims"
+        );
         let out = [&indices[..q - 1], &data[b + k..]].concat();
-        Ok(NdPlan { batch_dims: b, k, out })
+        Ok(NdPlan {
+            batch_dims: b,
+            k,
+            out,
+        })
     }
 }
 
@@ -152,14 +202,24 @@ impl Op for GatherNd {
 /// For each index tuple of an ND-indexed op (GatherND, ScatterND), the flat
 /// offset in the data of the slice it selects. The tuples are the last axis
 /// of `indices`; the first `batch_dims` axes pair data and indices batches.
-pub(crate) fn nd_offsets(data: &[usize], indices: &[usize], batch_dims: usize, vals: &[i64]) -> Result<Vec<usize>> {
-    let Some(&k) = indices.last() else { bail!("indices must have rank >= 1") };
+pub(crate) fn nd_offsets(
+    data: &[usize],
+    indices: &[usize],
+    batch_dims: usize,
+    vals: &[i64],
+) -> Result<Vec<usize>> {
+    let Some(&k) = indices.last() else {
+        bail!("indices must have rank >= 1")
+    };
     let b = batch_dims;
     let st = strides(data);
     let batch_size: usize = data[b..].iter().product();
     let per_batch: usize = indices[b..indices.len() - 1].iter().product();
     // With empty tuples (k = 0) each index position selects a whole slice.
-    let n_tuples = vals.len().checked_div(k).unwrap_or_else(|| indices[..indices.len() - 1].iter().product());
+    let n_tuples = vals
+        .len()
+        .checked_div(k)
+        .unwrap_or_else(|| indices[..indices.len() - 1].iter().product());
     let mut out = Vec::with_capacity(n_tuples);
     for t in 0..n_tuples {
         let batch = t.checked_div(per_batch).unwrap_or(0);

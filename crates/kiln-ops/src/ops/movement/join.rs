@@ -16,7 +16,9 @@ struct Concat;
 impl Concat {
     /// The normalized axis and the output shape.
     fn plan(node: &Node, opset: i64, shapes: &[&[usize]]) -> Result<(usize, Vec<usize>)> {
-        let Some(first) = shapes.first() else { bail!("Concat needs at least one input") };
+        let Some(first) = shapes.first() else {
+            bail!("Concat needs at least one input")
+        };
         // Concat-1 defaulted the axis to 1; later versions require it.
         let axis = match node.attr_int("axis")? {
             Some(a) => a,
@@ -28,8 +30,15 @@ impl Concat {
         let mut out = first.to_vec();
         out[axis] = 0;
         for s in shapes {
-            let same_rest = s.len() == first.len() && s.iter().zip(first.iter()).enumerate().all(|(d, (a, b))| d == axis || a == b);
-            ensure!(same_rest, "input shapes {shapes:?} differ outside axis {axis}");
+            let same_rest = s.len() == first.len()
+                && s.iter()
+                    .zip(first.iter())
+                    .enumerate()
+                    .all(|(d, (a, b))| d == axis || a == b);
+            ensure!(
+                same_rest,
+                "input shapes {shapes:?} differ outside axis {axis}"
+            );
             out[axis] += s[axis];
         }
         Ok((axis, out))
@@ -42,17 +51,26 @@ impl Op for Concat {
         let mut shapes = Vec::new();
         for i in 0..cx.inputs.len() {
             let x = cx.input(i)?;
-            ensure!(x.ty.dtype == dtype, "inputs have different types: {dtype} and {}", x.ty.dtype);
+            ensure!(
+                x.ty.dtype == dtype,
+                "inputs have different types: {dtype} and {}",
+                x.ty.dtype
+            );
             match x.ty.shape.as_deref() {
                 Some(s) => shapes.push(s),
                 None => return Ok(vec![TensorType::unknown_shape(dtype)]),
             }
         }
-        Ok(vec![typed(dtype, Some(Concat::plan(cx.node, cx.opset, &shapes)?.1))])
+        Ok(vec![typed(
+            dtype,
+            Some(Concat::plan(cx.node, cx.opset, &shapes)?.1),
+        )])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let ts = (0..inputs.len()).map(|i| arg(inputs, i)).collect::<Result<Vec<_>>>()?;
+        let ts = (0..inputs.len())
+            .map(|i| arg(inputs, i))
+            .collect::<Result<Vec<_>>>()?;
         same_dtype(&ts)?;
         let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
         let (axis, shape) = Concat::plan(cx.node, cx.opset, &shapes)?;
@@ -83,16 +101,29 @@ impl Split {
         let dim = shape[axis];
         let n_out = node.outputs.len();
         if let Some(split) = split {
-            ensure!(node.attr_int("num_outputs")?.is_none(), "both the 'split' input and 'num_outputs' are given");
+            ensure!(
+                node.attr_int("num_outputs")?.is_none(),
+                "both the 'split' input and 'num_outputs' are given"
+            );
             let sizes = int_values(split)?;
-            ensure!(sizes.len() == n_out, "split {sizes:?} has {} entries for {n_out} outputs", sizes.len());
+            ensure!(
+                sizes.len() == n_out,
+                "split {sizes:?} has {} entries for {n_out} outputs",
+                sizes.len()
+            );
             let sizes = super::common::dims_from_i64(&sizes, "split")?;
-            ensure!(sizes.iter().sum::<usize>() == dim, "split {sizes:?} does not sum to dimension {dim}");
+            ensure!(
+                sizes.iter().sum::<usize>() == dim,
+                "split {sizes:?} does not sum to dimension {dim}"
+            );
             return Ok((axis, sizes));
         }
         let n = match node.attr_int("num_outputs")? {
             Some(n) => {
-                ensure!(n as usize == n_out && n > 0, "num_outputs is {n} but the node has {n_out} outputs");
+                ensure!(
+                    n as usize == n_out && n > 0,
+                    "num_outputs is {n} but the node has {n_out} outputs"
+                );
                 n_out
             }
             None => n_out,
@@ -101,7 +132,9 @@ impl Split {
         // Parts of ceil(dim / n); the last one takes what is left (opset 18).
         let chunk = dim.div_ceil(n);
         let last = dim.checked_sub(chunk * (n - 1));
-        let Some(last) = last else { bail!("dimension {dim} cannot be split into {n} parts of {chunk}") };
+        let Some(last) = last else {
+            bail!("dimension {dim} cannot be split into {n} parts of {chunk}")
+        };
         let mut sizes = vec![chunk; n - 1];
         sizes.push(last);
         Ok((axis, sizes))
@@ -127,7 +160,10 @@ impl Op for Split {
         match (&x.ty.shape, split_known) {
             (Some(s), true) => {
                 let (axis, sizes) = Split::plan(cx.node, s, cx.value(1))?;
-                Ok(Split::part_shapes(s, axis, &sizes).into_iter().map(|s| TensorType::new(x.ty.dtype, s)).collect())
+                Ok(Split::part_shapes(s, axis, &sizes)
+                    .into_iter()
+                    .map(|s| TensorType::new(x.ty.dtype, s))
+                    .collect())
             }
             _ => Ok(vec![TensorType::unknown_shape(x.ty.dtype); n]),
         }

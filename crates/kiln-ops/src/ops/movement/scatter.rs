@@ -10,7 +10,9 @@ use crate::registry::Registry;
 use crate::util::{normalize_axis, strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
-use kiln_ir::{bail, dispatch_all, dispatch_num, ensure, DType, Elem, Node, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, dispatch_num, ensure, DType, Elem, Node, Result, Tensor, TensorType,
+};
 
 pub fn register(r: &mut Registry) {
     r.add("ScatterElements", ScatterElements);
@@ -102,7 +104,12 @@ impl Combine for bool {
     }
 }
 
-fn reduce<T: Combine>(data: &[T], updates: &[T], writes: &[(usize, usize)], red: Reduction) -> Vec<T> {
+fn reduce<T: Combine>(
+    data: &[T],
+    updates: &[T],
+    writes: &[(usize, usize)],
+    red: Reduction,
+) -> Vec<T> {
     let f: fn(T, T) -> T = match red {
         Reduction::Add => T::add,
         Reduction::Mul => T::mul,
@@ -126,12 +133,30 @@ fn assign<T: Elem>(data: &[T], updates: &[T], writes: &[(usize, usize)]) -> Vec<
 }
 
 /// Applies `writes` (data offset, update offset) to a copy of `data`.
-fn apply(data: &Tensor, updates: &Tensor, writes: &[(usize, usize)], red: Reduction) -> Result<Tensor> {
-    ensure!(updates.dtype() == data.dtype(), "updates have type {} but data has {}", updates.dtype(), data.dtype());
+fn apply(
+    data: &Tensor,
+    updates: &Tensor,
+    writes: &[(usize, usize)],
+    red: Reduction,
+) -> Result<Tensor> {
+    ensure!(
+        updates.dtype() == data.dtype(),
+        "updates have type {} but data has {}",
+        updates.dtype(),
+        data.dtype()
+    );
     let out = if red == Reduction::None {
-        dispatch_all!(&data.data, |v: T| T::wrap(assign(v, updates.as_slice::<T>()?, writes)))
+        dispatch_all!(&data.data, |v: T| T::wrap(assign(
+            v,
+            updates.as_slice::<T>()?,
+            writes
+        )))
     } else {
-        dispatch_num!(&data.data, |v: T| T::wrap(reduce(v, updates.as_slice::<T>()?, writes, red)), bail!("reduction {red:?} needs numeric data"))
+        dispatch_num!(
+            &data.data,
+            |v: T| T::wrap(reduce(v, updates.as_slice::<T>()?, writes, red)),
+            bail!("reduction {red:?} needs numeric data")
+        )
     };
     Tensor::new(data.shape.clone(), out)
 }
@@ -142,7 +167,10 @@ fn data_type(cx: &InferCx) -> Result<Vec<TensorType>> {
 }
 
 fn check_index_type(dtype: DType) -> Result<()> {
-    ensure!(matches!(dtype, DType::I32 | DType::I64), "indices must be int32 or int64, got {dtype}");
+    ensure!(
+        matches!(dtype, DType::I32 | DType::I64),
+        "indices must be int32 or int64, got {dtype}"
+    );
     Ok(())
 }
 
@@ -158,19 +186,42 @@ impl Op for ScatterElements {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, indices, updates) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         check_index_type(indices.dtype())?;
-        ensure!(indices.shape == updates.shape, "indices shape {:?} differs from updates shape {:?}", indices.shape, updates.shape);
-        ensure!(x.rank() >= 1 && x.rank() == indices.rank(), "indices rank {} differs from data rank {}", indices.rank(), x.rank());
+        ensure!(
+            indices.shape == updates.shape,
+            "indices shape {:?} differs from updates shape {:?}",
+            indices.shape,
+            updates.shape
+        );
+        ensure!(
+            x.rank() >= 1 && x.rank() == indices.rank(),
+            "indices rank {} differs from data rank {}",
+            indices.rank(),
+            x.rank()
+        );
         let axis = normalize_axis(cx.node.attr_int_or("axis", 0)?, x.rank())?;
         for (d, (&n, &m)) in x.shape.iter().zip(&indices.shape).enumerate() {
-            ensure!(d == axis || m <= n, "indices shape {:?} exceeds data shape {:?} at axis {d}", indices.shape, x.shape);
+            ensure!(
+                d == axis || m <= n,
+                "indices shape {:?} exceeds data shape {:?} at axis {d}",
+                indices.shape,
+                x.shape
+            );
         }
         let dim = x.shape[axis];
-        let picks = int_values(indices)?.into_iter().map(|i| resolve_index(i, dim)).collect::<Result<Vec<_>>>()?;
+        let picks = int_values(indices)?
+            .into_iter()
+            .map(|i| resolve_index(i, dim))
+            .collect::<Result<Vec<_>>>()?;
         let st = strides(&x.shape);
         let mut writes = Vec::with_capacity(picks.len());
         for_each_index(&indices.shape, |o| {
             let k = writes.len();
-            let off = o.iter().zip(&st).enumerate().map(|(d, (&i, &s))| if d == axis { picks[k] * s } else { i * s }).sum();
+            let off = o
+                .iter()
+                .zip(&st)
+                .enumerate()
+                .map(|(d, (&i, &s))| if d == axis { picks[k] * s } else { i * s })
+                .sum();
             writes.push((off, k));
         });
         Ok(vec![apply(x, updates, &writes, Reduction::of(cx.node)?)?])
@@ -189,14 +240,27 @@ impl Op for ScatterNd {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, indices, updates) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         check_index_type(indices.dtype())?;
-        let Some(&k) = indices.shape.last() else { bail!("indices must have rank >= 1") };
-        ensure!(k <= x.rank(), "index tuples of length {k} are too long for data of rank {}", x.rank());
+        let Some(&k) = indices.shape.last() else {
+            bail!("indices must have rank >= 1")
+        };
+        ensure!(
+            k <= x.rank(),
+            "index tuples of length {k} are too long for data of rank {}",
+            x.rank()
+        );
         let want = [&indices.shape[..indices.rank() - 1], &x.shape[k..]].concat();
-        ensure!(updates.shape == want, "updates shape {:?} should be {want:?}", updates.shape);
+        ensure!(
+            updates.shape == want,
+            "updates shape {:?} should be {want:?}",
+            updates.shape
+        );
         let offsets = nd_offsets(&x.shape, &indices.shape, 0, &int_values(indices)?)?;
         let slice: usize = x.shape[k..].iter().product();
-        let writes: Vec<(usize, usize)> =
-            offsets.iter().enumerate().flat_map(|(t, &base)| (0..slice).map(move |j| (base + j, t * slice + j))).collect();
+        let writes: Vec<(usize, usize)> = offsets
+            .iter()
+            .enumerate()
+            .flat_map(|(t, &base)| (0..slice).map(move |j| (base + j, t * slice + j)))
+            .collect();
         Ok(vec![apply(x, updates, &writes, Reduction::of(cx.node)?)?])
     }
 }
@@ -217,19 +281,37 @@ impl Op for TensorScatter {
             "circular" => true,
             m => bail!("unsupported mode '{m}'"),
         };
-        ensure!(cache.rank() >= 2, "past_cache must have rank >= 2, got {}", cache.rank());
+        ensure!(
+            cache.rank() >= 2,
+            "past_cache must have rank >= 2, got {}",
+            cache.rank()
+        );
         let axis = normalize_axis(cx.node.attr_int_or("axis", -2)?, cache.rank())?;
         ensure!(axis > 0, "axis cannot be the batch axis 0");
-        ensure!(update.rank() == cache.rank(), "update rank {} differs from past_cache rank {}", update.rank(), cache.rank());
+        ensure!(
+            update.rank() == cache.rank(),
+            "update rank {} differs from past_cache rank {}",
+            update.rank(),
+            cache.rank()
+        );
         for (d, (&c, &u)) in cache.shape.iter().zip(&update.shape).enumerate() {
-            ensure!(if d == axis { u <= c } else { u == c }, "update shape {:?} does not fit past_cache shape {:?}", update.shape, cache.shape);
+            ensure!(
+                if d == axis { u <= c } else { u == c },
+                "update shape {:?} does not fit past_cache shape {:?}",
+                update.shape,
+                cache.shape
+            );
         }
         let batch = cache.shape[0];
         let starts = match opt_arg(inputs, 2) {
             Some(w) => int_values(w)?,
             None => vec![0; batch],
         };
-        ensure!(starts.len() == batch, "write_indices has {} entries for batch size {batch}", starts.len());
+        ensure!(
+            starts.len() == batch,
+            "write_indices has {} entries for batch size {batch}",
+            starts.len()
+        );
         let max_len = cache.shape[axis] as i64;
         let st = strides(&cache.shape);
         let mut writes = Vec::with_capacity(update.len());
@@ -243,7 +325,12 @@ impl Op for TensorScatter {
                 bad.get_or_insert(pos);
                 return;
             }
-            let off = o.iter().zip(&st).enumerate().map(|(d, (&i, &s))| if d == axis { pos as usize * s } else { i * s }).sum();
+            let off = o
+                .iter()
+                .zip(&st)
+                .enumerate()
+                .map(|(d, (&i, &s))| if d == axis { pos as usize * s } else { i * s })
+                .sum();
             writes.push((off, writes.len()));
         });
         if let Some(p) = bad {

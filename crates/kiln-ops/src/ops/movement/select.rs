@@ -4,7 +4,7 @@ use super::common::{i64_tensor, take};
 use crate::registry::Registry;
 use crate::util::normalize_axis;
 use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{dispatch_all, dispatch_num, ensure, Data, DType, Num, Result, Tensor, TensorType};
+use kiln_ir::{dispatch_all, dispatch_num, ensure, DType, Data, Num, Result, Tensor, TensorType};
 use std::cmp::Ordering;
 
 pub fn register(r: &mut Registry) {
@@ -18,7 +18,11 @@ struct NonZero;
 fn nonzero_mask(d: &Data) -> Vec<bool> {
     match d {
         Data::Str(v) => v.iter().map(|s| !s.is_empty()).collect(),
-        num => dispatch_num!(num, |v: T| v.iter().map(|x| x.to_f64() != 0.0).collect(), Vec::new()),
+        num => dispatch_num!(
+            num,
+            |v: T| v.iter().map(|x| x.to_f64() != 0.0).collect(),
+            Vec::new()
+        ),
     }
 }
 
@@ -29,10 +33,19 @@ impl Op for NonZero {
 
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
-        let hits: Vec<usize> = nonzero_mask(&x.data).iter().enumerate().filter(|(_, &b)| b).map(|(i, _)| i).collect();
+        let hits: Vec<usize> = nonzero_mask(&x.data)
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b)
+            .map(|(i, _)| i)
+            .collect();
         // A scalar is treated as a 1-element vector (as numpy and other
         // runtimes do), so it gives one row of zeros rather than no rows.
-        let shape = if x.rank() == 0 { vec![1] } else { x.shape.clone() };
+        let shape = if x.rank() == 0 {
+            vec![1]
+        } else {
+            x.shape.clone()
+        };
         let (rank, n) = (shape.len(), hits.len());
         let st = crate::util::strides(&shape);
         // Row d holds the d-th coordinate of every hit.
@@ -74,7 +87,12 @@ struct Groups {
 fn group_units<T: PartialOrd>(n: usize, unit: impl Fn(usize) -> Vec<T>, sorted: bool) -> Groups {
     let keys: Vec<Vec<T>> = (0..n).map(unit).collect();
     let cmp = |a: &usize, b: &usize| {
-        keys[*a].iter().zip(&keys[*b]).map(|(x, y)| total_cmp(x, y)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal)
+        keys[*a]
+            .iter()
+            .zip(&keys[*b])
+            .map(|(x, y)| total_cmp(x, y))
+            .find(|o| o.is_ne())
+            .unwrap_or(Ordering::Equal)
     };
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by(cmp); // stable: the first of equal units stays first
@@ -104,7 +122,11 @@ fn group_units<T: PartialOrd>(n: usize, unit: impl Fn(usize) -> Vec<T>, sorted: 
         out_first[rank[g]] = first[g];
         out_counts[rank[g]] = counts[g];
     }
-    Groups { first: out_first, inverse: group_of.iter().map(|&g| rank[g]).collect(), counts: out_counts }
+    Groups {
+        first: out_first,
+        inverse: group_of.iter().map(|&g| rank[g]).collect(),
+        counts: out_counts,
+    }
 }
 
 /// The elements of `v` at `offsets`.
@@ -114,7 +136,9 @@ fn pick<T: Clone>(v: &[T], offsets: impl Iterator<Item = usize>) -> Vec<T> {
 
 impl Unique {
     fn axis(node: &kiln_ir::Node, rank: usize) -> Result<Option<usize>> {
-        node.attr_int("axis")?.map(|a| normalize_axis(a, rank)).transpose()
+        node.attr_int("axis")?
+            .map(|a| normalize_axis(a, rank))
+            .transpose()
     }
 }
 
@@ -133,7 +157,12 @@ impl Op for Unique {
             None => TensorType::unknown_shape(DType::I64),
         };
         let unknown = TensorType::unknown_shape(DType::I64);
-        Ok(vec![TensorType::unknown_shape(x.ty.dtype), unknown.clone(), inverse, unknown])
+        Ok(vec![
+            TensorType::unknown_shape(x.ty.dtype),
+            unknown.clone(),
+            inverse,
+            unknown,
+        ])
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
@@ -142,11 +171,21 @@ impl Op for Unique {
         let axis = Unique::axis(cx.node, x.rank())?;
         // A unit is one element, or one slice along `axis` read in row-major order.
         let (n, outer, inner) = match axis {
-            Some(a) => (x.shape[a], x.shape[..a].iter().product::<usize>(), x.shape[a + 1..].iter().product::<usize>()),
+            Some(a) => (
+                x.shape[a],
+                x.shape[..a].iter().product::<usize>(),
+                x.shape[a + 1..].iter().product::<usize>(),
+            ),
             None => (x.len(), 1, 1),
         };
-        let unit_offsets = |i: usize| (0..outer).flat_map(move |o| (0..inner).map(move |j| (o * n + i) * inner + j));
-        let groups = dispatch_all!(&x.data, |v: T| group_units(n, |i| pick(v, unit_offsets(i)), sorted));
+        let unit_offsets = |i: usize| {
+            (0..outer).flat_map(move |o| (0..inner).map(move |j| (o * n + i) * inner + j))
+        };
+        let groups = dispatch_all!(&x.data, |v: T| group_units(
+            n,
+            |i| pick(v, unit_offsets(i)),
+            sorted
+        ));
         let u = groups.first.len();
         let y = match axis {
             None => take(x, vec![u], groups.first.clone())?,
@@ -163,9 +202,17 @@ impl Op for Unique {
                 take(x, shape, idx)?
             }
         };
-        ensure!(y.len() == u * outer * inner, "internal: unique output size mismatch");
+        ensure!(
+            y.len() == u * outer * inner,
+            "internal: unique output size mismatch"
+        );
         let as_i64 = |v: &[usize]| i64_tensor(v.iter().map(|&i| i as i64).collect());
-        Ok(vec![y, as_i64(&groups.first), as_i64(&groups.inverse), as_i64(&groups.counts)])
+        Ok(vec![
+            y,
+            as_i64(&groups.first),
+            as_i64(&groups.inverse),
+            as_i64(&groups.counts),
+        ])
     }
 }
 

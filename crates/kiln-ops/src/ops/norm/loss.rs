@@ -38,7 +38,11 @@ fn reduction(node: &Node) -> Result<Reduction> {
 
 /// Output shape of the loss: the target's shape, or a scalar when reduced.
 fn loss_shape(node: &Node, target: &[usize]) -> Result<Vec<usize>> {
-    Ok(if reduction(node)? == Reduction::None { target.to_vec() } else { vec![] })
+    Ok(if reduction(node)? == Reduction::None {
+        target.to_vec()
+    } else {
+        vec![]
+    })
 }
 
 impl Op for Loss {
@@ -70,20 +74,29 @@ impl Op for Loss {
         let mut expected_target = vec![x.shape[0]];
         expected_target.extend_from_slice(&x.shape[2..]);
         if target.shape != expected_target {
-            bail!("target shape {:?} does not match input shape {:?}", target.shape, x.shape);
+            bail!(
+                "target shape {:?} does not match input shape {:?}",
+                target.shape,
+                x.shape
+            );
         }
         let weights = opt_arg(inputs, 2).map(float_values).transpose()?;
         if weights.as_ref().is_some_and(|w| w.len() != x.shape[1]) {
             bail!("weights must have one value per class ({})", x.shape[1]);
         }
         let ignore = cx.node.attr_int("ignore_index")?;
-        let (losses, total_weight) = nll(&scores, lines, &ints(target)?, weights.as_deref(), ignore)?;
+        let (losses, total_weight) =
+            nll(&scores, lines, &ints(target)?, weights.as_deref(), ignore)?;
         let value = match reduction(cx.node)? {
             Reduction::None => losses,
             Reduction::Sum => vec![losses.iter().sum()],
             Reduction::Mean => vec![losses.iter().sum::<f64>() / total_weight],
         };
-        let mut out = vec![float_tensor(x.dtype(), loss_shape(cx.node, &target.shape)?, &value)?];
+        let mut out = vec![float_tensor(
+            x.dtype(),
+            loss_shape(cx.node, &target.shape)?,
+            &value,
+        )?];
         if self.softmax {
             out.push(float_tensor(x.dtype(), x.shape.clone(), &scores)?);
         }
@@ -93,7 +106,13 @@ impl Op for Loss {
 
 /// Weighted negative log-likelihood of each target element, and the sum of
 /// the weights of the elements that count (ignored ones weigh 0).
-fn nll(log_prob: &[f64], lines: Lines, target: &[i64], weights: Option<&[f64]>, ignore: Option<i64>) -> Result<(Vec<f64>, f64)> {
+fn nll(
+    log_prob: &[f64],
+    lines: Lines,
+    target: &[i64],
+    weights: Option<&[f64]>,
+    ignore: Option<i64>,
+) -> Result<(Vec<f64>, f64)> {
     let (classes, spatial) = (lines.len, lines.inner);
     debug_assert_eq!(target.len(), lines.outer * spatial);
     let mut losses = Vec::with_capacity(target.len());

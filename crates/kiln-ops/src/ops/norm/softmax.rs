@@ -28,7 +28,10 @@ pub(crate) struct Stages {
 
 impl Stages {
     pub fn of(dtype: DType) -> Stages {
-        Stages { round: rounder(dtype), sequential_sum: dtype == DType::BF16 }
+        Stages {
+            round: rounder(dtype),
+            sequential_sum: dtype == DType::BF16,
+        }
     }
 
     fn sum(self, v: &[f64]) -> f64 {
@@ -59,10 +62,18 @@ struct AxisOp(fn(&mut [f64], Stages));
 fn op_lines(axis: i64, opset: i64, shape: &[usize]) -> Result<Lines> {
     if shape.is_empty() {
         // A scalar is one line of one element.
-        return Ok(Lines { outer: 1, len: 1, inner: 1 });
+        return Ok(Lines {
+            outer: 1,
+            len: 1,
+            inner: 1,
+        });
     }
     let a = normalize_axis(axis, shape.len())?;
-    Ok(if opset >= 13 { Lines::along(shape, a) } else { Lines::flattened_from(shape, a) })
+    Ok(if opset >= 13 {
+        Lines::along(shape, a)
+    } else {
+        Lines::flattened_from(shape, a)
+    })
 }
 
 impl Op for AxisOp {

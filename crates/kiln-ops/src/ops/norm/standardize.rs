@@ -34,7 +34,11 @@ fn moments(v: &[f64], plan: &ReducePlan, center: bool) -> Vec<Moments> {
         .iter()
         .map(|&base| {
             let group = plan.reduced.iter().map(|&o| v[base + o]);
-            let mean = if center { group.clone().sum::<f64>() / n } else { 0.0 };
+            let mean = if center {
+                group.clone().sum::<f64>() / n
+            } else {
+                0.0
+            };
             let var = group.map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
             Moments { mean, var }
         })
@@ -53,7 +57,10 @@ fn map_groups(v: &mut [f64], plan: &ReducePlan, f: impl Fn(usize, f64) -> f64) {
 /// Standardizes every group in place: (x - mean) / sqrt(var + eps).
 /// Returns each group's (mean, 1/sqrt(var + eps)).
 fn standardize(v: &mut [f64], plan: &ReducePlan, eps: f64, center: bool) -> Vec<(f64, f64)> {
-    let stats: Vec<(f64, f64)> = moments(v, plan, center).iter().map(|m| (m.mean, 1.0 / (m.var + eps).sqrt())).collect();
+    let stats: Vec<(f64, f64)> = moments(v, plan, center)
+        .iter()
+        .map(|m| (m.mean, 1.0 / (m.var + eps).sqrt()))
+        .collect();
     map_groups(v, plan, |k, x| (x - stats[k].0) * stats[k].1);
     stats
 }
@@ -68,7 +75,12 @@ fn epsilon(node: &Node) -> Result<f64> {
 }
 
 /// `y = y * scale + bias` with scale and bias broadcast unidirectionally to `shape`.
-fn affine_broadcast(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+fn affine_broadcast(
+    y: &mut [f64],
+    shape: &[usize],
+    scale: &Tensor,
+    bias: Option<&Tensor>,
+) -> Result<()> {
     let s = float_values(scale)?;
     let b = match bias {
         Some(t) => float_values(t)?,
@@ -80,7 +92,10 @@ fn affine_broadcast(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: Option
             bail!("scale/bias of shape {p:?} does not broadcast to the input shape {shape:?}");
         }
     }
-    let (ss, bs) = (broadcast_strides(&scale.shape, shape), broadcast_strides(b_shape, shape));
+    let (ss, bs) = (
+        broadcast_strides(&scale.shape, shape),
+        broadcast_strides(b_shape, shape),
+    );
     for_each_offset(shape, [&ss, &bs], |o, [i, j]| y[o] = y[o] * s[i] + b[j]);
     Ok(())
 }
@@ -88,10 +103,20 @@ fn affine_broadcast(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: Option
 /// `y = y * scale[p] + bias[p]` where `p` is the parameter of each element's
 /// channel (axis 1): `params` values each cover `channels / params` adjacent
 /// channels (1 per channel, or 1 per channel group).
-fn affine_per_channel(y: &mut [f64], shape: &[usize], scale: &Tensor, bias: &Tensor, params: usize) -> Result<()> {
+fn affine_per_channel(
+    y: &mut [f64],
+    shape: &[usize],
+    scale: &Tensor,
+    bias: &Tensor,
+    params: usize,
+) -> Result<()> {
     let (s, b) = (float_values(scale)?, float_values(bias)?);
     if s.len() != params || b.len() != params {
-        bail!("scale and bias must have {params} elements, got {} and {}", s.len(), b.len());
+        bail!(
+            "scale and bias must have {params} elements, got {} and {}",
+            s.len(),
+            b.len()
+        );
     }
     let channels = shape[1];
     if y.is_empty() {
@@ -123,7 +148,11 @@ struct LayerNorm {
 
 impl LayerNorm {
     fn stats_shape(shape: &[usize], axis: usize) -> Vec<usize> {
-        shape.iter().enumerate().map(|(i, &d)| if i < axis { d } else { 1 }).collect()
+        shape
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if i < axis { d } else { 1 })
+            .collect()
     }
 }
 
@@ -143,7 +172,11 @@ impl Op for LayerNorm {
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (x, scale) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        let bias = if self.center { opt_arg(inputs, 2) } else { None };
+        let bias = if self.center {
+            opt_arg(inputs, 2)
+        } else {
+            None
+        };
         let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, x.rank())?;
         let plan = ReducePlan::new(&x.shape, &trailing_mask(x.rank(), axis));
         let mut y = float_values(x)?;
@@ -153,10 +186,17 @@ impl Op for LayerNorm {
         if !self.center {
             return Ok(vec![y]);
         }
-        let (u, shape) = (stash_dtype(cx.node)?, LayerNorm::stats_shape(&x.shape, axis));
+        let (u, shape) = (
+            stash_dtype(cx.node)?,
+            LayerNorm::stats_shape(&x.shape, axis),
+        );
         let means: Vec<f64> = stats.iter().map(|s| s.0).collect();
         let inv: Vec<f64> = stats.iter().map(|s| s.1).collect();
-        Ok(vec![y, float_tensor(u, shape.clone(), &means)?, float_tensor(u, shape, &inv)?])
+        Ok(vec![
+            y,
+            float_tensor(u, shape.clone(), &means)?,
+            float_tensor(u, shape, &inv)?,
+        ])
     }
 }
 
@@ -182,7 +222,10 @@ impl Op for GroupNorm {
         let shape = channel_shape(x)?;
         let groups = match cx.node.attr_int("num_groups")? {
             Some(g) if g > 0 && shape[1] % g as usize == 0 => g as usize,
-            Some(g) => bail!("num_groups {g} must be positive and divide the {} channels", shape[1]),
+            Some(g) => bail!(
+                "num_groups {g} must be positive and divide the {} channels",
+                shape[1]
+            ),
             None => bail!("attribute 'num_groups' is required"),
         };
         // View X as (N, groups, rest) and normalize over the last axis.
@@ -232,7 +275,10 @@ impl Op for MeanVarianceNorm {
         };
         let plan = ReducePlan::new(&x.shape, &mask);
         let mut y = float_values(x)?;
-        let inv: Vec<(f64, f64)> = moments(&y, &plan, true).iter().map(|m| (m.mean, 1.0 / (m.var.sqrt() + 1e-9))).collect();
+        let inv: Vec<(f64, f64)> = moments(&y, &plan, true)
+            .iter()
+            .map(|m| (m.mean, 1.0 / (m.var.sqrt() + 1e-9)))
+            .collect();
         map_groups(&mut y, &plan, |k, v| (v - inv[k].0) * inv[k].1);
         Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
     }
@@ -269,7 +315,9 @@ impl BatchNormParams {
 
     /// Which axes the statistics reduce over.
     fn mask(&self, rank: usize) -> Vec<bool> {
-        (0..rank).map(|i| if self.spatial { i != 1 } else { i == 0 }).collect()
+        (0..rank)
+            .map(|i| if self.spatial { i != 1 } else { i == 0 })
+            .collect()
     }
 
     /// Outputs produced: Y, then the running mean and variance (updated in
@@ -290,7 +338,10 @@ impl Op for BatchNorm {
         let y = float_input_type(cx, 0)?;
         let stats = cx.input(3)?.ty.clone();
         let mut out = vec![y];
-        out.extend(std::iter::repeat_n(stats, p.output_count(cx.node, cx.opset) - 1));
+        out.extend(std::iter::repeat_n(
+            stats,
+            p.output_count(cx.node, cx.opset) - 1,
+        ));
         Ok(out)
     }
 
@@ -298,7 +349,9 @@ impl Op for BatchNorm {
         let p = BatchNormParams::of(cx.node, cx.opset)?;
         let x = arg(inputs, 0)?;
         channel_shape(x)?;
-        let params: Vec<Vec<f64>> = (1..5).map(|i| float_values(arg(inputs, i)?)).collect::<Result<_>>()?;
+        let params: Vec<Vec<f64>> = (1..5)
+            .map(|i| float_values(arg(inputs, i)?))
+            .collect::<Result<_>>()?;
         let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
         let plan = ReducePlan::new(&x.shape, &p.mask(x.rank()));
         let groups = plan.kept.len();
@@ -307,17 +360,30 @@ impl Op for BatchNorm {
         }
         let mut y = float_values(x)?;
         let (use_mean, use_var): (Vec<f64>, Vec<f64>) = if p.training {
-            moments(&y, &plan, true).iter().map(|m| (m.mean, m.var)).unzip()
+            moments(&y, &plan, true)
+                .iter()
+                .map(|m| (m.mean, m.var))
+                .unzip()
         } else {
             (mean.clone(), var.clone())
         };
-        map_groups(&mut y, &plan, |k, v| (v - use_mean[k]) / (use_var[k] + p.eps).sqrt() * scale[k] + bias[k]);
+        map_groups(&mut y, &plan, |k, v| {
+            (v - use_mean[k]) / (use_var[k] + p.eps).sqrt() * scale[k] + bias[k]
+        });
         let mut out = vec![float_tensor(x.dtype(), x.shape.clone(), &y)?];
         let extra = if p.training {
             let blend = |run: &[f64], now: &[f64]| -> Vec<f64> {
-                run.iter().zip(now).map(|(r, n)| r * p.momentum + n * (1.0 - p.momentum)).collect()
+                run.iter()
+                    .zip(now)
+                    .map(|(r, n)| r * p.momentum + n * (1.0 - p.momentum))
+                    .collect()
             };
-            vec![blend(mean, &use_mean), blend(var, &use_var), use_mean, use_var]
+            vec![
+                blend(mean, &use_mean),
+                blend(var, &use_var),
+                use_mean,
+                use_var,
+            ]
         } else {
             vec![mean.clone(), var.clone()]
         };

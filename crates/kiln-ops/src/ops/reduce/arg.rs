@@ -5,7 +5,7 @@
 use super::{checked_axis, reduced_shape, ReducePlan};
 use crate::registry::Registry;
 use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, Node, Num, Result, Tensor, TensorType, DType};
+use kiln_ir::{bail, dispatch_num, DType, Node, Num, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     r.add("ArgMax", ArgExtreme { max: true });
@@ -55,7 +55,11 @@ impl Op for ArgExtreme {
             bail!("cannot take the arg-extreme over axis {axis} of size 0");
         }
         let plan = ReducePlan::along(&x.shape, axis);
-        let idx = dispatch_num!(&x.data, |v: T| arg_extreme(v, &plan, self.max, p.last), bail!("expected a numeric tensor, got strings"));
+        let idx = dispatch_num!(
+            &x.data,
+            |v: T| arg_extreme(v, &plan, self.max, p.last),
+            bail!("expected a numeric tensor, got strings")
+        );
         Ok(vec![Tensor::from_vec(p.output_shape(&x.shape)?, idx)?])
     }
 }

@@ -44,26 +44,58 @@ impl Op for Cumulative {
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let x = arg(inputs, 0)?;
         let axis_values = ints(arg(inputs, 1)?)?;
-        let &[axis] = axis_values.as_slice() else { bail!("axis must hold one value, got {}", axis_values.len()) };
+        let &[axis] = axis_values.as_slice() else {
+            bail!("axis must hold one value, got {}", axis_values.len())
+        };
         let axis = checked_axis(axis, x.rank())?;
-        let lines = Lines { outer: numel(&x.shape[..axis]), len: x.shape[axis], inner: numel(&x.shape[axis + 1..]) };
+        let lines = Lines {
+            outer: numel(&x.shape[..axis]),
+            len: x.shape[axis],
+            inner: numel(&x.shape[axis + 1..]),
+        };
         let order = ScanOrder {
             exclusive: cx.node.attr_int_or("exclusive", 0)? != 0,
             reverse: cx.node.attr_int_or("reverse", 0)? != 0,
         };
         let product = self.product;
-        let data = dispatch_num!(&x.data, |v: T| scan_typed::<T>(v, lines, order, product), bail!("expected a numeric tensor, got strings"));
+        let data = dispatch_num!(
+            &x.data,
+            |v: T| scan_typed::<T>(v, lines, order, product),
+            bail!("expected a numeric tensor, got strings")
+        );
         Ok(vec![Tensor::new(x.shape.clone(), data)?])
     }
 }
 
 fn scan_typed<T: Exact>(v: &[T], lines: Lines, order: ScanOrder, product: bool) -> Data {
     let out = if T::DTYPE.is_float() {
-        let step = if product { |a: f64, x: f64| a * x } else { |a: f64, x: f64| a + x };
-        scan(v, lines, order, if product { 1.0 } else { 0.0 }, |a, x: &T| step(a, x.to_f64()), |a| T::from_f64(a))
+        let step = if product {
+            |a: f64, x: f64| a * x
+        } else {
+            |a: f64, x: f64| a + x
+        };
+        scan(
+            v,
+            lines,
+            order,
+            if product { 1.0 } else { 0.0 },
+            |a, x: &T| step(a, x.to_f64()),
+            |a| T::from_f64(a),
+        )
     } else {
-        let step = if product { i128::wrapping_mul } else { i128::wrapping_add };
-        scan(v, lines, order, if product { 1 } else { 0 }, |a, x: &T| step(a, x.to_i128()), T::from_i128)
+        let step = if product {
+            i128::wrapping_mul
+        } else {
+            i128::wrapping_add
+        };
+        scan(
+            v,
+            lines,
+            order,
+            if product { 1 } else { 0 },
+            |a, x: &T| step(a, x.to_i128()),
+            T::from_i128,
+        )
     };
     T::wrap(out)
 }

@@ -18,7 +18,9 @@ struct TopK;
 /// The single value of the K input.
 fn k_value(t: &Tensor) -> Result<usize> {
     let v = ints(t)?;
-    let &[k] = v.as_slice() else { bail!("K must hold one value, got {}", v.len()) };
+    let &[k] = v.as_slice() else {
+        bail!("K must hold one value, got {}", v.len())
+    };
     if k < 0 {
         bail!("K must not be negative, got {k}");
     }
@@ -42,9 +44,15 @@ impl Op for TopK {
         match (cx.shape(0)?, cx.value(1)) {
             (Some(shape), Some(k)) => {
                 let (_, out) = topk_shape(cx.node, shape, k_value(k)?)?;
-                Ok(vec![TensorType::new(dtype, out.clone()), TensorType::new(DType::I64, out)])
+                Ok(vec![
+                    TensorType::new(dtype, out.clone()),
+                    TensorType::new(DType::I64, out),
+                ])
             }
-            _ => Ok(vec![TensorType::unknown_shape(dtype), TensorType::unknown_shape(DType::I64)]),
+            _ => Ok(vec![
+                TensorType::unknown_shape(dtype),
+                TensorType::unknown_shape(DType::I64),
+            ]),
         }
     }
 
@@ -53,12 +61,23 @@ impl Op for TopK {
         let k = k_value(arg(inputs, 1)?)?;
         let (axis, out_shape) = topk_shape(cx.node, &x.shape, k)?;
         let largest = cx.node.attr_int_or("largest", 1)? != 0;
-        let lines = (numel(&x.shape[..axis]), x.shape[axis], numel(&x.shape[axis + 1..]));
-        let (values, indices) = dispatch_num!(&x.data, |v: T| {
-            let (vals, idx) = top_k(v, lines, k, largest);
-            (T::wrap(vals), idx)
-        }, bail!("TopK needs a numeric tensor, got strings"));
-        Ok(vec![Tensor::new(out_shape.clone(), values)?, Tensor::from_vec(out_shape, indices)?])
+        let lines = (
+            numel(&x.shape[..axis]),
+            x.shape[axis],
+            numel(&x.shape[axis + 1..]),
+        );
+        let (values, indices) = dispatch_num!(
+            &x.data,
+            |v: T| {
+                let (vals, idx) = top_k(v, lines, k, largest);
+                (T::wrap(vals), idx)
+            },
+            bail!("TopK needs a numeric tensor, got strings")
+        );
+        Ok(vec![
+            Tensor::new(out_shape.clone(), values)?,
+            Tensor::from_vec(out_shape, indices)?,
+        ])
     }
 }
 
@@ -74,7 +93,12 @@ fn nan_last<T: Num>(a: T, b: T) -> Ordering {
 }
 
 /// Selects the top `k` of each line of `(outer, len, inner)`.
-fn top_k<T: Num>(v: &[T], (outer, len, inner): (usize, usize, usize), k: usize, largest: bool) -> (Vec<T>, Vec<i64>) {
+fn top_k<T: Num>(
+    v: &[T],
+    (outer, len, inner): (usize, usize, usize),
+    k: usize,
+    largest: bool,
+) -> (Vec<T>, Vec<i64>) {
     let mut vals = vec![T::default(); outer * k * inner];
     let mut idx = vec![0i64; outer * k * inner];
     let mut order: Vec<usize> = Vec::with_capacity(len);

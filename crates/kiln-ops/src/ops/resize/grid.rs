@@ -50,7 +50,11 @@ impl GridParams {
             "reflection" => Padding::Reflection,
             other => bail!("unknown padding_mode '{other}'"),
         };
-        Ok(GridParams { mode, padding, align_corners: node.attr_int_or("align_corners", 0)? != 0 })
+        Ok(GridParams {
+            mode,
+            padding,
+            align_corners: node.attr_int_or("align_corners", 0)? != 0,
+        })
     }
 
     /// Pixel-space coordinate of normalized `n` on an axis of `len` pixels.
@@ -65,7 +69,11 @@ impl GridParams {
             }
         } else {
             let (n, l) = (n as f32, len as f32);
-            (if self.align_corners { (n + 1.0) / 2.0 * (l - 1.0) } else { ((n + 1.0) * l - 1.0) / 2.0 }) as f64
+            (if self.align_corners {
+                (n + 1.0) / 2.0 * (l - 1.0)
+            } else {
+                ((n + 1.0) * l - 1.0) / 2.0
+            }) as f64
         }
     }
 
@@ -113,7 +121,13 @@ fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
     if range <= 0.0 {
         return lo;
     }
-    let (dx, from_low) = if x < lo { (lo - x, true) } else if x > hi { (x - hi, false) } else { return x };
+    let (dx, from_low) = if x < lo {
+        (lo - x, true)
+    } else if x > hi {
+        (x - hi, false)
+    } else {
+        return x;
+    };
     let flips = (dx / range).floor();
     let r = dx - flips * range;
     let even = flips % 2.0 == 0.0;
@@ -143,12 +157,17 @@ impl GridParams {
             Mode::Linear => {
                 let f = x.floor();
                 let t = x - f;
-                vec![(self.index(f as i64, len), 1.0 - t), (self.index(f as i64 + 1, len), t)]
+                vec![
+                    (self.index(f as i64, len), 1.0 - t),
+                    (self.index(f as i64 + 1, len), t),
+                ]
             }
             Mode::Cubic => {
                 let f = x.floor();
                 let w = cubic_weights(x - f);
-                (0..4).map(|k| (self.index(f as i64 - 1 + k as i64, len), w[k])).collect()
+                (0..4)
+                    .map(|k| (self.index(f as i64 - 1 + k as i64, len), w[k]))
+                    .collect()
             }
         }
     }
@@ -156,11 +175,30 @@ impl GridParams {
 
 /// Output shape: (N, C, grid's spatial dims...).
 fn grid_sample_shape(x: &[usize], grid: &[usize]) -> Result<Vec<usize>> {
-    ensure!(x.len() >= 3, "X must have rank 3 or more (N, C, spatial...), got {:?}", x);
+    ensure!(
+        x.len() >= 3,
+        "X must have rank 3 or more (N, C, spatial...), got {:?}",
+        x
+    );
     let r = x.len() - 2;
-    ensure!(grid.len() == r + 2, "grid must have rank {} for X of rank {}, got {:?}", r + 2, x.len(), grid);
-    ensure!(grid[0] == x[0], "grid batch {} differs from X batch {}", grid[0], x[0]);
-    ensure!(grid[r + 1] == r, "grid's last dimension must be {r} (one coordinate per spatial axis), got {}", grid[r + 1]);
+    ensure!(
+        grid.len() == r + 2,
+        "grid must have rank {} for X of rank {}, got {:?}",
+        r + 2,
+        x.len(),
+        grid
+    );
+    ensure!(
+        grid[0] == x[0],
+        "grid batch {} differs from X batch {}",
+        grid[0],
+        x[0]
+    );
+    ensure!(
+        grid[r + 1] == r,
+        "grid's last dimension must be {r} (one coordinate per spatial axis), got {}",
+        grid[r + 1]
+    );
     let mut out = vec![x[0], x[1]];
     out.extend_from_slice(&grid[1..=r]);
     Ok(out)
@@ -180,7 +218,11 @@ impl Op for GridSample {
         let (x, grid) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let p = GridParams::parse(cx.node, cx.opset)?;
         let out_shape = grid_sample_shape(&x.shape, &grid.shape)?;
-        ensure!(grid.dtype().is_float(), "grid must be a float tensor, got {}", grid.dtype());
+        ensure!(
+            grid.dtype().is_float(),
+            "grid must be a float tensor, got {}",
+            grid.dtype()
+        );
         let wide = grid.dtype() == DType::F64;
         let g = grid.data.to_f64_vec()?;
         let (n, c) = (x.shape[0], x.shape[1]);
@@ -217,7 +259,9 @@ impl Op for GridSample {
                     (0..n * c)
                         .flat_map(|bc| {
                             let (b, base) = (bc / c, bc * plane);
-                            taps[b * points..(b + 1) * points].iter().map(move |t| t[0].0.map_or(T::default(), |o| v[base + o]))
+                            taps[b * points..(b + 1) * points]
+                                .iter()
+                                .map(move |t| t[0].0.map_or(T::default(), |o| v[base + o]))
                         })
                         .collect()
                 ),
@@ -229,7 +273,11 @@ impl Op for GridSample {
             for bc in 0..n * c {
                 let (b, base) = (bc / c, bc * plane);
                 for t in &taps[b * points..(b + 1) * points] {
-                    out.push(t.iter().map(|&(o, w)| o.map_or(0.0, |o| w * v[base + o])).sum());
+                    out.push(
+                        t.iter()
+                            .map(|&(o, w)| o.map_or(0.0, |o| w * v[base + o]))
+                            .sum(),
+                    );
                 }
             }
             from_f64(out, x.dtype(), false)?
@@ -245,7 +293,10 @@ fn combine(per_axis: &[AxisTaps], strides: &[usize]) -> Vec<(Option<usize>, f64)
     for (d, axis) in per_axis.iter().enumerate() {
         acc = acc
             .iter()
-            .flat_map(|&(o, w)| axis.iter().map(move |&(i, wi)| (o.zip(i).map(|(o, i)| o + i * strides[d]), w * wi)))
+            .flat_map(|&(o, w)| {
+                axis.iter()
+                    .map(move |&(i, wi)| (o.zip(i).map(|(o, i)| o + i * strides[d]), w * wi))
+            })
             .collect();
     }
     acc
@@ -257,9 +308,20 @@ struct AffineGrid;
 impl AffineGrid {
     /// Spatial sizes (D?, H, W) and batch from the `size` input.
     fn spatial(size: &[i64]) -> Result<(usize, Vec<usize>)> {
-        ensure!(size.len() == 4 || size.len() == 5, "size must have 4 (N, C, H, W) or 5 (N, C, D, H, W) entries, got {}", size.len());
-        ensure!(size.iter().all(|&d| d >= 0), "size must not be negative, got {:?}", size);
-        Ok((size[0] as usize, size[2..].iter().map(|&d| d as usize).collect()))
+        ensure!(
+            size.len() == 4 || size.len() == 5,
+            "size must have 4 (N, C, H, W) or 5 (N, C, D, H, W) entries, got {}",
+            size.len()
+        );
+        ensure!(
+            size.iter().all(|&d| d >= 0),
+            "size must not be negative, got {:?}",
+            size
+        );
+        Ok((
+            size[0] as usize,
+            size[2..].iter().map(|&d| d as usize).collect(),
+        ))
     }
 
     fn output_shape(n: usize, spatial: &[usize]) -> Vec<usize> {
@@ -305,8 +367,17 @@ impl Op for AffineGrid {
         let (theta, size) = (arg(inputs, 0)?, arg(inputs, 1)?);
         let (n, spatial) = AffineGrid::spatial(&ints(size)?)?;
         let r = spatial.len();
-        ensure!(theta.shape == [n, r, r + 1], "theta must have shape [{n}, {r}, {}], got {:?}", r + 1, theta.shape);
-        ensure!(theta.dtype().is_float(), "theta must be a float tensor, got {}", theta.dtype());
+        ensure!(
+            theta.shape == [n, r, r + 1],
+            "theta must have shape [{n}, {r}, {}], got {:?}",
+            r + 1,
+            theta.shape
+        );
+        ensure!(
+            theta.dtype().is_float(),
+            "theta must be a float tensor, got {}",
+            theta.dtype()
+        );
         let align = cx.node.attr_int_or("align_corners", 0)? != 0;
         let th = theta.data.to_f64_vec()?;
         // Homogeneous base coordinates, innermost axis first: (x, y[, z], 1).
@@ -317,7 +388,10 @@ impl Op for AffineGrid {
         for b in 0..n {
             let m = &th[b * r * (r + 1)..(b + 1) * r * (r + 1)];
             for pt in 0..points {
-                let mut homo: Vec<f64> = (0..r).rev().map(|d| bases[d][(pt / pstrides[d]) % spatial[d]]).collect();
+                let mut homo: Vec<f64> = (0..r)
+                    .rev()
+                    .map(|d| bases[d][(pt / pstrides[d]) % spatial[d]])
+                    .collect();
                 homo.push(1.0);
                 for row in 0..r {
                     out.push((0..=r).map(|k| m[row * (r + 1) + k] * homo[k]).sum());
@@ -325,7 +399,10 @@ impl Op for AffineGrid {
             }
         }
         let data = from_f64(out, theta.dtype(), false)?;
-        Ok(vec![Tensor::new(AffineGrid::output_shape(n, &spatial), data)?])
+        Ok(vec![Tensor::new(
+            AffineGrid::output_shape(n, &spatial),
+            data,
+        )?])
     }
 }
 

@@ -16,7 +16,14 @@ pub fn register(r: &mut Registry) {
 struct NonMaxSuppression;
 
 /// The float arithmetic IoU needs, for f32 and f64.
-trait Real: Copy + PartialOrd + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> {
+trait Real:
+    Copy
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+{
     fn of(v: f64) -> Self;
 }
 impl Real for f32 {
@@ -82,7 +89,11 @@ struct Limits {
 fn scalar_f64(t: Option<&Tensor>) -> Result<Option<f64>> {
     match t.filter(|t| !t.is_empty()) {
         Some(t) => {
-            ensure!(t.dtype().is_float(), "thresholds must be float tensors, got {}", t.dtype());
+            ensure!(
+                t.dtype().is_float(),
+                "thresholds must be float tensors, got {}",
+                t.dtype()
+            );
             Ok(Some(t.data.get_f64(0)))
         }
         None => Ok(None),
@@ -92,9 +103,16 @@ fn scalar_f64(t: Option<&Tensor>) -> Result<Option<f64>> {
 /// Selects boxes of one (batch, class): returns kept box indices in order.
 fn select<T: Real>(boxes: &[T], scores: &[T], center_point: bool, limits: &Limits) -> Vec<usize> {
     let score_min = limits.score.map(T::of);
-    let mut candidates: Vec<usize> = (0..scores.len()).filter(|&i| score_min.is_none_or(|m| scores[i] > m)).collect();
+    let mut candidates: Vec<usize> = (0..scores.len())
+        .filter(|&i| score_min.is_none_or(|m| scores[i] > m))
+        .collect();
     // Highest score first; ties keep the lower index first.
-    candidates.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
+    candidates.sort_by(|&a, &b| {
+        scores[b]
+            .partial_cmp(&scores[a])
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then(a.cmp(&b))
+    });
     let iou = T::of(limits.iou);
     let mut kept: Vec<usize> = Vec::new();
     for i in candidates {
@@ -102,14 +120,23 @@ fn select<T: Real>(boxes: &[T], scores: &[T], center_point: bool, limits: &Limit
             break;
         }
         let b = &boxes[i * 4..i * 4 + 4];
-        if !kept.iter().any(|&k| overlaps(b, &boxes[k * 4..k * 4 + 4], center_point, iou)) {
+        if !kept
+            .iter()
+            .any(|&k| overlaps(b, &boxes[k * 4..k * 4 + 4], center_point, iou))
+        {
             kept.push(i);
         }
     }
     kept
 }
 
-fn run<T: Real>(boxes: &[T], scores: &[T], dims: (usize, usize, usize), center_point: bool, limits: &Limits) -> Vec<i64> {
+fn run<T: Real>(
+    boxes: &[T],
+    scores: &[T],
+    dims: (usize, usize, usize),
+    center_point: bool,
+    limits: &Limits,
+) -> Vec<i64> {
     let (batches, classes, spatial) = dims;
     let mut out = Vec::new();
     for b in 0..batches {
@@ -132,20 +159,35 @@ impl Op for NonMaxSuppression {
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         let (boxes, scores) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        ensure!(boxes.rank() == 3 && boxes.shape[2] == 4, "boxes must have shape [batches, boxes, 4], got {:?}", boxes.shape);
-        ensure!(scores.rank() == 3, "scores must have shape [batches, classes, boxes], got {:?}", scores.shape);
+        ensure!(
+            boxes.rank() == 3 && boxes.shape[2] == 4,
+            "boxes must have shape [batches, boxes, 4], got {:?}",
+            boxes.shape
+        );
+        ensure!(
+            scores.rank() == 3,
+            "scores must have shape [batches, classes, boxes], got {:?}",
+            scores.shape
+        );
         ensure!(
             scores.shape[0] == boxes.shape[0] && scores.shape[2] == boxes.shape[1],
             "scores {:?} do not match boxes {:?}",
             scores.shape,
             boxes.shape
         );
-        ensure!(boxes.dtype().is_float() && scores.dtype().is_float(), "boxes and scores must be float tensors");
+        ensure!(
+            boxes.dtype().is_float() && scores.dtype().is_float(),
+            "boxes and scores must be float tensors"
+        );
         let max_per_class = match opt_arg(inputs, 2).filter(|t| !t.is_empty()) {
             Some(t) => ints(t)?[0].max(0) as usize,
             None => 0,
         };
-        let limits = Limits { max_per_class, iou: scalar_f64(opt_arg(inputs, 3))?.unwrap_or(0.0), score: scalar_f64(opt_arg(inputs, 4))? };
+        let limits = Limits {
+            max_per_class,
+            iou: scalar_f64(opt_arg(inputs, 3))?.unwrap_or(0.0),
+            score: scalar_f64(opt_arg(inputs, 4))?,
+        };
         let center_point = match cx.node.attr_int_or("center_point_box", 0)? {
             0 => false,
             1 => true,

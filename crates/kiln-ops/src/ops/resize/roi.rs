@@ -37,13 +37,21 @@ impl RoiParams {
             Ok(v as usize)
         };
         let ratio = node.attr_int_or("sampling_ratio", 0)?;
-        ensure!(ratio >= 0, "sampling_ratio must not be negative, got {ratio}");
-        let default_mode = if opset < 16 { "output_half_pixel" } else { "half_pixel" };
-        let half_pixel = match node.attr_string_or("coordinate_transformation_mode", default_mode)? {
-            "half_pixel" => true,
-            "output_half_pixel" => false,
-            other => bail!("unknown coordinate_transformation_mode '{other}'"),
+        ensure!(
+            ratio >= 0,
+            "sampling_ratio must not be negative, got {ratio}"
+        );
+        let default_mode = if opset < 16 {
+            "output_half_pixel"
+        } else {
+            "half_pixel"
         };
+        let half_pixel =
+            match node.attr_string_or("coordinate_transformation_mode", default_mode)? {
+                "half_pixel" => true,
+                "output_half_pixel" => false,
+                other => bail!("unknown coordinate_transformation_mode '{other}'"),
+            };
         Ok(RoiParams {
             max,
             out_h: positive("output_height")?,
@@ -76,7 +84,12 @@ fn bilinear(y: f64, x: f64, h: usize, w: usize) -> Sample {
     let (y0, y1, ly) = clamp(y, h);
     let (x0, x1, lx) = clamp(x, w);
     let (hy, hx) = (1.0 - ly, 1.0 - lx);
-    [(y0 * w + x0, hy * hx), (y0 * w + x1, hy * lx), (y1 * w + x0, ly * hx), (y1 * w + x1, ly * lx)]
+    [
+        (y0 * w + x0, hy * hx),
+        (y0 * w + x1, hy * lx),
+        (y1 * w + x0, ly * hx),
+        (y1 * w + x1, ly * lx),
+    ]
 }
 
 impl RoiParams {
@@ -124,11 +137,18 @@ impl RoiParams {
             // the largest weighted corner value.
             samples
                 .iter()
-                .map(|s| s.iter().map(|&(o, w)| w * plane[o]).fold(f64::NEG_INFINITY, f64::max))
+                .map(|s| {
+                    s.iter()
+                        .map(|&(o, w)| w * plane[o])
+                        .fold(f64::NEG_INFINITY, f64::max)
+                })
                 .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
                 .unwrap_or(0.0)
         } else {
-            let sum: f64 = samples.iter().map(|s| s.iter().map(|&(o, w)| w * plane[o]).sum::<f64>()).sum();
+            let sum: f64 = samples
+                .iter()
+                .map(|s| s.iter().map(|&(o, w)| w * plane[o]).sum::<f64>())
+                .sum();
             sum / samples.len().max(1) as f64
         }
     }
@@ -137,7 +157,11 @@ impl RoiParams {
 /// Output shape (num_rois, C, output_height, output_width).
 fn roi_shape(x: &[usize], rois: &[usize], p: &RoiParams) -> Result<Vec<usize>> {
     ensure!(x.len() == 4, "X must be 4-D (N, C, H, W), got {:?}", x);
-    ensure!(rois.len() == 2 && rois[1] == 4, "rois must have shape [num_rois, 4], got {:?}", rois);
+    ensure!(
+        rois.len() == 2 && rois[1] == 4,
+        "rois must have shape [num_rois, 4], got {:?}",
+        rois
+    );
     Ok(vec![rois[0], x[1], p.out_h, p.out_w])
 }
 
@@ -155,15 +179,26 @@ impl Op for RoiAlign {
         let (x, rois, batch) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
         let p = RoiParams::parse(cx.node, cx.opset)?;
         let shape = roi_shape(&x.shape, &rois.shape, &p)?;
-        ensure!(x.dtype().is_float() && rois.dtype().is_float(), "X and rois must be float tensors");
+        ensure!(
+            x.dtype().is_float() && rois.dtype().is_float(),
+            "X and rois must be float tensors"
+        );
         let batch = ints(batch)?;
-        ensure!(batch.len() == shape[0], "batch_indices has {} entries for {} rois", batch.len(), shape[0]);
+        ensure!(
+            batch.len() == shape[0],
+            "batch_indices has {} entries for {} rois",
+            batch.len(),
+            shape[0]
+        );
         let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
         let xv = x.data.to_f64_vec()?;
         let rv = rois.data.to_f64_vec()?;
         let mut out = Vec::with_capacity(shape.iter().product());
         for (r, &b) in batch.iter().enumerate() {
-            ensure!(b >= 0 && (b as usize) < n, "batch index {b} is out of range for batch size {n}");
+            ensure!(
+                b >= 0 && (b as usize) < n,
+                "batch index {b} is out of range for batch size {n}"
+            );
             if h == 0 || w == 0 {
                 out.extend(std::iter::repeat_n(0.0, c * p.out_h * p.out_w));
                 continue;

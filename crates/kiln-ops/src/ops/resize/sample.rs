@@ -73,7 +73,8 @@ pub struct Axis {
 impl Axis {
     /// True when resampling this axis changes nothing.
     pub fn is_identity(&self, coord: Coord) -> bool {
-        let roi_default = coord != Coord::TfCropAndResize || (self.roi.0 == 0.0 && self.roi.1 == 1.0);
+        let roi_default =
+            coord != Coord::TfCropAndResize || (self.roi.0 == 0.0 && self.roi.1 == 1.0);
         self.out_len == self.in_len && (self.scale - 1.0).abs() <= 1e-9 && roi_default
     }
 }
@@ -123,7 +124,11 @@ impl Sampler {
             Coord::TfHalfPixelForNn => (x + 0.5) / scale,
             Coord::TfCropAndResize => {
                 let (start, end) = a.roi;
-                let span = if len == 1.0 { (end - start) * (in_len - 1.0) / 2.0 } else { x * (end - start) * (in_len - 1.0) / (len - 1.0) };
+                let span = if len == 1.0 {
+                    (end - start) * (in_len - 1.0) / 2.0
+                } else {
+                    x * (end - start) * (in_len - 1.0) / (len - 1.0)
+                };
                 span + start * (in_len - 1.0)
             }
         }
@@ -142,19 +147,31 @@ impl Sampler {
         }
         let clamp = |i: f64| i.clamp(0.0, last.max(0.0)) as usize;
         let (radius, kernel): (f64, &dyn Fn(f64) -> f64) = match self.kernel {
-            Kernel::Nearest(round) => return Some(vec![(clamp(nearest(src, round, a.scale)), 1.0)]),
+            Kernel::Nearest(round) => {
+                return Some(vec![(clamp(nearest(src, round, a.scale)), 1.0)])
+            }
             Kernel::Linear => (1.0, &|d: f64| (1.0 - d.abs()).max(0.0)),
             Kernel::Cubic(coef) => (2.0, &move |d: f64| cubic(coef, d)),
         };
         // Taps sit at base + i with the fraction `ratio` in (0, 1]: an
         // integral coordinate counts as the right end of the interval to its
         // left, as in the ONNX reference.
-        let base = if src == src.floor() { src - 1.0 } else { src.floor() };
+        let base = if src == src.floor() {
+            src - 1.0
+        } else {
+            src.floor()
+        };
         let ratio = src - base;
         // Antialiasing stretches the kernel by 1/scale when downsampling.
-        let stretch = if self.antialias { a.scale.min(1.0) } else { 1.0 };
+        let stretch = if self.antialias {
+            a.scale.min(1.0)
+        } else {
+            1.0
+        };
         let first = (-radius / stretch).floor() as i64 + 1;
-        let mut taps: Vec<(f64, f64)> = (first..=1 - first).map(|i| (base + i as f64, kernel(stretch * (i as f64 - ratio)))).collect();
+        let mut taps: Vec<(f64, f64)> = (first..=1 - first)
+            .map(|i| (base + i as f64, kernel(stretch * (i as f64 - ratio))))
+            .collect();
         if self.antialias {
             normalize(&mut taps);
         }
@@ -223,7 +240,13 @@ fn nearest(x: f64, round: NearestRound, scale: f64) -> f64 {
 
 /// Resamples axis `axis` of row-major `data` (of `shape`) with `taps`;
 /// returns the new data (the axis becomes `taps.len()` long).
-pub fn resample_axis(data: &[f64], shape: &[usize], axis: usize, taps: &[Taps], extrapolation: f64) -> Vec<f64> {
+pub fn resample_axis(
+    data: &[f64],
+    shape: &[usize],
+    axis: usize,
+    taps: &[Taps],
+    extrapolation: f64,
+) -> Vec<f64> {
     let outer: usize = shape[..axis].iter().product();
     let inner: usize = shape[axis + 1..].iter().product();
     let n_in = shape[axis];
@@ -251,7 +274,12 @@ pub fn resample_axis(data: &[f64], shape: &[usize], axis: usize, taps: &[Taps], 
 /// Nearest-neighbour resampling of all axes at once, exact for every dtype:
 /// `index[d][j]` is the input index along axis d for output position j
 /// (`None`: the extrapolation value, numeric dtypes only).
-pub fn gather_nearest(data: &Data, shape: &[usize], index: &[Vec<Option<usize>>], extrapolation: f64) -> Result<Data> {
+pub fn gather_nearest(
+    data: &Data,
+    shape: &[usize],
+    index: &[Vec<Option<usize>>],
+    extrapolation: f64,
+) -> Result<Data> {
     let strides = crate::util::strides(shape);
     let out_shape: Vec<usize> = index.iter().map(|v| v.len()).collect();
     let total: usize = out_shape.iter().product();
@@ -282,7 +310,9 @@ pub fn gather_nearest(data: &Data, shape: &[usize], index: &[Vec<Option<usize>>]
         data,
         |v: T| {
             let fill = T::from_f64(extrapolation);
-            Ok(T::wrap(offsets.iter().map(|o| o.map_or(fill, |o| v[o])).collect()))
+            Ok(T::wrap(
+                offsets.iter().map(|o| o.map_or(fill, |o| v[o])).collect(),
+            ))
         },
         bail!("tf_crop_and_resize extrapolation needs a numeric tensor, got strings")
     )
@@ -293,12 +323,23 @@ mod tests {
     use super::*;
 
     fn axis(in_len: usize, out_len: usize, scale: f64) -> Axis {
-        Axis { in_len, out_len, scale, resized_len: scale * in_len as f64, roi: (0.0, 1.0) }
+        Axis {
+            in_len,
+            out_len,
+            scale,
+            resized_len: scale * in_len as f64,
+            roi: (0.0, 1.0),
+        }
     }
 
     #[test]
     fn linear_half_pixel_taps() {
-        let s = Sampler { kernel: Kernel::Linear, coord: Coord::HalfPixel, antialias: false, exclude_outside: false };
+        let s = Sampler {
+            kernel: Kernel::Linear,
+            coord: Coord::HalfPixel,
+            antialias: false,
+            exclude_outside: false,
+        };
         // Upsample 2 -> 4: source of output 1 is 0.25.
         let t = s.taps(&axis(2, 4, 2.0));
         let t1 = t[1].as_ref().unwrap();
