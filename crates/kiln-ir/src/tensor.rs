@@ -372,7 +372,11 @@ impl Data {
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Data> {
         fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
             b.chunks_exact(N)
-                .map(|c| f(c.try_into().unwrap()))
+                .map(|c| {
+                    let mut a = [0u8; N];
+                    a.copy_from_slice(c);
+                    f(a)
+                })
                 .collect()
         }
         if dtype == DType::Str {

@@ -360,38 +360,41 @@ fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Re
     let idx = indices.data.to_i64_vec()?;
     let nnz = values.len();
     let strides = kiln_ops::util::strides(&shape);
+    // Flat positions; negative or out-of-range coordinates become `total` (rejected below).
     let flat: Vec<usize> = if indices.rank() == 1 {
-        idx.iter().map(|&i| i as usize).collect()
+        idx.iter()
+            .map(|&i| usize::try_from(i).unwrap_or(total))
+            .collect()
     } else {
         if idx.len() != nnz * shape.len() {
             bail!("sparse tensor indices do not match its values");
         }
         idx.chunks(shape.len().max(1))
-            .map(|c| c.iter().zip(&strides).map(|(&i, &s)| i as usize * s).sum())
+            .map(|c| {
+                let inside = c
+                    .iter()
+                    .zip(&shape)
+                    .all(|(&i, &d)| i >= 0 && (i as usize) < d);
+                if inside {
+                    c.iter().zip(&strides).map(|(&i, &s)| i as usize * s).sum()
+                } else {
+                    total
+                }
+            })
             .collect()
     };
     if flat.len() != nnz || flat.iter().any(|&i| i >= total) {
         bail!("sparse tensor indices are out of range");
     }
-    let mut positions = vec![usize::MAX; total];
+    // value index of each dense position; absent positions read the appended zero
+    let mut positions = vec![nnz; total];
     for (k, &i) in flat.iter().enumerate() {
         positions[i] = k;
     }
-    // gather from values with a trailing zero element for absent positions
-    let zero = Tensor::zeros(values.dtype(), vec![1]);
     let joined = kiln_ir::dispatch_all!(&values.data, |v: T| {
-        let z = <T as kiln_ir::Elem>::unwrap(&zero.data).unwrap();
-        let all: Vec<T> = positions
-            .iter()
-            .map(|&p| {
-                if p == usize::MAX {
-                    z[0].clone()
-                } else {
-                    v[p].clone()
-                }
-            })
-            .collect();
-        <T as kiln_ir::Elem>::wrap(all)
+        let mut with_zero = v.to_vec();
+        with_zero.push(<T as Default>::default());
+        <T as kiln_ir::Elem>::wrap(positions.iter().map(|&p| with_zero[p].clone()).collect())
     });
     Tensor::new(shape, joined)
 }

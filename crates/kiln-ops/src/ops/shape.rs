@@ -188,15 +188,15 @@ impl Unsqueeze {
         let rank = input.len() + axes.len();
         let axes = normalize_axes(&axes, rank)?;
         let mut rest = input.iter();
-        Ok((0..rank)
-            .map(|i| {
-                if axes.contains(&i) {
-                    1
-                } else {
-                    *rest.next().expect("rank counts the input axes")
-                }
+        (0..rank)
+            .map(|i| match axes.contains(&i) {
+                true => Ok(1),
+                false => rest
+                    .next()
+                    .copied()
+                    .ok_or_else(|| kiln_ir::Error::new("Unsqueeze axes contain duplicates")),
             })
-            .collect())
+            .collect()
     }
 }
 
