@@ -118,11 +118,11 @@ fn infer_node(
             return Ok(types);
         }
     }
-    let scope_names = g.names();
+    // Only control-flow ops look names up, so search on demand instead of
+    // building a name map for every node.
     let scope = |name: &str| {
-        scope_names
-            .get(name)
-            .map(|id| g.ty(*id).clone())
+        g.find(name)
+            .map(|id| g.ty(id).clone())
             .or_else(|| outer(name))
     };
     let inputs = node
