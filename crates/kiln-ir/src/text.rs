@@ -168,6 +168,25 @@ fn print_attr(a: &Attr, out: &mut String, indent: usize, elide: Option<usize>) {
     }
 }
 
+/// An attribute value in the text form (subgraphs printed inline).
+pub fn format_attr(a: &Attr) -> String {
+    let mut out = String::new();
+    print_attr(a, &mut out, 0, Some(8));
+    out
+}
+
+/// A tensor's elements as a literal: `1.5` for a scalar, `[1, 2]` otherwise.
+pub fn format_scalar(t: &crate::Tensor) -> String {
+    let lit = data_literal(&t.data, Some(8));
+    if t.shape.is_empty() {
+        lit.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string()
+    } else {
+        lit
+    }
+}
+
 fn data_literal(d: &Data, elide: Option<usize>) -> String {
     let limit = elide.unwrap_or(usize::MAX);
     if d.len() > limit {

@@ -7,12 +7,16 @@
 //! op's semantics is written once. Ops are found by (domain, op type) in the
 //! [`registry`].
 
+pub mod builder;
 pub mod infer;
 pub mod ops;
 pub mod registry;
+pub mod te;
 pub mod util;
 
-use kiln_ir::{Graph, Node, Result, Tensor, TensorType};
+pub use builder::Builder;
+use kiln_ir::{Graph, Node, Result, Tensor, TensorType, ValueId};
+use te::primitive::Primitive;
 
 /// What shape inference knows about one input: its type, and its value when
 /// it is a constant (initializer or folded from constants).
@@ -91,6 +95,31 @@ pub trait Op: Send + Sync {
     /// such subgraphs, which may not even be well-typed for these inputs.
     fn subgraph_is_live(&self, _node: &Node, _attr: &str, _inputs: &[Option<&Tensor>]) -> bool {
         true
+    }
+
+    /// Primitive ops: the tensor-expression definition their `infer` and
+    /// `eval` derive from (see [`te::primitive::Prim`]).
+    fn primitive(&self) -> Option<&dyn Primitive> {
+        None
+    }
+
+    /// Element-wise ops: the op whose `eval` is the scalar rule that tensor
+    /// expression bodies call (see [`te::Expr::Call`]).
+    fn scalar_kernel(&self) -> Option<&dyn Op> {
+        None
+    }
+
+    /// Compound ops (APOLLO §3.2): builds the node's outputs from primitive
+    /// ops with `b`, given the node's input values `inputs`, and returns one
+    /// value per node output (`None` for outputs it does not compute, which
+    /// must then be unused). `Ok(None)`: this node is not opened.
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        _b: &mut Builder,
+        _inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        Ok(None)
     }
 }
 

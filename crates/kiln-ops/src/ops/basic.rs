@@ -1,11 +1,12 @@
 //! Identity and Constant: ops that pass or produce a tensor unchanged.
 
 use crate::registry::Registry;
+use crate::te::primitive::{Elementwise, Prim};
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, Attr, Data, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
-    r.add("Identity", Identity);
+    r.add("Identity", Prim(Elementwise(Identity)));
     r.add("Constant", Constant);
 }
 

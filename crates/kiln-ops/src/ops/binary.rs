@@ -9,6 +9,7 @@
 pub(crate) mod elementwise;
 
 use crate::registry::Registry;
+use crate::te::primitive::{Elementwise, Prim};
 use crate::util::{zip3_map, zip_map};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
 use elementwise::{by_class, zip_int, BinaryRule, Int};
@@ -30,80 +31,80 @@ pub fn register(r: &mut Registry) {
         OR,
         XOR,
     ] {
-        r.add(rule.name, Binary(rule));
+        r.add(rule.name, Prim(Elementwise(Binary(rule))));
     }
-    r.add("Mod", Mod);
-    r.add("BitShift", BitShift);
-    r.add("Pow", Pow);
+    r.add("Mod", Prim(Elementwise(Mod)));
+    r.add("BitShift", Prim(Elementwise(BitShift)));
+    r.add("Pow", Prim(Elementwise(Pow)));
     r.add(
         "Equal",
-        Compare {
+        Prim(Elementwise(Compare {
             name: "Equal",
             holds: |o| o == Ordering::Equal,
             strings: true,
-        },
+        })),
     );
     r.add(
         "Greater",
-        Compare {
+        Prim(Elementwise(Compare {
             name: "Greater",
             holds: |o| o == Ordering::Greater,
             strings: false,
-        },
+        })),
     );
     r.add(
         "Less",
-        Compare {
+        Prim(Elementwise(Compare {
             name: "Less",
             holds: |o| o == Ordering::Less,
             strings: false,
-        },
+        })),
     );
     r.add(
         "GreaterOrEqual",
-        Compare {
+        Prim(Elementwise(Compare {
             name: "GreaterOrEqual",
             holds: |o| o != Ordering::Less,
             strings: false,
-        },
+        })),
     );
     r.add(
         "LessOrEqual",
-        Compare {
+        Prim(Elementwise(Compare {
             name: "LessOrEqual",
             holds: |o| o != Ordering::Greater,
             strings: false,
-        },
+        })),
     );
-    r.add("Where", Where);
+    r.add("Where", Prim(Elementwise(Where)));
     r.add("Clip", Clip);
     r.add(
         "Sum",
-        Variadic {
+        Prim(Elementwise(Variadic {
             rule: SUM,
             mean: false,
-        },
+        })),
     );
     r.add(
         "Mean",
-        Variadic {
+        Prim(Elementwise(Variadic {
             rule: MEAN,
             mean: true,
-        },
+        })),
     );
     r.add(
         "Max",
-        Variadic {
+        Prim(Elementwise(Variadic {
             rule: MAX,
             mean: false,
-        },
+        })),
     );
     r.add(
         "Min",
-        Variadic {
+        Prim(Elementwise(Variadic {
             rule: MIN,
             mean: false,
-        },
+        })),
     );
 }
 

@@ -15,6 +15,7 @@
 //! which kiln does not support.
 
 use crate::registry::Registry;
+use crate::te::primitive::{Elementwise, Prim};
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
 use kiln_ir::{
@@ -22,7 +23,7 @@ use kiln_ir::{
 };
 
 pub fn register(r: &mut Registry) {
-    r.add("Cast", Cast);
+    r.add("Cast", Prim(Elementwise(Cast)));
     r.add("CastLike", CastLike);
 }
 

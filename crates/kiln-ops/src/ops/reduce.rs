@@ -10,6 +10,8 @@ mod cumulative;
 mod topk;
 
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction as TeReduction, TensorExpr};
 use crate::util::{for_each_offset, ints, numel, strides};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
@@ -17,12 +19,16 @@ use kiln_ir::{bail, dispatch_num, Data, Num, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     use Reduction::*;
+    for (name, combiner) in [
+        ("ReduceSum", Combiner::Sum),
+        ("ReduceMax", Combiner::Max),
+        ("ReduceMin", Combiner::Min),
+        ("ReduceProd", Combiner::Prod),
+    ] {
+        r.add(name, Prim(ReducePrim(combiner)));
+    }
     for (name, how) in [
-        ("ReduceSum", Sum),
         ("ReduceMean", Mean),
-        ("ReduceMax", Max),
-        ("ReduceMin", Min),
-        ("ReduceProd", Prod),
         ("ReduceL1", L1),
         ("ReduceL2", L2),
         ("ReduceLogSum", LogSum),
@@ -354,6 +360,62 @@ impl Op for Reduce {
             None => Ok(vec![x.clone()]),
             Some(mask) => Ok(vec![reduce(x, &mask, keepdims, self.0)?]),
         }
+    }
+}
+
+/// ReduceSum/Prod/Min/Max as a tensor expression:
+/// `out[kept dims] = combine over reduced dims of in0[...]`. On booleans,
+/// Max and Min are Or and And.
+struct ReducePrim(Combiner);
+
+impl Primitive for ReducePrim {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (keepdims, noop) = Reduce::flags(cx.node)?;
+        let ty = &cx.input(0)?.ty;
+        let combiner = match (self.0, ty.dtype) {
+            (_, kiln_ir::DType::Str) => bail!("cannot reduce a string tensor"),
+            (Combiner::Max, kiln_ir::DType::Bool) => Combiner::Or,
+            (Combiner::Min, kiln_ir::DType::Bool) => Combiner::And,
+            (_, kiln_ir::DType::Bool) => bail!("{} does not support bool tensors", cx.node.op),
+            (c, _) => c,
+        };
+        let Some(shape) = ty.shape.clone() else {
+            return Ok(None);
+        };
+        let axes = match cx.opt_input(1) {
+            None => None,
+            Some(info) => match info.value {
+                Some(t) => Some(ints(t)?),
+                None => return Ok(None),
+            },
+        };
+        let mask = reduce_mask(shape.len(), axes.as_deref(), noop)?
+            .unwrap_or_else(|| vec![false; shape.len()]);
+        let (mut index, mut extents, mut kept) = (Vec::new(), Vec::new(), 0);
+        for (j, (&d, &m)) in shape.iter().zip(&mask).enumerate() {
+            if m {
+                index.push(IndexExpr::red(extents.len()));
+                extents.push(d);
+            } else {
+                index.push(IndexExpr::out(if keepdims { j } else { kept }));
+            }
+            kept += usize::from(!m);
+        }
+        let reduction = (!extents.is_empty()).then_some(TeReduction { extents, combiner });
+        Ok(Some(
+            TensorExpr {
+                dtype: ty.dtype,
+                shape: reduced_shape(&shape, &mask, keepdims),
+                inputs: vec![
+                    Some(shape),
+                    cx.opt_input(1).and_then(|i| i.ty.shape.clone()),
+                ],
+                accesses: vec![Access { input: 0, index }],
+                reduction,
+                body: Expr::Load(0),
+            }
+            .simplified(),
+        ))
     }
 }
 

@@ -9,32 +9,33 @@
 
 use super::binary::elementwise::{by_class, map_float, map_int, BinaryRule};
 use crate::registry::Registry;
+use crate::te::primitive::{Elementwise, Prim};
 use crate::util::{broadcast_shapes, map};
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, DType, Node, Num, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     for op in UNARY {
-        r.add(op.name, *op);
+        r.add(op.name, Prim(Elementwise(*op)));
     }
     r.add(
         "IsNaN",
-        FloatTest {
+        Prim(Elementwise(FloatTest {
             name: "IsNaN",
             test: |x, _| x.is_nan(),
             params: &[],
-        },
+        })),
     );
     r.add(
         "IsInf",
-        FloatTest {
+        Prim(Elementwise(FloatTest {
             name: "IsInf",
             test: is_inf,
             params: &[
                 Param::Int("detect_positive", 1),
                 Param::Int("detect_negative", 1),
             ],
-        },
+        })),
     );
     r.add("PRelu", PRelu);
 }
