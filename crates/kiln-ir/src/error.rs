@@ -7,6 +7,9 @@ use std::fmt;
 pub struct Error {
     message: String,
     context: Vec<String>,
+    /// Raised because a shape or value is not known at compile time (yet),
+    /// not because the input is invalid.
+    not_static: bool,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -16,7 +19,20 @@ impl Error {
         Error {
             message: message.into(),
             context: Vec::new(),
+            not_static: false,
         }
+    }
+
+    /// An error saying something is only known at run time.
+    pub fn not_static(message: impl Into<String>) -> Self {
+        Error {
+            not_static: true,
+            ..Error::new(message)
+        }
+    }
+
+    pub fn is_not_static(&self) -> bool {
+        self.not_static
     }
 
     /// Adds an outer context, printed before the message ("file x.onnx: node n: ...").

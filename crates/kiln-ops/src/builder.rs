@@ -49,7 +49,21 @@ impl<'g> Builder<'g> {
     pub fn shape(&self, id: ValueId) -> Result<Vec<usize>> {
         match &self.graph.ty(id).shape {
             Some(s) => Ok(s.clone()),
-            None => bail!("'{}' has no static shape", self.graph.name(id)),
+            None => Err(kiln_ir::Error::not_static(format!(
+                "'{}' has no static shape",
+                self.graph.name(id)
+            ))),
+        }
+    }
+
+    /// The value of `id`, which must be a constant (an axes or shape input).
+    pub fn require_value(&mut self, id: ValueId) -> Result<Tensor> {
+        match self.value(id)? {
+            Some(t) => Ok(t),
+            None => Err(kiln_ir::Error::not_static(format!(
+                "'{}' must be a constant",
+                self.graph.name(id)
+            ))),
         }
     }
 

@@ -8,6 +8,7 @@
 //! [`registry`].
 
 pub mod builder;
+pub mod compound;
 pub mod infer;
 pub mod ops;
 pub mod registry;
@@ -151,6 +152,14 @@ impl InferCx<'_> {
 pub fn arg<'a>(inputs: &[Option<&'a Tensor>], i: usize) -> Result<&'a Tensor> {
     match inputs.get(i) {
         Some(Some(t)) => Ok(t),
+        _ => kiln_ir::bail!("input {i} is required"),
+    }
+}
+
+/// Required input `i` of a decomposition, or an error naming it.
+pub fn inputs_id(inputs: &[Option<ValueId>], i: usize) -> Result<ValueId> {
+    match inputs.get(i) {
+        Some(Some(v)) => Ok(*v),
         _ => kiln_ir::bail!("input {i} is required"),
     }
 }

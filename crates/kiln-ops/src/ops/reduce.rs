@@ -9,12 +9,15 @@ mod arg;
 mod cumulative;
 mod topk;
 
+use crate::compound::{Comp, Compound};
 use crate::registry::Registry;
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction as TeReduction, TensorExpr};
 use crate::util::{for_each_offset, ints, numel, strides};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use crate::Builder;
+use crate::{arg, inputs_id, opt_arg, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
+use kiln_ir::ValueId;
 use kiln_ir::{bail, dispatch_num, Data, Num, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
@@ -27,8 +30,8 @@ pub fn register(r: &mut Registry) {
     ] {
         r.add(name, Prim(ReducePrim(combiner)));
     }
+    r.add("ReduceMean", Comp(ReduceMean));
     for (name, how) in [
-        ("ReduceMean", Mean),
         ("ReduceL1", L1),
         ("ReduceL2", L2),
         ("ReduceLogSum", LogSum),
@@ -360,6 +363,35 @@ impl Op for Reduce {
             None => Ok(vec![x.clone()]),
             Some(mask) => Ok(vec![reduce(x, &mask, keepdims, self.0)?]),
         }
+    }
+}
+
+/// ReduceMean = ReduceSum / (number of elements reduced). Integer means
+/// truncate, as the reference's `mean().astype(dtype)` does.
+struct ReduceMean;
+
+impl Compound for ReduceMean {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = cx.input(0)?;
+        let attrs: Vec<(&str, kiln_ir::Attr)> = cx
+            .node
+            .attrs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let sum = b.op_opt("ReduceSum", inputs, &attrs)?;
+        let (n_in, n_out) = (b.shape(inputs_id(inputs, 0)?)?, b.shape(sum)?);
+        let count = match numel(&n_out) {
+            0 => 1,
+            n => numel(&n_in) / n,
+        };
+        let count = b.scalar(x.ty.dtype, count as f64)?;
+        Ok(vec![Some(b.op("Div", &[sum, count], &[])?)])
     }
 }
 
