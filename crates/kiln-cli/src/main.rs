@@ -1,7 +1,7 @@
 //! The `kiln` command-line tool.
 
 use clap::{Parser, Subcommand};
-use kiln_cli::{flops, npy};
+use kiln_cli::{classes_doc, flops, npy};
 use kiln_ir::{bail, DType, Data, Error, Graph, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -58,6 +58,16 @@ enum Command {
         #[command(flatten)]
         args: ModelArgs,
     },
+    /// List the primitive ops with their APOLLO and mapping classes, derived
+    /// from their tensor expressions (and the compound and library ops).
+    Ops {
+        /// Also print each instance's tensor expression.
+        #[arg(long)]
+        exprs: bool,
+        /// Print docs/classification.md instead.
+        #[arg(long)]
+        markdown: bool,
+    },
     /// Print the imported graph in kiln's textual IR.
     Print {
         model: PathBuf,
@@ -87,6 +97,14 @@ fn main() {
             seed,
             &args,
         ),
+        Command::Ops { exprs, markdown } => {
+            if markdown {
+                print!("{}", classes_doc::markdown());
+            } else {
+                print!("{}", classes_doc::text(exprs));
+            }
+            Ok(())
+        }
         Command::Print { model, elide, args } => load(&model, &args).map(|g| {
             print!("{}", kiln_ir::text::print_elided(&g, elide));
         }),

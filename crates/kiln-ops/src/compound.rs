@@ -9,10 +9,6 @@ use crate::{registry, EvalCx, InferCx, InputInfo, Op};
 use kiln_ir::{bail, Attr, DType, Graph, Initializer, Node, Result, Tensor, TensorType, ValueId};
 use std::collections::HashMap;
 
-/// Initializers up to this many elements are shown to decompositions as
-/// known values (scales, axes, shapes); larger ones (weights) are not read.
-const MAX_KNOWN_ELEMS: usize = 1 << 20;
-
 /// An op defined by a decomposition.
 pub trait Compound: Send + Sync {
     /// Builds the node's outputs from other ops with `b`; one value per
@@ -108,6 +104,10 @@ impl<C: Compound> Op for Comp<C> {
         inputs: &[Option<ValueId>],
     ) -> Result<Option<Vec<Option<ValueId>>>> {
         self.0.decompose(cx, b, inputs).map(Some)
+    }
+
+    fn is_compound(&self) -> bool {
+        true
     }
 }
 
@@ -206,27 +206,22 @@ fn open_node(g: &mut Graph, node: &Node) -> Result<Option<Vec<Node>>> {
     let Some(op) = registry::lookup(&node.domain, &node.op) else {
         return Ok(None);
     };
-    let domain = if node.domain == "ai.onnx" {
-        ""
-    } else {
-        &node.domain
-    };
-    let opset = g.opsets.get(domain).copied().unwrap_or(1);
-    let mut values: HashMap<ValueId, Tensor> = HashMap::new();
-    for id in node.inputs.iter().flatten() {
-        if let Some(init) = g.initializers.get(id) {
-            if init.ty().numel().unwrap_or(usize::MAX) <= MAX_KNOWN_ELEMS {
-                values.insert(*id, init.to_tensor()?);
-            }
-        }
-    }
-    let infos = node
-        .inputs
+    // The builder borrows `g` mutably, so the context's input types and
+    // values are copied out of it first (tensors share their storage).
+    let (cx_inputs, opset) = crate::infer::with_node_cx(g, node, |cx| {
+        let owned: Vec<Option<(TensorType, Option<Tensor>)>> = cx
+            .inputs
+            .iter()
+            .map(|i| i.as_ref().map(|i| (i.ty.clone(), i.value.cloned())))
+            .collect();
+        Ok((owned, cx.opset))
+    })?;
+    let infos = cx_inputs
         .iter()
         .map(|i| {
-            i.map(|i| InputInfo {
-                ty: g.ty(i).clone(),
-                value: values.get(&i),
+            i.as_ref().map(|(ty, v)| InputInfo {
+                ty: ty.clone(),
+                value: v.as_ref(),
             })
         })
         .collect();

@@ -48,9 +48,52 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
 }
 
 fn node_opset(g: &Graph, i: usize) -> i64 {
-    let d = g.nodes[i].domain.as_str();
+    opset_of(g, &g.nodes[i])
+}
+
+/// The version of `node`'s domain's opset in `g`.
+pub fn opset_of(g: &Graph, node: &kiln_ir::Node) -> i64 {
+    let d = node.domain.as_str();
     let d = if d == "ai.onnx" { "" } else { d };
     g.opsets.get(d).copied().unwrap_or(1)
+}
+
+/// Initializers up to this many elements are shown to ops as known values
+/// outside inference (scales, axes, shapes); larger ones are weights.
+pub const MAX_KNOWN_ELEMS: usize = 1 << 20;
+
+/// Calls `f` with the [`InferCx`] of `node` (a node of `g`, or one about to
+/// be put in it): input types from `g`, small initializers as known values.
+pub fn with_node_cx<T>(
+    g: &Graph,
+    node: &kiln_ir::Node,
+    f: impl FnOnce(&InferCx) -> Result<T>,
+) -> Result<T> {
+    let mut values: HashMap<ValueId, Tensor> = HashMap::new();
+    for id in node.inputs.iter().flatten() {
+        if let Some(init) = g.initializers.get(id) {
+            if init.ty().numel().unwrap_or(usize::MAX) <= MAX_KNOWN_ELEMS {
+                values.insert(*id, init.to_tensor()?);
+            }
+        }
+    }
+    let inputs = node
+        .inputs
+        .iter()
+        .map(|i| {
+            i.map(|i| InputInfo {
+                ty: g.ty(i).clone(),
+                value: values.get(&i),
+            })
+        })
+        .collect();
+    let cx = InferCx {
+        node,
+        opset: opset_of(g, node),
+        inputs,
+        scope: &|_| None,
+    };
+    f(&cx)
 }
 
 /// Subgraphs are not run during inference; control-flow ops fall back to

@@ -104,6 +104,11 @@ pub trait Op: Send + Sync {
         None
     }
 
+    /// True for ops defined only by a decomposition (see [`compound::Comp`]).
+    fn is_compound(&self) -> bool {
+        false
+    }
+
     /// Element-wise ops: the op whose `eval` is the scalar rule that tensor
     /// expression bodies call (see [`te::Expr::Call`]).
     fn scalar_kernel(&self) -> Option<&dyn Op> {

@@ -277,3 +277,23 @@ impl fmt::Display for MappingType {
         })
     }
 }
+
+/// The classes of `node`, a node of `g`: from its tensor expression when
+/// its op is primitive and the expression can be built (static shapes,
+/// constant shape inputs); a library op otherwise.
+pub fn classify_node(g: &kiln_ir::Graph, node: &kiln_ir::Node) -> kiln_ir::Result<Classes> {
+    Ok(match node_expr(g, node)? {
+        Some(te) => classify(&te),
+        None => Classes::LIBRARY,
+    })
+}
+
+/// The tensor expression of `node` in `g`, when its op is primitive and
+/// the expression can be built.
+pub fn node_expr(g: &kiln_ir::Graph, node: &kiln_ir::Node) -> kiln_ir::Result<Option<TensorExpr>> {
+    let Some(p) = crate::registry::lookup(&node.domain, &node.op).and_then(|op| op.primitive())
+    else {
+        return Ok(None);
+    };
+    crate::infer::with_node_cx(g, node, |cx| p.define(cx))
+}

@@ -17,6 +17,7 @@
 
 pub mod classify;
 pub mod eval;
+pub mod examples;
 pub mod index;
 pub mod primitive;
 
