@@ -29,6 +29,23 @@ struct ModelArgs {
     input_shapes: Vec<String>,
 }
 
+/// How the graph passes run after import.
+#[derive(clap::Args)]
+struct PassArgs {
+    /// Skip the graph passes (compound ops stay unopened).
+    #[arg(long)]
+    no_opt: bool,
+    /// Verify the graph after every pass.
+    #[arg(long)]
+    verify_each: bool,
+    /// Print the graph after every run of the pass NAME that changed it.
+    #[arg(long, value_name = "NAME")]
+    print_after: Option<String>,
+    /// Print a table of pass run times and node counts.
+    #[arg(long)]
+    time_passes: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Show a model's inputs, outputs, op histogram, parameters and FLOPs.
@@ -37,8 +54,13 @@ enum Command {
         /// Print one JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// List every node with its APOLLO and mapping classes.
+        #[arg(long)]
+        classify: bool,
         #[command(flatten)]
         args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
     },
     /// Run a model (the embedded default model when MODEL is omitted).
     Run {
@@ -57,6 +79,8 @@ enum Command {
         seed: u64,
         #[command(flatten)]
         args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
     },
     /// List the primitive ops with their APOLLO and mapping classes, derived
     /// from their tensor expressions (and the compound and library ops).
@@ -74,6 +98,9 @@ enum Command {
         /// Show at most this many elements of each constant (the output then does not parse back).
         #[arg(long)]
         elide: Option<usize>,
+        /// Print the graph after the graph passes instead of as imported.
+        #[arg(long)]
+        optimized: bool,
         #[command(flatten)]
         args: ModelArgs,
     },
@@ -82,7 +109,13 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let res = match cli.command {
-        Command::Info { model, json, args } => info(&model, json, &args),
+        Command::Info {
+            model,
+            json,
+            classify,
+            args,
+            passes,
+        } => info(&model, json, classify, &args, &passes),
         Command::Run {
             model,
             inputs,
@@ -90,12 +123,14 @@ fn main() {
             backend: _,
             seed,
             args,
+            passes,
         } => run(
             model.as_deref(),
             &inputs,
             output_dir.as_deref(),
             seed,
             &args,
+            &passes,
         ),
         Command::Ops { exprs, markdown } => {
             if markdown {
@@ -105,8 +140,17 @@ fn main() {
             }
             Ok(())
         }
-        Command::Print { model, elide, args } => load(&model, &args).map(|g| {
+        Command::Print {
+            model,
+            elide,
+            optimized,
+            args,
+        } => load(&model, &args).and_then(|mut g| {
+            if optimized {
+                kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+            }
             print!("{}", kiln_ir::text::print_elided(&g, elide));
+            Ok(())
         }),
     };
     if let Err(e) = res {
@@ -141,12 +185,52 @@ fn load(path: &Path, args: &ModelArgs) -> Result<Graph> {
     Ok(kiln_onnx::load(path, &import_options(args)?)?.graph)
 }
 
-fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
-    let g = load(path, args)?;
+/// Runs the graph passes as `p` asks, printing graphs (`--print-after`)
+/// and the timing table (`--time-passes`) to stderr.
+fn optimize(g: &mut Graph, p: &PassArgs) -> Result<()> {
+    if p.no_opt {
+        return Ok(());
+    }
+    let opts = kiln_passes::Options {
+        verify_each: p.verify_each,
+        print_after: p.print_after.clone(),
+        ..Default::default()
+    };
+    let report = kiln_passes::optimize_to(g, &opts, &mut std::io::stderr())?;
+    if p.time_passes {
+        eprint!("{report}");
+    }
+    Ok(())
+}
+
+/// Node counts of an optimized graph: (nodes, primitive nodes).
+fn primitive_count(g: &Graph) -> Result<usize> {
+    let mut n = 0;
+    for node in &g.nodes {
+        if kiln_ops::te::classify::node_expr(g, node)?.is_some() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+fn info(path: &Path, json: bool, classify: bool, args: &ModelArgs, p: &PassArgs) -> Result<()> {
+    let mut g = load(path, args)?;
+    let nodes_imported = g.nodes.len();
+    optimize(&mut g, p)?;
+    let primitive_nodes = primitive_count(&g)?;
     let mut hist: BTreeMap<String, usize> = BTreeMap::new();
     for n in &g.nodes {
         *hist.entry(n.op.clone()).or_default() += 1;
     }
+    let classes = if classify {
+        g.nodes
+            .iter()
+            .map(|n| Ok((n, kiln_ops::te::classify::classify_node(&g, n)?)))
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
     let flops = flops::graph_flops(&g);
     let io = |ids: &[kiln_ir::ValueId]| -> Vec<(String, String)> {
         ids.iter()
@@ -163,17 +247,28 @@ fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
                 })
                 .collect()
         };
-        let obj = serde_json::json!({
+        let mut obj = serde_json::json!({
             "model": path.display().to_string(),
             "opset": g.opset(),
             "inputs": tensors(&g.inputs),
             "outputs": tensors(&g.outputs),
-            "nodes": g.nodes.len(),
+            "nodes_imported": nodes_imported,
+            "nodes_after_passes": g.nodes.len(),
+            "primitive_nodes": primitive_nodes,
             "op_histogram": hist,
             "parameters": g.parameter_count(),
             "flops": flops,
             "gflops": flops as f64 / 1e9,
         });
+        if classify {
+            obj["classes"] = classes
+                .iter()
+                .map(|(n, c)| {
+                    serde_json::json!({"node": n.name, "op": n.op,
+                        "apollo": c.apollo.to_string(), "mapping": c.mapping.to_string()})
+                })
+                .collect();
+        }
         println!("{obj}");
         return Ok(());
     }
@@ -184,7 +279,11 @@ fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
     for (n, t) in &outputs {
         println!("output {n}: {t}");
     }
-    println!("nodes: {}", g.nodes.len());
+    println!(
+        "nodes: {} imported, {} after passes, {primitive_nodes} primitive",
+        nodes_imported,
+        g.nodes.len()
+    );
     println!("parameters: {}", g.parameter_count());
     println!("FLOPs: {flops} ({:.3} GFLOP)", flops as f64 / 1e9);
     println!("ops:");
@@ -192,6 +291,12 @@ fn info(path: &Path, json: bool, args: &ModelArgs) -> Result<()> {
     by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     for (op, c) in by_count {
         println!("  {op:<24} {c}");
+    }
+    if classify {
+        println!("classes:");
+        for (n, c) in &classes {
+            println!("  {:<40} {:<14} {:<22} {}", n.name, n.op, c.apollo, c.mapping);
+        }
     }
     Ok(())
 }
@@ -234,9 +339,10 @@ fn run(
     out_dir: Option<&Path>,
     seed: u64,
     args: &ModelArgs,
+    passes: &PassArgs,
 ) -> Result<()> {
     let start = Instant::now();
-    let (g, label) = match model {
+    let (mut g, label) = match model {
         Some(p) => (load(p, args)?, p.display().to_string()),
         None => {
             let m = kiln_onnx::load_bytes(bytes_of_default(), None, &import_options(args)?)
@@ -247,6 +353,7 @@ fn run(
             )
         }
     };
+    optimize(&mut g, passes)?;
     let import_time = start.elapsed();
     if !input_files.is_empty() && input_files.len() != g.inputs.len() {
         bail!(
@@ -272,7 +379,7 @@ fn run(
     let run_time = t0.elapsed();
     println!("model: {label}");
     println!(
-        "backend: reference   import: {:.1} ms   run: {:.1} ms",
+        "backend: reference   import + passes: {:.1} ms   run: {:.1} ms",
         import_time.as_secs_f64() * 1e3,
         run_time.as_secs_f64() * 1e3
     );

@@ -81,14 +81,39 @@ impl Backend for Reference {
         "reference"
     }
     fn run(&self, model: &Path, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let names = kiln_onnx::graph_input_names(&kiln_onnx::decode_proto(model)?);
-        let mut opts = kiln_onnx::ImportOptions::default();
-        for (n, t) in names.iter().zip(inputs) {
-            opts.input_shapes.insert(n.clone(), t.shape.clone());
-        }
-        let m = kiln_onnx::load(model, &opts)?;
-        kiln_interp::run(&m.graph, inputs)
+        kiln_interp::run(&import(model, inputs)?, inputs)
     }
+}
+
+/// The graph passes, then the reference interpreter: the default pipeline
+/// with the graph verified after every pass. Passing the same cases as
+/// [`Reference`] shows the passes preserve semantics.
+pub struct Optimized;
+
+impl Backend for Optimized {
+    fn name(&self) -> &str {
+        "optimized"
+    }
+    fn run(&self, model: &Path, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut g = import(model, inputs)?;
+        let opts = kiln_passes::Options {
+            verify_each: true,
+            ..Default::default()
+        };
+        kiln_passes::optimize(&mut g, &opts)?;
+        kiln_interp::run(&g, inputs)
+    }
+}
+
+/// Imports a case's model with its input shapes bound from the test data
+/// (the models sometimes declare symbolic dims).
+fn import(model: &Path, inputs: &[Tensor]) -> Result<kiln_ir::Graph> {
+    let names = kiln_onnx::graph_input_names(&kiln_onnx::decode_proto(model)?);
+    let mut opts = kiln_onnx::ImportOptions::default();
+    for (n, t) in names.iter().zip(inputs) {
+        opts.input_shapes.insert(n.clone(), t.shape.clone());
+    }
+    Ok(kiln_onnx::load(model, &opts)?.graph)
 }
 
 /// Compares one output with its expected value; `Err` says how it differs.

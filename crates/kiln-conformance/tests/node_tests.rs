@@ -4,7 +4,7 @@
 //! `docs/conformance.md`; `KILN_CASE=substring` runs only matching cases and
 //! prints why each fails.
 
-use kiln_conformance::{case_op, cases, run_case, test_dir, Backend, Reference};
+use kiln_conformance::{case_op, cases, run_case, test_dir, Backend, Optimized, Reference};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -73,7 +73,20 @@ fn per_op_table(outcomes: &[Outcome]) -> String {
 
 #[test]
 fn onnx_node_tests_reference() {
-    let backend = Reference;
+    check(&Reference, true);
+}
+
+/// Every case the reference interpreter passes must pass after the graph
+/// passes too (same expected list): the passes preserve semantics.
+#[test]
+fn onnx_node_tests_after_passes() {
+    check(&Optimized, false);
+}
+
+/// Runs the node tests on `backend` and fails on any regression of a case
+/// in expected/reference.txt; `blessable` backends record their passing set
+/// (and docs/conformance.md) under KILN_BLESS=1.
+fn check(backend: &dyn Backend, blessable: bool) {
     let dir = test_dir();
     let all = cases(&dir)
         .unwrap_or_else(|e| panic!("ONNX node tests not found ({e}); set KILN_ONNX_NODE_TESTS"));
@@ -84,10 +97,9 @@ fn onnx_node_tests_reference() {
         .filter(|c| filter.as_ref().is_none_or(|f| c.contains(f.as_str())))
         .cloned()
         .collect();
-    let outcomes = run_all(&backend, &dir, &names);
+    let outcomes = run_all(backend, &dir, &names);
 
-    let expected_path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("expected/{}.txt", backend.name()));
+    let expected_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("expected/reference.txt");
     let expected: BTreeSet<String> = std::fs::read_to_string(&expected_path)
         .unwrap_or_default()
         .lines()
@@ -122,7 +134,7 @@ fn onnx_node_tests_reference() {
         backend.name()
     );
 
-    if std::env::var("KILN_BLESS").is_ok() && filter.is_none() {
+    if std::env::var("KILN_BLESS").is_ok() && filter.is_none() && blessable {
         let mut text = format!("# ONNX node tests passing on the {} backend (KILN_BLESS=1 cargo test -p kiln-conformance)\n", backend.name());
         for c in &passing {
             text.push_str(c);
