@@ -1,0 +1,54 @@
+//! The passes, one per file, and the default pipeline.
+//!
+//! Default pipeline: `open_compounds` once (so every later pass sees
+//! primitives only), then to a fixed point `fold_shapes`, `fold_constants`,
+//! `simplify`, `canonicalize_layout`, `fold_affine`, `cse`, `dce`: shape
+//! facts become constants, constants fold, the algebra and layout rules
+//! expose more folding and merging, and dead code goes last so each round
+//! leaves a compact graph.
+
+use crate::pass::Pass;
+use kiln_ir::{bail, Result};
+
+pub mod canonicalize_layout;
+pub mod cse;
+pub mod dce;
+pub mod fold_affine;
+pub mod fold_constants;
+pub mod fold_shapes;
+pub mod open_compounds;
+pub mod simplify;
+
+/// Every pass, in default pipeline order.
+pub fn all() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(open_compounds::OpenCompounds),
+        Box::new(fold_shapes::FoldShapes),
+        Box::new(fold_constants::FoldConstants),
+        Box::new(simplify::Simplify),
+        Box::new(canonicalize_layout::CanonicalizeLayout),
+        Box::new(fold_affine::FoldAffine),
+        Box::new(cse::Cse),
+        Box::new(dce::Dce),
+    ]
+}
+
+/// Names of all passes, in default pipeline order.
+pub fn names() -> Vec<&'static str> {
+    all().iter().map(|p| p.name()).collect()
+}
+
+/// The pass called `name`; the error lists the valid names.
+pub fn by_name(name: &str) -> Result<Box<dyn Pass>> {
+    match all().into_iter().find(|p| p.name() == name) {
+        Some(p) => Ok(p),
+        None => bail!("unknown pass '{name}'; passes are: {}", names().join(", ")),
+    }
+}
+
+/// The default pipeline: (passes run once, passes run to a fixed point).
+pub fn default_pipeline() -> (Vec<Box<dyn Pass>>, Vec<Box<dyn Pass>>) {
+    let mut rest = all();
+    let once = rest.drain(..1).collect();
+    (once, rest)
+}
