@@ -232,8 +232,13 @@ fn open_node(g: &mut Graph, node: &Node) -> Result<Option<Vec<Node>>> {
         scope: &|_| None,
     };
     let mut b = Builder::new(g, opset, &node.name);
-    let Some(outs) = op.decompose(&cx, &mut b, &node.inputs)? else {
-        return Ok(None);
+    // A node whose decomposition needs what is only known at run time (an
+    // axes input computed in a loop body) stays as it is.
+    let outs = match op.decompose(&cx, &mut b, &node.inputs) {
+        Ok(Some(outs)) => outs,
+        Ok(None) => return Ok(None),
+        Err(e) if e.is_not_static() => return Ok(None),
+        Err(e) => return Err(e),
     };
     let mut nodes = std::mem::take(&mut b.nodes);
     bind_outputs(g, node, &outs, &mut nodes)?;

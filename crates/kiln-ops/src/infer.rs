@@ -59,8 +59,9 @@ pub fn opset_of(g: &Graph, node: &kiln_ir::Node) -> i64 {
 }
 
 /// Initializers up to this many elements are shown to ops as known values
-/// outside inference (scales, axes, shapes); larger ones are weights.
-pub const MAX_KNOWN_ELEMS: usize = 1 << 20;
+/// outside inference (axes, shapes, scalars, per-channel vectors); larger
+/// ones are weights, which no definition reads and decoding would cost.
+pub const MAX_KNOWN_ELEMS: usize = 1 << 16;
 
 /// Calls `f` with the [`InferCx`] of `node` (a node of `g`, or one about to
 /// be put in it): input types from `g`, small initializers as known values.
