@@ -53,7 +53,10 @@ pub fn has_subgraph(node: &Node) -> bool {
 /// Runs `rule` on every live node of `g` in order, each node's inputs
 /// already substituted; true when any rule changed the graph. The rule may
 /// rewrite the node and its producers.
-pub fn sweep(g: &mut Graph, rule: &mut dyn FnMut(&mut Editor, usize) -> Result<()>) -> Result<bool> {
+pub fn sweep(
+    g: &mut Graph,
+    rule: &mut dyn FnMut(&mut Editor, usize) -> Result<()>,
+) -> Result<bool> {
     let mut ed = Editor::new(g);
     for n in 0..ed.len() {
         if ed.is_dead(n) {
@@ -349,9 +352,9 @@ impl<'g> Editor<'g> {
 
     /// A value name not used in the graph, from `hint`.
     pub fn fresh_name(&mut self, hint: &str) -> String {
-        let names = self.names.get_or_insert_with(|| {
-            self.g.values.iter().map(|v| v.name.clone()).collect()
-        });
+        let names = self
+            .names
+            .get_or_insert_with(|| self.g.values.iter().map(|v| v.name.clone()).collect());
         let mut name = hint.to_string();
         let mut k = 1;
         while names.contains(&name) {

@@ -47,14 +47,25 @@ fn pass_cases() {
     let filter = std::env::var("KILN_CASE").unwrap_or_default();
     let mut failures = Vec::new();
     for dir in sorted_entries(&root) {
-        let pass = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        assert!(passes::by_name(&pass).is_ok(), "{}: not a pass", dir.display());
+        let pass = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            passes::by_name(&pass).is_ok(),
+            "{}: not a pass",
+            dir.display()
+        );
         let cases: Vec<PathBuf> = sorted_entries(&dir)
             .into_iter()
             .filter(|p| p.extension().is_some_and(|e| e == "kiln"))
             .collect();
         assert!(cases.len() >= 2, "{pass}: needs at least 2 cases");
-        for case in cases.iter().filter(|c| c.to_string_lossy().contains(&filter)) {
+        for case in cases
+            .iter()
+            .filter(|c| c.to_string_lossy().contains(&filter))
+        {
             let expected_path = case.with_extension("expected");
             let got = match run_case(case, &pass) {
                 Ok(text) => text,

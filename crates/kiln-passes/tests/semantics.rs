@@ -10,9 +10,9 @@ use kiln_passes::{optimize, Options};
 use std::path::Path;
 
 fn deterministic(g: &Graph) -> bool {
-    g.nodes.iter().all(|n| {
-        kiln_ops::registry::lookup(&n.domain, &n.op).is_some_and(|op| op.deterministic())
-    })
+    g.nodes
+        .iter()
+        .all(|n| kiln_ops::registry::lookup(&n.domain, &n.op).is_some_and(|op| op.deterministic()))
 }
 
 fn check_same_results(mut g: Graph, what: &str) {

@@ -207,7 +207,12 @@ fn hoist_unit_view(ed: &mut Editor, n: usize, t: ValueId, y: ValueId) {
 /// For `y = unit_view(Transpose(x, p))`: the shape of a unit view of `x`
 /// (its non-unit dims in order, then ones) and the permutation taking it
 /// to `y`.
-fn unit_view_plan(xs: &[usize], ts: &[usize], ys: &[usize], p: &[usize]) -> (Vec<usize>, Vec<usize>) {
+fn unit_view_plan(
+    xs: &[usize],
+    ts: &[usize],
+    ys: &[usize],
+    p: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
     // Position among x's non-unit axes of each x axis.
     let mut rank_of = vec![usize::MAX; xs.len()];
     let mut count = 0;

@@ -1,5 +1,6 @@
 //! Helpers shared by the pass tests: loading a graph from text, random
 //! inputs, and comparing interpreter outputs.
+#![allow(dead_code)] // each test crate uses a part
 
 use kiln_ir::{bail, DType, Data, Graph, Result, Tensor};
 
@@ -14,7 +15,9 @@ pub fn load(src: &str) -> Result<Graph> {
 /// Deterministic pseudo-random inputs for `g`: floats in [-1, 1), integers
 /// in {0, 1}, booleans.
 pub fn random_inputs(g: &Graph, seed: u64) -> Result<Vec<Tensor>> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     let mut next = move || {
         state = state
             .wrapping_mul(6364136223846793005)
@@ -63,8 +66,12 @@ pub fn assert_close(want: &[Tensor], got: &[Tensor], what: &str) {
             }
         };
         for (i, (a, b)) in wv.iter().zip(&gv).enumerate() {
-            let same = a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * (1.0 + a.abs());
-            assert!(same, "{what}: output {k} element {i}: {a} before, {b} after");
+            let same =
+                a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 * (1.0 + a.abs());
+            assert!(
+                same,
+                "{what}: output {k} element {i}: {a} before, {b} after"
+            );
         }
     }
 }
