@@ -146,11 +146,6 @@ impl<'g> Editor<'g> {
         crate::consts::opset(self.g, &self.g.nodes[n])
     }
 
-    /// Marks the graph changed (for rewrites done through [`Editor::graph_mut`]).
-    pub fn mark_changed(&mut self) {
-        self.changed = true;
-    }
-
     /// Where `v` ended up after substitutions.
     pub fn resolve_value(&self, mut v: ValueId) -> ValueId {
         while let Some(&to) = self.subst.get(&v) {
@@ -270,12 +265,6 @@ impl<'g> Editor<'g> {
         node.op = op.to_string();
         node.domain = String::new();
         node.attrs = attrs;
-        self.changed = true;
-    }
-
-    /// Sets one attribute of node `n`.
-    pub fn set_attr(&mut self, n: usize, name: &str, a: Attr) {
-        self.g.nodes[n].attrs.insert(name.to_string(), a);
         self.changed = true;
     }
 
