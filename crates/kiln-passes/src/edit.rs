@@ -53,7 +53,10 @@ pub fn has_subgraph(node: &Node) -> bool {
 /// Runs `rule` on every live node of `g` in order, each node's inputs
 /// already substituted; true when any rule changed the graph. The rule may
 /// rewrite the node and its producers.
-pub fn sweep(g: &mut Graph, rule: &mut dyn FnMut(&mut Editor, usize) -> Result<()>) -> Result<bool> {
+pub fn sweep(
+    g: &mut Graph,
+    rule: &mut dyn FnMut(&mut Editor, usize) -> Result<()>,
+) -> Result<bool> {
     let mut ed = Editor::new(g);
     for n in 0..ed.len() {
         if ed.is_dead(n) {
@@ -141,11 +144,6 @@ impl<'g> Editor<'g> {
     /// The opset version that applies to node `n`.
     pub fn opset(&self, n: usize) -> i64 {
         crate::consts::opset(self.g, &self.g.nodes[n])
-    }
-
-    /// Marks the graph changed (for rewrites done through [`Editor::graph_mut`]).
-    pub fn mark_changed(&mut self) {
-        self.changed = true;
     }
 
     /// Where `v` ended up after substitutions.
@@ -270,12 +268,6 @@ impl<'g> Editor<'g> {
         self.changed = true;
     }
 
-    /// Sets one attribute of node `n`.
-    pub fn set_attr(&mut self, n: usize, name: &str, a: Attr) {
-        self.g.nodes[n].attrs.insert(name.to_string(), a);
-        self.changed = true;
-    }
-
     /// Changes the type of `v`; only for values no one else has seen
     /// (single-use intermediates a rewrite moves).
     pub fn set_type(&mut self, v: ValueId, ty: TensorType) {
@@ -349,9 +341,9 @@ impl<'g> Editor<'g> {
 
     /// A value name not used in the graph, from `hint`.
     pub fn fresh_name(&mut self, hint: &str) -> String {
-        let names = self.names.get_or_insert_with(|| {
-            self.g.values.iter().map(|v| v.name.clone()).collect()
-        });
+        let names = self
+            .names
+            .get_or_insert_with(|| self.g.values.iter().map(|v| v.name.clone()).collect());
         let mut name = hint.to_string();
         let mut k = 1;
         while names.contains(&name) {

@@ -53,9 +53,16 @@ pub struct PassManager {
 }
 
 impl PassManager {
-    /// The default pipeline (see [`passes::default_pipeline`]).
+    /// A pipeline of passes run once (in order), then passes run in rounds.
+    pub fn new(once: Vec<Box<dyn Pass>>, rounds: Vec<Box<dyn Pass>>) -> PassManager {
+        PassManager { once, rounds }
+    }
+
+    /// The default pipeline (see [`passes`]): opening compounds once, then
+    /// every other pass in rounds.
     pub fn default_pipeline() -> PassManager {
-        let (once, rounds) = passes::default_pipeline();
+        let mut rounds = passes::all();
+        let once = rounds.drain(..1).collect();
         PassManager { once, rounds }
     }
 
@@ -80,7 +87,11 @@ impl PassManager {
 
     /// Names of the passes in pipeline order.
     pub fn names(&self) -> Vec<&'static str> {
-        self.once.iter().chain(&self.rounds).map(|p| p.name()).collect()
+        self.once
+            .iter()
+            .chain(&self.rounds)
+            .map(|p| p.name())
+            .collect()
     }
 
     /// Runs the pipeline on `g`. Printouts go to `out` when given, else
@@ -196,7 +207,9 @@ impl Run<'_, '_> {
         st.delta += after as i64 - before as i64;
         let first = st.runs == 1;
         if interface(g) != self.interface {
-            return Err(Error::new("renamed or replaced the graph's inputs or outputs").context(ctx()));
+            return Err(
+                Error::new("renamed or replaced the graph's inputs or outputs").context(ctx()),
+            );
         }
         if self.opts.verify_each {
             check(g).map_err(|e| e.context(format!("verifying after {}", ctx())))?;

@@ -89,10 +89,8 @@ pub fn unary_elementwise(ed: &Editor, n: usize) -> Option<usize> {
     let mut data = None;
     for k in 0..node.inputs.len() {
         let v = ed.input(n, k)?;
-        if !is_scalar_const(v) {
-            if data.replace(k).is_some() {
-                return None;
-            }
+        if !is_scalar_const(v) && data.replace(k).is_some() {
+            return None;
         }
     }
     let x = ed.input(n, data?)?;

@@ -2,7 +2,8 @@
 //! and merges layout changes so that they meet and cancel. Rules, applied
 //! at each node in order (shapes must be static):
 //!
-//! 1. `Transpose(x, p)` with `p` the identity → `x`.
+//! 1. `Transpose(x, p)` with `p` the identity → `x`; one that keeps the
+//!    order of the axes longer than 1 (moves only unit axes) → `Reshape`.
 //! 2. `Transpose(Transpose(x, p), q)` → `Transpose(x, p∘q)` (→ `x` when
 //!    that is the identity); the inner one goes when nothing else uses it.
 //! 3. `Transpose(U_k(…U_1(Transpose(x, p))…), q)` where each `U_i` is an
@@ -46,7 +47,9 @@ impl Pass for CanonicalizeLayout {
 fn layout_node(ed: &mut Editor, n: usize) -> Result<()> {
     if transpose(ed, n).is_some() {
         merge_transposes(ed, n);
-    } else if let Some((x, y)) = view(ed, n) {
+    }
+    // Also when rule 1 just made the transpose a Reshape.
+    if let Some((x, y)) = view(ed, n) {
         if ed.node(n).op != "Identity" && !merge_views(ed, n, x, y) {
             hoist_unit_view(ed, n, x, y);
         }
@@ -68,6 +71,13 @@ fn merge_transposes(ed: &mut Editor, n: usize) {
         ed.forward(n, y, x);
         return;
     }
+    if let (Some(xs), Some(ys)) = (ed.shape(x), ed.shape(y)) {
+        if moves_only_unit_axes(xs, &q) && !ys.contains(&0) {
+            let ys = ys.to_vec();
+            make_reshape(ed, n, x, &ys);
+            return;
+        }
+    }
     let Some(m) = ed.producer(x) else { return };
     let (p, input) = match transpose(ed, m) {
         // Rule 2: merge directly, even when the inner one has other users.
@@ -83,6 +93,13 @@ fn merge_transposes(ed: &mut Editor, n: usize) {
         ed.set_op(n, "Transpose", perm_attr(&perm));
     }
     ed.remove_if_unused(m);
+}
+
+/// Whether transposing a tensor of shape `xs` by `perm` keeps the order
+/// of its axes longer than 1 (so it is a view).
+fn moves_only_unit_axes(xs: &[usize], perm: &[usize]) -> bool {
+    let kept: Vec<usize> = perm.iter().copied().filter(|&a| xs[a] != 1).collect();
+    kept.windows(2).all(|w| w[0] < w[1])
 }
 
 /// Rule 3: walks up from `end` through single-use element-wise ops to a
@@ -190,7 +207,12 @@ fn hoist_unit_view(ed: &mut Editor, n: usize, t: ValueId, y: ValueId) {
 /// For `y = unit_view(Transpose(x, p))`: the shape of a unit view of `x`
 /// (its non-unit dims in order, then ones) and the permutation taking it
 /// to `y`.
-fn unit_view_plan(xs: &[usize], ts: &[usize], ys: &[usize], p: &[usize]) -> (Vec<usize>, Vec<usize>) {
+fn unit_view_plan(
+    xs: &[usize],
+    ts: &[usize],
+    ys: &[usize],
+    p: &[usize],
+) -> (Vec<usize>, Vec<usize>) {
     // Position among x's non-unit axes of each x axis.
     let mut rank_of = vec![usize::MAX; xs.len()];
     let mut count = 0;

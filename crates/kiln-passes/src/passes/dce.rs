@@ -71,7 +71,11 @@ fn compact(g: &mut Graph) -> bool {
         .chain(&g.outputs)
         .chain(&g.captures)
         .chain(g.initializers.keys())
-        .chain(g.nodes.iter().flat_map(|n| n.inputs.iter().chain(&n.outputs).flatten()));
+        .chain(
+            g.nodes
+                .iter()
+                .flat_map(|n| n.inputs.iter().chain(&n.outputs).flatten()),
+        );
     for v in defined {
         keep[v.index()] = true;
     }

@@ -56,7 +56,11 @@ fn fold_node(ed: &mut Editor, n: usize) -> Result<()> {
     let (Some(a), Some(b), Some(y)) = (ed.input(n, 0), ed.input(n, 1), single_output(node)) else {
         return Ok(());
     };
-    let (u, s) = if ed.constant(b).is_some() { (a, b) } else { (b, a) };
+    let (u, s) = if ed.constant(b).is_some() {
+        (a, b)
+    } else {
+        (b, a)
+    };
     if ed.constant(s).is_none() || ed.constant(u).is_some() || ed.ty(u) != ed.ty(y) {
         return Ok(());
     }
@@ -85,7 +89,11 @@ fn fold_through_bias(ed: &mut Editor, n: usize, add: usize, s: ValueId, y: Value
     let (Some(a), Some(b)) = (ed.input(add, 0), ed.input(add, 1)) else {
         return Ok(());
     };
-    let (t, k_bias) = if ed.constant(b).is_some() { (a, 1) } else { (b, 0) };
+    let (t, k_bias) = if ed.constant(b).is_some() {
+        (a, 1)
+    } else {
+        (b, 0)
+    };
     let Some(bias) = ed.input(add, k_bias) else {
         return Ok(());
     };
@@ -137,9 +145,7 @@ fn linear(ed: &Editor, p: usize) -> Option<Linear> {
     };
     let owned = |k: usize| match ed.input(p, k) {
         None => k != 1,
-        Some(v) => {
-            ed.constant(v).is_some() && ed.ty(v).dtype.is_float() && ed.used_only_by(v, p)
-        }
+        Some(v) => ed.constant(v).is_some() && ed.ty(v).dtype.is_float() && ed.used_only_by(v, p),
     };
     params.iter().all(|&k| owned(k)).then_some(Linear {
         node: p,

@@ -40,7 +40,13 @@ impl Pass for FoldConstants {
 
 fn fold_node(ed: &mut Editor, n: usize) -> Result<()> {
     let node = ed.node(n);
-    if has_subgraph(node) || node.inputs.iter().flatten().any(|v| ed.constant(*v).is_none()) {
+    if has_subgraph(node)
+        || node
+            .inputs
+            .iter()
+            .flatten()
+            .any(|v| ed.constant(*v).is_none())
+    {
         return Ok(());
     }
     match registry::lookup(&node.domain, &node.op) {
@@ -55,18 +61,18 @@ fn fold_node(ed: &mut Editor, n: usize) -> Result<()> {
         }
         return Ok(());
     }
-    let sole_user = node
-        .inputs
-        .iter()
-        .flatten()
-        .all(|&v| ed.used_only_by(v, n));
+    let sole_user = node.inputs.iter().flatten().all(|&v| ed.used_only_by(v, n));
     if !sole_user && !small_enough(ed, n) {
         return Ok(());
     }
     let inputs: Vec<Option<Tensor>> = node
         .inputs
         .iter()
-        .map(|i| i.and_then(|v| ed.constant(v)).map(|c| c.to_tensor()).transpose())
+        .map(|i| {
+            i.and_then(|v| ed.constant(v))
+                .map(|c| c.to_tensor())
+                .transpose()
+        })
         .collect::<Result<_>>()?;
     let refs: Vec<Option<&Tensor>> = inputs.iter().map(|t| t.as_ref()).collect();
     let Ok(outs) = consts::eval(node, ed.opset(n), &refs) else {

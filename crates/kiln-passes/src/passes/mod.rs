@@ -45,10 +45,3 @@ pub fn by_name(name: &str) -> Result<Box<dyn Pass>> {
         None => bail!("unknown pass '{name}'; passes are: {}", names().join(", ")),
     }
 }
-
-/// The default pipeline: (passes run once, passes run to a fixed point).
-pub fn default_pipeline() -> (Vec<Box<dyn Pass>>, Vec<Box<dyn Pass>>) {
-    let mut rest = all();
-    let once = rest.drain(..1).collect();
-    (once, rest)
-}
