@@ -282,3 +282,51 @@ fn bind_outputs(
     }
     Ok(())
 }
+
+/// An op with two definitions, chosen per node: `other` for the nodes
+/// `uses_other` accepts, `main` for the rest. Conv is a primitive without a
+/// bias and a compound with one; MaxPool is a primitive unless it also
+/// returns indices. [`Op::primitive`] has no node to choose by and gives
+/// `main`'s, whose `define` rejects the nodes `other` handles.
+pub struct PerNode<A, B> {
+    pub main: A,
+    pub other: B,
+    pub uses_other: fn(&Node) -> bool,
+}
+
+impl<A: Op, B: Op> PerNode<A, B> {
+    fn pick(&self, node: &Node) -> &dyn Op {
+        if (self.uses_other)(node) {
+            &self.other
+        } else {
+            &self.main
+        }
+    }
+}
+
+impl<A: Op, B: Op> Op for PerNode<A, B> {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        self.pick(cx.node).infer(cx)
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        self.pick(cx.node).eval(cx, inputs)
+    }
+
+    fn fold(&self, cx: &InferCx) -> Result<Option<Vec<Tensor>>> {
+        self.pick(cx.node).fold(cx)
+    }
+
+    fn primitive(&self) -> Option<&dyn crate::te::primitive::Primitive> {
+        self.main.primitive()
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        self.pick(cx.node).decompose(cx, b, inputs)
+    }
+}

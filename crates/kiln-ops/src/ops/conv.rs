@@ -1,22 +1,39 @@
-//! Convolutions: Conv, ConvInteger, QLinearConv (im2col per group and a
-//! matrix product), ConvTranspose and Col2Im (a matrix product and col2im),
-//! and DeformConv (in [`deform`]). The window geometry shared with the
-//! pools is in [`window`].
+//! Convolutions. Conv without a bias is a primitive: a tensor expression
+//! summing products over (input channel of the group, kernel window), whose
+//! direct kernel is im2col per group and a matrix product; Conv with a bias
+//! is a compound (that Conv, then Add of the bias). ConvInteger,
+//! QLinearConv (the same kernel on centered integers), ConvTranspose and
+//! Col2Im (a matrix product and col2im), DeformConv (in [`deform`]) and
+//! CausalConvWithState stay library ops. The window geometry shared with
+//! the pools is in [`window`].
 
 mod deform;
 pub(crate) mod window;
 
+use crate::compound::{Comp, Compound, PerNode};
 use crate::ops::linalg::gemm::{gemm, run_typed, Accepts, GemmElem, MatView, TypedKernel};
 use crate::ops::linalg::{centered, infer_from};
+use crate::ops::movement::common::input_shapes;
 use crate::ops::quant::{combined_scale, saturate_round};
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr, Var};
 use crate::util::ints;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, ensure, DType, Elem, Node, Num, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, opt_arg, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{
+    bail, dispatch_num, ensure, Attr, DType, Elem, Node, Num, Result, Tensor, TensorType, ValueId,
+};
 use window::{checked_numel, col2im, im2col, kernel_shape, Geometry, Taps, WindowAttrs};
 
 pub fn register(r: &mut Registry) {
-    r.add("Conv", Conv);
+    r.add(
+        "Conv",
+        PerNode {
+            main: Prim(Conv),
+            other: Comp(BiasedConv),
+            uses_other: has_bias,
+        },
+    );
     r.add("ConvInteger", ConvInteger);
     r.add("QLinearConv", QLinearConv);
     r.add("ConvTranspose", ConvTranspose);
@@ -147,7 +164,15 @@ pub(crate) fn conv_forward<T: GemmElem>(
     Ok(out)
 }
 
+/// `out[n, m, o…] = sum[c < C/group, k…] Mul(x[n, g·C/group + c, o·stride +
+/// k·dilation - pad_begin], w[m, c, k…])` where `g` is the group of output
+/// channel `m`; taps in the padding read zero.
 struct Conv;
+
+/// Whether a Conv node has a bias input.
+fn has_bias(node: &Node) -> bool {
+    node.inputs.get(2).is_some_and(|b| b.is_some())
+}
 
 struct ConvKernel<'a>(&'a ConvShape);
 
@@ -157,27 +182,136 @@ impl TypedKernel for ConvKernel<'_> {
     }
 }
 
-impl Op for Conv {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let dtype = cx.input(0)?.ty.dtype;
-        Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
-            let cs = ConvShape::new(cx.node, s[0], s[1])?;
-            check_bias(
-                cx.opt_input(2).and_then(|b| b.ty.shape.as_deref()),
-                cs.out_channels,
-            )?;
-            Ok(cs.out_shape())
-        })?])
+impl Primitive for Conv {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        ensure!(
+            cx.opt_input(2).is_none(),
+            "a Conv with a bias is a compound (Conv, then Add) and has no tensor expression"
+        );
+        let (dtype, wtype) = (cx.input(0)?.ty.dtype, cx.input(1)?.ty.dtype);
+        ensure!(dtype == wtype, "input types differ: {dtype} and {wtype}");
+        let (Some(inputs), Some(x), Some(w)) = (input_shapes(cx), cx.shape(0)?, cx.shape(1)?)
+        else {
+            return Ok(None);
+        };
+        let cs = ConvShape::new(cx.node, x, w)?;
+        conv_expression(dtype, &cs, inputs).map(Some)
     }
 
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, w, b) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
-        let cs = ConvShape::new(cx.node, &x.shape, &w.shape)?;
-        check_bias(b.map(|b| b.shape.as_slice()), cs.out_channels)?;
-        let mut operands = vec![x, w];
-        operands.extend(b);
-        let data = run_typed(&ConvKernel(&cs), &operands, Accepts::Floats)?;
-        Ok(vec![Tensor::new(cs.out_shape(), data)?])
+    /// im2col and a matrix product per batch item and group.
+    fn kernel(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        let run = || {
+            let (x, w) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            let cs = ConvShape::new(cx.node, &x.shape, &w.shape)?;
+            let data = run_typed(&ConvKernel(&cs), &[x, w], Accepts::Floats)?;
+            Tensor::new(cs.out_shape(), data)
+        };
+        Some(run())
+    }
+}
+
+/// The tensor expression of a convolution of shapes `cs`. Reduction dims:
+/// `r0` the input channel within the group, `r1…` the kernel taps. The
+/// input channel is `g·C/group + r0` with `g = m floordiv (M/group)`, an
+/// affine or floordiv map when the group has one input or one output
+/// channel (depthwise) or there is one group; otherwise a last reduction
+/// dim runs over the groups and a select keeps the one of `m`.
+fn conv_expression(
+    dtype: DType,
+    cs: &ConvShape,
+    inputs: Vec<Option<Vec<usize>>>,
+) -> Result<TensorExpr> {
+    let g = &cs.geom;
+    let n = g.image.len();
+    let (cg, mg) = (cs.in_channels / cs.group, cs.out_channels / cs.group);
+    let mut extents = vec![cg];
+    extents.extend(&g.kernel);
+    let per_group = cs.group > 1 && cg > 1 && mg > 1;
+    let channel = if cs.group == 1 {
+        IndexExpr::red(0)
+    } else if mg == 1 {
+        IndexExpr::affine([(Var::Out(1), cg as i64), (Var::Red(0), 1)], 0)
+    } else if cg == 1 {
+        IndexExpr::Div(Box::new(IndexExpr::out(1)), mg as i64)
+    } else {
+        extents.push(cs.group);
+        IndexExpr::affine([(Var::Red(n + 1), cg as i64), (Var::Red(0), 1)], 0)
+    };
+    let mut ix = vec![IndexExpr::out(0), channel];
+    let mut iw = vec![IndexExpr::out(1), IndexExpr::red(0)];
+    for d in 0..n {
+        ix.push(g.tap_index(d, 2, 1));
+        iw.push(IndexExpr::red(1 + d));
+    }
+    let zero = Expr::constant(dtype, 0.0)?;
+    let x = match g.reads_outside() {
+        true => Expr::call("Where", vec![Expr::InBounds(0), Expr::Load(0), zero.clone()]),
+        false => Expr::Load(0),
+    };
+    let mut body = Expr::call("Mul", vec![x, Expr::Load(1)]);
+    if per_group {
+        let own_group = Expr::call(
+            "Equal",
+            vec![
+                Expr::Index(IndexExpr::red(n + 1)),
+                Expr::Index(IndexExpr::Div(Box::new(IndexExpr::out(1)), mg as i64)),
+            ],
+        );
+        body = Expr::call("Where", vec![own_group, body, zero]);
+    }
+    Ok(TensorExpr {
+        dtype,
+        shape: cs.out_shape(),
+        inputs,
+        accesses: vec![
+            Access {
+                input: 0,
+                index: ix,
+            },
+            Access {
+                input: 1,
+                index: iw,
+            },
+        ],
+        reduction: Some(Reduction {
+            extents,
+            combiner: Combiner::Sum,
+        }),
+        body,
+    }
+    .simplified())
+}
+
+/// Conv with a bias: the Conv without it, then Add of the bias viewed as
+/// `[M, 1, …, 1]` so it broadcasts over the output channels.
+struct BiasedConv;
+
+impl Compound for BiasedConv {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let (x, w, bias) = (
+            inputs_id(inputs, 0)?,
+            inputs_id(inputs, 1)?,
+            inputs_id(inputs, 2)?,
+        );
+        let attrs: Vec<(&str, Attr)> = cx
+            .node
+            .attrs
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let y = b.op("Conv", &[x, w], &attrs)?;
+        let out = b.shape(y)?;
+        check_bias(Some(&b.shape(bias)?), out[1])?;
+        let mut view = vec![out[1] as i64];
+        view.resize(out.len() - 1, 1);
+        let view = b.ints(&view);
+        let column = b.op("Reshape", &[bias, view], &[])?;
+        Ok(vec![Some(b.op("Add", &[y, column], &[])?)])
     }
 }
 
@@ -804,6 +938,67 @@ mod tests {
                 (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
                 "element {i}: {g} vs {w}"
             );
+        }
+    }
+
+    /// The im2col kernel computes what Conv's tensor expression says: plain,
+    /// grouped (one and several channels per group on each side), strided,
+    /// dilated, padded and SAME-padded, in 1, 2 and 3 spatial dims.
+    #[test]
+    fn conv_kernel_matches_its_expression() {
+        use crate::ops::linalg::kernel_check::{assert_close, both, random};
+        let ints = |v: &[i64]| Attr::Ints(v.to_vec());
+        let same = |s: &str| Attr::String(s.into());
+        let cases: Vec<(&[usize], &[usize], Vec<(&str, Attr)>)> = vec![
+            (
+                &[1, 3, 7, 6],
+                &[4, 3, 3, 3],
+                vec![("pads", ints(&[1, 1, 1, 1])), ("strides", ints(&[2, 1]))],
+            ),
+            (
+                &[2, 6, 5, 5],
+                &[4, 3, 3, 2],
+                vec![
+                    ("group", Attr::Int(2)),
+                    ("dilations", ints(&[2, 1])),
+                    ("pads", ints(&[1, 0, 2, 1])),
+                ],
+            ),
+            (
+                &[1, 4, 6, 6],
+                &[8, 1, 3, 3],
+                vec![
+                    ("group", Attr::Int(4)),
+                    ("auto_pad", same("SAME_UPPER")),
+                    ("strides", ints(&[2, 2])),
+                ],
+            ),
+            (
+                &[1, 6, 5, 5],
+                &[3, 2, 2, 2],
+                vec![("group", Attr::Int(3)), ("auto_pad", same("SAME_LOWER"))],
+            ),
+            (
+                &[2, 2, 9],
+                &[3, 2, 4],
+                vec![
+                    ("strides", ints(&[3])),
+                    ("pads", ints(&[2, 1])),
+                    ("dilations", ints(&[2])),
+                ],
+            ),
+            (
+                &[1, 2, 4, 4, 3],
+                &[2, 2, 2, 3, 2],
+                vec![("pads", ints(&[1, 0, 1, 0, 1, 1]))],
+            ),
+            (&[1, 5, 4, 4], &[3, 5, 1, 1], vec![]),
+        ];
+        let mut seed = 11;
+        for (xs, ws, attrs) in &cases {
+            let (x, w) = (random(xs, &mut seed), random(ws, &mut seed));
+            let (got, want) = both("Conv", attrs, &[&x, &w]);
+            assert_close(&got, &want, 1e-5, &format!("Conv {xs:?} * {ws:?} {attrs:?}"));
         }
     }
 }

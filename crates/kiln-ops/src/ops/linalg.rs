@@ -1,18 +1,23 @@
 //! Matrix products: MatMul (numpy semantics: 1-D promotion, broadcast
-//! batches), Gemm (transposes, alpha/beta, broadcast C), and the quantized
-//! MatMulInteger and QLinearMatMul. The kernel lives in [`gemm`].
+//! batches), a primitive whose tensor expression is the sum of products
+//! and whose direct kernel is the blocked gemm; Gemm (transposes,
+//! alpha/beta, broadcast C), and the quantized MatMulInteger and
+//! QLinearMatMul. The kernel lives in [`gemm`].
 
 pub(crate) mod gemm;
 
+use crate::ops::movement::common::input_shapes;
 use crate::ops::quant::{combined_scale, saturate_round};
 use crate::registry::Registry;
+use crate::te::primitive::{broadcast_index, Prim, Primitive};
+use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr};
 use crate::util::{broadcast_shapes, broadcast_strides, for_each_offset};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
 use gemm::{batched_matmul, run_typed, Accepts, GemmElem, MatMulShape, MatView, TypedKernel};
 use kiln_ir::{ensure, DType, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
-    r.add("MatMul", MatMul);
+    r.add("MatMul", Prim(MatMul));
     r.add("Gemm", Gemm);
     r.add("MatMulInteger", MatMulInteger);
     r.add("QLinearMatMul", QLinearMatMul);
@@ -36,6 +41,9 @@ pub(crate) fn infer_from(
     Ok(TensorType::new(dtype, f(&shapes)?))
 }
 
+/// `out[b…, m, n] = sum[r0 < K] Mul(A[b…, m, r0], B[b…, r0, n])`, the
+/// batch dims `b…` broadcast; a 1-D A is one row and a 1-D B one column,
+/// whose dim the output drops.
 struct MatMul;
 
 struct MatMulKernel<'a>(&'a MatMulShape);
@@ -46,8 +54,8 @@ impl TypedKernel for MatMulKernel<'_> {
     }
 }
 
-impl Op for MatMul {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+impl Primitive for MatMul {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
         let (a, b) = (&cx.input(0)?.ty, &cx.input(1)?.ty);
         ensure!(
             a.dtype == b.dtype,
@@ -55,16 +63,58 @@ impl Op for MatMul {
             a.dtype,
             b.dtype
         );
-        Ok(vec![infer_from(cx, a.dtype, &[0, 1], |s| {
-            Ok(MatMulShape::new(s[0], s[1])?.out)
-        })?])
+        let (Some(inputs), Some(sa), Some(sb)) = (input_shapes(cx), cx.shape(0)?, cx.shape(1)?)
+        else {
+            return Ok(None);
+        };
+        let sh = MatMulShape::new(sa, sb)?;
+        // Output dims: the batch, then m (unless A is 1-D), then n (unless B is).
+        let m = sh.batch.len();
+        let n = m + usize::from(sa.len() > 1);
+        let mut ia = broadcast_index(&sh.a_batch, &sh.batch);
+        if sa.len() > 1 {
+            ia.push(IndexExpr::out(m));
+        }
+        ia.push(IndexExpr::red(0));
+        let mut ib = broadcast_index(&sh.b_batch, &sh.batch);
+        ib.push(IndexExpr::red(0));
+        if sb.len() > 1 {
+            ib.push(IndexExpr::out(n));
+        }
+        Ok(Some(
+            TensorExpr {
+                dtype: a.dtype,
+                shape: sh.out.clone(),
+                inputs,
+                accesses: vec![
+                    Access {
+                        input: 0,
+                        index: ia,
+                    },
+                    Access {
+                        input: 1,
+                        index: ib,
+                    },
+                ],
+                reduction: Some(Reduction {
+                    extents: vec![sh.k],
+                    combiner: Combiner::Sum,
+                }),
+                body: Expr::call("Mul", vec![Expr::Load(0), Expr::Load(1)]),
+            }
+            .simplified(),
+        ))
     }
 
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        let sh = MatMulShape::new(&a.shape, &b.shape)?;
-        let data = run_typed(&MatMulKernel(&sh), &[a, b], Accepts::Numbers)?;
-        Ok(vec![Tensor::new(sh.out, data)?])
+    /// The blocked gemm per batch (floats accumulate in their own type).
+    fn kernel(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        let run = || {
+            let (a, b) = (arg(inputs, 0)?, arg(inputs, 1)?);
+            let sh = MatMulShape::new(&a.shape, &b.shape)?;
+            let data = run_typed(&MatMulKernel(&sh), &[a, b], Accepts::Numbers)?;
+            Tensor::new(sh.out, data)
+        };
+        Some(run())
     }
 }
 
@@ -370,6 +420,74 @@ impl Op for QLinearMatMul {
     }
 }
 
+/// Test support for primitives with a direct kernel: runs the kernel and
+/// the evaluated tensor expression on the same inputs.
+#[cfg(test)]
+pub(crate) mod kernel_check {
+    use crate::te::eval::evaluate;
+    use crate::te::primitive::define_for_inputs;
+    use crate::{registry, EvalCx, SubgraphRunner};
+    use kiln_ir::{Attr, Graph, Node, Result, Tensor};
+
+    struct NoSubgraphs;
+
+    impl SubgraphRunner for NoSubgraphs {
+        fn run(&self, _g: &Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
+            kiln_ir::bail!("no subgraphs here")
+        }
+    }
+
+    /// (kernel output, expression output) of the registered op `op` with
+    /// `attrs` on `inputs`.
+    pub fn both(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> (Tensor, Tensor) {
+        let node = Node {
+            name: "check".into(),
+            op: op.into(),
+            domain: String::new(),
+            inputs: vec![],
+            outputs: vec![],
+            attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        };
+        let cx = EvalCx {
+            node: &node,
+            opset: 22,
+            subgraphs: &NoSubgraphs,
+        };
+        let p = registry::lookup("", op)
+            .and_then(|o| o.primitive())
+            .expect("a registered primitive");
+        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+        let kernel = p.kernel(&cx, &ins).expect("a direct kernel").unwrap();
+        let te = define_for_inputs(p, &cx, &ins).unwrap();
+        (kernel, evaluate(&te, &ins).unwrap())
+    }
+
+    /// A deterministic pseudo-random f32 tensor with values in [-1, 1).
+    pub fn random(shape: &[usize], seed: &mut u64) -> Tensor {
+        let n = shape.iter().product();
+        let v: Vec<f32> = (0..n)
+            .map(|_| {
+                *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect();
+        Tensor::from_vec(shape.to_vec(), v).unwrap()
+    }
+
+    /// Same shape, and every element within `tol·(1 + |want|)`.
+    pub fn assert_close(got: &Tensor, want: &Tensor, tol: f64, what: &str) {
+        assert_eq!(got.shape, want.shape, "{what}: shapes");
+        assert_eq!(got.dtype(), want.dtype(), "{what}: dtypes");
+        let (g, w) = (got.data.to_f64_vec().unwrap(), want.data.to_f64_vec().unwrap());
+        for (i, (g, w)) in g.iter().zip(&w).enumerate() {
+            assert!(
+                (g - w).abs() <= tol * (1.0 + w.abs()),
+                "{what}: element {i}: kernel {g} vs expression {w}"
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,5 +550,32 @@ mod tests {
         assert_eq!(got.as_slice::<i64>().unwrap(), &[big, 3, 2 * big, 6]);
         assert!(MatMulShape::new(&[2, 3], &[2, 3]).is_err());
         assert!(MatMulShape::new(&[], &[3]).is_err());
+    }
+
+    /// The gemm kernel computes what the tensor expression says, for batch
+    /// broadcasting, 1-D operands on either side and an empty inner dim.
+    #[test]
+    fn matmul_kernel_matches_its_expression() {
+        use super::kernel_check::{assert_close, both, random};
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[3, 4], &[4, 5]),
+            (&[2, 3, 4], &[4, 5]),
+            (&[2, 1, 3, 4], &[5, 4, 2]),
+            (&[1, 3, 4], &[2, 4, 2]),
+            (&[4], &[2, 4, 5]),
+            (&[2, 3, 4], &[4]),
+            (&[7], &[7]),
+            (&[2, 3, 0], &[0, 4]),
+        ];
+        let mut seed = 7;
+        for (sa, sb) in cases {
+            let (a, b) = (random(sa, &mut seed), random(sb, &mut seed));
+            let (got, want) = both("MatMul", &[], &[&a, &b]);
+            assert_close(&got, &want, 1e-5, &format!("MatMul {sa:?} x {sb:?}"));
+        }
+        let a = Tensor::from_vec(vec![2, 3], vec![1i64 << 40, -2, 3, 4, 5, -6]).unwrap();
+        let b = Tensor::from_vec(vec![3, 1], vec![3i64, 1, -1]).unwrap();
+        let (got, want) = both("MatMul", &[], &[&a, &b]);
+        assert_eq!(got, want);
     }
 }

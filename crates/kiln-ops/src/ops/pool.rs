@@ -1,24 +1,41 @@
-//! Pooling: MaxPool (with its Indices output), AveragePool, LpPool, their
-//! Global forms, and MaxUnpool. Window placement (pads, auto_pad,
-//! ceil_mode, dilations) comes from the geometry shared with Conv.
+//! Pooling. MaxPool with one output is a primitive (the max over each
+//! window, padding never winning), with the old direct kernel; MaxPool
+//! that also returns Indices stays a library op. AveragePool opens into
+//! the window sums (a depthwise Conv with a kernel of ones) divided by
+//! each window's constant element count; GlobalAveragePool and
+//! GlobalMaxPool open into ReduceMean and ReduceMax over the spatial axes.
+//! LpPool, GlobalLpPool and MaxUnpool stay library ops. Window placement
+//! (pads, auto_pad, ceil_mode, dilations) comes from the geometry shared
+//! with Conv.
 
+use crate::compound::{Comp, Compound, PerNode};
 use crate::ops::conv::window::{checked_numel, kernel_shape, Geometry, WindowAttrs};
+use crate::ops::movement::common::input_shapes;
 use crate::ops::quant::floats_to;
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr};
 use crate::util::{ints, numel, strides as row_strides};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use crate::{arg, inputs_id, opt_arg, Builder, EvalCx, InferCx, Op};
 use kiln_ir::{
-    bail, dispatch_all, dispatch_num, ensure, Attr, DType, Elem, Node, Num, Result, Tensor,
-    TensorType,
+    bail, dispatch_all, dispatch_num, ensure, Attr, DType, Data, Elem, Node, Num, Result, Tensor,
+    TensorType, ValueId,
 };
 
 pub fn register(r: &mut Registry) {
-    r.add("MaxPool", MaxPool);
-    r.add("AveragePool", AveragePool);
+    r.add(
+        "MaxPool",
+        PerNode {
+            main: Prim(MaxPool),
+            other: MaxPoolWithIndices,
+            uses_other: returns_indices,
+        },
+    );
+    r.add("AveragePool", Comp(AveragePool));
     r.add("LpPool", LpPool);
-    r.add("GlobalAveragePool", GlobalPool(Reduce::Mean));
-    r.add("GlobalMaxPool", GlobalPool(Reduce::Max));
-    r.add("GlobalLpPool", GlobalPool(Reduce::Lp));
+    r.add("GlobalAveragePool", Comp(GlobalPool("ReduceMean")));
+    r.add("GlobalMaxPool", Comp(GlobalPool("ReduceMax")));
+    r.add("GlobalLpPool", GlobalLpPool);
     r.add("MaxUnpool", MaxUnpool);
 }
 
@@ -116,9 +133,17 @@ fn column_major(offset: usize, image: &[usize]) -> usize {
     col
 }
 
+/// `out[n, c, o…] = max[k…] x[n, c, o·stride + k·dilation - pad_begin]`,
+/// taps outside the image counting as the type's lowest value.
 struct MaxPool;
 
+/// Whether a MaxPool node asks for its Indices output.
+fn returns_indices(node: &Node) -> bool {
+    node.outputs.get(1).is_some_and(|o| o.is_some())
+}
+
 impl MaxPool {
+    /// The maxima and the flat input index of each (the first one on ties).
     fn typed<T: Num>(x: &[T], s: &PoolShape, column_order: bool) -> (Vec<T>, Vec<i64>) {
         let (plane, wins) = (s.geom.image_size(), s.geom.window_count());
         let mut values = vec![T::default(); s.planes * wins];
@@ -144,9 +169,83 @@ impl MaxPool {
         }
         (values, indices)
     }
+
+    /// Values and indices as tensors of the output shape.
+    fn run(node: &Node, x: &Tensor) -> Result<(Tensor, Tensor)> {
+        let s = PoolShape::new(node, &x.shape)?;
+        let column_order = node.attr_int_or("storage_order", 0)? != 0;
+        ensure!(x.dtype() != DType::Bool, "MaxPool does not support bool");
+        let (values, indices) = dispatch_num!(
+            &x.data,
+            |v: T| {
+                let (values, indices) = Self::typed::<T>(v, &s, column_order);
+                (T::wrap(values), indices)
+            },
+            bail!("MaxPool does not support strings")
+        );
+        Ok((
+            Tensor::new(s.out.clone(), values)?,
+            Tensor::from_vec(s.out, indices)?,
+        ))
+    }
 }
 
-impl Op for MaxPool {
+impl Primitive for MaxPool {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        ensure!(
+            !returns_indices(cx.node),
+            "a MaxPool that returns indices has no tensor expression"
+        );
+        let dtype = cx.input(0)?.ty.dtype;
+        ensure!(
+            dtype.is_numeric() && dtype != DType::Bool,
+            "MaxPool does not support {dtype}"
+        );
+        let (Some(inputs), Some(x)) = (input_shapes(cx), cx.shape(0)?) else {
+            return Ok(None);
+        };
+        let s = PoolShape::new(cx.node, x)?;
+        let g = &s.geom;
+        let mut index = vec![IndexExpr::out(0), IndexExpr::out(1)];
+        index.extend((0..g.image.len()).map(|d| g.tap_index(d, 2, 0)));
+        let body = match g.reads_outside() {
+            true => Expr::call(
+                "Where",
+                vec![
+                    Expr::InBounds(0),
+                    Expr::Load(0),
+                    Expr::constant(dtype, f64::NEG_INFINITY)?,
+                ],
+            ),
+            false => Expr::Load(0),
+        };
+        Ok(Some(
+            TensorExpr {
+                dtype,
+                shape: s.out,
+                inputs,
+                accesses: vec![Access { input: 0, index }],
+                reduction: Some(Reduction {
+                    extents: g.kernel.clone(),
+                    combiner: Combiner::Max,
+                }),
+                body,
+            }
+            .simplified(),
+        ))
+    }
+
+    /// The window walk of [`MaxPoolWithIndices`], keeping the values.
+    fn kernel(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        Some(arg(inputs, 0).and_then(|x| Ok(MaxPool::run(cx.node, x)?.0)))
+    }
+}
+
+/// MaxPool with its Indices output: the flat input position of each
+/// maximum (column-major within the image with `storage_order`).
+struct MaxPoolWithIndices;
+
+impl Op for MaxPoolWithIndices {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = cx.input(0)?.ty.dtype;
         Ok(match cx.shape(0)? {
@@ -165,22 +264,8 @@ impl Op for MaxPool {
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let s = PoolShape::new(cx.node, &x.shape)?;
-        let column_order = cx.node.attr_int_or("storage_order", 0)? != 0;
-        ensure!(x.dtype() != DType::Bool, "MaxPool does not support bool");
-        let (values, indices) = dispatch_num!(
-            &x.data,
-            |v: T| {
-                let (values, indices) = Self::typed::<T>(v, &s, column_order);
-                (T::wrap(values), indices)
-            },
-            bail!("MaxPool does not support strings")
-        );
-        Ok(vec![
-            Tensor::new(s.out.clone(), values)?,
-            Tensor::from_vec(s.out, indices)?,
-        ])
+        let (values, indices) = MaxPool::run(cx.node, arg(inputs, 0)?)?;
+        Ok(vec![values, indices])
     }
 }
 
@@ -216,21 +301,65 @@ fn float_pool_type(cx: &InferCx) -> Result<Vec<TensorType>> {
     }])
 }
 
+/// AveragePool: the window sums, a depthwise Conv of the same windows with
+/// a kernel of ones, divided by the number of taps each window averages
+/// (those inside the image, or inside the padded image with
+/// `count_include_pad`), a constant of the geometry.
 struct AveragePool;
 
-impl Op for AveragePool {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        float_pool_type(cx)
+impl AveragePool {
+    /// The Conv attributes that place its windows where the pool's are:
+    /// explicit pads, the end one grown to hold the windows `ceil_mode` adds.
+    fn conv_attrs(g: &Geometry, channels: usize) -> Vec<(&'static str, Attr)> {
+        let ints = |v: &[usize]| Attr::Ints(v.iter().map(|&x| x as i64).collect());
+        let ends = (0..g.image.len()).map(|d| {
+            let reach = (g.windows[d] as i64 - 1) * g.strides[d] as i64
+                + (g.kernel[d] as i64 - 1) * g.dilations[d] as i64
+                + 1;
+            (reach - g.image[d] as i64 - g.pads_begin[d]).max(0)
+        });
+        let pads = g.pads_begin.iter().copied().chain(ends).collect();
+        vec![
+            ("group", Attr::Int(channels as i64)),
+            ("kernel_shape", ints(&g.kernel)),
+            ("strides", ints(&g.strides)),
+            ("dilations", ints(&g.dilations)),
+            ("pads", Attr::Ints(pads)),
+        ]
     }
 
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let s = PoolShape::new(cx.node, &x.shape)?;
+    /// How many taps each window averages, shaped `[1, 1, windows…]`.
+    fn counts(g: &Geometry, include_pad: bool, dtype: DType) -> Result<Tensor> {
+        let mut counts = vec![0.0; g.window_count()];
+        for_each_window(g, |w, taps, counted| {
+            counts[w] = if include_pad { counted } else { taps.len() } as f64;
+        });
+        let mut shape = vec![1, 1];
+        shape.extend(&g.windows);
+        Tensor::new(shape, Data::from_f64(dtype, &counts)?)
+    }
+}
+
+impl Compound for AveragePool {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let (dtype, shape) = (b.ty(x).dtype, b.shape(x)?);
+        ensure!(dtype.is_float(), "pooling needs a float tensor, got {dtype}");
+        let s = PoolShape::new(cx.node, &shape)?;
+        let g = &s.geom;
+        let mut kernel = vec![shape[1], 1];
+        kernel.extend(&g.kernel);
+        let ones = vec![1.0; numel(&kernel)];
+        let ones = b.constant(Tensor::new(kernel, Data::from_f64(dtype, &ones)?)?);
+        let sums = b.op("Conv", &[x, ones], &AveragePool::conv_attrs(g, shape[1]))?;
         let include_pad = cx.node.attr_int_or("count_include_pad", 0)? != 0;
-        let y = float_pool(x, &s, |vals, inside, counted| {
-            vals.sum::<f64>() / if include_pad { counted } else { inside } as f64
-        })?;
-        Ok(vec![y])
+        let counts = b.constant(AveragePool::counts(g, include_pad, dtype)?);
+        Ok(vec![Some(b.op("Div", &[sums, counts], &[])?)])
     }
 }
 
@@ -265,16 +394,9 @@ impl Op for LpPool {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Reduce {
-    Mean,
-    Max,
-    Lp,
-}
-
-/// GlobalAveragePool, GlobalMaxPool, GlobalLpPool: one window over each
-/// whole plane; the spatial dims become 1.
-struct GlobalPool(Reduce);
+/// GlobalAveragePool and GlobalMaxPool: the reduction named here over the
+/// spatial axes, which stay as 1s.
+struct GlobalPool(&'static str);
 
 fn global_shape(x: &[usize]) -> Result<Vec<usize>> {
     ensure!(
@@ -286,7 +408,35 @@ fn global_shape(x: &[usize]) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-impl Op for GlobalPool {
+impl Compound for GlobalPool {
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let dtype = b.ty(x).dtype;
+        ensure!(
+            dtype.is_float(),
+            "global pooling needs a float tensor, got {dtype}"
+        );
+        let rank = global_shape(&b.shape(x)?)?.len();
+        if rank == 2 {
+            // No spatial axes: every window is one element.
+            return Ok(vec![Some(b.op("Identity", &[x], &[])?)]);
+        }
+        let axes: Vec<i64> = (2..rank as i64).collect();
+        let axes = b.ints(&axes);
+        let y = b.op(self.0, &[x, axes], &[("keepdims", Attr::Int(1))])?;
+        Ok(vec![Some(y)])
+    }
+}
+
+/// GlobalLpPool: the p-norm of each whole plane.
+struct GlobalLpPool;
+
+impl Op for GlobalLpPool {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let dtype = cx.input(0)?.ty.dtype;
         Ok(vec![match cx.shape(0)? {
@@ -303,28 +453,11 @@ impl Op for GlobalPool {
             "global pooling needs a float tensor, got {}",
             x.dtype()
         );
-        let planes = x.shape[0] * x.shape[1];
         let plane = numel(&x.shape[2..]);
         let xs = x.data.to_f64_vec()?;
-        let p = if matches!(self.0, Reduce::Lp) {
-            lp_exponent(cx.node)?
-        } else {
-            2.0
-        };
-        let values = (0..planes).map(|i| {
-            let v = &xs[i * plane..(i + 1) * plane];
-            match self.0 {
-                Reduce::Mean => v.iter().sum::<f64>() / plane as f64,
-                Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, |m, x| {
-                    if x > m || x.is_nan() {
-                        x
-                    } else {
-                        m
-                    }
-                }),
-                Reduce::Lp => lp_norm(&mut v.iter().copied(), p),
-            }
-        });
+        let p = lp_exponent(cx.node)?;
+        let values = (0..x.shape[0] * x.shape[1])
+            .map(|i| lp_norm(&mut xs[i * plane..(i + 1) * plane].iter().copied(), p));
         Ok(vec![Tensor::new(out, floats_to(x.dtype(), values)?)?])
     }
 }
@@ -431,5 +564,55 @@ impl Op for MaxUnpool {
             v, idx, &inferred, &out
         )?));
         Ok(vec![Tensor::new(out, data)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::linalg::kernel_check::{both, random};
+    use kiln_ir::Attr;
+
+    /// The direct MaxPool kernel computes what its tensor expression says,
+    /// with padding, ceil_mode, dilations and SAME padding in 1-3 dims.
+    #[test]
+    fn maxpool_kernel_matches_its_expression() {
+        let ints = |v: &[i64]| Attr::Ints(v.to_vec());
+        let cases: Vec<(&[usize], Vec<(&str, Attr)>)> = vec![
+            (
+                &[1, 2, 7, 7],
+                vec![
+                    ("kernel_shape", ints(&[3, 3])),
+                    ("strides", ints(&[2, 2])),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                ],
+            ),
+            (
+                &[1, 1, 6, 6],
+                vec![
+                    ("kernel_shape", ints(&[3, 3])),
+                    ("strides", ints(&[2, 2])),
+                    ("ceil_mode", Attr::Int(1)),
+                ],
+            ),
+            (
+                &[1, 2, 8, 8],
+                vec![("kernel_shape", ints(&[2, 2])), ("dilations", ints(&[2, 2]))],
+            ),
+            (
+                &[2, 3, 10],
+                vec![
+                    ("kernel_shape", ints(&[4])),
+                    ("strides", ints(&[3])),
+                    ("auto_pad", Attr::String("SAME_UPPER".into())),
+                ],
+            ),
+            (&[1, 1, 5, 5, 5], vec![("kernel_shape", ints(&[2, 2, 2]))]),
+        ];
+        let mut seed = 5;
+        for (xs, attrs) in &cases {
+            let x = random(xs, &mut seed);
+            let (got, want) = both("MaxPool", attrs, &[&x]);
+            assert_eq!(got, want, "MaxPool {xs:?} {attrs:?}");
+        }
     }
 }

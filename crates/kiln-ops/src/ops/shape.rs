@@ -1,60 +1,46 @@
 //! Ops that change or report a tensor's shape without reordering its
-//! elements: Reshape, Flatten, Squeeze, Unsqueeze, Expand, Shape, Size, and
-//! Dropout (identity at inference). Shape and Size fold to constants during
-//! shape inference whenever their input's shape is static, so exporters'
-//! shape computations (Shape → Gather → Concat → Reshape) resolve at
-//! compile time.
+//! elements. Reshape and Expand are primitives (tensor expressions:
+//! Reshape reads the input at the output's row-major position, Expand
+//! broadcasts); Flatten, Squeeze and Unsqueeze open into a Reshape to their
+//! static output shape. Shape, Size and Dropout (identity at inference)
+//! stay library ops. Shape and Size fold to constants during shape
+//! inference whenever their input's shape is static, so exporters' shape
+//! computations (Shape → Gather → Concat → Reshape) resolve at compile time.
 
+use crate::compound::{Comp, Compound};
 use crate::ops::generate::Rng;
 use crate::ops::movement::common::{
-    affine_offsets, checked_numel, i64_tensor, int_values, normalize_axes, take, typed,
+    checked_numel, i64_tensor, input_shapes, int_values, moved, normalize_axes,
 };
 use crate::registry::Registry;
-use crate::util::{broadcast_shapes, broadcast_strides};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use crate::te::primitive::{broadcast_index, Prim, Primitive};
+use crate::te::{IndexExpr, TensorExpr, Var};
+use crate::util::{broadcast_shapes, numel, strides};
+use crate::{arg, inputs_id, opt_arg, Builder, EvalCx, InferCx, Op};
 use kiln_ir::{
-    bail, dispatch_num, ensure, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+    bail, dispatch_num, ensure, Attr, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+    ValueId,
 };
 
 pub fn register(r: &mut Registry) {
-    r.add("Reshape", Reshape);
-    r.add("Flatten", Flatten);
-    r.add("Squeeze", Squeeze);
-    r.add("Unsqueeze", Unsqueeze);
-    r.add("Expand", Expand);
+    r.add("Reshape", Prim(Reshape));
+    r.add("Flatten", Comp(ReshapeTo(flatten_shape)));
+    r.add("Squeeze", Comp(ReshapeTo(squeeze_shape)));
+    r.add("Unsqueeze", Comp(ReshapeTo(unsqueeze_shape)));
+    r.add("Expand", Prim(Expand));
     r.add("Shape", ShapeOp);
     r.add("Size", Size);
     r.add("Dropout", Dropout);
 }
 
-/// Output type of an op whose output shape is `rule(data shape, values of
-/// input 1)`: unknown unless the data shape is known and input 1 is constant
-/// (or absent, when `optional`).
-fn with_param(
-    cx: &InferCx,
-    optional: bool,
-    rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>,
-) -> Result<Vec<TensorType>> {
-    let x = cx.input(0)?;
-    let param_known = cx.value(1).is_some() || (optional && cx.opt_input(1).is_none());
-    let shape = match (&x.ty.shape, param_known) {
-        (Some(s), true) => Some(rule(s, cx.value(1))?),
-        _ => None,
-    };
-    Ok(vec![typed(x.ty.dtype, shape)])
-}
-
-/// The data input with a new shape (same elements).
-fn reshaped(
-    inputs: &[Option<&Tensor>],
-    rule: impl Fn(&[usize], Option<&Tensor>) -> Result<Vec<usize>>,
-) -> Result<Vec<Tensor>> {
-    let x = arg(inputs, 0)?;
-    Ok(vec![x.reshaped(rule(&x.shape, opt_arg(inputs, 1))?)?])
-}
-
 fn required<'a>(t: Option<&'a Tensor>, what: &str) -> Result<&'a Tensor> {
     t.ok_or_else(|| kiln_ir::Error::new(format!("input '{what}' is required")))
+}
+
+/// The data shape and the value of input 1 (the target shape) when both
+/// are known: what Reshape and Expand need to build their expressions.
+fn shape_and_param<'a>(cx: &'a InferCx) -> Option<(&'a [usize], &'a Tensor)> {
+    Some((cx.input(0).ok()?.ty.shape.as_deref()?, cx.value(1)?))
 }
 
 struct Reshape;
@@ -104,116 +90,159 @@ impl Reshape {
     }
 }
 
-impl Op for Reshape {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, false, |s, t| Reshape::out_shape(cx.node, s, t))
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        reshaped(inputs, |s, t| Reshape::out_shape(cx.node, s, t))
-    }
-}
-
-struct Flatten;
-
-impl Flatten {
-    fn out_shape(node: &Node, input: &[usize]) -> Result<Vec<usize>> {
-        // Axis is in [-r, r]; negative values count from the end of the input.
-        let (axis, r) = (node.attr_int_or("axis", 1)?, input.len() as i64);
-        ensure!(
-            (-r..=r).contains(&axis),
-            "axis {axis} is out of range for rank {r}"
-        );
-        let axis = if axis < 0 { axis + r } else { axis } as usize;
-        Ok(vec![
-            input[..axis].iter().product(),
-            input[axis..].iter().product(),
-        ])
-    }
-}
-
-impl Op for Flatten {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, true, |s, _| Flatten::out_shape(cx.node, s))
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        reshaped(inputs, |s, _| Flatten::out_shape(cx.node, s))
-    }
-}
-
-struct Squeeze;
-
-impl Squeeze {
-    /// Removes the listed axes (each of size 1), or every size-1 axis when
-    /// none are given. Before opset 13 axes were an attribute, where an empty
-    /// list also meant "all".
-    fn out_shape(opset: i64, input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
-        let axes = axes
-            .map(int_values)
-            .transpose()?
-            .filter(|a| opset >= 13 || !a.is_empty());
-        let Some(axes) = axes else {
-            return Ok(input.iter().copied().filter(|&d| d != 1).collect());
+/// `out[i] = in0[j]` where `j` is the input position with the same
+/// row-major rank as `i`.
+impl Primitive for Reshape {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some((shape, target)), Some(inputs)) = (shape_and_param(cx), input_shapes(cx)) else {
+            return Ok(None);
         };
-        let axes = normalize_axes(&axes, input.len())?;
-        if let Some(&a) = axes.iter().find(|&&a| input[a] != 1) {
-            bail!(
-                "cannot squeeze axis {a} of size {} (shape {input:?})",
-                input[a]
-            );
+        let out = Reshape::out_shape(cx.node, shape, Some(target))?;
+        let index = reshape_index(shape, &out);
+        Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
+    }
+}
+
+/// Index map reading `input` in row-major order as the shape `out`. The
+/// dims are cut into the shortest groups whose sizes agree on both sides
+/// (`[2, 3, 4] → [2, 12]` is `{2} → {2}`, `{3, 4} → {12}`); inside a group,
+/// input dim `j` is `(group's linear output index / stride j) mod dim j`,
+/// so splits and merges of neighbouring dims get the simplest maps.
+fn reshape_index(input: &[usize], out: &[usize]) -> Vec<IndexExpr> {
+    if numel(input) == 0 {
+        // No element is read.
+        return vec![IndexExpr::constant(0); input.len()];
+    }
+    let mut index = Vec::with_capacity(input.len());
+    let (mut j, mut l) = (0, 0);
+    while j < input.len() || l < out.len() {
+        let (j0, l0) = (j, l);
+        let (mut pi, mut po) = (1usize, 1usize);
+        // Take dims from the side with the smaller product until both agree;
+        // unit dims each form a group of their own.
+        loop {
+            if j < input.len() && (pi < po || l == out.len() || (pi == po && j == j0)) {
+                pi *= input[j];
+                j += 1;
+            } else if l < out.len() {
+                po *= out[l];
+                l += 1;
+            } else {
+                break;
+            }
+            if pi == po {
+                break;
+            }
         }
-        Ok(input
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !axes.contains(i))
-            .map(|(_, &d)| d)
-            .collect())
+        let lin = IndexExpr::affine(
+            strides(&out[l0..l])
+                .into_iter()
+                .enumerate()
+                .map(|(k, s)| (Var::Out(l0 + k), s as i64)),
+            0,
+        );
+        let group = &input[j0..j];
+        for (k, (&d, s)) in group.iter().zip(strides(group)).enumerate() {
+            let q = IndexExpr::Div(Box::new(lin.clone()), s as i64);
+            index.push(match (k, d) {
+                (_, 1) => IndexExpr::constant(0),
+                (0, _) => q,
+                _ => IndexExpr::Mod(Box::new(q), d as i64),
+            });
+        }
+    }
+    index
+}
+
+/// Flatten, Squeeze and Unsqueeze: a Reshape to the shape their rule gives
+/// for the data shape and the (constant) input 1.
+struct ReshapeTo(fn(&InferCx, &[usize], Option<&Tensor>) -> Result<Vec<usize>>);
+
+impl Compound for ReshapeTo {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let param = match inputs.get(1).copied().flatten() {
+            Some(p) => Some(b.require_value(p)?),
+            None => None,
+        };
+        let out = (self.0)(cx, &b.shape(x)?, param.as_ref())?;
+        let dims: Vec<i64> = out.iter().map(|&d| d as i64).collect();
+        let shape = b.ints(&dims);
+        // allowzero: a 0 in the target is a size, not "copy the input's".
+        let y = b.op("Reshape", &[x, shape], &[("allowzero", Attr::Int(1))])?;
+        Ok(vec![Some(y)])
     }
 }
 
-impl Op for Squeeze {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, true, |s, a| Squeeze::out_shape(cx.opset, s, a))
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        reshaped(inputs, |s, a| Squeeze::out_shape(cx.opset, s, a))
-    }
+/// Flatten: `[d0 … d(axis-1)]` and `[d(axis) …]` each collapse to one dim.
+fn flatten_shape(cx: &InferCx, input: &[usize], _: Option<&Tensor>) -> Result<Vec<usize>> {
+    // Axis is in [-r, r]; negative values count from the end of the input.
+    let (axis, r) = (cx.node.attr_int_or("axis", 1)?, input.len() as i64);
+    ensure!(
+        (-r..=r).contains(&axis),
+        "axis {axis} is out of range for rank {r}"
+    );
+    let axis = if axis < 0 { axis + r } else { axis } as usize;
+    Ok(vec![
+        input[..axis].iter().product(),
+        input[axis..].iter().product(),
+    ])
 }
 
-struct Unsqueeze;
-
-impl Unsqueeze {
-    /// Inserts size-1 axes at the listed positions of the output.
-    fn out_shape(input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
-        let axes = int_values(required(axes, "axes")?)?;
-        let rank = input.len() + axes.len();
-        let axes = normalize_axes(&axes, rank)?;
-        let mut rest = input.iter();
-        (0..rank)
-            .map(|i| match axes.contains(&i) {
-                true => Ok(1),
-                false => rest
-                    .next()
-                    .copied()
-                    .ok_or_else(|| kiln_ir::Error::new("Unsqueeze axes contain duplicates")),
-            })
-            .collect()
+/// Squeeze removes the listed axes (each of size 1), or every size-1 axis
+/// when none are given. Before opset 13 axes were an attribute, where an
+/// empty list also meant "all".
+fn squeeze_shape(cx: &InferCx, input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
+    let axes = axes
+        .map(int_values)
+        .transpose()?
+        .filter(|a| cx.opset >= 13 || !a.is_empty());
+    let Some(axes) = axes else {
+        return Ok(input.iter().copied().filter(|&d| d != 1).collect());
+    };
+    let axes = normalize_axes(&axes, input.len())?;
+    if let Some(&a) = axes.iter().find(|&&a| input[a] != 1) {
+        bail!(
+            "cannot squeeze axis {a} of size {} (shape {input:?})",
+            input[a]
+        );
     }
+    Ok(input
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !axes.contains(i))
+        .map(|(_, &d)| d)
+        .collect())
 }
 
-impl Op for Unsqueeze {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, false, Unsqueeze::out_shape)
-    }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        reshaped(inputs, Unsqueeze::out_shape)
-    }
+/// Unsqueeze inserts size-1 axes at the listed positions of the output.
+fn unsqueeze_shape(_: &InferCx, input: &[usize], axes: Option<&Tensor>) -> Result<Vec<usize>> {
+    let axes = int_values(required(axes, "axes")?)?;
+    let rank = input.len() + axes.len();
+    let axes = normalize_axes(&axes, rank)?;
+    let mut rest = input.iter();
+    (0..rank)
+        .map(|i| match axes.contains(&i) {
+            true => Ok(1),
+            false => rest
+                .next()
+                .copied()
+                .ok_or_else(|| kiln_ir::Error::new("Unsqueeze axes contain duplicates")),
+        })
+        .collect()
 }
 
+/// `out[i] = in0[broadcast(i)]` for the numpy broadcast of the input and the
+/// requested shape.
 struct Expand;
 
 impl Expand {
-    fn out_shape(input: &[usize], shape: Option<&Tensor>) -> Result<Vec<usize>> {
-        let shape = required(shape, "shape")?;
+    fn out_shape(input: &[usize], shape: &Tensor) -> Result<Vec<usize>> {
         ensure!(
             shape.rank() == 1,
             "shape must be 1-D, got shape {:?}",
@@ -226,19 +255,14 @@ impl Expand {
     }
 }
 
-impl Op for Expand {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        with_param(cx, false, Expand::out_shape)
-    }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let out = Expand::out_shape(&x.shape, opt_arg(inputs, 1))?;
-        let st: Vec<i64> = broadcast_strides(&x.shape, &out)
-            .into_iter()
-            .map(|s| s as i64)
-            .collect();
-        let idx = affine_offsets(&out, 0, &st);
-        Ok(vec![take(x, out, idx)?])
+impl Primitive for Expand {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some((shape, target)), Some(inputs)) = (shape_and_param(cx), input_shapes(cx)) else {
+            return Ok(None);
+        };
+        let out = Expand::out_shape(shape, target)?;
+        let index = broadcast_index(shape, &out);
+        Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
     }
 }
 
@@ -454,6 +478,30 @@ mod tests {
         g.outputs = vec![y];
         crate::infer::infer_graph(&mut g, &|_| None).unwrap();
         assert_eq!(g.ty(y), &TensorType::new(DType::F32, vec![2, 12]));
+    }
+
+    /// Reshape's index maps: merges read the group's linear index, unit
+    /// dims vanish, and splits are plain floordiv/mod.
+    #[test]
+    fn reshape_index_maps() {
+        let show = |i: &[usize], o: &[usize]| {
+            let te = moved(DType::F32, o.to_vec(), vec![Some(i.to_vec())], reshape_index(i, o));
+            te.accesses[0]
+                .index
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        assert_eq!(show(&[2, 3, 4], &[2, 12]), "i0, (i1) floordiv 4, (i1) mod 4");
+        assert_eq!(show(&[3, 4], &[3, 1, 4]), "i0, i2");
+        assert_eq!(show(&[3, 1, 4], &[12]), "(i0) floordiv 4, 0, (i0) mod 4");
+        assert_eq!(show(&[6], &[2, 3]), "3*i0 + i1");
+        assert_eq!(
+            show(&[4, 6], &[6, 4]),
+            "(4*i0 + i1) floordiv 6, (4*i0 + i1) mod 6"
+        );
+        assert_eq!(show(&[0, 3], &[3, 0]), "0, 0");
     }
 
     #[test]

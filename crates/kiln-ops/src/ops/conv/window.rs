@@ -1,8 +1,10 @@
 //! Sliding-window geometry, written once for Conv, ConvTranspose, Col2Im,
 //! DeformConv and the pools: reading `auto_pad`/`strides`/`dilations`/
 //! `pads`/`ceil_mode`, the output size and the padding actually used, and
-//! the im2col / col2im traversals over that geometry.
+//! the im2col / col2im traversals over that geometry, and the index of a
+//! window tap in tensor expressions.
 
+use crate::te::{IndexExpr, Var};
 use crate::util::{numel, strides as row_strides};
 use kiln_ir::{bail, ensure, Node, Result};
 
@@ -327,6 +329,30 @@ impl Geometry {
     /// Image coordinate of tap `k` of window `o` along `d` (may be outside).
     pub fn coord(&self, d: usize, o: usize, k: usize) -> i64 {
         o as i64 * self.strides[d] as i64 - self.pads_begin[d] + (k * self.dilations[d]) as i64
+    }
+
+    /// The tensor-expression form of [`Geometry::coord`] along `d`: window
+    /// position `Out(out + d)`, kernel tap `Red(red + d)`.
+    pub fn tap_index(&self, d: usize, out: usize, red: usize) -> IndexExpr {
+        IndexExpr::affine(
+            [
+                (Var::Out(out + d), self.strides[d] as i64),
+                (Var::Red(red + d), self.dilations[d] as i64),
+            ],
+            -self.pads_begin[d],
+        )
+    }
+
+    /// Whether some tap of some window falls outside the image (padding,
+    /// or the room `ceil_mode` adds at the end).
+    pub fn reads_outside(&self) -> bool {
+        (0..self.image.len()).any(|d| {
+            let (w, k) = (self.windows[d], self.kernel[d]);
+            let last = w.saturating_sub(1) as i64 * self.strides[d] as i64
+                + k.saturating_sub(1) as i64 * self.dilations[d] as i64
+                - self.pads_begin[d];
+            w > 0 && (self.pads_begin[d] > 0 || last >= self.image[d] as i64)
+        })
     }
 
     pub fn kernel_size(&self) -> usize {

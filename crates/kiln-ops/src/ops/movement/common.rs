@@ -1,7 +1,10 @@
 //! Index and shape helpers shared by the data-movement, shape and generate
 //! families: checked conversions of data-given sizes and indices, row-major
-//! offset enumeration, and copying elements by index with a fill value.
+//! offset enumeration, copying elements by index with a fill value, and the
+//! pieces of the tensor expressions of ops that only move elements.
 
+use crate::te::{Access, Expr, IndexExpr, TensorExpr};
+use crate::InferCx;
 use kiln_ir::{
     bail, dispatch_all, dispatch_num, DType, Data, Elem, Num, Result, Tensor, TensorType,
 };
@@ -17,6 +20,37 @@ pub(crate) fn typed(dtype: DType, shape: Option<Vec<usize>>) -> TensorType {
         Some(s) => TensorType::new(dtype, s),
         None => TensorType::unknown_shape(dtype),
     }
+}
+
+/// The shapes of a node's inputs as a tensor expression lists them (`None`
+/// for omitted inputs), or `None` while a present input's shape is unknown.
+pub(crate) fn input_shapes(cx: &InferCx) -> Option<Vec<Option<Vec<usize>>>> {
+    cx.inputs
+        .iter()
+        .map(|i| match i {
+            None => Some(None),
+            Some(i) => i.ty.shape.clone().map(Some),
+        })
+        .collect()
+}
+
+/// `out[i] = in0[index(i)]`: the expression of an op that only moves the
+/// elements of its first input.
+pub(crate) fn moved(
+    dtype: DType,
+    shape: Vec<usize>,
+    inputs: Vec<Option<Vec<usize>>>,
+    index: Vec<IndexExpr>,
+) -> TensorExpr {
+    TensorExpr {
+        dtype,
+        shape,
+        inputs,
+        accesses: vec![Access { input: 0, index }],
+        reduction: None,
+        body: Expr::Load(0),
+    }
+    .simplified()
 }
 
 /// Element count of `shape`, failing on overflow or absurd sizes.
@@ -92,24 +126,7 @@ pub(crate) fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
     }
 }
 
-/// Flat offsets `base + sum(idx[d] * strides[d])` for every multi-index of
-/// `shape` in row-major order. Strides may be negative (reversed slices) or
-/// zero (broadcast); the caller guarantees every offset is in range.
-pub(crate) fn affine_offsets(shape: &[usize], base: i64, strides: &[i64]) -> Vec<usize> {
-    let mut out = Vec::with_capacity(shape.iter().product());
-    for_each_index(shape, |idx| {
-        let off: i64 = base
-            + idx
-                .iter()
-                .zip(strides)
-                .map(|(&i, &s)| i as i64 * s)
-                .sum::<i64>();
-        out.push(off as usize);
-    });
-    out
-}
-
-/// Row-major strides as i64 (for [`affine_offsets`]).
+/// Row-major strides as i64.
 pub(crate) fn strides_i64(shape: &[usize]) -> Vec<i64> {
     crate::util::strides(shape)
         .into_iter()
@@ -117,65 +134,19 @@ pub(crate) fn strides_i64(shape: &[usize]) -> Vec<i64> {
         .collect()
 }
 
-/// Copies `data[i]` for each `Some(i)` of `idx` and `fill` for each `None`.
-/// `fill` must have `data`'s dtype and one element; without it the dtype's
-/// zero (false, "") is used.
-pub(crate) fn gather_fill(
-    data: &Data,
-    idx: &[Option<usize>],
-    fill: Option<&Tensor>,
-) -> Result<Data> {
-    if let Some(f) = fill {
-        if f.dtype() != data.dtype() {
-            bail!(
-                "fill value has type {} but the data has {}",
-                f.dtype(),
-                data.dtype()
-            );
-        }
-        if f.len() != 1 {
-            bail!("fill value must have one element, got {}", f.len());
-        }
-    }
-    dispatch_all!(data, |v: T| fill_take(v, idx, fill))
-}
-
-fn fill_take<T: Elem + Default>(
-    v: &[T],
-    idx: &[Option<usize>],
-    fill: Option<&Tensor>,
-) -> Result<Data> {
-    let fill = match fill {
-        Some(f) => f.as_slice::<T>()?[0].clone(),
-        None => T::default(),
-    };
-    Ok(T::wrap(
+/// Copies `data[i]` for each `Some(i)` of `idx` and the dtype's zero
+/// (false, "") for each `None`.
+pub(crate) fn gather_fill(data: &Data, idx: &[Option<usize>]) -> Result<Data> {
+    Ok(dispatch_all!(data, |v: T| T::wrap(
         idx.iter()
-            .map(|i| i.map_or_else(|| fill.clone(), |i| v[i].clone()))
-            .collect(),
-    ))
+            .map(|i| i.map_or_else(T::default, |i| v[i].clone()))
+            .collect()
+    )))
 }
 
 /// A tensor of `shape` from elements of `x` at flat offsets `idx`.
 pub(crate) fn take(x: &Tensor, shape: Vec<usize>, idx: Vec<usize>) -> Result<Tensor> {
     Tensor::new(shape, x.data.gather(idx.into_iter()))
-}
-
-/// The typed elements of every tensor in `ts`, which must share `T`'s dtype.
-pub(crate) fn slices<'a, T: Elem>(ts: &[&'a Tensor]) -> Result<Vec<&'a [T]>> {
-    ts.iter().map(|t| t.as_slice::<T>()).collect()
-}
-
-/// Ensures all inputs share the first one's dtype.
-pub(crate) fn same_dtype(ts: &[&Tensor]) -> Result<DType> {
-    let Some(first) = ts.first() else {
-        bail!("no inputs")
-    };
-    let d = first.dtype();
-    if let Some(t) = ts.iter().find(|t| t.dtype() != d) {
-        bail!("inputs have different types: {d} and {}", t.dtype());
-    }
-    Ok(d)
 }
 
 /// The i64 values of a constant integer tensor input (indices, axes, ...).
@@ -192,27 +163,6 @@ pub(crate) fn i64_tensor(v: Vec<i64>) -> Tensor {
     }
 }
 
-/// The part `start..start + len` of `x` along `axis`.
-pub(crate) fn narrow(x: &Tensor, axis: usize, start: usize, len: usize) -> Result<Tensor> {
-    let dim = x.shape[axis];
-    if start + len > dim {
-        bail!(
-            "range {start}..{} is outside dimension {axis} of size {dim}",
-            start + len
-        );
-    }
-    let inner: usize = x.shape[axis + 1..].iter().product();
-    let outer: usize = x.shape[..axis].iter().product();
-    let mut idx = Vec::with_capacity(outer * len * inner);
-    for o in 0..outer {
-        let base = (o * dim + start) * inner;
-        idx.extend(base..base + len * inner);
-    }
-    let mut shape = x.shape.clone();
-    shape[axis] = len;
-    take(x, shape, idx)
-}
-
 /// A scalar of numeric `dtype` holding `v` (converted as a cast would).
 pub(crate) fn scalar_of(dtype: DType, v: f64) -> Result<Tensor> {
     dispatch_num!(
@@ -225,14 +175,6 @@ pub(crate) fn scalar_of(dtype: DType, v: f64) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn affine_offsets_reverse() {
-        assert_eq!(affine_offsets(&[3], 2, &[-1]), vec![2, 1, 0]);
-        assert_eq!(affine_offsets(&[2, 2], 0, &[0, 1]), vec![0, 1, 0, 1]);
-        assert!(affine_offsets(&[0, 2], 0, &[1, 1]).is_empty());
-        assert_eq!(affine_offsets(&[], 5, &[]), vec![5]);
-    }
 
     #[test]
     fn index_resolution() {

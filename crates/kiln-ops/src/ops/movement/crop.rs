@@ -1,27 +1,37 @@
-//! Ops that cut out or extend a tensor's box along each axis: Slice, Pad,
-//! CenterCropPad and Compress. Each computes, per axis, which input
-//! coordinate feeds every output coordinate (or none, for fill), so the
-//! shape rule and the evaluation come from the same plan.
+//! Ops that cut out or extend a tensor's box along each axis. Slice
+//! (`start + step·i` per axis) and Pad in constant mode (a shifted read,
+//! the fill value where it falls outside) are primitives; Pad's edge,
+//! reflect and wrap modes open into one Gather per padded axis, whose
+//! constant indices say which input coordinate feeds each output one.
+//! CenterCropPad and Compress stay library ops.
 
-use super::common::{
-    affine_offsets, gather_fill, int_values, normalize_axes, scalar_of, strides_i64, take, typed,
-};
+use super::common::{gather_fill, input_shapes, int_values, moved, normalize_axes, take, typed};
+use crate::compound::{Comp, Compound, PerNode};
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Expr, IndexExpr, TensorExpr, Var};
 use crate::util::normalize_axis;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, ensure, DType, Node, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, ensure, Attr, DType, Node, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("Slice", Slice);
-    r.add("Pad", Pad);
+    r.add("Slice", Prim(Slice));
+    r.add(
+        "Pad",
+        PerNode {
+            main: Prim(Pad),
+            other: Comp(PadByGather),
+            uses_other: |node| Pad::mode(node).is_ok_and(|m| m != PadMode::Constant),
+        },
+    );
     r.add("CenterCropPad", CenterCropPad);
     r.add("Compress", Compress);
 }
 
 /// Builds the output of shape `maps[d].len()` per axis where output
-/// coordinate `o` on axis `d` reads input coordinate `maps[d][o]`, or `fill`
-/// when any axis gives `None`.
-fn remap(x: &Tensor, maps: &[Vec<Option<usize>>], fill: Option<&Tensor>) -> Result<Tensor> {
+/// coordinate `o` on axis `d` reads input coordinate `maps[d][o]`, or the
+/// dtype's zero when any axis gives `None`.
+fn remap(x: &Tensor, maps: &[Vec<Option<usize>>]) -> Result<Tensor> {
     let out_shape: Vec<usize> = maps.iter().map(|m| m.len()).collect();
     let st = crate::util::strides(&x.shape);
     let mut idx = Vec::with_capacity(super::common::checked_numel(&out_shape)?);
@@ -35,7 +45,7 @@ fn remap(x: &Tensor, maps: &[Vec<Option<usize>>], fill: Option<&Tensor>) -> Resu
         }
         idx.push(off);
     });
-    Tensor::new(out_shape, gather_fill(&x.data, &idx, fill)?)
+    Tensor::new(out_shape, gather_fill(&x.data, &idx)?)
 }
 
 /// The values of optional integer input `i` of an infer call: `Ok(None)` when
@@ -51,8 +61,13 @@ fn known_ints(cx: &InferCx, i: usize) -> Result<Option<Option<Vec<i64>>>> {
     }
 }
 
-fn opt_ints(inputs: &[Option<&Tensor>], i: usize) -> Result<Option<Vec<i64>>> {
-    opt_arg(inputs, i).map(int_values).transpose()
+/// The values of optional integer input `i` of a decomposition (`None` when
+/// absent); a present one must be constant.
+fn required_ints(b: &mut Builder, inputs: &[Option<ValueId>], i: usize) -> Result<Option<Vec<i64>>> {
+    match inputs.get(i).copied().flatten() {
+        Some(id) => Ok(Some(int_values(&b.require_value(id)?)?)),
+        None => Ok(None),
+    }
 }
 
 struct Slice;
@@ -153,40 +168,32 @@ impl Slice {
     }
 }
 
-impl Op for Slice {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let x = cx.input(0)?;
-        let (Some(shape), Some(Some(starts)), Some(Some(ends)), Some(axes), Some(steps)) = (
-            x.ty.shape.as_deref(),
+/// `out[i] = in0[start + step·i]` per axis.
+impl Primitive for Slice {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some(inputs), Some(shape), Some(Some(starts)), Some(Some(ends)), Some(axes), Some(steps)) = (
+            input_shapes(cx),
+            cx.shape(0)?,
             known_ints(cx, 1)?,
             known_ints(cx, 2)?,
             known_ints(cx, 3)?,
             known_ints(cx, 4)?,
         ) else {
-            return Ok(vec![TensorType::unknown_shape(x.ty.dtype)]);
+            return Ok(None);
         };
         let plan = Slice::plan(shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
-        Ok(vec![TensorType::new(x.ty.dtype, Slice::out_shape(&plan))])
-    }
-
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let (starts, ends) = (int_values(arg(inputs, 1)?)?, int_values(arg(inputs, 2)?)?);
-        let (axes, steps) = (opt_ints(inputs, 3)?, opt_ints(inputs, 4)?);
-        let plan = Slice::plan(&x.shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
-        let st = strides_i64(&x.shape);
-        let base: i64 = plan
+        let index = plan
             .iter()
-            .zip(&st)
-            .map(|(p, s)| if p.len == 0 { 0 } else { p.start * s })
-            .sum();
-        let steps: Vec<i64> = plan.iter().zip(&st).map(|(p, s)| p.step * s).collect();
-        let shape = Slice::out_shape(&plan);
-        let idx = affine_offsets(&shape, base, &steps);
-        Ok(vec![take(x, shape, idx)?])
+            .enumerate()
+            .map(|(l, p)| IndexExpr::affine([(Var::Out(l), p.step)], p.start))
+            .collect();
+        let out = Slice::out_shape(&plan);
+        Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
     }
 }
 
+/// Pad. In constant mode a primitive: `out[i] = in0[i - begin]` where that
+/// lies inside the input, the fill value elsewhere (negative pads crop).
 struct Pad;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -272,68 +279,127 @@ impl Pad {
         })
     }
 
-    /// The fill value for constant mode: the constant_value input, or the
-    /// float `value` attribute of opsets before 11.
+    /// The fill value for constant mode: the float `value` attribute of
+    /// opsets before 11, else a read of the constant_value input (zero when
+    /// it is absent or empty), added to `accesses`.
     fn fill(
-        node: &Node,
-        opset: i64,
+        cx: &InferCx,
         dtype: DType,
-        input: Option<&Tensor>,
-    ) -> Result<Option<Tensor>> {
-        if opset < 11 {
-            let v = node.attr_float_or("value", 0.0)? as f64;
-            return Ok(Some(scalar_of(dtype, v)?));
+        inputs: &[Option<Vec<usize>>],
+        accesses: &mut Vec<Access>,
+    ) -> Result<Expr> {
+        if cx.opset < 11 {
+            return Expr::constant(dtype, cx.node.attr_float_or("value", 0.0)? as f64);
         }
-        match input {
-            Some(t) if !t.is_empty() => {
+        let Some(Some(shape)) = inputs.get(2) else {
+            return Expr::constant(dtype, 0.0);
+        };
+        match shape.iter().product::<usize>() {
+            0 => Expr::constant(dtype, 0.0),
+            1 => {
+                let fill_type = cx.input(2)?.ty.dtype;
                 ensure!(
-                    t.len() == 1,
-                    "constant_value must have one element, got {}",
-                    t.len()
+                    fill_type == dtype,
+                    "constant_value has type {fill_type} but the data has {dtype}"
                 );
-                Ok(Some(t.reshaped(vec![])?))
+                accesses.push(Access {
+                    input: 2,
+                    index: vec![IndexExpr::constant(0); shape.len()],
+                });
+                Ok(Expr::Load(accesses.len() - 1))
             }
-            _ => Ok(None),
+            n => bail!("constant_value must have one element, got {n}"),
         }
+    }
+
+    /// (begin, end) padding of every axis, when the pads and axes are known.
+    fn known_per_axis(cx: &InferCx, rank: usize) -> Result<Option<Vec<(i64, i64)>>> {
+        let (Some(pads), Some(axes)) = (known_ints(cx, 1)?, known_ints(cx, 3)?) else {
+            return Ok(None);
+        };
+        let Some(pads) = pads else {
+            bail!("input 'pads' is required")
+        };
+        Pad::per_axis(rank, &pads, axes.as_deref()).map(Some)
     }
 }
 
-impl Op for Pad {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let x = cx.input(0)?;
-        Pad::mode(cx.node)?;
-        let (Some(shape), Some(Some(pads)), Some(axes)) = (
-            x.ty.shape.as_deref(),
-            known_ints(cx, 1)?,
-            known_ints(cx, 3)?,
-        ) else {
-            return Ok(vec![TensorType::unknown_shape(x.ty.dtype)]);
-        };
-        let per_axis = Pad::per_axis(shape.len(), &pads, axes.as_deref())?;
-        Ok(vec![TensorType::new(
-            x.ty.dtype,
-            Pad::out_shape(shape, &per_axis)?,
-        )])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
+impl Primitive for Pad {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
         let mode = Pad::mode(cx.node)?;
-        let pads = int_values(arg(inputs, 1)?)?;
-        let per_axis = Pad::per_axis(x.rank(), &pads, opt_ints(inputs, 3)?.as_deref())?;
-        let out = Pad::out_shape(&x.shape, &per_axis)?;
-        let maps = out
+        ensure!(
+            mode == PadMode::Constant,
+            "Pad in {mode:?} mode has no tensor expression: it opens into Gathers"
+        );
+        let (Some(inputs), Some(shape)) = (input_shapes(cx), cx.shape(0)?) else {
+            return Ok(None);
+        };
+        let Some(per_axis) = Pad::known_per_axis(cx, shape.len())? else {
+            return Ok(None);
+        };
+        let dtype = cx.input(0)?.ty.dtype;
+        let out = Pad::out_shape(shape, &per_axis)?;
+        let index = per_axis
             .iter()
-            .zip(&per_axis)
-            .zip(&x.shape)
-            .map(|((&len, &(begin, _)), &n)| {
-                (0..len)
-                    .map(|o| Pad::source(mode, o, begin, n))
-                    .collect::<Result<Vec<_>>>()
+            .zip(out.iter().zip(shape))
+            .enumerate()
+            .map(|(l, (&(begin, _), (&len, &n)))| {
+                // Offsets beyond either end read only outside; clamped, they
+                // still do, and index arithmetic cannot overflow.
+                let offset = begin.saturating_neg().clamp(-(len as i64), n as i64);
+                IndexExpr::affine([(Var::Out(l), 1)], offset)
             })
-            .collect::<Result<Vec<_>>>()?;
-        let fill = Pad::fill(cx.node, cx.opset, x.dtype(), opt_arg(inputs, 2))?;
-        Ok(vec![remap(x, &maps, fill.as_ref())?])
+            .collect();
+        let mut accesses = vec![Access { input: 0, index }];
+        let fill = Pad::fill(cx, dtype, &inputs, &mut accesses)?;
+        let body = Expr::call("Where", vec![Expr::InBounds(0), Expr::Load(0), fill]);
+        Ok(Some(
+            TensorExpr {
+                dtype,
+                shape: out,
+                inputs,
+                accesses,
+                reduction: None,
+                body,
+            }
+            .simplified(),
+        ))
+    }
+}
+
+/// Pad in edge, reflect or wrap mode: along each padded axis in turn, a
+/// Gather of the input coordinates [`Pad::source`] gives.
+struct PadByGather;
+
+impl Compound for PadByGather {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let mode = Pad::mode(cx.node)?;
+        let x = inputs_id(inputs, 0)?;
+        let shape = b.shape(x)?;
+        let pads = required_ints(b, inputs, 1)?.unwrap_or_default();
+        let axes = required_ints(b, inputs, 3)?;
+        let per_axis = Pad::per_axis(shape.len(), &pads, axes.as_deref())?;
+        let out = Pad::out_shape(&shape, &per_axis)?;
+        let mut y = x;
+        for (d, (&(begin, end), (&len, &n))) in per_axis.iter().zip(out.iter().zip(&shape)).enumerate() {
+            if (begin, end) == (0, 0) {
+                continue;
+            }
+            let sources = (0..len)
+                .map(|o| match Pad::source(mode, o, begin, n)? {
+                    Some(i) => Ok(i as i64),
+                    None => bail!("Pad in {mode:?} mode has no source for output {o}"),
+                })
+                .collect::<Result<Vec<i64>>>()?;
+            let indices = b.ints(&sources);
+            y = b.op("Gather", &[y, indices], &[("axis", Attr::Int(d as i64))])?;
+        }
+        Ok(vec![Some(y)])
     }
 }
 
@@ -391,7 +457,7 @@ impl Op for CenterCropPad {
             .zip(&x.shape)
             .map(|(&t, &n)| (0..t).map(|o| CenterCropPad::source(o, n, t)).collect())
             .collect();
-        Ok(vec![remap(x, &maps, None)?])
+        Ok(vec![remap(x, &maps)?])
     }
 }
 

@@ -1,16 +1,51 @@
 //! Index-driven reads: Gather, GatherElements and GatherND. Indices may be
 //! negative (counted from the end); out-of-range indices are errors.
+//! Gather and GatherElements are primitives whose index along the axis is
+//! read from the indices input; GatherND (index tuples) stays a library op.
 
-use super::common::{for_each_index, int_values, resolve_index, take, typed};
+use super::common::{input_shapes, int_values, resolve_index, take, typed};
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Expr, IndexExpr, TensorExpr};
 use crate::util::{normalize_axis, strides};
 use crate::{arg, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, DType, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
-    r.add("Gather", Gather);
-    r.add("GatherElements", GatherElements);
+    r.add("Gather", Prim(Gather));
+    r.add("GatherElements", Prim(GatherElements));
     r.add("GatherND", GatherNd);
+}
+
+/// `out[i] = in0[index]`, where the dims of `index` are output indices except
+/// along `axis`, where it is the value of the indices input at `picks`
+/// (negative values counting from the end of the axis).
+fn gather_te(
+    cx: &InferCx,
+    shape: Vec<usize>,
+    inputs: Vec<Option<Vec<usize>>>,
+    axis: usize,
+    lead: Vec<IndexExpr>,
+    picks: Vec<IndexExpr>,
+    trail: Vec<IndexExpr>,
+) -> Result<TensorExpr> {
+    let data = cx.input(0)?.ty.clone();
+    let extent = data.shape.as_ref().map_or(0, |s| s[axis]) as i64;
+    let pick = IndexExpr::Data {
+        input: 1,
+        index: picks,
+        extent,
+    };
+    let index = lead.into_iter().chain([pick]).chain(trail).collect();
+    Ok(TensorExpr {
+        dtype: data.dtype,
+        shape,
+        inputs,
+        accesses: vec![Access { input: 0, index }],
+        reduction: None,
+        body: Expr::Load(0),
+    }
+    .simplified())
 }
 
 fn check_index_type(dtype: DType) -> Result<()> {
@@ -48,36 +83,23 @@ impl Gather {
     }
 }
 
-impl Op for Gather {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        from_shapes(cx, |d, i| {
-            Ok(Gather::out_shape(d, i, Gather::axis(cx.node, d.len())?))
-        })
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, indices) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        check_index_type(indices.dtype())?;
-        let axis = Gather::axis(cx.node, x.rank())?;
-        let dim = x.shape[axis];
-        let picks = int_values(indices)?
-            .into_iter()
-            .map(|i| resolve_index(i, dim))
-            .collect::<Result<Vec<_>>>()?;
-        let inner: usize = x.shape[axis + 1..].iter().product();
-        let outer: usize = x.shape[..axis].iter().product();
-        let mut idx = Vec::with_capacity(outer * picks.len() * inner);
-        for o in 0..outer {
-            for &p in &picks {
-                let base = (o * dim + p) * inner;
-                idx.extend(base..base + inner);
-            }
-        }
-        Ok(vec![take(
-            x,
-            Gather::out_shape(&x.shape, &indices.shape, axis),
-            idx,
-        )?])
+/// `out[a, j, b] = data[a, indices[j], b]` (`a`: the dims before the axis,
+/// `j`: the indices' dims, `b`: the dims after it).
+impl Primitive for Gather {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        check_index_type(cx.input(1)?.ty.dtype)?;
+        let (Some(inputs), Some(data), Some(indices)) =
+            (input_shapes(cx), cx.shape(0)?, cx.shape(1)?)
+        else {
+            return Ok(None);
+        };
+        let axis = Gather::axis(cx.node, data.len())?;
+        let q = indices.len();
+        let out = Gather::out_shape(data, indices, axis);
+        let lead = (0..axis).map(IndexExpr::out).collect();
+        let picks = (axis..axis + q).map(IndexExpr::out).collect();
+        let trail = (axis + q..out.len()).map(IndexExpr::out).collect();
+        gather_te(cx, out, inputs, axis, lead, picks, trail).map(Some)
     }
 }
 
@@ -104,36 +126,22 @@ impl GatherElements {
     }
 }
 
-impl Op for GatherElements {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        from_shapes(cx, |d, i| {
-            GatherElements::axis(cx.node, d, i)?;
-            Ok(i.to_vec())
-        })
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, indices) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        check_index_type(indices.dtype())?;
-        let axis = GatherElements::axis(cx.node, &x.shape, &indices.shape)?;
-        let dim = x.shape[axis];
-        let picks = int_values(indices)?
-            .into_iter()
-            .map(|i| resolve_index(i, dim))
-            .collect::<Result<Vec<_>>>()?;
-        let st = strides(&x.shape);
-        let mut idx = Vec::with_capacity(picks.len());
-        for_each_index(&indices.shape, |o| {
-            let k = idx.len();
-            idx.push(
-                o.iter()
-                    .zip(&st)
-                    .enumerate()
-                    .map(|(d, (&i, &s))| if d == axis { picks[k] * s } else { i * s })
-                    .sum(),
-            );
-        });
-        Ok(vec![take(x, indices.shape.clone(), idx)?])
+/// `out[i] = data[i with dim axis replaced by indices[i]]`.
+impl Primitive for GatherElements {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        check_index_type(cx.input(1)?.ty.dtype)?;
+        let (Some(inputs), Some(data), Some(indices)) =
+            (input_shapes(cx), cx.shape(0)?, cx.shape(1)?)
+        else {
+            return Ok(None);
+        };
+        let axis = GatherElements::axis(cx.node, data, indices)?;
+        let r = indices.len();
+        let out = indices.to_vec();
+        let lead = (0..axis).map(IndexExpr::out).collect();
+        let picks = (0..r).map(IndexExpr::out).collect();
+        let trail = (axis + 1..r).map(IndexExpr::out).collect();
+        gather_te(cx, out, inputs, axis, lead, picks, trail).map(Some)
     }
 }
 

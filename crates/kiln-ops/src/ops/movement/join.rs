@@ -1,14 +1,18 @@
-//! Concat (joins tensors along an axis) and Split (its inverse).
+//! Concat (joins tensors along an axis), a primitive, and Split (its
+//! inverse), which opens into one Slice per output.
 
-use super::common::{int_values, narrow, same_dtype, slices, typed};
+use super::common::{input_shapes, int_values};
+use crate::compound::{Comp, Compound};
 use crate::registry::Registry;
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Expr, IndexExpr, TensorExpr, Var};
 use crate::util::normalize_axis;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_all, ensure, Elem, Node, Result, Tensor, TensorType};
+use crate::{inputs_id, Builder, InferCx};
+use kiln_ir::{bail, ensure, Node, Result, Tensor, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("Concat", Concat);
-    r.add("Split", Split);
+    r.add("Concat", Prim(Concat));
+    r.add("Split", Comp(Split));
 }
 
 struct Concat;
@@ -45,49 +49,48 @@ impl Concat {
     }
 }
 
-impl Op for Concat {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+/// `out[…, i, …] = in_k[…, i - offset_k, …]` for the input `k` whose range
+/// along the axis holds `i`: one shifted read per input, selected by
+/// nested Wheres on whether each read is inside its input.
+impl Primitive for Concat {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
         let dtype = cx.input(0)?.ty.dtype;
-        let mut shapes = Vec::new();
         for i in 0..cx.inputs.len() {
-            let x = cx.input(i)?;
-            ensure!(
-                x.ty.dtype == dtype,
-                "inputs have different types: {dtype} and {}",
-                x.ty.dtype
-            );
-            match x.ty.shape.as_deref() {
-                Some(s) => shapes.push(s),
-                None => return Ok(vec![TensorType::unknown_shape(dtype)]),
-            }
+            let t = cx.input(i)?.ty.dtype;
+            ensure!(t == dtype, "inputs have different types: {dtype} and {t}");
         }
-        Ok(vec![typed(
-            dtype,
-            Some(Concat::plan(cx.node, cx.opset, &shapes)?.1),
-        )])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let ts = (0..inputs.len())
-            .map(|i| arg(inputs, i))
-            .collect::<Result<Vec<_>>>()?;
-        same_dtype(&ts)?;
-        let shapes: Vec<&[usize]> = ts.iter().map(|t| t.shape.as_slice()).collect();
+        let Some(inputs) = input_shapes(cx) else {
+            return Ok(None);
+        };
+        let shapes: Vec<&[usize]> = inputs.iter().flatten().map(|s| s.as_slice()).collect();
         let (axis, shape) = Concat::plan(cx.node, cx.opset, &shapes)?;
-        let outer: usize = shape[..axis].iter().product();
-        let inner: usize = shape[axis + 1..].iter().product();
-        let data = dispatch_all!(&ts[0].data, |_v: T| {
-            let parts = slices::<T>(&ts)?;
-            let mut out: Vec<T> = Vec::with_capacity(shape.iter().product());
-            for o in 0..outer {
-                for (t, p) in ts.iter().zip(&parts) {
-                    let chunk = t.shape[axis] * inner;
-                    out.extend_from_slice(&p[o * chunk..(o + 1) * chunk]);
-                }
-            }
-            T::wrap(out)
+        let mut offset = 0;
+        let mut accesses = Vec::with_capacity(shapes.len());
+        for (k, s) in shapes.iter().enumerate() {
+            let index = (0..shape.len())
+                .map(|l| match l == axis {
+                    true => IndexExpr::affine([(Var::Out(l), 1)], -offset),
+                    false => IndexExpr::out(l),
+                })
+                .collect();
+            accesses.push(Access { input: k, index });
+            offset += s[axis] as i64;
+        }
+        let last = accesses.len() - 1;
+        let body = (0..last).rev().fold(Expr::Load(last), |rest, k| {
+            Expr::call("Where", vec![Expr::InBounds(k), Expr::Load(k), rest])
         });
-        Ok(vec![Tensor::new(shape, data)?])
+        Ok(Some(
+            TensorExpr {
+                dtype,
+                shape,
+                inputs,
+                accesses,
+                reduction: None,
+                body,
+            }
+            .simplified(),
+        ))
     }
 }
 
@@ -139,44 +142,29 @@ impl Split {
         sizes.push(last);
         Ok((axis, sizes))
     }
-
-    fn part_shapes(shape: &[usize], axis: usize, sizes: &[usize]) -> Vec<Vec<usize>> {
-        sizes
-            .iter()
-            .map(|&n| {
-                let mut s = shape.to_vec();
-                s[axis] = n;
-                s
-            })
-            .collect()
-    }
 }
 
-impl Op for Split {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let x = cx.input(0)?;
-        let n = cx.node.outputs.len();
-        let split_known = cx.opt_input(1).is_none() || cx.value(1).is_some();
-        match (&x.ty.shape, split_known) {
-            (Some(s), true) => {
-                let (axis, sizes) = Split::plan(cx.node, s, cx.value(1))?;
-                Ok(Split::part_shapes(s, axis, &sizes)
-                    .into_iter()
-                    .map(|s| TensorType::new(x.ty.dtype, s))
-                    .collect())
-            }
-            _ => Ok(vec![TensorType::unknown_shape(x.ty.dtype); n]),
-        }
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let (axis, sizes) = Split::plan(cx.node, &x.shape, opt_arg(inputs, 1))?;
+/// One Slice of the input along the axis per part.
+impl Compound for Split {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let split = match inputs.get(1).copied().flatten() {
+            Some(id) => Some(b.require_value(id)?),
+            None => None,
+        };
+        let (axis, sizes) = Split::plan(cx.node, &b.shape(x)?, split.as_ref())?;
+        let axes = b.ints(&[axis as i64]);
         let mut start = 0;
         let mut outs = Vec::with_capacity(sizes.len());
         for n in sizes {
-            outs.push(narrow(x, axis, start, n)?);
-            start += n;
+            let (starts, ends) = (b.ints(&[start]), b.ints(&[start + n as i64]));
+            outs.push(Some(b.op("Slice", &[x, starts, ends, axes], &[])?));
+            start += n as i64;
         }
         Ok(outs)
     }

@@ -1,21 +1,27 @@
-//! Ops that reorder the elements of one tensor: Transpose, DepthToSpace,
-//! SpaceToDepth, Tile, ReverseSequence and Trilu (which zeroes a triangle).
+//! Ops that reorder the elements of one tensor. Transpose (a permutation
+//! of the index), Tile (indices mod the input's dims) and Trilu (a select on
+//! the row and column indices) are primitives; DepthToSpace and
+//! SpaceToDepth open into Reshape → Transpose → Reshape; ReverseSequence,
+//! whose source index depends on data through a comparison, stays a
+//! library op.
 
 use super::common::{
-    dims_from_i64, for_each_index, gather_fill, int_values, strides_i64, take, typed,
+    dims_from_i64, for_each_index, input_shapes, int_values, moved, strides_i64, take, typed,
 };
+use crate::compound::{Comp, Compound};
 use crate::registry::Registry;
-use crate::util::{strides, transpose};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, ensure, Node, Result, Tensor, TensorType};
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{Access, Expr, IndexExpr, TensorExpr, Var};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, ensure, Attr, DType, Node, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("Transpose", Transpose);
-    r.add("DepthToSpace", BlockMove { to_space: true });
-    r.add("SpaceToDepth", BlockMove { to_space: false });
-    r.add("Tile", Tile);
+    r.add("Transpose", Prim(Transpose));
+    r.add("DepthToSpace", Comp(BlockMove { to_space: true }));
+    r.add("SpaceToDepth", Comp(BlockMove { to_space: false }));
+    r.add("Tile", Prim(Tile));
     r.add("ReverseSequence", ReverseSequence);
-    r.add("Trilu", Trilu);
+    r.add("Trilu", Prim(Trilu));
 }
 
 /// Output type for ops whose output shape is a function of the first
@@ -28,6 +34,7 @@ fn same_rule(cx: &InferCx, rule: impl Fn(&[usize]) -> Result<Vec<usize>>) -> Res
     ))
 }
 
+/// `out[i0, …] = in0[…]` with output dim `l` reading input dim `perm[l]`.
 struct Transpose;
 
 impl Transpose {
@@ -55,18 +62,18 @@ impl Transpose {
     }
 }
 
-impl Op for Transpose {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![same_rule(cx, |s| {
-            Ok(Transpose::perm(cx.node, s.len())?
-                .iter()
-                .map(|&p| s[p])
-                .collect())
-        })?])
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        Ok(vec![transpose(x, &Transpose::perm(cx.node, x.rank())?)?])
+impl Primitive for Transpose {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some(inputs), Some(shape)) = (input_shapes(cx), cx.shape(0)?) else {
+            return Ok(None);
+        };
+        let perm = Transpose::perm(cx.node, shape.len())?;
+        let mut index = vec![IndexExpr::constant(0); shape.len()];
+        for (l, &p) in perm.iter().enumerate() {
+            index[p] = IndexExpr::out(l);
+        }
+        let out = perm.iter().map(|&p| shape[p]).collect();
+        Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
     }
 }
 
@@ -136,18 +143,31 @@ impl BlockMove {
     }
 }
 
-impl Op for BlockMove {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![same_rule(cx, |s| Ok(self.plan(cx.node, s)?.out))?])
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let plan = self.plan(cx.node, &x.shape)?;
-        let moved = transpose(&x.reshaped(plan.view)?, &plan.perm)?;
-        Ok(vec![moved.reshaped(plan.out)?])
+/// `dims` as a constant shape input.
+fn shape_input(b: &mut Builder, dims: &[usize]) -> ValueId {
+    let v: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    b.ints(&v)
+}
+
+impl Compound for BlockMove {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let plan = self.plan(cx.node, &b.shape(x)?)?;
+        let view = shape_input(b, &plan.view);
+        let viewed = b.op("Reshape", &[x, view], &[])?;
+        let perm = Attr::Ints(plan.perm.iter().map(|&p| p as i64).collect());
+        let moved = b.op("Transpose", &[viewed], &[("perm", perm)])?;
+        let out = shape_input(b, &plan.out);
+        Ok(vec![Some(b.op("Reshape", &[moved, out], &[])?)])
     }
 }
 
+/// `out[i] = in0[i mod shape]`, the output `repeats` times the input.
 struct Tile;
 
 impl Tile {
@@ -174,29 +194,24 @@ impl Tile {
     }
 }
 
-impl Op for Tile {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let dtype = cx.input(0)?.ty.dtype;
-        Ok(vec![match (cx.shape(0)?, cx.value(1)) {
-            (Some(s), Some(r)) => TensorType::new(dtype, Tile::out_shape(s, r)?),
-            _ => TensorType::unknown_shape(dtype),
-        }])
-    }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let out = Tile::out_shape(&x.shape, arg(inputs, 1)?)?;
-        let st = strides(&x.shape);
-        let mut idx = Vec::with_capacity(out.iter().product());
-        for_each_index(&out, |o| {
-            idx.push(
-                o.iter()
-                    .zip(&x.shape)
-                    .zip(&st)
-                    .map(|((&i, &d), &s)| (i % d) * s)
-                    .sum(),
-            )
-        });
-        Ok(vec![take(x, out, idx)?])
+impl Primitive for Tile {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some(inputs), Some(shape), Some(repeats)) =
+            (input_shapes(cx), cx.shape(0)?, cx.value(1))
+        else {
+            return Ok(None);
+        };
+        let out = Tile::out_shape(shape, repeats)?;
+        let index = shape
+            .iter()
+            .enumerate()
+            .map(|(l, &d)| match d {
+                // An empty input dim gives an empty output: nothing is read.
+                0 => IndexExpr::constant(0),
+                d => IndexExpr::Mod(Box::new(IndexExpr::out(l)), d as i64),
+            })
+            .collect();
+        Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
     }
 }
 
@@ -259,46 +274,63 @@ impl Op for ReverseSequence {
     }
 }
 
+/// Trilu: `out[…, i, j] = in0[…, i, j]` where `j - i >= k` (upper) or
+/// `j - i <= k` (lower), else 0; `k` is read from input 1 (default 0).
 struct Trilu;
 
-impl Op for Trilu {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![same_rule(cx, |s| {
-            ensure!(s.len() >= 2, "input must have rank >= 2, got {}", s.len());
-            Ok(s.to_vec())
-        })?])
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        ensure!(x.rank() >= 2, "input must have rank >= 2, got {}", x.rank());
-        let k = match opt_arg(inputs, 1) {
-            Some(t) => {
-                let v = int_values(t)?;
-                ensure!(v.len() == 1, "k must have one element, got {}", v.len());
-                v[0]
-            }
-            None => 0,
+impl Primitive for Trilu {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (Some(inputs), Some(shape)) = (input_shapes(cx), cx.shape(0)?) else {
+            return Ok(None);
         };
-        let upper = cx.node.attr_int_or("upper", 1)? != 0;
-        let (rows, cols) = (x.shape[x.rank() - 2], x.shape[x.rank() - 1]);
-        // Element (i, j) is kept on the upper side of diagonal k when j - i >= k.
-        let keep = |i: usize, j: usize| {
-            let diff = j as i64 - i as i64;
-            if upper {
-                diff >= k
-            } else {
-                diff <= k
+        let (dtype, shape) = (cx.input(0)?.ty.dtype, shape.to_vec());
+        let r = shape.len();
+        ensure!(r >= 2, "input must have rank >= 2, got {r}");
+        let mut accesses = vec![Access {
+            input: 0,
+            index: (0..r).map(IndexExpr::out).collect(),
+        }];
+        let k = match &inputs.get(1) {
+            Some(Some(ks)) => {
+                ensure!(
+                    ks.iter().product::<usize>() == 1,
+                    "k must have one element, got shape {ks:?}"
+                );
+                ensure!(
+                    cx.input(1)?.ty.dtype == DType::I64,
+                    "k must be int64, got {}",
+                    cx.input(1)?.ty.dtype
+                );
+                accesses.push(Access {
+                    input: 1,
+                    index: vec![IndexExpr::constant(0); ks.len()],
+                });
+                Expr::Load(1)
             }
+            _ => Expr::constant(DType::I64, 0.0)?,
         };
-        let idx: Vec<Option<usize>> = (0..x.len())
-            .map(|o| {
-                let (i, j) = ((o / cols) % rows, o % cols);
-                keep(i, j).then_some(o)
-            })
-            .collect();
-        Ok(vec![Tensor::new(
-            x.shape.clone(),
-            gather_fill(&x.data, &idx, None)?,
-        )?])
+        let diagonal = Expr::Index(IndexExpr::affine(
+            [(Var::Out(r - 1), 1), (Var::Out(r - 2), -1)],
+            0,
+        ));
+        let side = if cx.node.attr_int_or("upper", 1)? != 0 {
+            "GreaterOrEqual"
+        } else {
+            "LessOrEqual"
+        };
+        let keep = Expr::call(side, vec![diagonal, k]);
+        let zero = Expr::constant(dtype, 0.0)?;
+        let body = Expr::call("Where", vec![keep, Expr::Load(0), zero]);
+        Ok(Some(
+            TensorExpr {
+                dtype,
+                shape,
+                inputs,
+                accesses,
+                reduction: None,
+                body,
+            }
+            .simplified(),
+        ))
     }
 }
