@@ -1,19 +1,25 @@
 //! Broadcasting element-wise ops with two or more inputs: arithmetic (Add,
 //! Sub, Mul, Div, Mod, Pow), bitwise and logical ops, BitShift, comparisons,
-//! Where, Clip, and the variadic Sum, Mean, Max and Min.
+//! Where, and the variadic Sum, Max and Min (primitives), and the compounds
+//! Clip (Max/Min with its bounds) and Mean (Add chain / count). Sum, Max
+//! and Min of three or more inputs open into chains of two-input ones.
 //!
-//! Each op's semantics is one [`BinaryRule`] (a float rule computed in f64
-//! and an exact integer rule computed in i128); the kernels in
+//! Each primitive's semantics is one [`BinaryRule`] (a float rule computed
+//! in f64 and an exact integer rule computed in i128); the kernels in
 //! [`elementwise`] apply it to every dtype.
 
 pub(crate) mod elementwise;
 
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::reshape;
 use crate::registry::Registry;
-use crate::te::primitive::{Elementwise, Prim};
-use crate::util::{zip3_map, zip_map};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
+use crate::te::primitive::{Elementwise, Prim, Primitive};
+use crate::util::{numel, zip3_map, zip_map};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
 use elementwise::{by_class, zip_int, BinaryRule, Int};
-use kiln_ir::{bail, dispatch_all, dispatch_num, ensure, DType, Num, Result, Tensor, TensorType};
+use kiln_ir::{
+    bail, dispatch_all, dispatch_num, ensure, DType, Num, Result, Tensor, TensorType, ValueId,
+};
 use std::cmp::Ordering;
 
 pub use elementwise::broadcast_type;
@@ -77,35 +83,11 @@ pub fn register(r: &mut Registry) {
         })),
     );
     r.add("Where", Prim(Elementwise(Where)));
-    r.add("Clip", Clip);
-    r.add(
-        "Sum",
-        Prim(Elementwise(Variadic {
-            rule: SUM,
-            mean: false,
-        })),
-    );
-    r.add(
-        "Mean",
-        Prim(Elementwise(Variadic {
-            rule: MEAN,
-            mean: true,
-        })),
-    );
-    r.add(
-        "Max",
-        Prim(Elementwise(Variadic {
-            rule: MAX,
-            mean: false,
-        })),
-    );
-    r.add(
-        "Min",
-        Prim(Elementwise(Variadic {
-            rule: MIN,
-            mean: false,
-        })),
-    );
+    r.add("Clip", Comp(Clip));
+    for (rule, pairwise) in [(SUM, "Add"), (MAX, "Max"), (MIN, "Min")] {
+        r.add(rule.name, VariadicOp(Prim(Elementwise(Variadic(rule))), pairwise));
+    }
+    r.add("Mean", Comp(Mean));
 }
 
 const fn arith(
@@ -155,7 +137,6 @@ const AND: BinaryRule = logical("And", |a, b| a && b);
 const OR: BinaryRule = logical("Or", |a, b| a || b);
 const XOR: BinaryRule = logical("Xor", |a, b| a != b);
 const SUM: BinaryRule = arith("Sum", |a, b| a + b, |a, b| a.wrapping_add(b));
-const MEAN: BinaryRule = arith("Mean", |a, b| a + b, |a, b| a.wrapping_add(b));
 // Max and Min propagate NaN, as numpy's maximum/minimum do.
 const MAX: BinaryRule = arith(
     "Max",
@@ -459,103 +440,77 @@ impl Op for Where {
     }
 }
 
-/// Clip(x, min, max): bounds are optional scalar inputs (opset 11+) or float
-/// attributes (before 11). A missing bound does not clip; when min > max
-/// every element becomes max (numpy's clip).
+/// Clip(x, min, max) = Min(Max(x, min), max): bounds are optional scalar
+/// inputs (opset 11+) or float attributes (before 11); a missing bound
+/// does not clip. A NaN element stays NaN; when min > max every element
+/// becomes max (numpy's clip). Max and Min propagate NaN, so a NaN bound
+/// gives NaN, as numpy's clip, the ONNX reference, does.
 struct Clip;
 
 impl Clip {
-    fn check(cx_opset: i64, x: DType, bounds: &[Option<DType>]) -> Result<()> {
-        ensure!(x.is_numeric(), "Clip needs a numeric tensor, got {x}");
-        ensure!(
-            cx_opset >= 11 || x.is_float(),
-            "Clip before opset 11 needs a float tensor, got {x}"
-        );
-        for b in bounds.iter().flatten() {
-            ensure!(*b == x, "Clip: bound type {b} differs from input type {x}");
-        }
-        Ok(())
-    }
-
-    /// The bound in input `i` (opset 11+), or attribute `name` (older).
-    fn bound<T: Num>(
-        cx: &EvalCx,
-        inputs: &[Option<&Tensor>],
+    /// The bound in input `i` (opset 11+) or attribute `name` (older), as a
+    /// 0-d value of x's type.
+    fn bound(
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+        dtype: DType,
         i: usize,
         name: &str,
-    ) -> Result<Option<T>> {
+    ) -> Result<Option<ValueId>> {
         if cx.opset < 11 {
-            return Ok(cx.node.attr_float(name)?.map(T::from_f32));
+            return match cx.node.attr_float(name)? {
+                Some(v) => Ok(Some(b.scalar(dtype, v as f64)?)),
+                None => Ok(None),
+            };
         }
-        let Some(t) = opt_arg(inputs, i) else {
+        let Some(t) = inputs.get(i).copied().flatten() else {
             return Ok(None);
         };
-        match t.as_slice::<T>()? {
-            [v] => Ok(Some(*v)),
-            v => bail!("Clip: '{name}' must be a scalar, got {} elements", v.len()),
-        }
-    }
-
-    fn clip<T: Num>(cx: &EvalCx, inputs: &[Option<&Tensor>], x: &Tensor) -> Result<Tensor> {
-        let lo = Clip::bound::<T>(cx, inputs, 1, "min")?;
-        let hi = Clip::bound::<T>(cx, inputs, 2, "max")?;
-        // Written with `<`/`>` so a NaN element passes through unchanged.
-        crate::util::map::<T, T>(x, |&v| {
-            let v = match lo {
-                Some(lo) if v < lo => lo,
-                _ => v,
-            };
-            match hi {
-                Some(hi) if v > hi => hi,
-                _ => v,
-            }
-        })
+        let bt = b.ty(t).dtype;
+        ensure!(bt == dtype, "Clip: bound type {bt} differs from input type {dtype}");
+        let n = numel(&b.shape(t)?);
+        ensure!(n == 1, "Clip: '{name}' must be a scalar, got {n} elements");
+        Ok(Some(reshape(b, t, &[])?))
     }
 }
 
-impl Op for Clip {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let x = cx.input(0)?.ty.clone();
-        let bounds: Vec<Option<DType>> = (1..3)
-            .map(|i| cx.opt_input(i).map(|b| b.ty.dtype))
-            .collect();
-        Clip::check(cx.opset, x.dtype, &bounds)?;
-        Ok(vec![x])
-    }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let bounds: Vec<Option<DType>> = (1..3)
-            .map(|i| opt_arg(inputs, i).map(|b| b.dtype()))
-            .collect();
-        Clip::check(cx.opset, x.dtype(), &bounds)?;
-        let out = dispatch_num!(
-            &x.data,
-            |_v: T| Clip::clip::<T>(cx, inputs, x)?,
-            unreachable!("checked numeric")
+impl Compound for Clip {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let dtype = b.ty(x).dtype;
+        ensure!(dtype.is_numeric(), "Clip needs a numeric tensor, got {dtype}");
+        ensure!(
+            cx.opset >= 11 || dtype.is_float(),
+            "Clip before opset 11 needs a float tensor, got {dtype}"
         );
-        Ok(vec![out])
+        let mut y = x;
+        for (i, name, op) in [(1, "min", "Max"), (2, "max", "Min")] {
+            if let Some(bound) = Clip::bound(cx, b, inputs, dtype, i, name)? {
+                y = b.op(op, &[y, bound], &[])?;
+            }
+        }
+        Ok(vec![Some(y)])
     }
 }
 
-/// Sum, Mean, Max, Min over one or more inputs, broadcast together: a fold
-/// of the op's rule. Mean divides the sum by the input count.
-struct Variadic {
-    rule: BinaryRule,
-    mean: bool,
-}
+/// The scalar rule of Sum, Max and Min over one or more inputs broadcast
+/// together: a fold of the op's rule.
+struct Variadic(BinaryRule);
 
 impl Variadic {
     fn check(&self, dtypes: &[DType]) -> Result<()> {
         let Some(&first) = dtypes.first() else {
-            bail!("{} needs at least one input", self.rule.name)
+            bail!("{} needs at least one input", self.0.name)
         };
         for &d in dtypes {
-            self.rule.check(first, d)?;
+            self.0.check(first, d)?;
         }
-        ensure!(
-            !self.mean || first.is_float(),
-            "Mean needs float tensors, got {first}"
-        );
         Ok(())
     }
 }
@@ -571,24 +526,79 @@ impl Op for Variadic {
         self.check(&present.iter().map(|t| t.dtype()).collect::<Vec<_>>())?;
         let mut acc = present[0].clone();
         for t in &present[1..] {
-            acc = self.rule.apply(&acc, t)?;
-        }
-        if self.mean {
-            let n = present.len() as f64;
-            acc = by_class!(acc.dtype(),
-                float |F| elementwise::map_float::<F>(&acc, |s| s / n)?,
-                int |I| unreachable!("checked float"),
-                bool => unreachable!("checked float"),
-                string => unreachable!("checked float"),
-            );
+            acc = self.0.apply(&acc, t)?;
         }
         Ok(vec![acc])
+    }
+}
+
+/// Sum, Max or Min: primitive with one or two inputs; with more it opens
+/// into a chain of the two-input op (`.1`: Add for Sum).
+struct VariadicOp(Prim<Elementwise<Variadic>>, &'static str);
+
+impl Op for VariadicOp {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        self.0.infer(cx)
+    }
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        self.0.eval(cx, inputs)
+    }
+    fn primitive(&self) -> Option<&dyn Primitive> {
+        self.0.primitive()
+    }
+    fn scalar_kernel(&self) -> Option<&dyn Op> {
+        self.0.scalar_kernel()
+    }
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        let present: Vec<ValueId> = inputs.iter().flatten().copied().collect();
+        if present.len() <= 2 {
+            return Ok(None);
+        }
+        Ok(Some(vec![Some(chain(b, self.1, &present)?)]))
+    }
+}
+
+/// `op(op(v0, v1), v2) …`; the first value alone for one.
+fn chain(b: &mut Builder, op: &str, values: &[ValueId]) -> Result<ValueId> {
+    let Some((&first, rest)) = values.split_first() else {
+        bail!("{op} chain needs at least one input")
+    };
+    rest.iter()
+        .try_fold(first, |acc, &v| b.op(op, &[acc, v], &[]))
+}
+
+/// Mean of one or more float inputs broadcast together: their sum (an Add
+/// chain) divided by the count.
+struct Mean;
+
+impl Compound for Mean {
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let present: Vec<ValueId> = inputs.iter().flatten().copied().collect();
+        let Some(&first) = present.first() else {
+            bail!("Mean needs at least one input")
+        };
+        let dtype = b.ty(first).dtype;
+        ensure!(dtype.is_float(), "Mean needs float tensors, got {dtype}");
+        let sum = chain(b, "Add", &present)?;
+        let n = b.scalar(dtype, present.len() as f64)?;
+        Ok(vec![Some(b.op("Div", &[sum, n], &[])?)])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::compose::eval_op;
 
     fn apply<T: kiln_ir::Elem + Clone>(rule: BinaryRule, a: Vec<T>, b: Vec<T>) -> Vec<T> {
         let n = a.len();
@@ -635,32 +645,52 @@ mod tests {
         assert!(floor_mod_f64(1.0, 0.0).is_nan());
     }
 
-    struct NoSubgraphs;
-    impl crate::SubgraphRunner for NoSubgraphs {
-        fn run(&self, _g: &kiln_ir::Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-            bail!("no subgraphs")
-        }
+    fn f32s(t: &Tensor) -> Vec<f32> {
+        t.as_slice::<f32>().unwrap().to_vec()
     }
 
     #[test]
     fn clip_before_opset_11_reads_attributes() {
-        let mut node = kiln_ir::Node {
-            name: String::new(),
-            op: "Clip".into(),
-            domain: String::new(),
-            inputs: vec![],
-            outputs: vec![],
-            attrs: Default::default(),
-        };
-        node.attrs.insert("min".into(), kiln_ir::Attr::Float(-1.0));
-        let cx = EvalCx {
-            node: &node,
-            opset: 6,
-            subgraphs: &NoSubgraphs,
-        };
         let x = Tensor::from_vec(vec![3], vec![-5.0f32, 0.5, 9.0]).unwrap();
-        let out = Clip.eval(&cx, &[Some(&x)]).unwrap();
-        assert_eq!(out[0].as_slice::<f32>().unwrap(), &[-1.0, 0.5, 9.0]);
+        let attrs = vec![("min", kiln_ir::Attr::Float(-1.0))];
+        let out = eval_op("Clip", 6, attrs, &[x], 1).unwrap();
+        assert_eq!(f32s(&out[0]), &[-1.0, 0.5, 9.0]);
+    }
+
+    #[test]
+    fn clip_keeps_nan_elements_and_prefers_max_bound() {
+        let nan = f32::NAN;
+        let x = Tensor::from_vec(vec![4], vec![nan, -5.0f32, 0.5, 9.0]).unwrap();
+        let lo = Tensor::from_vec(vec![], vec![-1.0f32]).unwrap();
+        let hi = Tensor::from_vec(vec![1], vec![1.0f32]).unwrap();
+        let y = f32s(&eval_op("Clip", 13, vec![], &[x.clone(), lo, hi.clone()], 1).unwrap()[0]);
+        assert!(y[0].is_nan());
+        assert_eq!(y[1..], [-1.0, 0.5, 1.0]);
+        // min > max: everything becomes max.
+        let big = Tensor::from_vec(vec![], vec![5.0f32]).unwrap();
+        let y = f32s(&eval_op("Clip", 13, vec![], &[x.clone(), big, hi], 1).unwrap()[0]);
+        assert!(y[0].is_nan());
+        assert_eq!(y[1..], [1.0, 1.0, 1.0]);
+        // No bounds: the input as it is (a scalar stays a scalar).
+        let s = Tensor::from_vec(vec![], vec![nan]).unwrap();
+        let y = eval_op("Clip", 13, vec![], &[s], 1).unwrap();
+        assert!(y[0].shape.is_empty() && f32s(&y[0])[0].is_nan());
+        let wide = Tensor::from_vec(vec![2], vec![0.0f32, 1.0]).unwrap();
+        assert!(eval_op("Clip", 13, vec![], &[x, wide], 1).is_err());
+    }
+
+    #[test]
+    fn variadic_ops_chain_and_mean_divides() {
+        let t = |v: Vec<f32>| Tensor::from_vec(vec![v.len()], v).unwrap();
+        let ins = [t(vec![1.0, 5.0]), t(vec![4.0, 2.0]), t(vec![3.0])];
+        let sum = eval_op("Sum", 13, vec![], &ins, 1).unwrap();
+        assert_eq!(f32s(&sum[0]), &[8.0, 10.0]);
+        let max = eval_op("Max", 13, vec![], &ins, 1).unwrap();
+        assert_eq!(f32s(&max[0]), &[4.0, 5.0]);
+        let mean = eval_op("Mean", 13, vec![], &ins, 1).unwrap();
+        assert_eq!(f32s(&mean[0]), &[8.0 / 3.0, 10.0 / 3.0]);
+        let one = eval_op("Mean", 13, vec![], &ins[..1], 1).unwrap();
+        assert_eq!(f32s(&one[0]), &[1.0, 5.0]);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Cast and CastLike: conversion between any two element types, following
-//! the ONNX Cast rules.
+//! Cast (a primitive) and CastLike (a compound that opens into Cast):
+//! conversion between any two element types, following the ONNX Cast rules.
 //!
 //! - float -> float rounds to nearest (±inf out of range); float -> integer
 //!   truncates toward zero and saturates (NaN gives 0; ONNX leaves out-of-range
@@ -14,17 +14,20 @@
 //! The `saturate` and `round_mode` attributes only concern float8 types,
 //! which kiln does not support.
 
+use crate::compound::{Comp, Compound};
+use crate::ops::compose;
 use crate::registry::Registry;
 use crate::te::primitive::{Elementwise, Prim};
-use crate::{arg, EvalCx, InferCx, Op};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
 use kiln_ir::tensor::{bf16, f16};
 use kiln_ir::{
     bail, dispatch_all, with_dtype, DType, Data, Elem, Node, Num, Result, Tensor, TensorType,
+    ValueId,
 };
 
 pub fn register(r: &mut Registry) {
     r.add("Cast", Prim(Elementwise(Cast)));
-    r.add("CastLike", CastLike);
+    r.add("CastLike", Comp(CastLike));
 }
 
 /// Converts `t` to element type `to` by the ONNX Cast rules.
@@ -270,19 +273,24 @@ impl Op for Cast {
     }
 }
 
-/// CastLike(x, like): x cast to like's element type.
+/// CastLike(x, like) = Cast(x, to = like's element type); `like`'s values
+/// are not read.
 struct CastLike;
 
-impl Op for CastLike {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let to = cx.input(1)?.ty.dtype;
-        Ok(vec![TensorType {
-            dtype: to,
-            shape: cx.input(0)?.ty.shape.clone(),
-        }])
+impl Compound for CastLike {
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let (x, like) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
+        let to = b.ty(like).dtype;
+        Ok(vec![Some(compose::cast(b, x, to)?)])
     }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        Ok(vec![cast_tensor(arg(inputs, 0)?, arg(inputs, 1)?.dtype())?])
+
+    fn dtypes(&self, cx: &InferCx) -> Result<Vec<DType>> {
+        Ok(vec![cx.input(1)?.ty.dtype])
     }
 }
 

@@ -1,8 +1,8 @@
 //! Matrix products: MatMul (numpy semantics: 1-D promotion, broadcast
 //! batches), a primitive whose tensor expression is the sum of products
-//! and whose direct kernel is the blocked gemm; Gemm (transposes,
-//! alpha/beta, broadcast C), and the quantized MatMulInteger and
-//! QLinearMatMul. The kernel lives in [`gemm`].
+//! and whose direct kernel is the blocked gemm; and the quantized
+//! MatMulInteger and QLinearMatMul. The kernel and Gemm (a compound of
+//! MatMul) live in [`gemm`].
 
 pub(crate) mod gemm;
 
@@ -13,12 +13,12 @@ use crate::te::primitive::{broadcast_index, Prim, Primitive};
 use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr};
 use crate::util::{broadcast_shapes, broadcast_strides, for_each_offset};
 use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use gemm::{batched_matmul, run_typed, Accepts, GemmElem, MatMulShape, MatView, TypedKernel};
+use gemm::{batched_matmul, run_typed, Accepts, GemmElem, MatMulShape, TypedKernel};
 use kiln_ir::{ensure, DType, Result, Tensor, TensorType};
 
 pub fn register(r: &mut Registry) {
     r.add("MatMul", Prim(MatMul));
-    r.add("Gemm", Gemm);
+    gemm::register(r);
     r.add("MatMulInteger", MatMulInteger);
     r.add("QLinearMatMul", QLinearMatMul);
 }
@@ -115,149 +115,6 @@ impl Primitive for MatMul {
             Tensor::new(sh.out, data)
         };
         Some(run())
-    }
-}
-
-/// Gemm's attributes and the shapes they imply.
-struct GemmSpec {
-    trans_a: bool,
-    trans_b: bool,
-    alpha: f32,
-    beta: f32,
-    m: usize,
-    k: usize,
-    n: usize,
-}
-
-impl GemmSpec {
-    fn new(
-        node: &kiln_ir::Node,
-        a: &[usize],
-        b: &[usize],
-        c: Option<&[usize]>,
-        opset: i64,
-    ) -> Result<GemmSpec> {
-        let trans_a = node.attr_int_or("transA", 0)? != 0;
-        let trans_b = node.attr_int_or("transB", 0)? != 0;
-        ensure!(
-            a.len() == 2 && b.len() == 2,
-            "Gemm needs 2-D A and B, got shapes {a:?} and {b:?}"
-        );
-        let (m, k) = if trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
-        let (k2, n) = if trans_b { (b[1], b[0]) } else { (b[0], b[1]) };
-        ensure!(
-            k == k2,
-            "Gemm inner dimensions differ: A {a:?} (transA={trans_a}), B {b:?} (transB={trans_b})"
-        );
-        if let Some(c) = c {
-            // Before opset 7, C broadcasts only when the `broadcast` attribute says so.
-            let exact = opset < 7 && node.attr_int_or("broadcast", 0)? == 0;
-            let ok = if exact {
-                c == [m, n]
-            } else {
-                c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n])
-            };
-            ensure!(ok, "Gemm C of shape {c:?} does not broadcast to [{m}, {n}]");
-        }
-        crate::ops::conv::window::checked_numel(&[m, n])?;
-        let alpha = node.attr_float_or("alpha", 1.0)?;
-        let beta = node.attr_float_or("beta", 1.0)?;
-        Ok(GemmSpec {
-            trans_a,
-            trans_b,
-            alpha,
-            beta,
-            m,
-            k,
-            n,
-        })
-    }
-}
-
-struct Gemm;
-
-struct GemmKernel<'a> {
-    spec: &'a GemmSpec,
-    c_shape: Option<&'a [usize]>,
-}
-
-impl TypedKernel for GemmKernel<'_> {
-    fn run<T: GemmElem>(&self, inputs: &[&[T]]) -> Result<Vec<T>> {
-        let s = self.spec;
-        let a = MatView::row_major(
-            inputs[0],
-            0,
-            if s.trans_a { s.k } else { s.m },
-            if s.trans_a { s.m } else { s.k },
-        )?;
-        let b = MatView::row_major(
-            inputs[1],
-            0,
-            if s.trans_b { s.n } else { s.k },
-            if s.trans_b { s.k } else { s.n },
-        )?;
-        let (a, b) = (
-            if s.trans_a { a.t() } else { a },
-            if s.trans_b { b.t() } else { b },
-        );
-        let mut out = vec![T::zero(); s.m * s.n];
-        gemm::gemm(a, b, &mut out)?;
-        let is_float = T::DTYPE.is_float();
-        let exact_int = !is_float && s.alpha == 1.0 && s.beta == 1.0;
-        if !(exact_int || s.alpha == 1.0) {
-            for v in out.iter_mut() {
-                *v = T::from_f64(s.alpha as f64 * v.to_f64());
-            }
-        }
-        let (Some(c_shape), Some(c)) = (self.c_shape, inputs.get(2)) else {
-            return Ok(out);
-        };
-        if s.beta == 0.0 {
-            return Ok(out);
-        }
-        let c_strides = broadcast_strides(c_shape, &[s.m, s.n]);
-        let beta = s.beta as f64;
-        for_each_offset(&[s.m, s.n], [&c_strides], |i, [ic]| {
-            out[i] = if exact_int || s.beta == 1.0 {
-                out[i].add(c[ic])
-            } else {
-                T::from_f64(out[i].to_f64() + beta * c[ic].to_f64())
-            };
-        });
-        Ok(out)
-    }
-}
-
-impl Op for Gemm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let dtype = cx.input(0)?.ty.dtype;
-        let c = match cx.opt_input(2) {
-            Some(c) if c.ty.shape.is_none() => return Ok(vec![TensorType::unknown_shape(dtype)]),
-            c => c.and_then(|c| c.ty.shape.as_deref()),
-        };
-        Ok(vec![infer_from(cx, dtype, &[0, 1], |s| {
-            let spec = GemmSpec::new(cx.node, s[0], s[1], c, cx.opset)?;
-            Ok(vec![spec.m, spec.n])
-        })?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (a, b, c) = (arg(inputs, 0)?, arg(inputs, 1)?, opt_arg(inputs, 2));
-        let spec = GemmSpec::new(
-            cx.node,
-            &a.shape,
-            &b.shape,
-            c.map(|c| c.shape.as_slice()),
-            cx.opset,
-        )?;
-        let mut operands = vec![a, b];
-        operands.extend(c);
-        let kernel = GemmKernel {
-            spec: &spec,
-            c_shape: c.map(|c| c.shape.as_slice()),
-        };
-        let data = run_typed(&kernel, &operands, Accepts::Numbers)?;
-        Ok(vec![Tensor::new(vec![spec.m, spec.n], data)?])
     }
 }
 

@@ -5,6 +5,7 @@ use crate::registry::Registry;
 pub mod basic;
 pub mod binary;
 pub mod cast;
+pub(crate) mod compose;
 pub mod control;
 pub mod conv;
 pub mod generate;

@@ -3,8 +3,10 @@
 //! InstanceNormalization, BatchNormalization, MeanVarianceNormalization
 //! (`standardize`); LpNormalization and LRN (`local`);
 //! NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (`loss`).
-//! All compute in f64 and round once to the element type; the helpers here
-//! convert float tensors and walk the lines along an axis.
+//! Softmax, LogSoftmax, LpNormalization and the `standardize` family are
+//! compounds that open into primitives; Hardmax, LRN and the losses are
+//! library ops that compute in f64 and round once to the element type. The
+//! helpers here convert float tensors and walk the lines along an axis.
 
 mod local;
 mod loss;
@@ -117,47 +119,9 @@ impl Lines {
     }
 }
 
-/// Runs a registered op on tensors, for unit tests of semantics the ONNX
-/// node tests do not cover (older opsets, edge cases).
-#[cfg(test)]
-pub(crate) fn eval_op(
-    op: &str,
-    opset: i64,
-    attrs: Vec<(&str, kiln_ir::Attr)>,
-    inputs: &[Tensor],
-    outputs: usize,
-) -> Result<Vec<Tensor>> {
-    struct NoSubgraphs;
-    impl crate::SubgraphRunner for NoSubgraphs {
-        fn run(&self, _g: &kiln_ir::Graph, _inputs: Vec<Tensor>) -> Result<Vec<Tensor>> {
-            bail!("no subgraphs in unit tests")
-        }
-    }
-    let node = kiln_ir::Node {
-        name: String::new(),
-        op: op.to_string(),
-        domain: String::new(),
-        inputs: vec![None; inputs.len()],
-        outputs: vec![Some(kiln_ir::ValueId(0)); outputs],
-        attrs: attrs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-    };
-    let Some(def) = crate::registry::lookup("", op) else {
-        bail!("op {op} is not registered")
-    };
-    let ins: Vec<Option<&Tensor>> = inputs.iter().map(Some).collect();
-    def.eval(
-        &crate::EvalCx {
-            node: &node,
-            opset,
-            subgraphs: &NoSubgraphs,
-        },
-        &ins,
-    )
-}
-
 #[cfg(test)]
 mod tests {
-    use super::eval_op;
+    use crate::ops::compose::eval_op;
     use kiln_ir::{Attr, Tensor};
 
     fn f32s(t: &Tensor) -> Vec<f32> {

@@ -1,27 +1,27 @@
-//! Reductions. ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
-//! ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp and ReduceSumSquare all
-//! run through one engine ([`ReducePlan`] + [`Reduction`]); ArgMax/ArgMin
-//! (`arg`), CumSum/CumProd (`cumulative`) and TopK (`topk`) live in the
-//! submodules. Float reductions accumulate in f64; integer ones are exact
-//! (i128 accumulators, wrapped to the element type like integer overflow).
+//! Reductions. ReduceSum, ReduceMax, ReduceMin and ReduceProd are
+//! primitives (tensor expressions); ReduceMean, ReduceL1, ReduceL2,
+//! ReduceLogSum, ReduceLogSumExp and ReduceSumSquare are compounds that
+//! open into them and element-wise ops. ArgMax/ArgMin (`arg`),
+//! CumSum/CumProd (`cumulative`) and TopK (`topk`) live in the submodules.
+//! Float reductions accumulate in f64; integer ones are exact (wrapped to
+//! the element type like integer overflow).
 
 mod arg;
 mod cumulative;
 mod topk;
 
 use crate::compound::{Comp, Compound};
+use crate::ops::compose::{attrs_of, cast};
 use crate::registry::Registry;
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction as TeReduction, TensorExpr};
 use crate::util::{for_each_offset, ints, numel, strides};
 use crate::Builder;
-use crate::{arg, inputs_id, opt_arg, EvalCx, InferCx, Op};
+use crate::{inputs_id, InferCx};
 use kiln_ir::tensor::{bf16, f16};
-use kiln_ir::ValueId;
-use kiln_ir::{bail, dispatch_num, Data, Num, Result, Tensor, TensorType};
+use kiln_ir::{bail, Attr, DType, Num, Result, ValueId};
 
 pub fn register(r: &mut Registry) {
-    use Reduction::*;
     for (name, combiner) in [
         ("ReduceSum", Combiner::Sum),
         ("ReduceMax", Combiner::Max),
@@ -31,14 +31,14 @@ pub fn register(r: &mut Registry) {
         r.add(name, Prim(ReducePrim(combiner)));
     }
     r.add("ReduceMean", Comp(ReduceMean));
-    for (name, how) in [
-        ("ReduceL1", L1),
-        ("ReduceL2", L2),
-        ("ReduceLogSum", LogSum),
-        ("ReduceLogSumExp", LogSumExp),
-        ("ReduceSumSquare", SumSquare),
+    for (name, norm) in [
+        ("ReduceL1", Norm::L1),
+        ("ReduceL2", Norm::L2),
+        ("ReduceLogSum", Norm::LogSum),
+        ("ReduceLogSumExp", Norm::LogSumExp),
+        ("ReduceSumSquare", Norm::SumSquare),
     ] {
-        r.add(name, Reduce(how));
+        r.add(name, Comp(norm));
     }
     arg::register(r);
     cumulative::register(r);
@@ -48,9 +48,6 @@ pub fn register(r: &mut Registry) {
 /// Numeric element types with exact integer arithmetic: integers convert to
 /// i128 without loss and back with two's-complement wrapping.
 pub(crate) trait Exact: Num {
-    /// Smallest and largest values (±infinity for floats): the identities of Max and Min.
-    const LOWEST: Self;
-    const HIGHEST: Self;
     fn to_i128(self) -> i128;
     fn from_i128(v: i128) -> Self;
 }
@@ -58,8 +55,6 @@ pub(crate) trait Exact: Num {
 macro_rules! exact_int {
     ($($t:ty),*) => {$(
         impl Exact for $t {
-            const LOWEST: Self = <$t>::MIN;
-            const HIGHEST: Self = <$t>::MAX;
             fn to_i128(self) -> i128 { self as i128 }
             fn from_i128(v: i128) -> Self { v as $t }
         }
@@ -70,8 +65,6 @@ exact_int!(i8, i16, i32, i64, u8, u16, u32, u64);
 macro_rules! exact_float {
     ($($t:ty),*) => {$(
         impl Exact for $t {
-            const LOWEST: Self = <$t>::NEG_INFINITY;
-            const HIGHEST: Self = <$t>::INFINITY;
             fn to_i128(self) -> i128 { Num::to_f64(self) as i128 }
             fn from_i128(v: i128) -> Self { <$t as Num>::from_f64(v as f64) }
         }
@@ -80,8 +73,6 @@ macro_rules! exact_float {
 exact_float!(f32, f64, f16, bf16);
 
 impl Exact for bool {
-    const LOWEST: Self = false;
-    const HIGHEST: Self = true;
     fn to_i128(self) -> i128 {
         self as i128
     }
@@ -175,194 +166,24 @@ pub(crate) fn reduced_shape(shape: &[usize], mask: &[bool], keepdims: bool) -> V
         .collect()
 }
 
-/// What a Reduce* op computes over each group of elements.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) enum Reduction {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-    L1,
-    L2,
-    LogSum,
-    LogSumExp,
-    SumSquare,
+/// The `keepdims` and `noop_with_empty_axes` flags of a Reduce* node.
+fn reduce_flags(node: &kiln_ir::Node) -> Result<(bool, bool)> {
+    Ok((
+        node.attr_int_or("keepdims", 1)? != 0,
+        node.attr_int_or("noop_with_empty_axes", 0)? != 0,
+    ))
 }
 
-impl Reduction {
-    /// Folds float values (in f64). Empty groups give the identity (0 for
-    /// sums, 1 for Prod, ∓inf for Max/Min, -inf for the logs).
-    fn fold_f64<I: Iterator<Item = f64> + Clone>(self, vals: I) -> f64 {
-        use Reduction::*;
-        match self {
-            Sum => vals.sum(),
-            Mean => {
-                let (s, n) = vals.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-                s / n as f64
-            }
-            // NaN propagates, as in numpy's maximum/minimum.
-            Max => vals.fold(f64::NEG_INFINITY, |m, x| {
-                if m.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    m.max(x)
-                }
-            }),
-            Min => vals.fold(f64::INFINITY, |m, x| {
-                if m.is_nan() || x.is_nan() {
-                    f64::NAN
-                } else {
-                    m.min(x)
-                }
-            }),
-            Prod => vals.product(),
-            L1 => vals.map(f64::abs).sum(),
-            L2 => vals.map(|x| x * x).sum::<f64>().sqrt(),
-            SumSquare => vals.map(|x| x * x).sum(),
-            LogSum => vals.sum::<f64>().ln(),
-            LogSumExp => log_sum_exp(vals),
-        }
+/// Whether a Reduce* node leaves its input as it is: no axes (absent or
+/// empty) and `noop_with_empty_axes`. Needs the axes input to be constant
+/// only when the flag is set.
+fn is_noop(cx: &InferCx, b: &mut Builder, inputs: &[Option<ValueId>]) -> Result<bool> {
+    if !reduce_flags(cx.node)?.1 {
+        return Ok(false);
     }
-
-    /// Folds integer values exactly, wrapping on overflow. The float-valued
-    /// reductions (L2, logs) go through f64 and truncate like a cast.
-    fn fold_i128<I: Iterator<Item = i128> + Clone>(
-        self,
-        vals: I,
-        lowest: i128,
-        highest: i128,
-    ) -> i128 {
-        use Reduction::*;
-        match self {
-            Sum => vals.fold(0i128, |a, x| a.wrapping_add(x)),
-            Mean => {
-                let (s, n) = vals.fold((0i128, 0i128), |(s, n), x| (s.wrapping_add(x), n + 1));
-                if n == 0 {
-                    0
-                } else {
-                    s / n
-                }
-            }
-            Max => vals.fold(lowest, i128::max),
-            Min => vals.fold(highest, i128::min),
-            Prod => vals.fold(1i128, |a, x| a.wrapping_mul(x)),
-            L1 => vals.fold(0i128, |a, x| a.wrapping_add(x.abs())),
-            SumSquare => vals.fold(0i128, |a, x| a.wrapping_add(x.wrapping_mul(x))),
-            L2 | LogSum | LogSumExp => {
-                let v = self.fold_f64(vals.map(|x| x as f64));
-                if v.is_finite() {
-                    v as i128
-                } else {
-                    0
-                }
-            }
-        }
-    }
-}
-
-/// log(sum(exp(x))), shifted by the largest finite value for stability.
-pub(crate) fn log_sum_exp<I: Iterator<Item = f64> + Clone>(vals: I) -> f64 {
-    let m = vals
-        .clone()
-        .filter(|x| x.is_finite())
-        .fold(f64::NEG_INFINITY, f64::max);
-    let m = if m.is_finite() { m } else { 0.0 };
-    m + vals.map(|x| (x - m).exp()).sum::<f64>().ln()
-}
-
-/// Reduces the masked axes of `x`; the result has `x`'s element type.
-pub(crate) fn reduce(x: &Tensor, mask: &[bool], keepdims: bool, how: Reduction) -> Result<Tensor> {
-    let plan = ReducePlan::new(&x.shape, mask);
-    let data = dispatch_num!(
-        &x.data,
-        |v: T| reduce_typed::<T>(v, &plan, how),
-        bail!("cannot reduce a string tensor")
-    );
-    Tensor::new(reduced_shape(&x.shape, mask, keepdims), data)
-}
-
-fn reduce_typed<T: Exact>(v: &[T], plan: &ReducePlan, how: Reduction) -> Data {
-    let out: Vec<T> = if T::DTYPE.is_float() {
-        plan.kept
-            .iter()
-            .map(|&base| {
-                T::from_f64(how.fold_f64(plan.reduced.iter().map(|&o| v[base + o].to_f64())))
-            })
-            .collect()
-    } else {
-        let (lo, hi) = (T::LOWEST.to_i128(), T::HIGHEST.to_i128());
-        plan.kept
-            .iter()
-            .map(|&base| {
-                T::from_i128(how.fold_i128(
-                    plan.reduced.iter().map(|&o| v[base + o].to_i128()),
-                    lo,
-                    hi,
-                ))
-            })
-            .collect()
-    };
-    T::wrap(out)
-}
-
-/// A Reduce* operator: data, optional axes input (the importer turns the
-/// older `axes` attribute into it), `keepdims`, `noop_with_empty_axes`.
-struct Reduce(Reduction);
-
-impl Reduce {
-    fn flags(node: &kiln_ir::Node) -> Result<(bool, bool)> {
-        Ok((
-            node.attr_int_or("keepdims", 1)? != 0,
-            node.attr_int_or("noop_with_empty_axes", 0)? != 0,
-        ))
-    }
-}
-
-/// Output shape of a Reduce* node.
-fn reduce_output_shape(
-    shape: &[usize],
-    axes: Option<&[i64]>,
-    keepdims: bool,
-    noop: bool,
-) -> Result<Vec<usize>> {
-    Ok(match reduce_mask(shape.len(), axes, noop)? {
-        None => shape.to_vec(),
-        Some(mask) => reduced_shape(shape, &mask, keepdims),
-    })
-}
-
-impl Op for Reduce {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let (keepdims, noop) = Reduce::flags(cx.node)?;
-        let ty = &cx.input(0)?.ty;
-        if ty.dtype == kiln_ir::DType::Str {
-            bail!("cannot reduce a string tensor");
-        }
-        let axes = match cx.opt_input(1) {
-            None => None,
-            Some(info) => match info.value {
-                Some(t) => Some(ints(t)?),
-                None => return Ok(vec![TensorType::unknown_shape(ty.dtype)]),
-            },
-        };
-        Ok(vec![match &ty.shape {
-            Some(s) => TensorType::new(
-                ty.dtype,
-                reduce_output_shape(s, axes.as_deref(), keepdims, noop)?,
-            ),
-            None => TensorType::unknown_shape(ty.dtype),
-        }])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (keepdims, noop) = Reduce::flags(cx.node)?;
-        let x = arg(inputs, 0)?;
-        let axes = opt_arg(inputs, 1).map(ints).transpose()?;
-        match reduce_mask(x.rank(), axes.as_deref(), noop)? {
-            None => Ok(vec![x.clone()]),
-            Some(mask) => Ok(vec![reduce(x, &mask, keepdims, self.0)?]),
-        }
+    match inputs.get(1).copied().flatten() {
+        None => Ok(true),
+        Some(axes) => Ok(b.require_value(axes)?.len() == 0),
     }
 }
 
@@ -378,13 +199,7 @@ impl Compound for ReduceMean {
         inputs: &[Option<ValueId>],
     ) -> Result<Vec<Option<ValueId>>> {
         let x = cx.input(0)?;
-        let attrs: Vec<(&str, kiln_ir::Attr)> = cx
-            .node
-            .attrs
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .collect();
-        let sum = b.op_opt("ReduceSum", inputs, &attrs)?;
+        let sum = b.op_opt("ReduceSum", inputs, &attrs_of(cx.node))?;
         let (n_in, n_out) = (b.shape(inputs_id(inputs, 0)?)?, b.shape(sum)?);
         let count = match numel(&n_out) {
             0 => 1,
@@ -395,6 +210,105 @@ impl Compound for ReduceMean {
     }
 }
 
+/// The reductions that are ReduceSum (ReduceMax for the shift of
+/// LogSumExp) wrapped in element-wise ops. They take the node's axes input
+/// and flags as they are, so the axes need not be known at compile time.
+#[derive(Clone, Copy, PartialEq)]
+enum Norm {
+    /// sum |x|
+    L1,
+    /// sqrt(sum x²)
+    L2,
+    /// log(sum x)
+    LogSum,
+    /// m + log(sum exp(x - m)), m the largest element (0 where it is
+    /// infinite), so large inputs do not overflow.
+    LogSumExp,
+    /// sum x²
+    SumSquare,
+}
+
+impl Compound for Norm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let dtype = b.ty(x).dtype;
+        if !dtype.is_numeric() {
+            bail!("{} needs a numeric tensor, got {dtype}", cx.node.op);
+        }
+        if is_noop(cx, b, inputs)? {
+            return Ok(vec![Some(x)]);
+        }
+        // Integer inputs of the float-valued reductions compute in f64 and
+        // convert back like Cast; L1 and SumSquare stay exact integers.
+        let via_float = !dtype.is_float() && !matches!(self, Norm::L1 | Norm::SumSquare);
+        let xf = if via_float { cast(b, x, DType::F64)? } else { x };
+        let y = self.build(cx, b, xf, inputs.get(1).copied().flatten())?;
+        Ok(vec![Some(cast(b, y, dtype)?)])
+    }
+}
+
+impl Norm {
+    fn build(
+        self,
+        cx: &InferCx,
+        b: &mut Builder,
+        x: ValueId,
+        axes: Option<ValueId>,
+    ) -> Result<ValueId> {
+        let attrs = attrs_of(cx.node);
+        let reduce = |b: &mut Builder, op: &str, v: ValueId, keepdims: Option<bool>| {
+            let mut attrs = attrs.clone();
+            if let Some(k) = keepdims {
+                attrs.retain(|(name, _)| *name != "keepdims");
+                attrs.push(("keepdims", Attr::Int(k as i64)));
+            }
+            b.op_opt(op, &[Some(v), axes], &attrs)
+        };
+        Ok(match self {
+            Norm::L1 => {
+                let abs = b.op("Abs", &[x], &[])?;
+                reduce(b, "ReduceSum", abs, None)?
+            }
+            Norm::SumSquare | Norm::L2 => {
+                let sq = b.op("Mul", &[x, x], &[])?;
+                let sum = reduce(b, "ReduceSum", sq, None)?;
+                match self {
+                    Norm::L2 => b.op("Sqrt", &[sum], &[])?,
+                    _ => sum,
+                }
+            }
+            Norm::LogSum => {
+                let sum = reduce(b, "ReduceSum", x, None)?;
+                b.op("Log", &[sum], &[])?
+            }
+            Norm::LogSumExp => {
+                let max = reduce(b, "ReduceMax", x, Some(true))?;
+                // An infinite max (all -inf, or +inf present) shifts by 0:
+                // x - max would be NaN where the true result is ±inf.
+                let inf = b.op("IsInf", &[max], &[])?;
+                let dtype = b.ty(x).dtype;
+                let zero = b.scalar(dtype, 0.0)?;
+                let shift = b.op("Where", &[inf, zero, max], &[])?;
+                let shifted = b.op("Sub", &[x, shift], &[])?;
+                let exp = b.op("Exp", &[shifted], &[])?;
+                let sum = reduce(b, "ReduceSum", exp, None)?;
+                let log = b.op("Log", &[sum], &[])?;
+                // Reducing the kept size-1 axes drops them (keepdims = 0).
+                let shift = match reduce_flags(cx.node)?.0 {
+                    true => shift,
+                    false => reduce(b, "ReduceMax", shift, None)?,
+                };
+                b.op("Add", &[log, shift], &[])?
+            }
+        })
+    }
+}
+
 /// ReduceSum/Prod/Min/Max as a tensor expression:
 /// `out[kept dims] = combine over reduced dims of in0[...]`. On booleans,
 /// Max and Min are Or and And.
@@ -402,7 +316,7 @@ struct ReducePrim(Combiner);
 
 impl Primitive for ReducePrim {
     fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
-        let (keepdims, noop) = Reduce::flags(cx.node)?;
+        let (keepdims, noop) = reduce_flags(cx.node)?;
         let ty = &cx.input(0)?.ty;
         let combiner = match (self.0, ty.dtype) {
             (_, kiln_ir::DType::Str) => bail!("cannot reduce a string tensor"),
@@ -453,33 +367,78 @@ impl Primitive for ReducePrim {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::ops::compose::eval_op;
+    use kiln_ir::{Attr, Tensor};
+
+    fn reduce(op: &str, x: Tensor, axes: &[i64], keepdims: i64) -> Tensor {
+        let axes = Tensor::from_vec(vec![axes.len()], axes.to_vec()).unwrap();
+        let attrs = vec![("keepdims", Attr::Int(keepdims))];
+        eval_op(op, 18, attrs, &[x, axes], 1).unwrap().remove(0)
+    }
 
     #[test]
     fn integer_sums_are_exact_and_wrap() {
         let big = (1i64 << 53) + 1;
         let x = Tensor::from_vec(vec![2], vec![big, 2]).unwrap();
-        let y = reduce(&x, &[true], false, Reduction::Sum).unwrap();
+        let y = reduce("ReduceSum", x, &[0], 0);
         assert_eq!(y.as_slice::<i64>().unwrap(), &[big + 2]);
         let x = Tensor::from_vec(vec![2], vec![100i8, 100]).unwrap();
-        let y = reduce(&x, &[true], false, Reduction::Sum).unwrap();
+        let y = reduce("ReduceSum", x.clone(), &[0], 0);
+        assert_eq!(y.as_slice::<i8>().unwrap(), &[-56]);
+        let y = reduce("ReduceSumSquare", x.clone(), &[0], 0);
+        assert_eq!(y.as_slice::<i8>().unwrap(), &[(20000i32 as i8)]);
+        let y = reduce("ReduceL1", x, &[0], 0);
         assert_eq!(y.as_slice::<i8>().unwrap(), &[-56]);
     }
 
     #[test]
     fn empty_groups_give_identities() {
         let x = Tensor::from_vec(vec![2, 0], Vec::<i32>::new()).unwrap();
-        let max = reduce(&x, &[false, true], true, Reduction::Max).unwrap();
+        let max = reduce("ReduceMax", x.clone(), &[1], 1);
         assert_eq!(max.shape, vec![2, 1]);
         assert_eq!(max.as_slice::<i32>().unwrap(), &[i32::MIN, i32::MIN]);
-        let prod = reduce(&x, &[false, true], false, Reduction::Prod).unwrap();
+        let prod = reduce("ReduceProd", x, &[1], 0);
         assert_eq!(prod.as_slice::<i32>().unwrap(), &[1, 1]);
+        let x = Tensor::from_vec(vec![2, 0], Vec::<f32>::new()).unwrap();
+        let lse = reduce("ReduceLogSumExp", x, &[1], 0);
+        assert_eq!(lse.as_slice::<f32>().unwrap(), &[f32::NEG_INFINITY; 2]);
     }
 
     #[test]
     fn max_propagates_nan() {
         let x = Tensor::from_vec(vec![3], vec![1.0f32, f32::NAN, 3.0]).unwrap();
-        let y = reduce(&x, &[true], false, Reduction::Max).unwrap();
+        let y = reduce("ReduceMax", x, &[0], 0);
         assert!(y.as_slice::<f32>().unwrap()[0].is_nan());
+    }
+
+    #[test]
+    fn log_sum_exp_does_not_overflow() {
+        let x = Tensor::from_vec(vec![2, 2], vec![1000.0f32, 1000.0, -1000.0, -1000.0]).unwrap();
+        let y = reduce("ReduceLogSumExp", x, &[1], 0);
+        let want = [1000.0 + 2f32.ln(), -1000.0 + 2f32.ln()];
+        assert_eq!(y.shape, vec![2]);
+        for (g, w) in y.as_slice::<f32>().unwrap().iter().zip(want) {
+            assert!((g - w).abs() < 1e-3, "{g} != {w}");
+        }
+        let inf = f32::INFINITY;
+        let x = Tensor::from_vec(vec![2, 2], vec![-inf, -inf, inf, 1.0]).unwrap();
+        let y = reduce("ReduceLogSumExp", x, &[1], 1);
+        assert_eq!(y.shape, vec![2, 1]);
+        assert_eq!(y.as_slice::<f32>().unwrap(), &[-inf, inf]);
+    }
+
+    #[test]
+    fn integer_l2_goes_through_float() {
+        let x = Tensor::from_vec(vec![2], vec![3i32, 4]).unwrap();
+        let y = reduce("ReduceL2", x, &[0], 1);
+        assert_eq!(y.as_slice::<i32>().unwrap(), &[5]);
+    }
+
+    #[test]
+    fn noop_with_empty_axes_returns_the_input() {
+        let x = Tensor::from_vec(vec![2], vec![-3.0f32, 4.0]).unwrap();
+        let attrs = vec![("noop_with_empty_axes", Attr::Int(1))];
+        let y = eval_op("ReduceL2", 18, attrs, &[x.clone()], 1).unwrap();
+        assert_eq!(y[0], x);
     }
 }

@@ -1,22 +1,30 @@
-//! Element-wise ops of one tensor: math functions (Abs, Sqrt, Exp, Erf, the
-//! trigonometric family, Floor/Ceil/Round, Sign, ...), activations (Relu,
-//! Sigmoid, Gelu, Selu, ...), Not and BitwiseNot, the IsNaN/IsInf tests, and
-//! PRelu (an activation with a broadcast slope input).
+//! Element-wise ops of one tensor. Primitives (a scalar rule each): math
+//! functions (Abs, Sqrt, Exp, Erf, the trigonometric family,
+//! Floor/Ceil/Round, Sign, ...), Relu, Sigmoid, Tanh, Softplus, Not and
+//! BitwiseNot, the IsNaN/IsInf tests. Compounds (activations written with
+//! those primitives, comparisons and Where): LeakyRelu, Elu, Selu, Celu,
+//! HardSigmoid, HardSwish, Softsign, ThresholdedRelu, Shrink, Gelu, Mish,
+//! Swish, and PRelu (an activation with a broadcast slope input).
 //!
-//! Each op is one table row: a scalar function on f64 (floats compute in f64
-//! and round once to their type), how integers are handled, and the float
-//! attributes it reads. One generic path applies any row to any dtype.
+//! Each primitive is one table row: a scalar function on f64 (floats
+//! compute in f64 and round once to their type) and how integers and
+//! booleans are handled. One generic path applies any row to any dtype.
 
-use super::binary::elementwise::{by_class, map_float, map_int, BinaryRule};
+use super::binary::elementwise::{by_class, map_float, map_int};
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::{cast, reshape};
 use crate::registry::Registry;
 use crate::te::primitive::{Elementwise, Prim};
 use crate::util::{broadcast_shapes, map};
-use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, ensure, DType, Node, Num, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, ensure, Attr, DType, Node, Num, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
     for op in UNARY {
         r.add(op.name, Prim(Elementwise(*op)));
+    }
+    for act in ACTIVATIONS {
+        r.add(act.name, Comp(*act));
     }
     r.add(
         "IsNaN",
@@ -37,7 +45,7 @@ pub fn register(r: &mut Registry) {
             ],
         })),
     );
-    r.add("PRelu", PRelu);
+    r.add("PRelu", Comp(PRelu));
 }
 
 /// An attribute a unary op reads, with its default. A `Choice` is a string
@@ -73,45 +81,30 @@ enum IntRule {
     Unsupported,
     /// Exact, in i128, wrapped to the element width.
     Exact(fn(i128) -> i128),
-    /// Through the float function, converted back like Cast (Shrink: its
-    /// attributes are floats).
-    ViaFloat,
 }
 
-/// One unary op's semantics.
+/// One primitive unary op's semantics.
 #[derive(Clone, Copy)]
 struct Unary {
     name: &'static str,
-    /// `f(x, params)` for float tensors.
-    float: Option<fn(f64, &[f64]) -> f64>,
+    float: Option<fn(f64) -> f64>,
     int: IntRule,
     boolean: Option<fn(bool) -> bool>,
-    params: &'static [Param],
 }
 
-const fn float(name: &'static str, f: fn(f64, &[f64]) -> f64) -> Unary {
+const fn float(name: &'static str, f: fn(f64) -> f64) -> Unary {
     Unary {
         name,
         float: Some(f),
         int: IntRule::Unsupported,
         boolean: None,
-        params: &[],
     }
 }
 
 impl Unary {
-    const fn with_params(self, params: &'static [Param]) -> Unary {
-        Unary { params, ..self }
-    }
     const fn with_int(self, f: fn(i128) -> i128) -> Unary {
         Unary {
             int: IntRule::Exact(f),
-            ..self
-        }
-    }
-    const fn with_int_via_float(self) -> Unary {
-        Unary {
-            int: IntRule::ViaFloat,
             ..self
         }
     }
@@ -120,7 +113,7 @@ impl Unary {
         let ok = if dtype.is_float() {
             self.float.is_some()
         } else if dtype.is_int() {
-            !matches!(self.int, IntRule::Unsupported)
+            matches!(self.int, IntRule::Exact(_))
         } else {
             dtype == DType::Bool && self.boolean.is_some()
         };
@@ -128,26 +121,18 @@ impl Unary {
         Ok(())
     }
 
-    fn apply(&self, node: &Node, x: &Tensor) -> Result<Tensor> {
+    fn apply(&self, x: &Tensor) -> Result<Tensor> {
         self.check(x.dtype())?;
-        let p = read_params(node, self.params)?;
-        let (float, int, boolean) = (self.float, self.int, self.boolean);
-        let float_fn =
-            || float.ok_or_else(|| kiln_ir::Error::new(format!("{} has no float rule", self.name)));
         by_class!(x.dtype(),
-            float |F| {
-                let f = float_fn()?;
-                map_float::<F>(x, |v| f(v, &p))
+            float |F| match self.float {
+                Some(f) => map_float::<F>(x, f),
+                None => unreachable!("checked"),
             },
-            int |I| match int {
+            int |I| match self.int {
                 IntRule::Exact(f) => map_int::<I>(x, f),
-                IntRule::ViaFloat => {
-                    let f = float_fn()?;
-                    map::<I, I>(x, |v| I::from_f64(f(v.to_f64(), &p)))
-                }
                 IntRule::Unsupported => unreachable!("checked"),
             },
-            bool => match boolean {
+            bool => match self.boolean {
                 Some(f) => map::<bool, bool>(x, |v| f(*v)),
                 None => unreachable!("checked"),
             },
@@ -160,16 +145,12 @@ impl Op for Unary {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let ty = cx.input(0)?.ty.clone();
         self.check(ty.dtype)?;
-        read_params(cx.node, self.params)?;
         Ok(vec![ty])
     }
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        Ok(vec![self.apply(cx.node, arg(inputs, 0)?)?])
+    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        Ok(vec![self.apply(arg(inputs, 0)?)?])
     }
 }
-
-const SELU_ALPHA: f32 = 1.673_263_2;
-const SELU_GAMMA: f32 = 1.050_701;
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -181,15 +162,6 @@ fn softplus(x: f64) -> f64 {
         x + (-x).exp().ln_1p()
     } else {
         x.exp().ln_1p()
-    }
-}
-
-fn gelu(x: f64, p: &[f64]) -> f64 {
-    if p[0] == 0.0 {
-        0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
-    } else {
-        let k = (2.0 / std::f64::consts::PI).sqrt();
-        0.5 * x * (1.0 + (k * (x + 0.044715 * x * x * x)).tanh())
     }
 }
 
@@ -209,87 +181,268 @@ fn is_inf(x: f64, p: &[f64]) -> bool {
 
 const UNARY: &[Unary] = &[
     // math
-    float("Abs", |x, _| x.abs()).with_int(|x| x.abs()),
-    float("Neg", |x, _| -x).with_int(|x| -x),
-    float("Sign", |x, _| sign(x)).with_int(|x| x.signum()),
-    float("Reciprocal", |x, _| 1.0 / x),
-    float("Sqrt", |x, _| x.sqrt()),
-    float("Exp", |x, _| x.exp()),
-    float("Log", |x, _| x.ln()),
-    float("Sin", |x, _| x.sin()),
-    float("Cos", |x, _| x.cos()),
-    float("Tan", |x, _| x.tan()),
-    float("Asin", |x, _| x.asin()),
-    float("Acos", |x, _| x.acos()),
-    float("Atan", |x, _| x.atan()),
-    float("Sinh", |x, _| x.sinh()),
-    float("Cosh", |x, _| x.cosh()),
-    float("Asinh", |x, _| x.asinh()),
-    float("Acosh", |x, _| x.acosh()),
-    float("Atanh", |x, _| x.atanh()),
-    float("Erf", |x, _| libm::erf(x)),
-    float("Floor", |x, _| x.floor()),
-    float("Ceil", |x, _| x.ceil()),
-    float("Round", |x, _| x.round_ties_even()),
+    float("Abs", f64::abs).with_int(|x| x.abs()),
+    float("Neg", |x| -x).with_int(|x| -x),
+    float("Sign", sign).with_int(|x| x.signum()),
+    float("Reciprocal", |x| 1.0 / x),
+    float("Sqrt", f64::sqrt),
+    float("Exp", f64::exp),
+    float("Log", f64::ln),
+    float("Sin", f64::sin),
+    float("Cos", f64::cos),
+    float("Tan", f64::tan),
+    float("Asin", f64::asin),
+    float("Acos", f64::acos),
+    float("Atan", f64::atan),
+    float("Sinh", f64::sinh),
+    float("Cosh", f64::cosh),
+    float("Asinh", f64::asinh),
+    float("Acosh", f64::acosh),
+    float("Atanh", f64::atanh),
+    float("Erf", libm::erf),
+    float("Floor", f64::floor),
+    float("Ceil", f64::ceil),
+    float("Round", f64::round_ties_even),
     Unary {
         name: "Not",
         float: None,
         int: IntRule::Unsupported,
         boolean: Some(|x| !x),
-        params: &[],
     },
     Unary {
         name: "BitwiseNot",
         float: None,
         int: IntRule::Exact(|x| !x),
         boolean: None,
-        params: &[],
     },
-    // activations
-    float("Relu", |x, _| if x < 0.0 { 0.0 } else { x }).with_int(|x| x.max(0)),
-    float("LeakyRelu", |x, p| if x < 0.0 { p[0] * x } else { x })
-        .with_params(&[Param::Float("alpha", 0.01)]),
-    float("Elu", |x, p| if x < 0.0 { p[0] * x.exp_m1() } else { x })
-        .with_params(&[Param::Float("alpha", 1.0)]),
-    float("Selu", |x, p| {
-        if x <= 0.0 {
-            p[1] * (p[0] * x.exp() - p[0])
-        } else {
-            p[1] * x
-        }
-    })
-    .with_params(&[
-        Param::Float("alpha", SELU_ALPHA),
-        Param::Float("gamma", SELU_GAMMA),
-    ]),
-    float("Celu", |x, p| {
-        x.max(0.0) + (p[0] * (x / p[0]).exp_m1()).min(0.0)
-    })
-    .with_params(&[Param::Float("alpha", 1.0)]),
-    float("Sigmoid", |x, _| sigmoid(x)),
-    float("HardSigmoid", |x, p| (p[0] * x + p[1]).clamp(0.0, 1.0))
-        .with_params(&[Param::Float("alpha", 0.2), Param::Float("beta", 0.5)]),
-    float("HardSwish", |x, _| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
-    float("Tanh", |x, _| x.tanh()),
-    float("Softplus", |x, _| softplus(x)),
-    float("Softsign", |x, _| x / (1.0 + x.abs())),
-    float("ThresholdedRelu", |x, p| if x > p[0] { x } else { 0.0 })
-        .with_params(&[Param::Float("alpha", 1.0)]),
-    float("Shrink", |x, p| {
-        if x < -p[0] {
-            x + p[1]
-        } else if x > p[0] {
-            x - p[1]
-        } else {
-            0.0
-        }
-    })
-    .with_params(&[Param::Float("lambd", 0.5), Param::Float("bias", 0.0)])
-    .with_int_via_float(),
-    float("Gelu", gelu).with_params(&[Param::Choice("approximate", &["none", "tanh"])]),
-    float("Mish", |x, _| x * softplus(x).tanh()),
-    float("Swish", |x, p| x * sigmoid(p[0] * x)).with_params(&[Param::Float("alpha", 1.0)]),
+    // activations that stay primitive
+    float("Relu", |x| if x < 0.0 { 0.0 } else { x }).with_int(|x| x.max(0)),
+    float("Sigmoid", sigmoid),
+    float("Tanh", f64::tanh),
+    float("Softplus", softplus),
 ];
+
+/// An activation defined by a decomposition into element-wise primitives.
+#[derive(Clone, Copy)]
+struct Activation {
+    name: &'static str,
+    params: &'static [Param],
+    /// Builds the activation of `x` (a float tensor) given the attribute
+    /// values in `params` order.
+    build: fn(&mut Ew, ValueId, &[f64]) -> Result<ValueId>,
+    /// Integer inputs compute in f64 and convert back like Cast (Shrink,
+    /// whose attributes are floats); other activations take floats only.
+    /// (16-bit floats compute in f32, see `decompose`.)
+    ints_via_float: bool,
+}
+
+const fn act(
+    name: &'static str,
+    params: &'static [Param],
+    build: fn(&mut Ew, ValueId, &[f64]) -> Result<ValueId>,
+) -> Activation {
+    Activation {
+        name,
+        params,
+        build,
+        ints_via_float: false,
+    }
+}
+
+impl Compound for Activation {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let x = inputs_id(inputs, 0)?;
+        let dtype = b.ty(x).dtype;
+        let via_float = self.ints_via_float && dtype.is_int();
+        ensure!(
+            dtype.is_float() || via_float,
+            "{} does not support {dtype} tensors",
+            self.name
+        );
+        let p = read_params(cx.node, self.params)?;
+        // 16-bit floats compute in f32 and round once at the end: rounding
+        // every stage (exp(x) - 1 in bfloat16) loses the small results.
+        let compute = match dtype {
+            DType::F16 | DType::BF16 => DType::F32,
+            _ if via_float => DType::F64,
+            d => d,
+        };
+        let xf = cast(b, x, compute)?;
+        let mut ew = Ew {
+            dtype: b.ty(xf).dtype,
+            b: &mut *b,
+        };
+        let y = (self.build)(&mut ew, xf, &p)?;
+        Ok(vec![Some(cast(b, y, dtype)?)])
+    }
+}
+
+/// A builder of element-wise expressions in one float type: `k(v)` is the
+/// constant v, `f(op, args)` applies an op.
+struct Ew<'a, 'g> {
+    b: &'a mut Builder<'g>,
+    dtype: DType,
+}
+
+impl Ew<'_, '_> {
+    fn k(&mut self, v: f64) -> Result<ValueId> {
+        self.b.scalar(self.dtype, v)
+    }
+    fn f(&mut self, op: &str, args: &[ValueId]) -> Result<ValueId> {
+        self.b.op(op, args, &[])
+    }
+    /// `where(cond(x, t), a, b)` for comparison `cond` against the constant `t`.
+    fn select(&mut self, cond: &str, x: ValueId, t: f64, a: ValueId, b: ValueId) -> Result<ValueId> {
+        let t = self.k(t)?;
+        let c = self.f(cond, &[x, t])?;
+        self.f("Where", &[c, a, b])
+    }
+}
+
+const SELU_ALPHA: f32 = 1.673_263_2;
+const SELU_GAMMA: f32 = 1.050_701;
+
+const ACTIVATIONS: &[Activation] = &[
+    // x < 0 ? alpha * x : x
+    act("LeakyRelu", &[Param::Float("alpha", 0.01)], |e, x, p| {
+        let a = e.k(p[0])?;
+        let ax = e.f("Mul", &[x, a])?;
+        e.select("Less", x, 0.0, ax, x)
+    }),
+    // x < 0 ? alpha * (exp(x) - 1) : x
+    act("Elu", &[Param::Float("alpha", 1.0)], |e, x, p| {
+        let neg = exp_minus_one(e, x, p[0])?;
+        e.select("Less", x, 0.0, neg, x)
+    }),
+    // x <= 0 ? gamma * (alpha * exp(x) - alpha) : gamma * x
+    act(
+        "Selu",
+        &[
+            Param::Float("alpha", SELU_ALPHA),
+            Param::Float("gamma", SELU_GAMMA),
+        ],
+        |e, x, p| {
+            let (alpha, gamma) = (e.k(p[0])?, e.k(p[1])?);
+            let ex = e.f("Exp", &[x])?;
+            let aex = e.f("Mul", &[alpha, ex])?;
+            let neg = e.f("Sub", &[aex, alpha])?;
+            let neg = e.f("Mul", &[gamma, neg])?;
+            let pos = e.f("Mul", &[gamma, x])?;
+            e.select("LessOrEqual", x, 0.0, neg, pos)
+        },
+    ),
+    // max(0, x) + min(0, alpha * (exp(x / alpha) - 1))
+    act("Celu", &[Param::Float("alpha", 1.0)], |e, x, p| {
+        let (alpha, zero) = (e.k(p[0])?, e.k(0.0)?);
+        let xa = e.f("Div", &[x, alpha])?;
+        let neg = exp_minus_one(e, xa, p[0])?;
+        let neg = e.f("Min", &[neg, zero])?;
+        let pos = e.f("Max", &[x, zero])?;
+        e.f("Add", &[pos, neg])
+    }),
+    // max(0, min(1, alpha * x + beta))
+    act(
+        "HardSigmoid",
+        &[Param::Float("alpha", 0.2), Param::Float("beta", 0.5)],
+        |e, x, p| {
+            let (alpha, beta) = (e.k(p[0])?, e.k(p[1])?);
+            let ax = e.f("Mul", &[x, alpha])?;
+            let y = e.f("Add", &[ax, beta])?;
+            let (zero, one) = (e.k(0.0)?, e.k(1.0)?);
+            let y = e.f("Min", &[y, one])?;
+            e.f("Max", &[y, zero])
+        },
+    ),
+    // x * HardSigmoid(x) with alpha 1/6, beta 0.5 (its function body)
+    act("HardSwish", &[], |e, x, _| {
+        let attrs = [
+            ("alpha", Attr::Float(1.0 / 6.0)),
+            ("beta", Attr::Float(0.5)),
+        ];
+        let hs = e.b.op("HardSigmoid", &[x], &attrs)?;
+        e.f("Mul", &[x, hs])
+    }),
+    // x / (1 + |x|)
+    act("Softsign", &[], |e, x, _| {
+        let (abs, one) = (e.f("Abs", &[x])?, e.k(1.0)?);
+        let d = e.f("Add", &[abs, one])?;
+        e.f("Div", &[x, d])
+    }),
+    // x > alpha ? x : 0
+    act("ThresholdedRelu", &[Param::Float("alpha", 1.0)], |e, x, p| {
+        let zero = e.k(0.0)?;
+        e.select("Greater", x, p[0], x, zero)
+    }),
+    Activation {
+        ints_via_float: true,
+        // x < -lambd ? x + bias : x > lambd ? x - bias : 0
+        ..act(
+            "Shrink",
+            &[Param::Float("lambd", 0.5), Param::Float("bias", 0.0)],
+            |e, x, p| {
+                let (bias, zero) = (e.k(p[1])?, e.k(0.0)?);
+                let up = e.f("Add", &[x, bias])?;
+                let down = e.f("Sub", &[x, bias])?;
+                let high = e.select("Greater", x, p[0], down, zero)?;
+                e.select("Less", x, -p[0], up, high)
+            },
+        )
+    },
+    // 0.5 * x * (1 + erf(x / sqrt 2)), or with tanh(sqrt(2/pi) * (x + 0.044715 x³))
+    act(
+        "Gelu",
+        &[Param::Choice("approximate", &["none", "tanh"])],
+        |e, x, p| {
+            let inner = if p[0] == 0.0 {
+                let r2 = e.k(std::f64::consts::SQRT_2)?;
+                let t = e.f("Div", &[x, r2])?;
+                e.f("Erf", &[t])?
+            } else {
+                let (k, c) = (e.k((2.0 / std::f64::consts::PI).sqrt())?, e.k(0.044715)?);
+                let x2 = e.f("Mul", &[x, x])?;
+                let x3 = e.f("Mul", &[x2, x])?;
+                let cx3 = e.f("Mul", &[c, x3])?;
+                let t = e.f("Add", &[x, cx3])?;
+                let t = e.f("Mul", &[k, t])?;
+                e.f("Tanh", &[t])?
+            };
+            let (half, one) = (e.k(0.5)?, e.k(1.0)?);
+            let hx = e.f("Mul", &[half, x])?;
+            let s = e.f("Add", &[one, inner])?;
+            e.f("Mul", &[hx, s])
+        },
+    ),
+    // x * tanh(softplus(x))
+    act("Mish", &[], |e, x, _| {
+        let sp = e.f("Softplus", &[x])?;
+        let t = e.f("Tanh", &[sp])?;
+        e.f("Mul", &[x, t])
+    }),
+    // x * sigmoid(alpha * x)
+    act("Swish", &[Param::Float("alpha", 1.0)], |e, x, p| {
+        let ax = if p[0] == 1.0 {
+            x
+        } else {
+            let a = e.k(p[0])?;
+            e.f("Mul", &[x, a])?
+        };
+        let s = e.f("Sigmoid", &[ax])?;
+        e.f("Mul", &[x, s])
+    }),
+];
+
+/// alpha * (exp(x) - 1).
+fn exp_minus_one(e: &mut Ew, x: ValueId, alpha: f64) -> Result<ValueId> {
+    let (one, alpha) = (e.k(1.0)?, e.k(alpha)?);
+    let ex = e.f("Exp", &[x])?;
+    let em1 = e.f("Sub", &[ex, one])?;
+    e.f("Mul", &[alpha, em1])
+}
 
 /// IsNaN / IsInf: a bool per element of a float tensor.
 struct FloatTest {
@@ -327,16 +480,9 @@ impl Op for FloatTest {
     }
 }
 
-/// PRelu(x, slope): x where x > 0, else x * slope. The slope broadcasts to
-/// x's shape (unidirectionally).
+/// PRelu(x, slope): x where x > 0, else x * slope (wrapping for integers).
+/// The slope broadcasts to x's shape (unidirectionally).
 struct PRelu;
-
-const PRELU: BinaryRule = BinaryRule {
-    name: "PRelu",
-    float: Some(|x, s| if x > 0.0 { x } else { x * s }),
-    int: Some(|x, s| if x > 0 { x } else { x.wrapping_mul(s) }),
-    boolean: None,
-};
 
 impl PRelu {
     /// The shape the slope is read with. A slope that does not broadcast to
@@ -359,19 +505,29 @@ impl PRelu {
     }
 }
 
-impl Op for PRelu {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let (x, slope) = (&cx.input(0)?.ty, &cx.input(1)?.ty);
-        PRELU.check(x.dtype, slope.dtype)?;
-        if let (Some(xs), Some(ss)) = (&x.shape, &slope.shape) {
-            PRelu::slope_shape(xs, ss)?;
-        }
-        Ok(vec![x.clone()])
-    }
-    fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, slope) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        let slope = slope.reshaped(PRelu::slope_shape(&x.shape, &slope.shape)?)?;
-        Ok(vec![PRELU.apply(x, &slope)?])
+impl Compound for PRelu {
+    fn decompose(
+        &self,
+        _cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let (x, slope) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
+        let (dtype, sdtype) = (b.ty(x).dtype, b.ty(slope).dtype);
+        ensure!(
+            dtype == sdtype,
+            "PRelu: operand types differ: {dtype} and {sdtype}"
+        );
+        ensure!(
+            dtype.is_float() || dtype.is_int(),
+            "PRelu does not support {dtype} tensors"
+        );
+        let shape = PRelu::slope_shape(&b.shape(x)?, &b.shape(slope)?)?;
+        let slope = reshape(b, slope, &shape)?;
+        let neg = b.op("Mul", &[x, slope], &[])?;
+        let zero = b.scalar(dtype, 0.0)?;
+        let pos = b.op("Greater", &[x, zero], &[])?;
+        Ok(vec![Some(b.op("Where", &[pos, x, neg], &[])?)])
     }
 }
 

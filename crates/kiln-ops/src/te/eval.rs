@@ -3,7 +3,8 @@
 //!
 //! Needs: a [`TensorExpr`] built for these inputs' shapes.
 //! Guarantees: `out[i] = combine_r body(i, r)` exactly as written, reduction
-//! order r = 0, 1, … (floats accumulate in f64 and round once, integers
+//! order r = 0, 1, … (floats accumulate in f64 and round once, bfloat16 one
+//! rounded step at a time as the ONNX reference does; integers
 //! wrap like their type); a data-dependent index out of range is an error.
 //!
 //! It works on blocks of output elements: each index map is evaluated over
@@ -298,9 +299,11 @@ fn block_tensor<T: Elem>(v: Vec<T>) -> Tensor {
     }
 }
 
-/// Reductions of floats accumulate in f64 and round once at the end.
+/// Reductions of floats accumulate in f64 and round once at the end,
+/// except bfloat16, which accumulates one rounded step at a time in reduction
+/// order, as the ONNX reference (numpy on ml_dtypes' bfloat16) sums it.
 fn accumulator_type(dtype: DType) -> DType {
-    if dtype.is_float() {
+    if dtype.is_float() && dtype != DType::BF16 {
         DType::F64
     } else {
         dtype

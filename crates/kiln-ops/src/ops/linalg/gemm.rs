@@ -1,12 +1,108 @@
-//! The matrix-product kernel shared by MatMul, Gemm and the convolutions:
+//! The matrix-product kernel shared by MatMul and the convolutions:
 //! strided matrix views, `C = A·B` for every element type that ONNX
 //! multiplies (f32/f64 through `matrixmultiply`, integers exactly with
 //! wrapping arithmetic), and the batched, broadcasting MatMul of numpy.
+//! Also Gemm, a compound: Transpose (transA/transB), MatMul, then Mul by
+//! alpha and Add of beta * C where they are not 1 and 0.
 
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::cast;
 use crate::ops::conv::window::checked_numel;
+use crate::registry::Registry;
 use crate::util::{broadcast_shapes, broadcast_strides, for_each_offset, numel};
+use crate::{inputs_id, Builder, InferCx};
 use kiln_ir::tensor::{bf16, f16};
-use kiln_ir::{bail, ensure, DType, Data, Num, Result, Tensor};
+use kiln_ir::{bail, ensure, Attr, DType, Data, Num, Result, Tensor, ValueId};
+
+pub fn register(r: &mut Registry) {
+    r.add("Gemm", Comp(Gemm));
+}
+
+/// Gemm(A, B, C) = alpha * A' · B' + beta * C, where A' and B' are A and B
+/// transposed when `transA`/`transB` is set, and C (optional) broadcasts to
+/// the [M, N] result.
+struct Gemm;
+
+impl Compound for Gemm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let node = cx.node;
+        let (a, bm) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
+        let c = inputs.get(2).copied().flatten();
+        let trans_a = node.attr_int_or("transA", 0)? != 0;
+        let trans_b = node.attr_int_or("transB", 0)? != 0;
+        let c_shape = c.map(|c| b.shape(c)).transpose()?;
+        check_gemm_shapes(cx, &b.shape(a)?, &b.shape(bm)?, c_shape.as_deref())?;
+        let a = transposed(b, a, trans_a)?;
+        let bm = transposed(b, bm, trans_b)?;
+        let product = b.op("MatMul", &[a, bm], &[])?;
+        let mut y = scaled(b, product, node.attr_float_or("alpha", 1.0)?)?;
+        let beta = node.attr_float_or("beta", 1.0)?;
+        if let (Some(c), true) = (c, beta != 0.0) {
+            let c = scaled(b, c, beta)?;
+            y = b.op("Add", &[y, c], &[])?;
+        }
+        Ok(vec![Some(y)])
+    }
+}
+
+/// Checks Gemm's operand shapes: 2-D A and B whose inner dimensions agree
+/// (after the transposes), C broadcasting to [M, N].
+fn check_gemm_shapes(cx: &InferCx, a: &[usize], b: &[usize], c: Option<&[usize]>) -> Result<()> {
+    let node = cx.node;
+    let trans_a = node.attr_int_or("transA", 0)? != 0;
+    let trans_b = node.attr_int_or("transB", 0)? != 0;
+    ensure!(
+        a.len() == 2 && b.len() == 2,
+        "Gemm needs 2-D A and B, got shapes {a:?} and {b:?}"
+    );
+    let (m, k) = if trans_a { (a[1], a[0]) } else { (a[0], a[1]) };
+    let (k2, n) = if trans_b { (b[1], b[0]) } else { (b[0], b[1]) };
+    ensure!(
+        k == k2,
+        "Gemm inner dimensions differ: A {a:?} (transA={trans_a}), B {b:?} (transB={trans_b})"
+    );
+    if let Some(c) = c {
+        // Before opset 7, C broadcasts only when the `broadcast` attribute says so.
+        let exact = cx.opset < 7 && node.attr_int_or("broadcast", 0)? == 0;
+        let ok = if exact {
+            c == [m, n]
+        } else {
+            c.len() <= 2 && broadcast_shapes(&[&[m, n], c]).is_ok_and(|s| s == [m, n])
+        };
+        ensure!(ok, "Gemm C of shape {c:?} does not broadcast to [{m}, {n}]");
+    }
+    checked_numel(&[m, n])?;
+    Ok(())
+}
+
+/// The matrix `x`, transposed when `t`.
+fn transposed(b: &mut Builder, x: ValueId, t: bool) -> Result<ValueId> {
+    match t {
+        true => b.op("Transpose", &[x], &[("perm", Attr::Ints(vec![1, 0]))]),
+        false => Ok(x),
+    }
+}
+
+/// `v * s` (no node for s = 1). Integers multiply in f64 and convert back
+/// like Cast.
+fn scaled(b: &mut Builder, v: ValueId, s: f32) -> Result<ValueId> {
+    if s == 1.0 {
+        return Ok(v);
+    }
+    let dtype = b.ty(v).dtype;
+    let vf = match dtype.is_float() {
+        true => v,
+        false => cast(b, v, DType::F64)?,
+    };
+    let k = b.scalar(b.ty(vf).dtype, s as f64)?;
+    let y = b.op("Mul", &[vf, k], &[])?;
+    cast(b, y, dtype)
+}
 
 /// A read-only strided view of a `rows × cols` matrix inside a slice.
 /// Construction checks that every element lies inside the slice, so the

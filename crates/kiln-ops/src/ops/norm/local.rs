@@ -1,46 +1,50 @@
-//! LpNormalization (divide by the L1 or L2 norm along an axis) and LRN
-//! (local response normalization across neighbouring channels).
+//! LpNormalization (divide by the L1 or L2 norm along an axis; a compound
+//! of ReduceL1/ReduceL2 and Div) and LRN (local response normalization
+//! across neighbouring channels, a library op).
 
 use super::{float_input_type, float_tensor, float_values, Lines};
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::reduce_keep;
 use crate::ops::reduce::checked_axis;
 use crate::registry::Registry;
-use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("LpNormalization", LpNorm);
+    r.add("LpNormalization", Comp(LpNorm));
     r.add("LRN", Lrn);
 }
 
+/// LpNormalization: x / norm, the norm (p = 1 or 2) over `axis` kept as
+/// size 1. A zero norm (an all-zero line) divides by 1, giving zeros rather
+/// than 0/0. A scalar has no axis and stays as it is.
 struct LpNorm;
 
-impl Op for LpNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![float_input_type(cx, 0)?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let p = cx.node.attr_int_or("p", 2)?;
-        if p != 1 && p != 2 {
-            bail!("p must be 1 or 2, got {p}");
+impl Compound for LpNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let x = inputs_id(inputs, 0)?;
+        let norm_op = match cx.node.attr_int_or("p", 2)? {
+            1 => "ReduceL1",
+            2 => "ReduceL2",
+            p => bail!("p must be 1 or 2, got {p}"),
+        };
+        let rank = b.shape(x)?.len();
+        if rank == 0 {
+            return Ok(vec![Some(x)]);
         }
-        let mut v = float_values(x)?;
-        if x.rank() > 0 && !v.is_empty() {
-            let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, x.rank())?;
-            Lines::along(&x.shape, axis).for_each(&mut v, |line| {
-                let norm = if p == 1 {
-                    line.iter().map(|x| x.abs()).sum::<f64>()
-                } else {
-                    line.iter().map(|x| x * x).sum::<f64>().sqrt()
-                };
-                // A zero norm gives zeros rather than 0/0.
-                for x in line.iter_mut() {
-                    *x = if norm == 0.0 { 0.0 } else { *x / norm };
-                }
-            });
-        }
-        Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &v)?])
+        let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, rank)?;
+        let norm = reduce_keep(b, norm_op, x, &[axis])?;
+        let zero = b.scalar(dtype, 0.0)?;
+        let one = b.scalar(dtype, 1.0)?;
+        let is_zero = b.op("Equal", &[norm, zero], &[])?;
+        let safe = b.op("Where", &[is_zero, one, norm], &[])?;
+        Ok(vec![Some(b.op("Div", &[x, safe], &[])?)])
     }
 }
 

@@ -1,20 +1,27 @@
 //! Softmax, LogSoftmax and Hardmax. From opset 13 they work along one axis
 //! (default -1); before, the input is coerced to 2-D at `axis` (default 1)
 //! and the op runs over each row of the flattened trailing dims.
-//! Softmax and LogSoftmax are defined as functions whose intermediate
-//! tensors (x - max, exp, sum, ...) have the element type, so each stage is
-//! rounded to it ([`Stages`]); this matters for float16/bfloat16.
+//!
+//! Softmax and LogSoftmax are compounds: x - ReduceMax(x) (so large inputs
+//! do not overflow), Exp, ReduceSum, then Div (or Sub of the Log). Every
+//! intermediate has the element type, as in their ONNX function bodies.
+//! Hardmax stays a library op. [`softmax_line`] and [`log_softmax_line`]
+//! are the same functions on one line of f64 values, rounded per stage
+//! ([`Stages`]), for the ops that run a softmax inside their own loop
+//! (Attention, SoftmaxCrossEntropyLoss).
 
 use super::{float_input_type, float_tensor, float_values, rounder, Lines};
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::reduce_keep;
 use crate::registry::Registry;
 use crate::util::normalize_axis;
-use crate::{arg, EvalCx, InferCx, Op};
-use kiln_ir::{DType, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{DType, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("Softmax", AxisOp(softmax_line));
-    r.add("LogSoftmax", AxisOp(log_softmax_line));
-    r.add("Hardmax", AxisOp(|v, _| hardmax_line(v)));
+    r.add("Softmax", Comp(Softmax { log: false }));
+    r.add("LogSoftmax", Comp(Softmax { log: true }));
+    r.add("Hardmax", Hardmax);
 }
 
 /// How the stages of a softmax round in an element type.
@@ -55,13 +62,19 @@ impl Stages {
     }
 }
 
-/// An op that transforms each line along its axis with the function.
-struct AxisOp(fn(&mut [f64], Stages));
+/// The axes one softmax line spans: `axis` from opset 13, the flattened
+/// trailing dims `axis..` before. A scalar is one line of one element.
+fn line_axes(node: &kiln_ir::Node, opset: i64, rank: usize) -> Result<Vec<usize>> {
+    if rank == 0 {
+        return Ok(Vec::new());
+    }
+    let a = normalize_axis(default_axis(node, opset)?, rank)?;
+    Ok(if opset >= 13 { vec![a] } else { (a..rank).collect() })
+}
 
-/// The lines the op works on, by opset.
+/// The lines Hardmax works on, by opset.
 fn op_lines(axis: i64, opset: i64, shape: &[usize]) -> Result<Lines> {
     if shape.is_empty() {
-        // A scalar is one line of one element.
         return Ok(Lines {
             outer: 1,
             len: 1,
@@ -76,7 +89,44 @@ fn op_lines(axis: i64, opset: i64, shape: &[usize]) -> Result<Lines> {
     })
 }
 
-impl Op for AxisOp {
+fn default_axis(node: &kiln_ir::Node, opset: i64) -> Result<i64> {
+    node.attr_int_or("axis", if opset >= 13 { -1 } else { 1 })
+}
+
+/// Softmax (`log`: LogSoftmax) over the line axes:
+/// e = exp(x - max), y = e / sum(e) or (x - max) - log(sum(e)).
+struct Softmax {
+    log: bool,
+}
+
+impl Compound for Softmax {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        float_input_type(cx, 0)?;
+        let x = inputs_id(inputs, 0)?;
+        let axes = line_axes(cx.node, cx.opset, b.shape(x)?.len())?;
+        let max = reduce_keep(b, "ReduceMax", x, &axes)?;
+        let shifted = b.op("Sub", &[x, max], &[])?;
+        let exp = b.op("Exp", &[shifted], &[])?;
+        let sum = reduce_keep(b, "ReduceSum", exp, &axes)?;
+        let y = if self.log {
+            let log = b.op("Log", &[sum], &[])?;
+            b.op("Sub", &[shifted, log], &[])?
+        } else {
+            b.op("Div", &[exp, sum], &[])?
+        };
+        Ok(vec![Some(y)])
+    }
+}
+
+/// Hardmax: 1 at the first largest element of each line, 0 elsewhere.
+struct Hardmax;
+
+impl Op for Hardmax {
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let ty = float_input_type(cx, 0)?;
         if let Some(s) = &ty.shape {
@@ -89,16 +139,11 @@ impl Op for AxisOp {
         let x = arg(inputs, 0)?;
         let lines = op_lines(default_axis(cx.node, cx.opset)?, cx.opset, &x.shape)?;
         let mut v = float_values(x)?;
-        let stages = Stages::of(x.dtype());
         if !v.is_empty() {
-            lines.for_each(&mut v, |line| (self.0)(line, stages));
+            lines.for_each(&mut v, hardmax_line);
         }
         Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &v)?])
     }
-}
-
-fn default_axis(node: &kiln_ir::Node, opset: i64) -> Result<i64> {
-    node.attr_int_or("axis", if opset >= 13 { -1 } else { 1 })
 }
 
 /// exp(x - max) / sum.
@@ -122,7 +167,7 @@ pub(crate) fn log_softmax_line(v: &mut [f64], s: Stages) {
     }
 }
 
-/// 1 at the first largest element, 0 elsewhere.
+/// 1 at the first largest element (a NaN counts as largest), 0 elsewhere.
 fn hardmax_line(v: &mut [f64]) {
     let mut best = 0;
     for k in 1..v.len() {

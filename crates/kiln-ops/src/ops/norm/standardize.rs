@@ -1,137 +1,76 @@
 //! Normalizations that standardize groups of elements to zero mean and unit
 //! variance, then scale and shift: LayerNormalization, RMSNormalization
 //! (no centering), GroupNormalization, InstanceNormalization,
-//! MeanVarianceNormalization and BatchNormalization (inference and training).
-//! Groups are described by a [`ReducePlan`] over the normalized axes.
+//! MeanVarianceNormalization and BatchNormalization (inference and
+//! training). All are compounds: ReduceMean over the group axes (kept as
+//! size 1), Sub, Mul, Add of epsilon, Sqrt, Reciprocal, then the affine
+//! Mul/Add with the parameters reshaped to broadcast along their axes.
+//! Groups that are not a set of axes (GroupNormalization) are made axes by
+//! a Reshape.
 
-use super::{float_input_type, float_tensor, float_values};
-use crate::ops::reduce::{checked_axis, ReducePlan};
+use super::float_input_type;
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::{
+    cast, check_broadcasts_to, reduce_keep, reshape, trailing_axes, wants_output,
+};
+use crate::ops::reduce::{checked_axis, reduce_mask};
 use crate::registry::Registry;
-use crate::util::{broadcast_shapes, broadcast_strides, for_each_offset, numel};
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, DType, Node, Result, Tensor, TensorType};
+use crate::util::numel;
+use crate::{inputs_id, Builder, InferCx};
+use kiln_ir::{bail, DType, Node, Result, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("LayerNormalization", LayerNorm { center: true });
-    r.add("RMSNormalization", LayerNorm { center: false });
-    r.add("GroupNormalization", GroupNorm);
-    r.add("InstanceNormalization", InstanceNorm);
-    r.add("MeanVarianceNormalization", MeanVarianceNorm);
-    r.add("BatchNormalization", BatchNorm);
+    r.add("LayerNormalization", Comp(LayerNorm { center: true }));
+    r.add("RMSNormalization", Comp(LayerNorm { center: false }));
+    r.add("GroupNormalization", Comp(GroupNorm));
+    r.add("InstanceNormalization", Comp(InstanceNorm));
+    r.add("MeanVarianceNormalization", Comp(MeanVarianceNorm));
+    r.add("BatchNormalization", Comp(BatchNorm));
 }
 
-/// Mean and (biased) variance of one group. Without centering the mean is
-/// 0 and `var` is the mean square (RMS normalization).
-#[derive(Clone, Copy)]
-struct Moments {
-    mean: f64,
-    var: f64,
+/// A group standardization in progress: `centered` = x - mean (x itself
+/// without centering), `inv_std` = 1 / sqrt(mean(centered²) + eps), both
+/// broadcasting against x.
+struct Standardized {
+    mean: Option<ValueId>,
+    centered: ValueId,
+    inv_std: ValueId,
 }
 
-fn moments(v: &[f64], plan: &ReducePlan, center: bool) -> Vec<Moments> {
-    let n = plan.reduced.len() as f64;
-    plan.kept
-        .iter()
-        .map(|&base| {
-            let group = plan.reduced.iter().map(|&o| v[base + o]);
-            let mean = if center {
-                group.clone().sum::<f64>() / n
-            } else {
-                0.0
-            };
-            let var = group.map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-            Moments { mean, var }
+impl Standardized {
+    /// Standardizes `x` over `axes`.
+    fn new(b: &mut Builder, x: ValueId, axes: &[usize], eps: f64, center: bool) -> Result<Self> {
+        let (mean, centered) = if center {
+            let mean = reduce_keep(b, "ReduceMean", x, axes)?;
+            (Some(mean), b.op("Sub", &[x, mean], &[])?)
+        } else {
+            (None, x)
+        };
+        let square = b.op("Mul", &[centered, centered], &[])?;
+        let var = reduce_keep(b, "ReduceMean", square, axes)?;
+        let eps = b.scalar(b.ty(x).dtype, eps)?;
+        let var_eps = b.op("Add", &[var, eps], &[])?;
+        let std = b.op("Sqrt", &[var_eps], &[])?;
+        let inv_std = b.op("Reciprocal", &[std], &[])?;
+        Ok(Standardized {
+            mean,
+            centered,
+            inv_std,
         })
-        .collect()
-}
-
-/// Replaces each element by `f(group index, element)`.
-fn map_groups(v: &mut [f64], plan: &ReducePlan, f: impl Fn(usize, f64) -> f64) {
-    for (k, &base) in plan.kept.iter().enumerate() {
-        for &o in &plan.reduced {
-            v[base + o] = f(k, v[base + o]);
-        }
     }
-}
 
-/// Standardizes every group in place: (x - mean) / sqrt(var + eps).
-/// Returns each group's (mean, 1/sqrt(var + eps)).
-fn standardize(v: &mut [f64], plan: &ReducePlan, eps: f64, center: bool) -> Vec<(f64, f64)> {
-    let stats: Vec<(f64, f64)> = moments(v, plan, center)
-        .iter()
-        .map(|m| (m.mean, 1.0 / (m.var + eps).sqrt()))
-        .collect();
-    map_groups(v, plan, |k, x| (x - stats[k].0) * stats[k].1);
-    stats
-}
-
-/// Mask selecting axes `from..rank`.
-fn trailing_mask(rank: usize, from: usize) -> Vec<bool> {
-    (0..rank).map(|i| i >= from).collect()
+    /// (x - mean) / sqrt(var + eps).
+    fn normalized(&self, b: &mut Builder) -> Result<ValueId> {
+        b.op("Mul", &[self.centered, self.inv_std], &[])
+    }
 }
 
 fn epsilon(node: &Node) -> Result<f64> {
     Ok(node.attr_float_or("epsilon", 1e-5)? as f64)
 }
 
-/// `y = y * scale + bias` with scale and bias broadcast unidirectionally to `shape`.
-fn affine_broadcast(
-    y: &mut [f64],
-    shape: &[usize],
-    scale: &Tensor,
-    bias: Option<&Tensor>,
-) -> Result<()> {
-    let s = float_values(scale)?;
-    let b = match bias {
-        Some(t) => float_values(t)?,
-        None => vec![0.0],
-    };
-    let b_shape = bias.map_or(&[][..], |t| &t.shape[..]);
-    for p in [&scale.shape[..], b_shape] {
-        if broadcast_shapes(&[shape, p])? != shape {
-            bail!("scale/bias of shape {p:?} does not broadcast to the input shape {shape:?}");
-        }
-    }
-    let (ss, bs) = (
-        broadcast_strides(&scale.shape, shape),
-        broadcast_strides(b_shape, shape),
-    );
-    for_each_offset(shape, [&ss, &bs], |o, [i, j]| y[o] = y[o] * s[i] + b[j]);
-    Ok(())
-}
-
-/// `y = y * scale[p] + bias[p]` where `p` is the parameter of each element's
-/// channel (axis 1): `params` values each cover `channels / params` adjacent
-/// channels (1 per channel, or 1 per channel group).
-fn affine_per_channel(
-    y: &mut [f64],
-    shape: &[usize],
-    scale: &Tensor,
-    bias: &Tensor,
-    params: usize,
-) -> Result<()> {
-    let (s, b) = (float_values(scale)?, float_values(bias)?);
-    if s.len() != params || b.len() != params {
-        bail!(
-            "scale and bias must have {params} elements, got {} and {}",
-            s.len(),
-            b.len()
-        );
-    }
-    let channels = shape[1];
-    if y.is_empty() {
-        return Ok(());
-    }
-    let per = channels / params;
-    let spatial = numel(&shape[2..]);
-    for (o, x) in y.iter_mut().enumerate() {
-        let p = (o / spatial) % channels / per;
-        *x = *x * s[p] + b[p];
-    }
-    Ok(())
-}
-
-/// The element type of the Mean/InvStdDev outputs given by `stash_type`.
+/// The float type given by `stash_type`, in which LayerNormalization,
+/// RMSNormalization and GroupNormalization (opset 21) compute.
 fn stash_dtype(node: &Node) -> Result<DType> {
     let code = node.attr_int_or("stash_type", 1)?;
     match DType::from_onnx_code(code as i32) {
@@ -140,147 +79,211 @@ fn stash_dtype(node: &Node) -> Result<DType> {
     }
 }
 
+/// `y * scale + bias` (bias optional).
+fn affine(
+    b: &mut Builder,
+    y: ValueId,
+    scale: ValueId,
+    bias: Option<ValueId>,
+) -> Result<ValueId> {
+    let y = b.op("Mul", &[y, scale], &[])?;
+    match bias {
+        Some(bias) => b.op("Add", &[y, bias], &[]),
+        None => Ok(y),
+    }
+}
+
 /// LayerNormalization (`center`) and RMSNormalization: normalize over the
-/// axes `axis..` and apply a broadcast scale (and bias).
+/// axes `axis..` in the stash type, convert back, apply a broadcast scale
+/// (and bias). LayerNormalization's optional outputs are the mean and the
+/// inverse standard deviation, in the stash type, with the normalized axes
+/// kept as size 1.
 struct LayerNorm {
     center: bool,
 }
 
-impl LayerNorm {
-    fn stats_shape(shape: &[usize], axis: usize) -> Vec<usize> {
-        shape
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| if i < axis { d } else { 1 })
-            .collect()
-    }
-}
-
-impl Op for LayerNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        let ty = float_input_type(cx, 0)?;
-        let u = stash_dtype(cx.node)?;
-        let stats = match &ty.shape {
-            Some(s) => {
-                let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, s.len())?;
-                TensorType::new(u, LayerNorm::stats_shape(s, axis))
+impl Compound for LayerNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let (x, scale) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
+        let bias = match self.center {
+            true => inputs.get(2).copied().flatten(),
+            false => None,
+        };
+        let shape = b.shape(x)?;
+        for (v, what) in [(Some(scale), "scale"), (bias, "bias")] {
+            if let Some(v) = v {
+                check_broadcasts_to(b, v, &shape, what)?;
             }
-            None => TensorType::unknown_shape(u),
-        };
-        Ok(vec![ty, stats.clone(), stats])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, scale) = (arg(inputs, 0)?, arg(inputs, 1)?);
-        let bias = if self.center {
-            opt_arg(inputs, 2)
-        } else {
-            None
-        };
-        let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, x.rank())?;
-        let plan = ReducePlan::new(&x.shape, &trailing_mask(x.rank(), axis));
-        let mut y = float_values(x)?;
-        let stats = standardize(&mut y, &plan, epsilon(cx.node)?, self.center);
-        affine_broadcast(&mut y, &x.shape, scale, bias)?;
-        let y = float_tensor(x.dtype(), x.shape.clone(), &y)?;
-        if !self.center {
-            return Ok(vec![y]);
         }
-        let (u, shape) = (
-            stash_dtype(cx.node)?,
-            LayerNorm::stats_shape(&x.shape, axis),
-        );
-        let means: Vec<f64> = stats.iter().map(|s| s.0).collect();
-        let inv: Vec<f64> = stats.iter().map(|s| s.1).collect();
+        let axis = checked_axis(cx.node.attr_int_or("axis", -1)?, shape.len())?;
+        let xu = cast(b, x, stash_dtype(cx.node)?)?;
+        let s = Standardized::new(
+            b,
+            xu,
+            &trailing_axes(axis, shape.len()),
+            epsilon(cx.node)?,
+            self.center,
+        )?;
+        let normalized = s.normalized(b)?;
+        let normalized = cast(b, normalized, dtype)?;
+        let y = affine(b, normalized, scale, bias)?;
+        if !self.center {
+            return Ok(vec![Some(y)]);
+        }
         Ok(vec![
-            y,
-            float_tensor(u, shape.clone(), &means)?,
-            float_tensor(u, shape, &inv)?,
+            Some(y),
+            wants_output(cx.node, 1).then_some(s.mean).flatten(),
+            wants_output(cx.node, 2).then_some(s.inv_std),
         ])
     }
+
+    fn dtypes(&self, cx: &InferCx) -> Result<Vec<DType>> {
+        let x = cx.input(0)?.ty.dtype;
+        let u = stash_dtype(cx.node)?;
+        Ok(vec![x, u, u][..cx.node.outputs.len().clamp(1, 3)].to_vec())
+    }
 }
 
-/// Checks a (N, C, ...) input and returns its shape.
-fn channel_shape(x: &Tensor) -> Result<&[usize]> {
-    if x.rank() < 2 {
-        bail!("input must have shape (N, C, ...), got {:?}", x.shape);
+/// Checks an (N, C, ...) input and returns its shape.
+fn channel_shape(b: &Builder, x: ValueId) -> Result<Vec<usize>> {
+    let shape = b.shape(x)?;
+    if shape.len() < 2 {
+        bail!("input must have shape (N, C, ...), got {shape:?}");
     }
-    Ok(&x.shape)
+    Ok(shape)
+}
+
+/// `p` (scale, bias, mean or var) checked to hold `n` values and reshaped
+/// to `shape`, in element type `dtype`.
+fn param(
+    b: &mut Builder,
+    p: ValueId,
+    n: usize,
+    shape: &[usize],
+    dtype: DType,
+    what: &str,
+) -> Result<ValueId> {
+    let got = numel(&b.shape(p)?);
+    if got != n {
+        bail!("{what} must have {n} elements, got {got}");
+    }
+    let p = cast(b, p, dtype)?;
+    reshape(b, p, shape)
 }
 
 /// GroupNormalization: statistics per instance per group of channels;
-/// scale and bias per channel (opset 21) or per group (opset 18).
+/// scale and bias per channel (opset 21) or per group (opset 18). X is
+/// viewed as (N, groups, channels per group, spatial) so groups are axes.
 struct GroupNorm;
 
-impl Op for GroupNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![float_input_type(cx, 0)?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, scale, bias) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
-        let shape = channel_shape(x)?;
+impl Compound for GroupNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let x = inputs_id(inputs, 0)?;
+        let (scale, bias) = (inputs_id(inputs, 1)?, inputs_id(inputs, 2)?);
+        let shape = channel_shape(b, x)?;
+        let channels = shape[1];
         let groups = match cx.node.attr_int("num_groups")? {
-            Some(g) if g > 0 && shape[1] % g as usize == 0 => g as usize,
-            Some(g) => bail!(
-                "num_groups {g} must be positive and divide the {} channels",
-                shape[1]
-            ),
+            Some(g) if g > 0 && channels % g as usize == 0 => g as usize,
+            Some(g) => bail!("num_groups {g} must be positive and divide the {channels} channels"),
             None => bail!("attribute 'num_groups' is required"),
         };
-        // View X as (N, groups, rest) and normalize over the last axis.
-        let grouped = [shape[0], groups, numel(&shape[1..]) / groups];
-        let plan = ReducePlan::new(&grouped, &[false, false, true]);
-        let mut y = float_values(x)?;
-        standardize(&mut y, &plan, epsilon(cx.node)?, true);
-        let params = if cx.opset >= 21 { shape[1] } else { groups };
-        affine_per_channel(&mut y, shape, scale, bias, params)?;
-        Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
+        let per = channels / groups;
+        let grouped = [shape[0], groups, per, numel(&shape[2..])];
+        // Opset 18 computes in X's type; 21 in the stash type.
+        let u = match cx.opset >= 21 {
+            true => stash_dtype(cx.node)?,
+            false => dtype,
+        };
+        let xg = reshape(b, x, &grouped)?;
+        let xg = cast(b, xg, u)?;
+        let s = Standardized::new(b, xg, &[2, 3], epsilon(cx.node)?, true)?;
+        let normalized = s.normalized(b)?;
+        let normalized = cast(b, normalized, dtype)?;
+        let (n, pshape) = match cx.opset >= 21 {
+            true => (channels, [groups, per, 1]),
+            false => (groups, [groups, 1, 1]),
+        };
+        let scale = param(b, scale, n, &pshape, dtype, "scale")?;
+        let bias = param(b, bias, n, &pshape, dtype, "bias")?;
+        let y = affine(b, normalized, scale, Some(bias))?;
+        Ok(vec![Some(reshape(b, y, &shape)?)])
     }
 }
 
-/// InstanceNormalization: statistics per instance per channel.
+/// InstanceNormalization: statistics per instance per channel (over the
+/// spatial axes); scale and bias per channel.
 struct InstanceNorm;
 
-impl Op for InstanceNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![float_input_type(cx, 0)?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let (x, scale, bias) = (arg(inputs, 0)?, arg(inputs, 1)?, arg(inputs, 2)?);
-        let shape = channel_shape(x)?;
-        let plan = ReducePlan::new(shape, &trailing_mask(shape.len(), 2));
-        let mut y = float_values(x)?;
-        standardize(&mut y, &plan, epsilon(cx.node)?, true);
-        affine_per_channel(&mut y, shape, scale, bias, shape[1])?;
-        Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
+impl Compound for InstanceNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let x = inputs_id(inputs, 0)?;
+        let shape = channel_shape(b, x)?;
+        let s = Standardized::new(
+            b,
+            x,
+            &trailing_axes(2, shape.len()),
+            epsilon(cx.node)?,
+            true,
+        )?;
+        let normalized = s.normalized(b)?;
+        let pshape = per_channel_shape(&shape);
+        let scale = param(b, inputs_id(inputs, 1)?, shape[1], &pshape, dtype, "scale")?;
+        let bias = param(b, inputs_id(inputs, 2)?, shape[1], &pshape, dtype, "bias")?;
+        Ok(vec![Some(affine(b, normalized, scale, Some(bias))?)])
     }
 }
 
-/// MeanVarianceNormalization: (X - E[X]) / (sqrt(Var[X]) + 1e-9) over `axes`.
+/// The shape that makes a per-channel parameter broadcast along axis 1 of
+/// an (N, C, ...) tensor: (C, 1, ...).
+fn per_channel_shape(shape: &[usize]) -> Vec<usize> {
+    let mut p = vec![1; shape.len() - 1];
+    p[0] = shape[1];
+    p
+}
+
+/// MeanVarianceNormalization: (X - E[X]) / (sqrt(Var[X]) + 1e-9) over
+/// `axes` (default 0, 2, 3; empty means all).
 struct MeanVarianceNorm;
 
-impl Op for MeanVarianceNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![float_input_type(cx, 0)?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
+impl Compound for MeanVarianceNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let x = inputs_id(inputs, 0)?;
+        let rank = b.shape(x)?.len();
         let axes = cx.node.attr_ints("axes")?.unwrap_or(&[0, 2, 3]);
-        let mask = match crate::ops::reduce::reduce_mask(x.rank(), Some(axes), false)? {
-            Some(m) => m,
-            None => vec![true; x.rank()],
-        };
-        let plan = ReducePlan::new(&x.shape, &mask);
-        let mut y = float_values(x)?;
-        let inv: Vec<(f64, f64)> = moments(&y, &plan, true)
-            .iter()
-            .map(|m| (m.mean, 1.0 / (m.var.sqrt() + 1e-9)))
-            .collect();
-        map_groups(&mut y, &plan, |k, v| (v - inv[k].0) * inv[k].1);
-        Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &y)?])
+        let mask = reduce_mask(rank, Some(axes), false)?.unwrap_or_else(|| vec![true; rank]);
+        let axes: Vec<usize> = (0..rank).filter(|&i| mask[i]).collect();
+        let mean = reduce_keep(b, "ReduceMean", x, &axes)?;
+        let centered = b.op("Sub", &[x, mean], &[])?;
+        let square = b.op("Mul", &[centered, centered], &[])?;
+        let var = reduce_keep(b, "ReduceMean", square, &axes)?;
+        let std = b.op("Sqrt", &[var], &[])?;
+        let eps = b.scalar(dtype, 1e-9)?;
+        let std_eps = b.op("Add", &[std, eps], &[])?;
+        Ok(vec![Some(b.op("Div", &[centered, std_eps], &[])?)])
     }
 }
 
@@ -288,7 +291,9 @@ impl Op for MeanVarianceNorm {
 /// (`training_mode` from opset 14, extra outputs requested before) uses the
 /// batch statistics and also returns the updated running mean and variance
 /// (and, before opset 14, the batch mean and variance).
-/// With `spatial` = 0 (opset < 9) statistics are per activation, not per channel.
+/// With `spatial` = 0 (opset < 9) statistics are per activation, not per
+/// channel. Parameters may have other float types than X (opset 15); Y
+/// computes in X's type, the statistics outputs have the type of `mean`.
 struct BatchNorm;
 
 struct BatchNormParams {
@@ -313,84 +318,102 @@ impl BatchNormParams {
         })
     }
 
-    /// Which axes the statistics reduce over.
-    fn mask(&self, rank: usize) -> Vec<bool> {
-        (0..rank)
-            .map(|i| if self.spatial { i != 1 } else { i == 0 })
-            .collect()
+    /// The axes the statistics reduce over.
+    fn axes(&self, rank: usize) -> Vec<usize> {
+        match self.spatial {
+            true => (0..rank).filter(|&i| i != 1).collect(),
+            false => vec![0],
+        }
     }
 
-    /// Outputs produced: Y, then the running mean and variance (updated in
-    /// training, passed through when an inference node asks for them), then
-    /// before opset 14 the batch mean and variance.
-    fn output_count(&self, node: &Node, opset: i64) -> usize {
-        match (self.training, opset >= 14) {
-            (false, _) => node.outputs.len().clamp(1, 3),
-            (true, true) => 3,
-            (true, false) => 5,
+    /// The shape the parameters broadcast with against X.
+    fn param_shape(&self, shape: &[usize]) -> Vec<usize> {
+        match self.spatial {
+            true => per_channel_shape(shape),
+            false => shape[1..].to_vec(),
         }
     }
 }
 
-impl Op for BatchNorm {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+impl Compound for BatchNorm {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
         let p = BatchNormParams::of(cx.node, cx.opset)?;
-        let y = float_input_type(cx, 0)?;
-        let stats = cx.input(3)?.ty.clone();
-        let mut out = vec![y];
-        out.extend(std::iter::repeat_n(
-            stats,
-            p.output_count(cx.node, cx.opset) - 1,
-        ));
-        Ok(out)
+        let dtype = float_input_type(cx, 0)?.dtype;
+        let x = inputs_id(inputs, 0)?;
+        let shape = channel_shape(b, x)?;
+        let ids = (1..5)
+            .map(|i| inputs_id(inputs, i))
+            .collect::<Result<Vec<_>>>()?;
+        let (run_mean, run_var) = (ids[2], ids[3]);
+        let pshape = p.param_shape(&shape);
+        let n = numel(&pshape);
+        let names = ["scale", "B", "mean", "var"];
+        let mut params = Vec::new();
+        for (id, what) in ids.iter().zip(names) {
+            params.push(param(b, *id, n, &pshape, dtype, what)?);
+        }
+        let axes = p.axes(shape.len());
+        let (mean, var) = match p.training {
+            true => {
+                let mean = reduce_keep(b, "ReduceMean", x, &axes)?;
+                let centered = b.op("Sub", &[x, mean], &[])?;
+                let square = b.op("Mul", &[centered, centered], &[])?;
+                (mean, reduce_keep(b, "ReduceMean", square, &axes)?)
+            }
+            false => (params[2], params[3]),
+        };
+        // y = (x - mean) * (scale / sqrt(var + eps)) + B: the factor is
+        // computed once per channel.
+        let eps = b.scalar(dtype, p.eps)?;
+        let var_eps = b.op("Add", &[var, eps], &[])?;
+        let std = b.op("Sqrt", &[var_eps], &[])?;
+        let factor = b.op("Div", &[params[0], std], &[])?;
+        let centered = b.op("Sub", &[x, mean], &[])?;
+        let y = affine(b, centered, factor, Some(params[1]))?;
+        let mut outs = vec![Some(y)];
+        let extra = match p.training {
+            false => vec![run_mean, run_var],
+            true => {
+                let stats = |b: &mut Builder, v: ValueId| -> Result<ValueId> {
+                    let (dtype, shape) = (b.ty(run_mean).dtype, b.shape(run_mean)?);
+                    let v = cast(b, v, dtype)?;
+                    reshape(b, v, &shape)
+                };
+                let (mean, var) = (stats(b, mean)?, stats(b, var)?);
+                vec![
+                    running(b, run_mean, mean, p.momentum)?,
+                    running(b, run_var, var, p.momentum)?,
+                    mean,
+                    var,
+                ]
+            }
+        };
+        for (k, v) in extra.into_iter().enumerate() {
+            outs.push(wants_output(cx.node, k + 1).then_some(v));
+        }
+        outs.truncate(cx.node.outputs.len().max(1));
+        Ok(outs)
     }
 
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let p = BatchNormParams::of(cx.node, cx.opset)?;
-        let x = arg(inputs, 0)?;
-        channel_shape(x)?;
-        let params: Vec<Vec<f64>> = (1..5)
-            .map(|i| float_values(arg(inputs, i)?))
-            .collect::<Result<_>>()?;
-        let (scale, bias, mean, var) = (&params[0], &params[1], &params[2], &params[3]);
-        let plan = ReducePlan::new(&x.shape, &p.mask(x.rank()));
-        let groups = plan.kept.len();
-        if params.iter().any(|v| v.len() != groups) {
-            bail!("scale, B, mean and var must each have {groups} elements");
-        }
-        let mut y = float_values(x)?;
-        let (use_mean, use_var): (Vec<f64>, Vec<f64>) = if p.training {
-            moments(&y, &plan, true)
-                .iter()
-                .map(|m| (m.mean, m.var))
-                .unzip()
-        } else {
-            (mean.clone(), var.clone())
-        };
-        map_groups(&mut y, &plan, |k, v| {
-            (v - use_mean[k]) / (use_var[k] + p.eps).sqrt() * scale[k] + bias[k]
-        });
-        let mut out = vec![float_tensor(x.dtype(), x.shape.clone(), &y)?];
-        let extra = if p.training {
-            let blend = |run: &[f64], now: &[f64]| -> Vec<f64> {
-                run.iter()
-                    .zip(now)
-                    .map(|(r, n)| r * p.momentum + n * (1.0 - p.momentum))
-                    .collect()
-            };
-            vec![
-                blend(mean, &use_mean),
-                blend(var, &use_var),
-                use_mean,
-                use_var,
-            ]
-        } else {
-            vec![mean.clone(), var.clone()]
-        };
-        let stats = arg(inputs, 3)?;
-        for v in extra.iter().take(p.output_count(cx.node, cx.opset) - 1) {
-            out.push(float_tensor(stats.dtype(), stats.shape.clone(), v)?);
-        }
-        Ok(out)
+    fn dtypes(&self, cx: &InferCx) -> Result<Vec<DType>> {
+        let stats = cx.input(3)?.ty.dtype;
+        let mut d = vec![stats; cx.node.outputs.len().max(1)];
+        d[0] = cx.input(0)?.ty.dtype;
+        Ok(d)
     }
+}
+
+/// The updated running statistic: run * momentum + now * (1 - momentum).
+fn running(b: &mut Builder, run: ValueId, now: ValueId, momentum: f64) -> Result<ValueId> {
+    let dtype = b.ty(run).dtype;
+    let m = b.scalar(dtype, momentum)?;
+    let rest = b.scalar(dtype, 1.0 - momentum)?;
+    let old = b.op("Mul", &[run, m], &[])?;
+    let new = b.op("Mul", &[now, rest], &[])?;
+    b.op("Add", &[old, new], &[])
 }
