@@ -295,7 +295,10 @@ fn info(path: &Path, json: bool, classify: bool, args: &ModelArgs, p: &PassArgs)
     if classify {
         println!("classes:");
         for (n, c) in &classes {
-            println!("  {:<40} {:<14} {:<22} {}", n.name, n.op, c.apollo, c.mapping);
+            println!(
+                "  {:<40} {:<14} {:<22} {}",
+                n.name, n.op, c.apollo, c.mapping
+            );
         }
     }
     Ok(())

@@ -168,11 +168,18 @@ fn run_node(node: &Node, cx: &EvalCx, env: &mut HashMap<ValueId, Tensor>) -> Res
 /// Needs: a typed graph (shape inference has run).
 /// Guarantees: the same outputs; output values keep their ids and names.
 pub fn open_compounds(g: &mut Graph) -> Result<usize> {
+    open_rounds(g, false)
+}
+
+/// `in_subgraph`: nodes of If/Loop/Scan bodies whose decomposition fails
+/// stay as they are: a branch that never runs for these inputs may not
+/// even be well-typed (its errors surface if it ever runs).
+fn open_rounds(g: &mut Graph, in_subgraph: bool) -> Result<usize> {
     let mut opened = 0;
     // Each round opens one level; decompositions that emit compounds are
     // opened by the next round.
     for _ in 0..16 {
-        let n = open_once(g)?;
+        let n = open_once(g, in_subgraph)?;
         if n == 0 {
             return Ok(opened);
         }
@@ -181,16 +188,20 @@ pub fn open_compounds(g: &mut Graph) -> Result<usize> {
     bail!("compound ops still left after 16 rounds of opening: a decomposition emits itself")
 }
 
-fn open_once(g: &mut Graph) -> Result<usize> {
+fn open_once(g: &mut Graph, in_subgraph: bool) -> Result<usize> {
     let mut opened = 0;
     let old = std::mem::take(&mut g.nodes);
     for mut node in old {
         for attr in node.attrs.values_mut() {
             if let Attr::Graph(sub) = attr {
-                opened += open_compounds(sub)?;
+                opened += open_rounds(sub, true)?;
             }
         }
-        match open_node(g, &node).map_err(|e| e.context(node.describe()))? {
+        let replaced = match open_node(g, &node) {
+            Err(_) if in_subgraph => None,
+            other => other.map_err(|e| e.context(node.describe()))?,
+        };
+        match replaced {
             Some(nodes) => {
                 g.nodes.extend(nodes);
                 opened += 1;

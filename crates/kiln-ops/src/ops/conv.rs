@@ -245,7 +245,10 @@ fn conv_expression(
     }
     let zero = Expr::constant(dtype, 0.0)?;
     let x = match g.reads_outside() {
-        true => Expr::call("Where", vec![Expr::InBounds(0), Expr::Load(0), zero.clone()]),
+        true => Expr::call(
+            "Where",
+            vec![Expr::InBounds(0), Expr::Load(0), zero.clone()],
+        ),
         false => Expr::Load(0),
     };
     let mut body = Expr::call("Mul", vec![x, Expr::Load(1)]);
@@ -998,7 +1001,12 @@ mod tests {
         for (xs, ws, attrs) in &cases {
             let (x, w) = (random(xs, &mut seed), random(ws, &mut seed));
             let (got, want) = both("Conv", attrs, &[&x, &w]);
-            assert_close(&got, &want, 1e-5, &format!("Conv {xs:?} * {ws:?} {attrs:?}"));
+            assert_close(
+                &got,
+                &want,
+                1e-5,
+                &format!("Conv {xs:?} * {ws:?} {attrs:?}"),
+            );
         }
     }
 }

@@ -349,7 +349,10 @@ impl Compound for AveragePool {
     ) -> Result<Vec<Option<ValueId>>> {
         let x = inputs_id(inputs, 0)?;
         let (dtype, shape) = (b.ty(x).dtype, b.shape(x)?);
-        ensure!(dtype.is_float(), "pooling needs a float tensor, got {dtype}");
+        ensure!(
+            dtype.is_float(),
+            "pooling needs a float tensor, got {dtype}"
+        );
         let s = PoolShape::new(cx.node, &shape)?;
         let g = &s.geom;
         let mut kernel = vec![shape[1], 1];
@@ -596,7 +599,10 @@ mod tests {
             ),
             (
                 &[1, 2, 8, 8],
-                vec![("kernel_shape", ints(&[2, 2])), ("dilations", ints(&[2, 2]))],
+                vec![
+                    ("kernel_shape", ints(&[2, 2])),
+                    ("dilations", ints(&[2, 2])),
+                ],
             ),
             (
                 &[2, 3, 10],

@@ -485,7 +485,12 @@ mod tests {
     #[test]
     fn reshape_index_maps() {
         let show = |i: &[usize], o: &[usize]| {
-            let te = moved(DType::F32, o.to_vec(), vec![Some(i.to_vec())], reshape_index(i, o));
+            let te = moved(
+                DType::F32,
+                o.to_vec(),
+                vec![Some(i.to_vec())],
+                reshape_index(i, o),
+            );
             te.accesses[0]
                 .index
                 .iter()
@@ -493,7 +498,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        assert_eq!(show(&[2, 3, 4], &[2, 12]), "i0, (i1) floordiv 4, (i1) mod 4");
+        assert_eq!(
+            show(&[2, 3, 4], &[2, 12]),
+            "i0, (i1) floordiv 4, (i1) mod 4"
+        );
         assert_eq!(show(&[3, 4], &[3, 1, 4]), "i0, i2");
         assert_eq!(show(&[3, 1, 4], &[12]), "(i0) floordiv 4, 0, (i0) mod 4");
         assert_eq!(show(&[6], &[2, 3]), "3*i0 + i1");

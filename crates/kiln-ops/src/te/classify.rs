@@ -221,7 +221,7 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
     }
     if let Some(r) = &te.reduction {
         let products = matches!(&te.body, Expr::Call(s, args)
-            if s.op == "Mul" && args.len() == 2 && args.iter().all(|a| matches!(a, Expr::Load(_))));
+            if s.op == "Mul" && args.len() == 2 && args.iter().all(is_read));
         return match (window, products, r.combiner) {
             (true, true, super::Combiner::Sum) => OpaqueKind::Conv,
             (true, _, _) => OpaqueKind::Window,
@@ -236,6 +236,19 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
         return OpaqueKind::Layout;
     }
     OpaqueKind::Other
+}
+
+/// A read of an input, possibly zero-padded: `in[..]` or
+/// `Where(inbounds(in[..]), in[..], c)`.
+fn is_read(e: &Expr) -> bool {
+    match e {
+        Expr::Load(_) => true,
+        Expr::Call(s, args) if s.op == "Where" && args.len() == 3 => matches!(
+            (&args[0], &args[1], &args[2]),
+            (Expr::InBounds(a), Expr::Load(b), Expr::Const(_)) if a == b
+        ),
+        _ => false,
+    }
 }
 
 impl fmt::Display for ApolloType {
