@@ -145,7 +145,12 @@ impl<'g> Builder<'g> {
                 .collect(),
         };
         for id in inputs.iter().flatten() {
-            self.value(*id)?;
+            let small = self.graph.initializers.get(id).is_some_and(|i| {
+                i.ty().numel().unwrap_or(usize::MAX) <= crate::infer::MAX_KNOWN_ELEMS
+            });
+            if small {
+                self.value(*id)?;
+            }
         }
         let infos = inputs
             .iter()

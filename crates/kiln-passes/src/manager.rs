@@ -1,5 +1,5 @@
 //! The pass manager: runs a pipeline of passes over a graph — first the
-//! passes that run once (opening compound ops), then the rest in rounds
+//! passes that run once, if any (custom pipelines), then the rest in rounds
 //! until a whole round changes nothing (a fixed point) or the round limit
 //! is reached. Optionally verifies the graph after every pass (structure
 //! plus agreement of every declared type with shape inference), and prints
@@ -58,12 +58,12 @@ impl PassManager {
         PassManager { once, rounds }
     }
 
-    /// The default pipeline (see [`passes`]): opening compounds once, then
-    /// every other pass in rounds.
+    /// The default pipeline (see [`passes`]): every pass, in rounds.
     pub fn default_pipeline() -> PassManager {
-        let mut rounds = passes::all();
-        let once = rounds.drain(..1).collect();
-        PassManager { once, rounds }
+        PassManager {
+            once: Vec::new(),
+            rounds: passes::all(),
+        }
     }
 
     /// The named passes, run in rounds in the given order.

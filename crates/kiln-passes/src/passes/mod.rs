@@ -1,11 +1,13 @@
 //! The passes, one per file, and the default pipeline.
 //!
-//! Default pipeline: `open_compounds` once (so every later pass sees
-//! primitives only), then to a fixed point `fold_shapes`, `fold_constants`,
-//! `simplify`, `canonicalize_layout`, `fold_affine`, `cse`, `dce`: shape
-//! facts become constants, constants fold, the algebra and layout rules
-//! expose more folding and merging, and dead code goes last so each round
-//! leaves a compact graph.
+//! Default pipeline, to a fixed point: `open_compounds` (so the passes after
+//! it see primitives; it runs every round because a decomposition may need
+//! a value that only becomes constant by folding, e.g. Split sizes from a
+//! Constant node), `fold_shapes`, `fold_constants`, `simplify`,
+//! `canonicalize_layout`, `fold_affine`, `cse`, `dce`: shape facts become
+//! constants, constants fold, the algebra and layout rules expose more
+//! folding and merging, and dead code goes last so each round leaves a
+//! compact graph.
 
 use crate::pass::Pass;
 use kiln_ir::{bail, Result};
