@@ -24,4 +24,6 @@ pub fn register(r: &mut Registry) {
 }
 
 #[cfg(test)]
+mod classes;
+#[cfg(test)]
 mod robustness;

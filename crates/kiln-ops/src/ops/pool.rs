@@ -614,5 +614,10 @@ mod tests {
             let (got, want) = both("MaxPool", attrs, &[&x]);
             assert_eq!(got, want, "MaxPool {xs:?} {attrs:?}");
         }
+        let (xs, attrs) = &cases[0];
+        assert_eq!(
+            crate::ops::linalg::kernel_check::classes("MaxPool", attrs, &[&random(xs, &mut seed)]),
+            "opaque(window) / many-to-many"
+        );
     }
 }

@@ -221,7 +221,7 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
     }
     if let Some(r) = &te.reduction {
         let products = matches!(&te.body, Expr::Call(s, args)
-            if s.op == "Mul" && args.len() == 2 && args.iter().all(|a| matches!(a, Expr::Load(_))));
+            if s.op == "Mul" && args.len() == 2 && args.iter().all(is_read));
         return match (window, products, r.combiner) {
             (true, true, super::Combiner::Sum) => OpaqueKind::Conv,
             (true, _, _) => OpaqueKind::Window,
@@ -236,6 +236,16 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
         return OpaqueKind::Layout;
     }
     OpaqueKind::Other
+}
+
+/// A load, or a load guarded by its own bounds (a zero-padded read).
+fn is_read(e: &Expr) -> bool {
+    match e {
+        Expr::Load(_) => true,
+        Expr::Call(s, args) if s.op == "Where" => matches!(args.as_slice(),
+            [Expr::InBounds(k), Expr::Load(j), Expr::Const(_)] if k == j),
+        _ => false,
+    }
 }
 
 impl fmt::Display for ApolloType {
