@@ -250,7 +250,10 @@ fn conv_expression(
     }
     let zero = Expr::constant(dtype, 0.0)?;
     let x = match g.reads_outside() {
-        true => Expr::call("Where", vec![Expr::InBounds(0), Expr::Load(0), zero.clone()]),
+        true => Expr::call(
+            "Where",
+            vec![Expr::InBounds(0), Expr::Load(0), zero.clone()],
+        ),
         false => Expr::Load(0),
     };
     let mut body = Expr::call("Mul", vec![x, Expr::Load(1)]);
@@ -979,7 +982,8 @@ mod tests {
         use crate::ops::linalg::kernel_check::{assert_close, both, random};
         let ints = |v: &[i64]| Attr::Ints(v.to_vec());
         let same = |s: &str| Attr::String(s.into());
-        let cases: Vec<(&[usize], &[usize], Vec<(&str, Attr)>)> = vec![
+        type Case<'a> = (&'a [usize], &'a [usize], Vec<(&'a str, Attr)>);
+        let cases: Vec<Case> = vec![
             (
                 &[1, 3, 7, 6],
                 &[4, 3, 3, 3],
@@ -1028,7 +1032,12 @@ mod tests {
         for (xs, ws, attrs) in &cases {
             let (x, w) = (random(xs, &mut seed), random(ws, &mut seed));
             let (got, want) = both("Conv", attrs, &[&x, &w]);
-            assert_close(&got, &want, 1e-5, &format!("Conv {xs:?} * {ws:?} {attrs:?}"));
+            assert_close(
+                &got,
+                &want,
+                1e-5,
+                &format!("Conv {xs:?} * {ws:?} {attrs:?}"),
+            );
         }
         // Padding guards the input read; the product is still a convolution.
         let (xs, ws, attrs) = &cases[0];

@@ -452,7 +452,10 @@ pub(crate) mod kernel_check {
             domain: String::new(),
             inputs: vec![],
             outputs: vec![],
-            attrs: attrs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+            attrs: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
         };
         let cx = EvalCx {
             node: &node,
@@ -489,7 +492,9 @@ pub(crate) mod kernel_check {
         let n = shape.iter().product();
         let v: Vec<f32> = (0..n)
             .map(|_| {
-                *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                *seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
             })
             .collect();
@@ -500,7 +505,10 @@ pub(crate) mod kernel_check {
     pub fn assert_close(got: &Tensor, want: &Tensor, tol: f64, what: &str) {
         assert_eq!(got.shape, want.shape, "{what}: shapes");
         assert_eq!(got.dtype(), want.dtype(), "{what}: dtypes");
-        let (g, w) = (got.data.to_f64_vec().unwrap(), want.data.to_f64_vec().unwrap());
+        let (g, w) = (
+            got.data.to_f64_vec().unwrap(),
+            want.data.to_f64_vec().unwrap(),
+        );
         for (i, (g, w)) in g.iter().zip(&w).enumerate() {
             assert!(
                 (g - w).abs() <= tol * (1.0 + w.abs()),

@@ -349,7 +349,10 @@ impl Compound for AveragePool {
     ) -> Result<Vec<Option<ValueId>>> {
         let x = inputs_id(inputs, 0)?;
         let (dtype, shape) = (b.ty(x).dtype, b.shape(x)?);
-        ensure!(dtype.is_float(), "pooling needs a float tensor, got {dtype}");
+        ensure!(
+            dtype.is_float(),
+            "pooling needs a float tensor, got {dtype}"
+        );
         let s = PoolShape::new(cx.node, &shape)?;
         let g = &s.geom;
         let mut kernel = vec![shape[1], 1];
@@ -577,7 +580,8 @@ mod tests {
     #[test]
     fn maxpool_kernel_matches_its_expression() {
         let ints = |v: &[i64]| Attr::Ints(v.to_vec());
-        let cases: Vec<(&[usize], Vec<(&str, Attr)>)> = vec![
+        type Case<'a> = (&'a [usize], Vec<(&'a str, Attr)>);
+        let cases: Vec<Case> = vec![
             (
                 &[1, 2, 7, 7],
                 vec![
@@ -596,7 +600,10 @@ mod tests {
             ),
             (
                 &[1, 2, 8, 8],
-                vec![("kernel_shape", ints(&[2, 2])), ("dilations", ints(&[2, 2]))],
+                vec![
+                    ("kernel_shape", ints(&[2, 2])),
+                    ("dilations", ints(&[2, 2])),
+                ],
             ),
             (
                 &[2, 3, 10],

@@ -76,7 +76,7 @@ impl Reshape {
         let known = checked_numel(&out)?;
         if let Some(i) = infer_at {
             ensure!(
-                known != 0 && total % known == 0,
+                known != 0 && total.is_multiple_of(known),
                 "cannot reshape {input:?} to {target:?}"
             );
             out[i] = total / known;
@@ -163,9 +163,12 @@ fn reshape_index(input: &[usize], out: &[usize]) -> Vec<IndexExpr> {
     index
 }
 
+/// An output shape from the node, the data shape and the value of input 1.
+type ShapeRule = fn(&InferCx, &[usize], Option<&Tensor>) -> Result<Vec<usize>>;
+
 /// Flatten, Squeeze and Unsqueeze: a Reshape to the shape their rule gives
 /// for the data shape and the (constant) input 1.
-struct ReshapeTo(fn(&InferCx, &[usize], Option<&Tensor>) -> Result<Vec<usize>>);
+struct ReshapeTo(ShapeRule);
 
 impl Compound for ReshapeTo {
     fn decompose(
@@ -494,7 +497,12 @@ mod tests {
     #[test]
     fn reshape_index_maps() {
         let show = |i: &[usize], o: &[usize]| {
-            let te = moved(DType::F32, o.to_vec(), vec![Some(i.to_vec())], reshape_index(i, o));
+            let te = moved(
+                DType::F32,
+                o.to_vec(),
+                vec![Some(i.to_vec())],
+                reshape_index(i, o),
+            );
             te.accesses[0]
                 .index
                 .iter()
@@ -502,7 +510,10 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        assert_eq!(show(&[2, 3, 4], &[2, 12]), "i0, (i1) floordiv 4, (i1) mod 4");
+        assert_eq!(
+            show(&[2, 3, 4], &[2, 12]),
+            "i0, (i1) floordiv 4, (i1) mod 4"
+        );
         assert_eq!(show(&[3, 4], &[3, 1, 4]), "i0, i2");
         assert_eq!(show(&[3, 1, 4], &[12]), "(i0) floordiv 4, 0, (i0) mod 4");
         assert_eq!(show(&[6], &[2, 3]), "3*i0 + i1");

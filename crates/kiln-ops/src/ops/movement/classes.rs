@@ -16,11 +16,32 @@ fn movement_primitives_classify_by_their_index_maps() {
     let x = random(&[2, 3, 4], &mut seed);
     let perm = [("perm", Attr::Ints(vec![0, 2, 1]))];
     let axis0 = [("axis", Attr::Int(0))];
-    let cases: Vec<(&str, &[(&str, Attr)], Vec<Tensor>, &str)> = vec![
-        ("Transpose", &perm, vec![x.clone()], "opaque(transpose) / shuffle"),
-        ("Reshape", &[], vec![x.clone(), ints(&[6, 4])], "opaque(reshape) / reorganize"),
-        ("Reshape", &[], vec![x.clone(), ints(&[2, 1, 3, 4])], "element-wise / one-to-one"),
-        ("Expand", &[], vec![x.clone(), ints(&[5, 2, 3, 4])], "broadcast / one-to-many"),
+    type Case<'a> = (&'a str, &'a [(&'a str, Attr)], Vec<Tensor>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "Transpose",
+            &perm,
+            vec![x.clone()],
+            "opaque(transpose) / shuffle",
+        ),
+        (
+            "Reshape",
+            &[],
+            vec![x.clone(), ints(&[6, 4])],
+            "opaque(reshape) / reorganize",
+        ),
+        (
+            "Reshape",
+            &[],
+            vec![x.clone(), ints(&[2, 1, 3, 4])],
+            "element-wise / one-to-one",
+        ),
+        (
+            "Expand",
+            &[],
+            vec![x.clone(), ints(&[5, 2, 3, 4])],
+            "broadcast / one-to-many",
+        ),
         (
             "Slice",
             &[],
@@ -33,8 +54,18 @@ fn movement_primitives_classify_by_their_index_maps() {
             vec![x.clone(), x.clone()],
             "opaque(layout) / reorganize",
         ),
-        ("Gather", &axis0, vec![x.clone(), ints(&[1, 0])], "opaque(gather) / reorganize"),
-        ("Tile", &[], vec![x.clone(), ints(&[1, 2, 1])], "opaque(reshape) / reorganize"),
+        (
+            "Gather",
+            &axis0,
+            vec![x.clone(), ints(&[1, 0])],
+            "opaque(gather) / reorganize",
+        ),
+        (
+            "Tile",
+            &[],
+            vec![x.clone(), ints(&[1, 2, 1])],
+            "opaque(reshape) / reorganize",
+        ),
     ];
     for (op, attrs, inputs, want) in cases {
         let refs: Vec<&Tensor> = inputs.iter().collect();

@@ -63,7 +63,11 @@ fn known_ints(cx: &InferCx, i: usize) -> Result<Option<Option<Vec<i64>>>> {
 
 /// The values of optional integer input `i` of a decomposition (`None` when
 /// absent); a present one must be constant.
-fn required_ints(b: &mut Builder, inputs: &[Option<ValueId>], i: usize) -> Result<Option<Vec<i64>>> {
+fn required_ints(
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    i: usize,
+) -> Result<Option<Vec<i64>>> {
     match inputs.get(i).copied().flatten() {
         Some(id) => Ok(Some(int_values(&b.require_value(id)?)?)),
         None => Ok(None),
@@ -171,14 +175,22 @@ impl Slice {
 /// `out[i] = in0[start + step·i]` per axis.
 impl Primitive for Slice {
     fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
-        let (Some(inputs), Some(shape), Some(Some(starts)), Some(Some(ends)), Some(axes), Some(steps)) = (
+        let (
+            Some(inputs),
+            Some(shape),
+            Some(Some(starts)),
+            Some(Some(ends)),
+            Some(axes),
+            Some(steps),
+        ) = (
             input_shapes(cx),
             cx.shape(0)?,
             known_ints(cx, 1)?,
             known_ints(cx, 2)?,
             known_ints(cx, 3)?,
             known_ints(cx, 4)?,
-        ) else {
+        )
+        else {
             return Ok(None);
         };
         let plan = Slice::plan(shape, &starts, &ends, axes.as_deref(), steps.as_deref())?;
@@ -386,7 +398,9 @@ impl Compound for PadByGather {
         let per_axis = Pad::per_axis(shape.len(), &pads, axes.as_deref())?;
         let out = Pad::out_shape(&shape, &per_axis)?;
         let mut y = x;
-        for (d, (&(begin, end), (&len, &n))) in per_axis.iter().zip(out.iter().zip(&shape)).enumerate() {
+        for (d, (&(begin, end), (&len, &n))) in
+            per_axis.iter().zip(out.iter().zip(&shape)).enumerate()
+        {
             if (begin, end) == (0, 0) {
                 continue;
             }

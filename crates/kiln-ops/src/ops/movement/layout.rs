@@ -10,9 +10,9 @@ use super::common::{
 };
 use crate::compound::{Comp, Compound};
 use crate::registry::Registry;
-use crate::util::transpose;
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{Access, Expr, IndexExpr, TensorExpr, Var};
+use crate::util::transpose;
 use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, Attr, DType, Node, Result, Tensor, TensorType, ValueId};
 
@@ -354,7 +354,10 @@ mod tests {
     #[test]
     fn transpose_kernel_matches_its_expression() {
         let mut seed = 9;
-        for (shape, perm) in [(&[2, 3, 4][..], Some(&[2, 0, 1][..])), (&[3, 1, 2, 2], None)] {
+        for (shape, perm) in [
+            (&[2, 3, 4][..], Some(&[2, 0, 1][..])),
+            (&[3, 1, 2, 2], None),
+        ] {
             let x = random(shape, &mut seed);
             let attrs: Vec<(&str, Attr)> = perm
                 .map(|p| vec![("perm", Attr::Ints(p.to_vec()))])
