@@ -281,8 +281,9 @@ impl Op for QLinearMatMul {
 /// the evaluated tensor expression on the same inputs.
 #[cfg(test)]
 pub(crate) mod kernel_check {
+    use crate::te::classify::classify;
     use crate::te::eval::evaluate;
-    use crate::te::primitive::define_for_inputs;
+    use crate::te::primitive::{define_for_inputs, Primitive};
     use crate::{registry, EvalCx, SubgraphRunner};
     use kiln_ir::{Attr, Graph, Node, Result, Tensor};
 
@@ -294,9 +295,14 @@ pub(crate) mod kernel_check {
         }
     }
 
-    /// (kernel output, expression output) of the registered op `op` with
-    /// `attrs` on `inputs`.
-    pub fn both(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> (Tensor, Tensor) {
+    /// Runs `f` with the primitive `op`, a context for a node with `attrs`
+    /// and `inputs`.
+    fn with_primitive<R>(
+        op: &str,
+        attrs: &[(&str, Attr)],
+        inputs: &[&Tensor],
+        f: impl FnOnce(&dyn Primitive, &EvalCx, &[Option<&Tensor>]) -> R,
+    ) -> R {
         let node = Node {
             name: "check".into(),
             op: op.into(),
@@ -317,9 +323,25 @@ pub(crate) mod kernel_check {
             .and_then(|o| o.primitive())
             .expect("a registered primitive");
         let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
-        let kernel = p.kernel(&cx, &ins).expect("a direct kernel").unwrap();
-        let te = define_for_inputs(p, &cx, &ins).unwrap();
-        (kernel, evaluate(&te, &ins).unwrap())
+        f(p, &cx, &ins)
+    }
+
+    /// (kernel output, expression output) of the registered op `op` with
+    /// `attrs` on `inputs`.
+    pub fn both(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> (Tensor, Tensor) {
+        with_primitive(op, attrs, inputs, |p, cx, ins| {
+            let kernel = p.kernel(cx, ins).expect("a direct kernel").unwrap();
+            let te = define_for_inputs(p, cx, ins).unwrap();
+            (kernel, evaluate(&te, ins).unwrap())
+        })
+    }
+
+    /// "APOLLO type / mapping type" of `op` with `attrs` on `inputs`.
+    pub fn classes(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> String {
+        with_primitive(op, attrs, inputs, |p, cx, ins| {
+            let c = classify(&define_for_inputs(p, cx, ins).unwrap());
+            format!("{} / {}", c.apollo, c.mapping)
+        })
     }
 
     /// A deterministic pseudo-random f32 tensor with values in [-1, 1).
@@ -438,6 +460,11 @@ mod tests {
             let (got, want) = both("MatMul", &[], &[&a, &b]);
             assert_close(&got, &want, 1e-5, &format!("MatMul {sa:?} x {sb:?}"));
         }
+        let (a, b) = (random(&[2, 3, 4], &mut seed), random(&[4, 5], &mut seed));
+        assert_eq!(
+            super::kernel_check::classes("MatMul", &[], &[&a, &b]),
+            "opaque(matmul) / many-to-many"
+        );
         let a = Tensor::from_vec(vec![2, 3], vec![1i64 << 40, -2, 3, 4, 5, -6]).unwrap();
         let b = Tensor::from_vec(vec![3, 1], vec![3i64, 1, -1]).unwrap();
         let (got, want) = both("MatMul", &[], &[&a, &b]);

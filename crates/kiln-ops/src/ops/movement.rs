@@ -2,7 +2,11 @@
 //! elements without arithmetic on them (Transpose, Concat, Split, Slice, Pad,
 //! Tile, the Gather/Scatter families, NonZero, Unique, ...). They are split
 //! into submodules by kind; `common` holds the index helpers they share with
-//! the shape and generate families.
+//! the shape and generate families. Transpose, Tile, Trilu, Slice,
+//! constant-mode Pad, Concat, Gather and GatherElements are primitives
+//! (tensor expressions); DepthToSpace, SpaceToDepth, Split and the other Pad
+//! modes open into them; the rest (scatter, select, ReverseSequence,
+//! CenterCropPad, Compress, GatherND) are library ops.
 
 use crate::registry::Registry;
 
@@ -23,5 +27,7 @@ pub fn register(r: &mut Registry) {
     select::register(r);
 }
 
+#[cfg(test)]
+mod classes;
 #[cfg(test)]
 mod robustness;

@@ -580,7 +580,8 @@ mod tests {
     #[test]
     fn maxpool_kernel_matches_its_expression() {
         let ints = |v: &[i64]| Attr::Ints(v.to_vec());
-        let cases: Vec<(&[usize], Vec<(&str, Attr)>)> = vec![
+        type Case<'a> = (&'a [usize], Vec<(&'a str, Attr)>);
+        let cases: Vec<Case> = vec![
             (
                 &[1, 2, 7, 7],
                 vec![
@@ -620,5 +621,10 @@ mod tests {
             let (got, want) = both("MaxPool", attrs, &[&x]);
             assert_eq!(got, want, "MaxPool {xs:?} {attrs:?}");
         }
+        let (xs, attrs) = &cases[0];
+        assert_eq!(
+            crate::ops::linalg::kernel_check::classes("MaxPool", attrs, &[&random(xs, &mut seed)]),
+            "opaque(window) / many-to-many"
+        );
     }
 }

@@ -76,7 +76,7 @@ impl Reshape {
         let known = checked_numel(&out)?;
         if let Some(i) = infer_at {
             ensure!(
-                known != 0 && total % known == 0,
+                known != 0 && total.is_multiple_of(known),
                 "cannot reshape {input:?} to {target:?}"
             );
             out[i] = total / known;
@@ -100,6 +100,15 @@ impl Primitive for Reshape {
         let out = Reshape::out_shape(cx.node, shape, Some(target))?;
         let index = reshape_index(shape, &out);
         Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
+    }
+
+    /// The same elements under the new shape, without copying them.
+    fn kernel(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        let run = || {
+            let x = arg(inputs, 0)?;
+            x.reshaped(Reshape::out_shape(cx.node, &x.shape, opt_arg(inputs, 1))?)
+        };
+        Some(run())
     }
 }
 
@@ -154,9 +163,12 @@ fn reshape_index(input: &[usize], out: &[usize]) -> Vec<IndexExpr> {
     index
 }
 
+/// An output shape from the node, the data shape and the value of input 1.
+type ShapeRule = fn(&InferCx, &[usize], Option<&Tensor>) -> Result<Vec<usize>>;
+
 /// Flatten, Squeeze and Unsqueeze: a Reshape to the shape their rule gives
 /// for the data shape and the (constant) input 1.
-struct ReshapeTo(fn(&InferCx, &[usize], Option<&Tensor>) -> Result<Vec<usize>>);
+struct ReshapeTo(ShapeRule);
 
 impl Compound for ReshapeTo {
     fn decompose(
@@ -510,6 +522,18 @@ mod tests {
             "(4*i0 + i1) floordiv 6, (4*i0 + i1) mod 6"
         );
         assert_eq!(show(&[0, 3], &[3, 0]), "0, 0");
+    }
+
+    /// Reshape's copy-free kernel reads what its expression says.
+    #[test]
+    fn reshape_kernel_matches_its_expression() {
+        use crate::ops::linalg::kernel_check::{both, random};
+        let mut seed = 3;
+        for (from, to) in [(&[2, 3, 4][..], &[4, -1][..]), (&[6, 1, 4], &[2, 3, 2, 2])] {
+            let x = random(from, &mut seed);
+            let (got, want) = both("Reshape", &[], &[&x, &i64_tensor(to.to_vec())]);
+            assert_eq!(got, want, "{from:?} -> {to:?}");
+        }
     }
 
     #[test]

@@ -238,15 +238,12 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
     OpaqueKind::Other
 }
 
-/// A read of an input, possibly zero-padded: `in[..]` or
-/// `Where(inbounds(in[..]), in[..], c)`.
+/// A load, or a load guarded by its own bounds (a zero-padded read).
 fn is_read(e: &Expr) -> bool {
     match e {
         Expr::Load(_) => true,
-        Expr::Call(s, args) if s.op == "Where" && args.len() == 3 => matches!(
-            (&args[0], &args[1], &args[2]),
-            (Expr::InBounds(a), Expr::Load(b), Expr::Const(_)) if a == b
-        ),
+        Expr::Call(s, args) if s.op == "Where" => matches!(args.as_slice(),
+            [Expr::InBounds(k), Expr::Load(j), Expr::Const(_)] if k == j),
         _ => false,
     }
 }

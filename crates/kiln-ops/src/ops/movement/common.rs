@@ -136,6 +136,8 @@ pub(crate) fn strides_i64(shape: &[usize]) -> Vec<i64> {
 
 /// Copies `data[i]` for each `Some(i)` of `idx` and the dtype's zero
 /// (false, "") for each `None`.
+// `clone` is needed for strings; the other dtypes are Copy.
+#[allow(clippy::clone_on_copy)]
 pub(crate) fn gather_fill(data: &Data, idx: &[Option<usize>]) -> Result<Data> {
     Ok(dispatch_all!(data, |v: T| T::wrap(
         idx.iter()

@@ -12,6 +12,7 @@ use crate::compound::{Comp, Compound};
 use crate::registry::Registry;
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{Access, Expr, IndexExpr, TensorExpr, Var};
+use crate::util::transpose;
 use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, Attr, DType, Node, Result, Tensor, TensorType, ValueId};
 
@@ -74,6 +75,15 @@ impl Primitive for Transpose {
         }
         let out = perm.iter().map(|&p| shape[p]).collect();
         Ok(Some(moved(cx.input(0)?.ty.dtype, out, inputs, index)))
+    }
+
+    /// A strided copy (the interpreter runs models' many transposes).
+    fn kernel(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        let run = || {
+            let x = arg(inputs, 0)?;
+            transpose(x, &Transpose::perm(cx.node, x.rank())?)
+        };
+        Some(run())
     }
 }
 
@@ -332,5 +342,28 @@ impl Primitive for Trilu {
             }
             .simplified(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::linalg::kernel_check::{both, random};
+    use kiln_ir::Attr;
+
+    /// Transpose's strided-copy kernel reads what its expression says.
+    #[test]
+    fn transpose_kernel_matches_its_expression() {
+        let mut seed = 9;
+        for (shape, perm) in [
+            (&[2, 3, 4][..], Some(&[2, 0, 1][..])),
+            (&[3, 1, 2, 2], None),
+        ] {
+            let x = random(shape, &mut seed);
+            let attrs: Vec<(&str, Attr)> = perm
+                .map(|p| vec![("perm", Attr::Ints(p.to_vec()))])
+                .unwrap_or_default();
+            let (got, want) = both("Transpose", &attrs, &[&x]);
+            assert_eq!(got, want, "{shape:?} {perm:?}");
+        }
     }
 }
