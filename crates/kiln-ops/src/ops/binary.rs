@@ -85,7 +85,10 @@ pub fn register(r: &mut Registry) {
     r.add("Where", Prim(Elementwise(Where)));
     r.add("Clip", Comp(Clip));
     for (rule, pairwise) in [(SUM, "Add"), (MAX, "Max"), (MIN, "Min")] {
-        r.add(rule.name, VariadicOp(Prim(Elementwise(Variadic(rule))), pairwise));
+        r.add(
+            rule.name,
+            VariadicOp(Prim(Elementwise(Variadic(rule))), pairwise),
+        );
     }
     r.add("Mean", Comp(Mean));
 }
@@ -468,7 +471,10 @@ impl Clip {
             return Ok(None);
         };
         let bt = b.ty(t).dtype;
-        ensure!(bt == dtype, "Clip: bound type {bt} differs from input type {dtype}");
+        ensure!(
+            bt == dtype,
+            "Clip: bound type {bt} differs from input type {dtype}"
+        );
         let n = numel(&b.shape(t)?);
         ensure!(n == 1, "Clip: '{name}' must be a scalar, got {n} elements");
         Ok(Some(reshape(b, t, &[])?))
@@ -484,7 +490,10 @@ impl Compound for Clip {
     ) -> Result<Vec<Option<ValueId>>> {
         let x = inputs_id(inputs, 0)?;
         let dtype = b.ty(x).dtype;
-        ensure!(dtype.is_numeric(), "Clip needs a numeric tensor, got {dtype}");
+        ensure!(
+            dtype.is_numeric(),
+            "Clip needs a numeric tensor, got {dtype}"
+        );
         ensure!(
             cx.opset >= 11 || dtype.is_float(),
             "Clip before opset 11 needs a float tensor, got {dtype}"

@@ -183,7 +183,7 @@ fn is_noop(cx: &InferCx, b: &mut Builder, inputs: &[Option<ValueId>]) -> Result<
     }
     match inputs.get(1).copied().flatten() {
         None => Ok(true),
-        Some(axes) => Ok(b.require_value(axes)?.len() == 0),
+        Some(axes) => Ok(b.require_value(axes)?.is_empty()),
     }
 }
 
@@ -246,7 +246,11 @@ impl Compound for Norm {
         // Integer inputs of the float-valued reductions compute in f64 and
         // convert back like Cast; L1 and SumSquare stay exact integers.
         let via_float = !dtype.is_float() && !matches!(self, Norm::L1 | Norm::SumSquare);
-        let xf = if via_float { cast(b, x, DType::F64)? } else { x };
+        let xf = if via_float {
+            cast(b, x, DType::F64)?
+        } else {
+            x
+        };
         let y = self.build(cx, b, xf, inputs.get(1).copied().flatten())?;
         Ok(vec![Some(cast(b, y, dtype)?)])
     }

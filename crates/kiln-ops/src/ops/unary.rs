@@ -297,7 +297,14 @@ impl Ew<'_, '_> {
         self.b.op(op, args, &[])
     }
     /// `where(cond(x, t), a, b)` for comparison `cond` against the constant `t`.
-    fn select(&mut self, cond: &str, x: ValueId, t: f64, a: ValueId, b: ValueId) -> Result<ValueId> {
+    fn select(
+        &mut self,
+        cond: &str,
+        x: ValueId,
+        t: f64,
+        a: ValueId,
+        b: ValueId,
+    ) -> Result<ValueId> {
         let t = self.k(t)?;
         let c = self.f(cond, &[x, t])?;
         self.f("Where", &[c, a, b])
@@ -374,10 +381,14 @@ const ACTIVATIONS: &[Activation] = &[
         e.f("Div", &[x, d])
     }),
     // x > alpha ? x : 0
-    act("ThresholdedRelu", &[Param::Float("alpha", 1.0)], |e, x, p| {
-        let zero = e.k(0.0)?;
-        e.select("Greater", x, p[0], x, zero)
-    }),
+    act(
+        "ThresholdedRelu",
+        &[Param::Float("alpha", 1.0)],
+        |e, x, p| {
+            let zero = e.k(0.0)?;
+            e.select("Greater", x, p[0], x, zero)
+        },
+    ),
     Activation {
         ints_via_float: true,
         // x < -lambd ? x + bias : x > lambd ? x - bias : 0

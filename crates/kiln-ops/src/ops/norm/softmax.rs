@@ -69,7 +69,11 @@ fn line_axes(node: &kiln_ir::Node, opset: i64, rank: usize) -> Result<Vec<usize>
         return Ok(Vec::new());
     }
     let a = normalize_axis(default_axis(node, opset)?, rank)?;
-    Ok(if opset >= 13 { vec![a] } else { (a..rank).collect() })
+    Ok(if opset >= 13 {
+        vec![a]
+    } else {
+        (a..rank).collect()
+    })
 }
 
 /// The lines Hardmax works on, by opset.

@@ -80,12 +80,7 @@ fn stash_dtype(node: &Node) -> Result<DType> {
 }
 
 /// `y * scale + bias` (bias optional).
-fn affine(
-    b: &mut Builder,
-    y: ValueId,
-    scale: ValueId,
-    bias: Option<ValueId>,
-) -> Result<ValueId> {
+fn affine(b: &mut Builder, y: ValueId, scale: ValueId, bias: Option<ValueId>) -> Result<ValueId> {
     let y = b.op("Mul", &[y, scale], &[])?;
     match bias {
         Some(bias) => b.op("Add", &[y, bias], &[]),
