@@ -119,6 +119,10 @@ pub(crate) fn eval_op(
     )
 }
 
+/// What [`eval_opened`] returns: the outputs, and each node's op and input count.
+#[cfg(test)]
+type Opened = (Vec<kiln_ir::Tensor>, Vec<(String, usize)>);
+
 /// Builds a one-node graph (inputs at the positions in `constant` become
 /// initializers, the rest graph inputs), infers it, opens its compounds
 /// with `open_compounds` and runs the resulting primitive nodes. Returns
@@ -130,7 +134,7 @@ pub(crate) fn eval_opened(
     attrs: Vec<(&str, Attr)>,
     inputs: &[kiln_ir::Tensor],
     constant: &[usize],
-) -> Result<(Vec<kiln_ir::Tensor>, Vec<(String, usize)>)> {
+) -> Result<Opened> {
     use kiln_ir::{Graph, Initializer, Tensor, TensorType};
     use std::collections::HashMap;
     struct NoSubgraphs;
@@ -238,7 +242,9 @@ mod tests {
         let f = |v: f32| Attr::Float(v);
         let i = |v: i64| Attr::Int(v);
         let x = t(&[2, 3, 4], 1);
-        let cases: Vec<(&str, i64, Vec<(&str, Attr)>, Vec<Tensor>, Vec<usize>)> = vec![
+        // (op, opset, attributes, inputs, positions of constant inputs)
+        type Case<'a> = (&'a str, i64, Vec<(&'a str, Attr)>, Vec<Tensor>, Vec<usize>);
+        let cases: Vec<Case> = vec![
             ("Softmax", 13, vec![("axis", i(1))], vec![x.clone()], vec![]),
             ("Softmax", 11, vec![("axis", i(1))], vec![x.clone()], vec![]),
             ("LogSoftmax", 13, vec![], vec![x.clone()], vec![]),
@@ -516,6 +522,10 @@ mod tests {
         let n = shape.iter().product();
         let v = values(n, 5).iter().map(|x| x.abs() + 0.1).collect();
         Tensor::from_vec(shape.to_vec(), v).unwrap()
+    }
+
+    fn int_t(shape: &[usize], v: &[i64]) -> Tensor {
+        Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
     }
 
     fn scalar(v: f32) -> Tensor {

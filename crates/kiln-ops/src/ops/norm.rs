@@ -146,6 +146,38 @@ mod tests {
     }
 
     #[test]
+    fn softmax_of_large_inputs_does_not_overflow() {
+        let x = Tensor::from_vec(vec![2, 2], vec![1000.0f32, 999.0, -1000.0, -1e30]).unwrap();
+        let y = f32s(&eval_op("Softmax", 13, vec![], std::slice::from_ref(&x), 1).unwrap()[0]);
+        let e = (-1.0f32).exp();
+        let want = [1.0 / (1.0 + e), e / (1.0 + e), 1.0, 0.0];
+        for (g, w) in y.iter().zip(want) {
+            assert!((g - w).abs() < 1e-6, "{y:?}");
+        }
+        let y = f32s(&eval_op("LogSoftmax", 13, vec![], &[x], 1).unwrap()[0]);
+        let l = (1.0 + e).ln();
+        assert!(
+            (y[0] + l).abs() < 1e-5 && (y[1] + 1.0 + l).abs() < 1e-5,
+            "{y:?}"
+        );
+        assert_eq!(y[2], 0.0);
+        assert!(y[3] < -1e29, "{y:?}");
+    }
+
+    #[test]
+    fn layer_norm_returns_mean_and_inverse_std_in_stash_type() {
+        let x = Tensor::from_vec(vec![2, 2], vec![1.0f32, 3.0, -2.0, -2.0]).unwrap();
+        let one = Tensor::from_vec(vec![2], vec![1.0f32, 1.0]).unwrap();
+        let attrs = vec![("epsilon", Attr::Float(0.0))];
+        let out = eval_op("LayerNormalization", 17, attrs, &[x, one], 3).unwrap();
+        assert_eq!(f32s(&out[0])[..2], [-1.0, 1.0]);
+        assert_eq!(out[1].shape, vec![2, 1]);
+        assert_eq!(f32s(&out[1]), vec![2.0, -2.0]);
+        assert_eq!(f32s(&out[2])[0], 1.0);
+        assert!(f32s(&out[2])[1].is_infinite());
+    }
+
+    #[test]
     fn group_norm_18_scales_per_group() {
         let x = Tensor::from_vec(vec![1, 4, 1], vec![1.0f32, 3.0, 5.0, 9.0]).unwrap();
         let scale = Tensor::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap();

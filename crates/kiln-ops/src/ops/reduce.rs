@@ -3,8 +3,9 @@
 //! ReduceLogSum, ReduceLogSumExp and ReduceSumSquare are compounds that
 //! open into them and element-wise ops. ArgMax/ArgMin (`arg`),
 //! CumSum/CumProd (`cumulative`) and TopK (`topk`) live in the submodules.
-//! Float reductions accumulate in f64; integer ones are exact (wrapped to
-//! the element type like integer overflow).
+//! Float reductions accumulate in f64 (bfloat16 stepwise, see `te::eval`);
+//! integer ones are exact (wrapped to the element type like integer
+//! overflow).
 
 mod arg;
 mod cumulative;
@@ -14,7 +15,7 @@ use crate::compound::{Comp, Compound};
 use crate::ops::compose::{attrs_of, cast};
 use crate::registry::Registry;
 use crate::te::primitive::{Prim, Primitive};
-use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction as TeReduction, TensorExpr};
+use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr};
 use crate::util::{for_each_offset, ints, numel, strides};
 use crate::Builder;
 use crate::{inputs_id, InferCx};
@@ -183,7 +184,7 @@ fn is_noop(cx: &InferCx, b: &mut Builder, inputs: &[Option<ValueId>]) -> Result<
     }
     match inputs.get(1).copied().flatten() {
         None => Ok(true),
-        Some(axes) => Ok(b.require_value(axes)?.len() == 0),
+        Some(axes) => Ok(b.require_value(axes)?.is_empty()),
     }
 }
 
@@ -351,7 +352,7 @@ impl Primitive for ReducePrim {
             }
             kept += usize::from(!m);
         }
-        let reduction = (!extents.is_empty()).then_some(TeReduction { extents, combiner });
+        let reduction = (!extents.is_empty()).then_some(Reduction { extents, combiner });
         Ok(Some(
             TensorExpr {
                 dtype: ty.dtype,

@@ -3,28 +3,37 @@
 //! and sin caches, pairing the two halves or (`interleaved`) adjacent
 //! features. Input is (batch, heads, seq, head_size) or
 //! (batch, seq, heads * head_size) with `num_heads`.
+//!
+//! A compound: the caches are gathered at `position_ids` (Gather), the
+//! input viewed 4-D (Reshape) and split into the pair halves (Slice, a
+//! Reshape to pairs when interleaved); (x1 cos - x2 sin, x1 sin + x2 cos)
+//! are element-wise Mul/Sub/Add; Concat puts the halves and the
+//! unrotated features back together.
 
-use crate::ops::norm::{float_input_type, float_tensor, float_values};
+use crate::compound::{Comp, Compound};
+use crate::ops::compose::reshape;
+use crate::ops::norm::float_input_type;
 use crate::registry::Registry;
-use crate::util::ints;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, Node, Result, Tensor, TensorType};
+use crate::{inputs_id, Builder, InferCx};
+use kiln_ir::{bail, Attr, Node, Result, ValueId};
 
 pub fn register(r: &mut Registry) {
-    r.add("RotaryEmbedding", Rotary);
+    r.add("RotaryEmbedding", Comp(Rotary));
 }
 
 struct Rotary;
 
-impl Op for Rotary {
-    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
-        Ok(vec![float_input_type(cx, 0)?])
-    }
-
-    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let x = arg(inputs, 0)?;
-        let (cos, sin) = (arg(inputs, 1)?, arg(inputs, 2)?);
-        let layout = Layout::of(cx.node, &x.shape)?;
+impl Compound for Rotary {
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Vec<Option<ValueId>>> {
+        float_input_type(cx, 0)?;
+        let x = inputs_id(inputs, 0)?;
+        let shape = b.shape(x)?;
+        let layout = Layout::of(cx.node, &shape)?;
         let rot = match cx.node.attr_int_or("rotary_embedding_dim", 0)? {
             0 => layout.head_size,
             r if r > 0 && r as usize <= layout.head_size && r % 2 == 0 => r as usize,
@@ -34,25 +43,28 @@ impl Op for Rotary {
             ),
         };
         let half = rot / 2;
-        let positions = match opt_arg(inputs, 3) {
-            Some(p) => Some(ints(p)?),
-            None => None,
-        };
-        let rows = cache_rows(cos, sin, half, &layout, positions.as_deref())?;
-        let (cv, sv) = (float_values(cos)?, float_values(sin)?);
-        let interleaved = cx.node.attr_int_or("interleaved", 0)? != 0;
-        let mut v = float_values(x)?;
-        for b in 0..layout.batch {
-            for s in 0..layout.seq {
-                let row = rows[b * layout.seq + s] * half;
-                let (c, sn) = (&cv[row..row + half], &sv[row..row + half]);
-                for h in 0..layout.heads {
-                    let head = &mut v[layout.head_offset(b, s, h)..][..rot];
-                    rotate(head, c, sn, interleaved);
-                }
-            }
+        let positions = inputs.get(3).copied().flatten();
+        let mut caches = Vec::new();
+        for i in [1, 2] {
+            let cache = cache_rows(b, inputs_id(inputs, i)?, positions, half, &layout)?;
+            caches.push(reshape(b, cache, &layout.dims(half, true))?);
         }
-        Ok(vec![float_tensor(x.dtype(), x.shape.clone(), &v)?])
+        let (cos, sin) = (caches[0], caches[1]);
+        let x4 = reshape(b, x, &layout.dims(layout.head_size, false))?;
+        let interleaved = cx.node.attr_int_or("interleaved", 0)? != 0;
+        let pairs = Pairs::split(b, &layout, x4, half, interleaved)?;
+        let c1 = b.op("Mul", &[pairs.x1, cos], &[])?;
+        let s2 = b.op("Mul", &[pairs.x2, sin], &[])?;
+        let y1 = b.op("Sub", &[c1, s2], &[])?;
+        let s1 = b.op("Mul", &[pairs.x1, sin], &[])?;
+        let c2 = b.op("Mul", &[pairs.x2, cos], &[])?;
+        let y2 = b.op("Add", &[s1, c2], &[])?;
+        let mut parts = vec![pairs.join(b, &layout, y1, y2)?];
+        if rot < layout.head_size {
+            parts.push(slice_last(b, x4, rot, layout.head_size)?);
+        }
+        let y = concat_last(b, &parts)?;
+        Ok(vec![Some(reshape(b, y, &shape)?)])
     }
 }
 
@@ -93,72 +105,122 @@ impl Layout {
         }
     }
 
-    fn head_offset(&self, b: usize, s: usize, h: usize) -> usize {
-        let vector = if self.heads_first {
-            (b * self.heads + h) * self.seq + s
-        } else {
-            (b * self.seq + s) * self.heads + h
-        };
-        vector * self.head_size
+    /// The 4-D view with `last` features per vector: (batch, heads, seq,
+    /// last) or (batch, seq, heads, last); `broadcast` makes the heads axis
+    /// size 1 (for the caches, shared by all heads).
+    fn dims(&self, last: usize, broadcast: bool) -> Vec<usize> {
+        let heads = if broadcast { 1 } else { self.heads };
+        match self.heads_first {
+            true => vec![self.batch, heads, self.seq, last],
+            false => vec![self.batch, self.seq, heads, last],
+        }
     }
 }
 
-/// The cache row used by each (batch, seq) position: `position_ids` index
-/// a (max_position, half) cache; without them the cache is (batch, seq, half).
+/// The (x1, x2) operands of the rotation, each (4-D view) with `half`
+/// features: the two halves of the rotated features, or (`interleaved`)
+/// their even and odd features.
+struct Pairs {
+    x1: ValueId,
+    x2: ValueId,
+    interleaved: bool,
+}
+
+impl Pairs {
+    fn split(
+        b: &mut Builder,
+        layout: &Layout,
+        x4: ValueId,
+        half: usize,
+        interleaved: bool,
+    ) -> Result<Pairs> {
+        let rotated = slice_last(b, x4, 0, 2 * half)?;
+        let (x1, x2) = if interleaved {
+            let mut dims = layout.dims(half, false);
+            dims.push(2);
+            let pairs = reshape(b, rotated, &dims)?;
+            let even = slice_last(b, pairs, 0, 1)?;
+            let odd = slice_last(b, pairs, 1, 2)?;
+            let dims = layout.dims(half, false);
+            (reshape(b, even, &dims)?, reshape(b, odd, &dims)?)
+        } else {
+            (
+                slice_last(b, rotated, 0, half)?,
+                slice_last(b, rotated, half, 2 * half)?,
+            )
+        };
+        Ok(Pairs {
+            x1,
+            x2,
+            interleaved,
+        })
+    }
+
+    /// The rotated features from the rotated operands, in input order.
+    fn join(&self, b: &mut Builder, layout: &Layout, y1: ValueId, y2: ValueId) -> Result<ValueId> {
+        if !self.interleaved {
+            return concat_last(b, &[y1, y2]);
+        }
+        let mut dims = b.shape(y1)?;
+        let half = dims.pop().unwrap_or(0);
+        let mut pair = dims.clone();
+        pair.extend([half, 1]);
+        let (y1, y2) = (reshape(b, y1, &pair)?, reshape(b, y2, &pair)?);
+        let joined = concat_last(b, &[y1, y2])?;
+        reshape(b, joined, &layout.dims(2 * half, false))
+    }
+}
+
+/// Features `start..end` of the last axis.
+fn slice_last(b: &mut Builder, x: ValueId, start: usize, end: usize) -> Result<ValueId> {
+    let last = b.shape(x)?.len() as i64 - 1;
+    let (s, e, a) = (
+        b.ints(&[start as i64]),
+        b.ints(&[end as i64]),
+        b.ints(&[last]),
+    );
+    b.op("Slice", &[x, s, e, a], &[])
+}
+
+/// `parts` joined along their last axis.
+fn concat_last(b: &mut Builder, parts: &[ValueId]) -> Result<ValueId> {
+    match parts {
+        [one] => Ok(*one),
+        _ => b.op("Concat", parts, &[("axis", Attr::Int(-1))]),
+    }
+}
+
+/// The cache rows of every (batch, seq) position, as (batch, seq, half):
+/// `position_ids` (batch, seq) index a (max_position, half) cache; without
+/// them the cache is (batch, seq, half) already.
 fn cache_rows(
-    cos: &Tensor,
-    sin: &Tensor,
+    b: &mut Builder,
+    cache: ValueId,
+    positions: Option<ValueId>,
     half: usize,
     layout: &Layout,
-    positions: Option<&[i64]>,
-) -> Result<Vec<usize>> {
-    if cos.shape != sin.shape || cos.shape.last() != Some(&half) {
-        bail!(
-            "cos and sin caches must have the same shape ending in {half}, got {:?} and {:?}",
-            cos.shape,
-            sin.shape
-        );
+) -> Result<ValueId> {
+    let shape = b.shape(cache)?;
+    if shape.last() != Some(&half) {
+        bail!("cos and sin caches must have shapes ending in {half}, got {shape:?}");
     }
-    let tokens = layout.batch * layout.seq;
     match positions {
         Some(p) => {
-            if p.len() != tokens || cos.rank() != 2 {
-                bail!("position_ids must be (batch, seq) and the caches (max_position, {half})");
-            }
-            let max = cos.shape[0];
-            p.iter()
-                .map(|&i| {
-                    if i >= 0 && (i as usize) < max {
-                        Ok(i as usize)
-                    } else {
-                        bail!("position id {i} is out of range for a cache of {max} rows")
-                    }
-                })
-                .collect()
-        }
-        None => {
-            if cos.shape != [layout.batch, layout.seq, half] {
+            let ps = b.shape(p)?;
+            if ps != [layout.batch, layout.seq] || shape.len() != 2 {
                 bail!(
-                    "without position_ids the caches must be (batch, seq, {half}), got {:?}",
-                    cos.shape
+                    "position_ids must be (batch, seq) and the caches (max_position, {half}), got {ps:?} and {shape:?}"
                 );
             }
-            Ok((0..tokens).collect())
+            b.op("Gather", &[cache, p], &[("axis", Attr::Int(0))])
         }
-    }
-}
-
-/// Rotates pairs (x1, x2) of one head: (x1 cos - x2 sin, x1 sin + x2 cos).
-fn rotate(head: &mut [f64], cos: &[f64], sin: &[f64], interleaved: bool) {
-    let half = cos.len();
-    for i in 0..half {
-        let (a, b) = if interleaved {
-            (2 * i, 2 * i + 1)
-        } else {
-            (i, i + half)
-        };
-        let (x1, x2) = (head[a], head[b]);
-        head[a] = cos[i] * x1 - sin[i] * x2;
-        head[b] = sin[i] * x1 + cos[i] * x2;
+        None => {
+            if shape != [layout.batch, layout.seq, half] {
+                bail!(
+                    "without position_ids the caches must be (batch, seq, {half}), got {shape:?}"
+                );
+            }
+            Ok(cache)
+        }
     }
 }
