@@ -217,6 +217,8 @@ fn primitive_count(g: &Graph) -> Result<usize> {
 fn info(path: &Path, json: bool, classify: bool, args: &ModelArgs, p: &PassArgs) -> Result<()> {
     let mut g = load(path, args)?;
     let nodes_imported = g.nodes.len();
+    // Parameters as the model file has them (passes fold and drop constants).
+    let parameters = g.parameter_count();
     optimize(&mut g, p)?;
     let primitive_nodes = primitive_count(&g)?;
     let mut hist: BTreeMap<String, usize> = BTreeMap::new();
@@ -256,7 +258,7 @@ fn info(path: &Path, json: bool, classify: bool, args: &ModelArgs, p: &PassArgs)
             "nodes_after_passes": g.nodes.len(),
             "primitive_nodes": primitive_nodes,
             "op_histogram": hist,
-            "parameters": g.parameter_count(),
+            "parameters": parameters,
             "flops": flops,
             "gflops": flops as f64 / 1e9,
         });
@@ -284,7 +286,7 @@ fn info(path: &Path, json: bool, classify: bool, args: &ModelArgs, p: &PassArgs)
         nodes_imported,
         g.nodes.len()
     );
-    println!("parameters: {}", g.parameter_count());
+    println!("parameters: {parameters}");
     println!("FLOPs: {flops} ({:.3} GFLOP)", flops as f64 / 1e9);
     println!("ops:");
     let mut by_count: Vec<_> = hist.into_iter().collect();

@@ -83,6 +83,16 @@ fn info_json_reports_shapes_and_flops() {
     let gflops = v["gflops"].as_f64().unwrap();
     assert!((gflops - 0.021).abs() < 0.002, "{gflops}");
     assert!(v["op_histogram"]["Conv"].as_u64().unwrap() > 40);
+    // After the passes every node is primitive: no compound (Clip, Flatten,
+    // Gemm, GlobalAveragePool) or shape computation is left.
+    assert_eq!(v["nodes_after_passes"], v["primitive_nodes"]);
+    assert!(v["nodes_imported"].as_u64().unwrap() > 0);
+    for op in ["Clip", "Gemm", "Flatten", "GlobalAveragePool", "Shape"] {
+        assert!(
+            v["op_histogram"].get(op).is_none(),
+            "{op} left after passes"
+        );
+    }
 }
 
 #[test]
