@@ -58,21 +58,7 @@ impl<C: Compound> Op for Comp<C> {
     }
 
     fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
-        let infos: Vec<Option<InputInfo>> = inputs
-            .iter()
-            .map(|t| {
-                t.map(|t| InputInfo {
-                    ty: t.ty(),
-                    value: Some(t),
-                })
-            })
-            .collect();
-        let icx = InferCx {
-            node: cx.node,
-            opset: cx.opset,
-            inputs: infos,
-            scope: &|_| None,
-        };
+        let icx = InferCx::of_eval(cx, inputs);
         let (mut g, ids) = scratch_graph(&icx);
         let (outs, nodes) = {
             let mut b = Builder::new(&mut g, cx.opset, &cx.node.name);

@@ -129,7 +129,30 @@ pub trait Op: Send + Sync {
     }
 }
 
-impl InferCx<'_> {
+/// The scope of a context that sees no outer values.
+fn no_scope(_: &str) -> Option<TensorType> {
+    None
+}
+
+impl<'a> InferCx<'a> {
+    /// The context of an eval call: every input's type and value known.
+    pub fn of_eval(cx: &EvalCx<'a>, inputs: &[Option<&'a Tensor>]) -> InferCx<'a> {
+        InferCx {
+            node: cx.node,
+            opset: cx.opset,
+            inputs: inputs
+                .iter()
+                .map(|t| {
+                    t.map(|t| InputInfo {
+                        ty: t.ty(),
+                        value: Some(t),
+                    })
+                })
+                .collect(),
+            scope: &no_scope,
+        }
+    }
+
     /// Input `i`, or an error naming it when it is missing.
     pub fn input(&self, i: usize) -> Result<&InputInfo<'_>> {
         match self.inputs.get(i) {

@@ -524,10 +524,6 @@ mod tests {
         Tensor::from_vec(shape.to_vec(), v).unwrap()
     }
 
-    fn int_t(shape: &[usize], v: &[i64]) -> Tensor {
-        Tensor::from_vec(shape.to_vec(), v.to_vec()).unwrap()
-    }
-
     fn scalar(v: f32) -> Tensor {
         Tensor::from_vec(vec![], vec![v]).unwrap()
     }

@@ -71,22 +71,7 @@ pub fn define_for_inputs(
     cx: &EvalCx,
     inputs: &[Option<&Tensor>],
 ) -> Result<TensorExpr> {
-    let infos = inputs
-        .iter()
-        .map(|t| {
-            t.map(|t| InputInfo {
-                ty: t.ty(),
-                value: Some(t),
-            })
-        })
-        .collect();
-    let icx = InferCx {
-        node: cx.node,
-        opset: cx.opset,
-        inputs: infos,
-        scope: &|_| None,
-    };
-    match p.define(&icx)? {
+    match p.define(&InferCx::of_eval(cx, inputs))? {
         Some(te) => Ok(te),
         None => bail!("cannot build the tensor expression from concrete inputs"),
     }
