@@ -32,6 +32,17 @@ pub fn evaluate(te: &TensorExpr, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
             bail!("tensor expression expects input {i} of shape {want:?}, got {got:?}");
         }
     }
+    // Which accesses read the same elements at every reduction step (and
+    // so are loaded once per block): decided once, not per load.
+    let invariant: Vec<bool> = te
+        .accesses
+        .iter()
+        .map(|a| {
+            let mut vars = Vec::new();
+            a.index.iter().for_each(|e| e.vars(&mut vars));
+            !vars.iter().any(|v| matches!(v, Var::Red(_)))
+        })
+        .collect();
     let n = numel(&te.shape);
     let mut parts = Vec::new();
     let mut start = 0;
@@ -43,6 +54,7 @@ pub fn evaluate(te: &TensorExpr, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
             out: out_indices(&te.shape, start, len),
             red: Vec::new(),
             len,
+            invariant: &invariant,
             cache: RefCell::new(HashMap::new()),
         };
         let v = match &te.reduction {
@@ -125,6 +137,8 @@ struct Block<'a> {
     len: usize,
     /// Loads that do not depend on the reduction indices, read once per block.
     cache: RefCell<HashMap<usize, Tensor>>,
+    /// Per access: reads no reduction index.
+    invariant: &'a [bool],
 }
 
 impl Block<'_> {
@@ -170,12 +184,8 @@ impl Block<'_> {
 
     fn load(&self, k: usize) -> Result<Tensor> {
         let access = &self.te.accesses[k];
-        let reads_reduction = access.index.iter().any(|e| {
-            let mut vars = Vec::new();
-            e.vars(&mut vars);
-            vars.iter().any(|v| matches!(v, Var::Red(_)))
-        });
-        if !reads_reduction {
+        let invariant = self.invariant[k];
+        if invariant {
             if let Some(t) = self.cache.borrow().get(&k) {
                 return Ok(t.clone());
             }
@@ -190,7 +200,7 @@ impl Block<'_> {
                 .collect()
         ));
         let t = Tensor::new(vec![self.len], data)?;
-        if !reads_reduction {
+        if invariant {
             self.cache.borrow_mut().insert(k, t.clone());
         }
         Ok(t)
