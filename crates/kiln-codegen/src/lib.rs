@@ -1,0 +1,1 @@
+//! kiln code generators (DESIGN.md layer 7): C source for CPUs.

@@ -1,0 +1,1 @@
+//! kiln loop IR (DESIGN.md layer 6).

@@ -1,0 +1,1 @@
+//! kiln runtime (DESIGN.md layer 8).
