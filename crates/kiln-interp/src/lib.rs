@@ -162,19 +162,6 @@ impl Env<'_> {
             vals[id.index()] = Some(init.to_tensor()?);
         }
         for (node, captured) in g.nodes.iter().zip(&captured) {
-            let opset = g
-                .opsets
-                .get(if node.domain == "ai.onnx" {
-                    ""
-                } else {
-                    &node.domain
-                })
-                .copied()
-                .unwrap_or(1);
-            let ctx = || format!("{} (opset {opset})", node.describe());
-            let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
-                Error::new(format!("unsupported op '{}'", node.op)).context(ctx())
-            })?;
             let ins: Vec<Option<&Tensor>> = node
                 .inputs
                 .iter()
@@ -190,40 +177,15 @@ impl Env<'_> {
                     scope.insert(name.clone(), t.clone());
                 }
             }
-            let env = Env { outer: &scope };
-            let cx = EvalCx {
-                node,
-                opset,
-                subgraphs: &env,
-            };
             let start = Instant::now();
-            let outs = catch_unwind(AssertUnwindSafe(|| op.eval(&cx, &ins)))
-                .unwrap_or_else(|p| {
-                    Err(Error::new(format!(
-                        "internal error (panic): {}",
-                        panic_text(&p)
-                    )))
-                })
-                .map_err(|e| e.context(ctx()))?;
+            let outs = eval_node(g, node, &ins, &scope)?;
             if let Some(p) = prof.as_deref_mut() {
                 *p.entry(node.op.clone()).or_default() += start.elapsed();
             }
-            for (k, o) in node.outputs.iter().enumerate() {
-                let Some(o) = o else { continue };
-                let Some(t) = outs.get(k) else {
-                    bail!("{}: output {k} was not computed", ctx())
-                };
-                let want = g.ty(*o);
-                if !type_matches(want, t) {
-                    bail!(
-                        "{}: output '{}' was computed as {} but inferred as {}",
-                        ctx(),
-                        g.name(*o),
-                        t.ty(),
-                        want
-                    );
+            for (o, t) in node.outputs.iter().zip(outs) {
+                if let Some(o) = o {
+                    vals[o.index()] = Some(t);
                 }
-                vals[o.index()] = Some(t.clone());
             }
             for i in node
                 .inputs
@@ -246,6 +208,58 @@ impl Env<'_> {
             })
             .collect()
     }
+}
+
+/// Evaluates one node of `g` on its input values; `scope` holds the values
+/// its subgraphs read by name ([`subgraph_reads`]). Returns one tensor per
+/// node output position it computes (trailing omitted outputs may be left
+/// off), each checked against its inferred type. Errors name the node, op and opset.
+pub fn eval_node(
+    g: &Graph,
+    node: &kiln_ir::Node,
+    ins: &[Option<&Tensor>],
+    scope: &HashMap<String, Tensor>,
+) -> Result<Vec<Tensor>> {
+    let opset = kiln_ops::infer::opset_of(g, node);
+    let ctx = || format!("{} (opset {opset})", node.describe());
+    let op = registry::lookup(&node.domain, &node.op)
+        .ok_or_else(|| Error::new(format!("unsupported op '{}'", node.op)).context(ctx()))?;
+    let env = Env { outer: scope };
+    let cx = EvalCx {
+        node,
+        opset,
+        subgraphs: &env,
+    };
+    let outs = catch_unwind(AssertUnwindSafe(|| op.eval(&cx, ins)))
+        .unwrap_or_else(|p| {
+            Err(Error::new(format!(
+                "internal error (panic): {}",
+                panic_text(&p)
+            )))
+        })
+        .map_err(|e| e.context(ctx()))?;
+    for (k, o) in node.outputs.iter().enumerate() {
+        let Some(o) = o else { continue };
+        let Some(t) = outs.get(k) else {
+            bail!("{}: output {k} was not computed", ctx())
+        };
+        let want = g.ty(*o);
+        if !type_matches(want, t) {
+            bail!(
+                "{}: output '{}' was computed as {} but inferred as {}",
+                ctx(),
+                g.name(*o),
+                t.ty(),
+                want
+            );
+        }
+    }
+    Ok(outs)
+}
+
+/// Names the subgraphs of `node` read from the scope the node runs in.
+pub fn subgraph_reads(node: &kiln_ir::Node) -> BTreeSet<String> {
+    node_free_names(node)
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -1,1 +1,13 @@
-//! kiln loop IR (DESIGN.md layer 6).
+//! kiln loop IR (DESIGN.md layer 6): loop nests over flat buffers, lowered
+//! from tensor expressions, rewritten by schedules given as data.
+
+pub mod auto_schedule;
+pub mod ir;
+pub mod lower;
+pub mod schedule;
+mod text;
+
+pub use auto_schedule::default_schedule;
+pub use ir::{Atom, Buffer, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+pub use lower::lower;
+pub use schedule::{apply, Directive, Schedule};

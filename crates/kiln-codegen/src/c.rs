@@ -1,0 +1,286 @@
+//! The C printer for loop IR kernels (CPU dialect).
+//!
+//! Needs: a scheduled [`Kernel`] whose element types the C backend has
+//! (see [`scalar_c::c_type`]).
+//! Guarantees: one C11 function `int NAME(void* const* restrict args)`
+//! taking the kernel's buffers in order (inputs `const T* restrict`,
+//! outputs `T* restrict`; no `restrict` on an in-place pair), returning 0, or 1 when a data-dependent index
+//! was out of range (that read then reads element 0, never outside the
+//! buffer). Parallel loops become `omp parallel for`, vectorized loops
+//! `omp simd`, unrolled loops `GCC unroll`; without OpenMP the pragmas are
+//! ignored and the code stays correct. Floor division and remainder use
+//! plain `/` and `%` where the dividend is provably non-negative.
+
+use crate::scalar_c::{c_type, call_c};
+use kiln_ir::{bail, DType, Result, Tensor};
+use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_ops::te::Combiner;
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// Headers and helpers every generated C file starts with.
+pub fn prelude() -> String {
+    let mut s = String::from(
+        "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n#include <stdlib.h>\n",
+    );
+    s.push_str(
+        r#"
+static inline int64_t kiln_fdiv(int64_t a, int64_t d) { int64_t q = a / d; return (a % d != 0 && a < 0) ? q - 1 : q; }
+static inline int64_t kiln_fmod(int64_t a, int64_t d) { int64_t r = a % d; return r < 0 ? r + d : r; }
+static inline int64_t kiln_idx(int64_t v, int64_t n, int* err) {
+  if (v < 0) v += n;
+  if (v < 0 || v >= n) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); return 0; }
+  return v;
+}
+#if defined(__clang__)
+#define KILN_UNROLL _Pragma("unroll")
+#else
+#define KILN_UNROLL _Pragma("GCC unroll 16")
+#endif
+"#,
+    );
+    s.push_str(crate::scalar_c::PRELUDE);
+    s
+}
+
+/// Prints `k` as a C function. `alias`: an input buffer the output may
+/// share (in-place execution); neither gets `restrict`.
+pub fn kernel_c(k: &Kernel, alias: Option<usize>) -> Result<String> {
+    let mut p = Printer {
+        k,
+        out: String::new(),
+        ranges: HashMap::new(),
+        locals: HashMap::new(),
+    };
+    writeln!(p.out, "int {}(void* const* restrict args) {{", k.name).ok();
+    for (i, b) in k.buffers.iter().enumerate() {
+        let ty = c_type(b.dtype)?;
+        let konst = if b.output { "" } else { "const " };
+        let restrict = if alias.is_some() && (b.output || alias == Some(i)) {
+            ""
+        } else {
+            "restrict "
+        };
+        writeln!(
+            p.out,
+            "  {konst}{ty}* {restrict}{} = ({konst}{ty}*)args[{i}];",
+            b.name
+        )
+        .ok();
+    }
+    writeln!(p.out, "  int err = 0;").ok();
+    for s in &k.body {
+        p.stmt(s, 1)?;
+    }
+    writeln!(p.out, "  return err;\n}}").ok();
+    Ok(p.out)
+}
+
+struct Printer<'a> {
+    k: &'a Kernel,
+    out: String,
+    /// Value range of each enclosing loop variable.
+    ranges: HashMap<String, (i64, i64)>,
+    /// Element type of each local scalar.
+    locals: HashMap<String, DType>,
+}
+
+impl Printer<'_> {
+    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        match s {
+            Stmt::Loop(l) => {
+                let pragma = match l.kind {
+                    LoopKind::Serial => None,
+                    LoopKind::Parallel => Some("#pragma omp parallel for"),
+                    LoopKind::Vectorized => Some("#pragma omp simd"),
+                    LoopKind::Unrolled => Some("KILN_UNROLL"),
+                };
+                if let Some(p) = pragma {
+                    writeln!(self.out, "{pad}{p}").ok();
+                }
+                let bound = match &l.extent {
+                    Extent::Const(n) => n.to_string(),
+                    Extent::Tail {
+                        total,
+                        outer,
+                        factor,
+                    } => format!("({total} - {factor}*{outer} < {factor} ? {total} - {factor}*{outer} : {factor})"),
+                };
+                writeln!(
+                    self.out,
+                    "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
+                    v = l.var
+                )
+                .ok();
+                self.ranges
+                    .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+                for s in &l.body {
+                    self.stmt(s, depth + 1)?;
+                }
+                self.ranges.remove(&l.var);
+                writeln!(self.out, "{pad}}}").ok();
+            }
+            Stmt::Store { buf, offset, value } => {
+                let b = &self.k.buffers[*buf];
+                let (v, _) = self.val(value)?;
+                let off = self.idx(offset);
+                writeln!(
+                    self.out,
+                    "{pad}{}[{off}] = ({})({v});",
+                    b.name,
+                    c_type(b.dtype)?
+                )
+                .ok();
+            }
+            Stmt::Let { name, dtype, value } => {
+                let (v, _) = self.val(value)?;
+                let ty = c_type(*dtype)?;
+                writeln!(self.out, "{pad}{ty} {name} = ({ty})({v});").ok();
+                self.locals.insert(name.clone(), *dtype);
+            }
+            Stmt::Update {
+                name,
+                combiner,
+                value,
+            } => {
+                let Some(&dtype) = self.locals.get(name) else {
+                    bail!("update of undeclared local '{name}'");
+                };
+                let (v, vt) = self.val(value)?;
+                let ty = c_type(dtype)?;
+                let v = format!("({ty})({v})");
+                let e = match combiner {
+                    Combiner::Sum => format!("{name} + {v}"),
+                    Combiner::Prod => format!("{name} * {v}"),
+                    Combiner::And => format!("(uint8_t)({name} && {v})"),
+                    Combiner::Or => format!("(uint8_t)({name} || {v})"),
+                    Combiner::Min | Combiner::Max => {
+                        let s = combiner.scalar();
+                        call_c(&s, &[dtype, dtype], &[name.clone(), v])?.0
+                    }
+                };
+                let _ = vt;
+                writeln!(self.out, "{pad}{name} = {e};").ok();
+            }
+            Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
+        }
+        Ok(())
+    }
+
+    fn range(&self, i: &Idx) -> (i64, i64) {
+        i.range(&|v| {
+            self.ranges
+                .get(v)
+                .copied()
+                .unwrap_or((i64::MIN / 4, i64::MAX / 4))
+        })
+    }
+
+    fn idx(&self, i: &Idx) -> String {
+        let mut parts = Vec::new();
+        for (a, c) in &i.terms {
+            let atom = self.atom(a);
+            parts.push(if *c == 1 {
+                atom
+            } else {
+                format!("{c}*{atom}")
+            });
+        }
+        if i.constant != 0 || parts.is_empty() {
+            parts.push(i.constant.to_string());
+        }
+        format!("({})", parts.join(" + "))
+    }
+
+    fn atom(&self, a: &Atom) -> String {
+        match a {
+            Atom::Var(v) => v.clone(),
+            Atom::Div(e, d) if self.range(e).0 >= 0 => format!("({} / {d})", self.idx(e)),
+            Atom::Mod(e, d) if self.range(e).0 >= 0 => format!("({} % {d})", self.idx(e)),
+            Atom::Div(e, d) => format!("kiln_fdiv({}, {d})", self.idx(e)),
+            Atom::Mod(e, d) => format!("kiln_fmod({}, {d})", self.idx(e)),
+            Atom::Data { value, extent } => match self.val(value) {
+                Ok((v, _)) => format!("kiln_idx((int64_t){v}, {extent}, &err)"),
+                Err(e) => format!("/* {e} */ 0"),
+            },
+        }
+    }
+
+    fn guard(&self, g: &[(Idx, i64)]) -> String {
+        let parts: Vec<String> = g
+            .iter()
+            .map(|(i, e)| {
+                let s = self.idx(i);
+                format!("({s} >= 0 && {s} < {e})")
+            })
+            .collect();
+        parts.join(" && ")
+    }
+
+    /// The C expression of `v` and its element type.
+    fn val(&self, v: &Val) -> Result<(String, DType)> {
+        Ok(match v {
+            Val::Load { buf, offset, guard } => {
+                let b = &self.k.buffers[*buf];
+                let read = format!("{}[{}]", b.name, self.idx(offset));
+                let e = if guard.is_empty() {
+                    read
+                } else {
+                    format!(
+                        "({} ? {read} : ({})0)",
+                        self.guard(guard),
+                        c_type(b.dtype)?
+                    )
+                };
+                (e, b.dtype)
+            }
+            Val::InBounds(g) if g.is_empty() => ("(uint8_t)1".into(), DType::Bool),
+            Val::InBounds(g) => (format!("(uint8_t)({})", self.guard(g)), DType::Bool),
+            Val::Const(t) => (literal(t)?, t.dtype()),
+            Val::Index(i) => (format!("(int64_t){}", self.idx(i)), DType::I64),
+            Val::Local(n) => match self.locals.get(n) {
+                Some(d) => (n.clone(), *d),
+                None => bail!("read of undeclared local '{n}'"),
+            },
+            Val::Call(s, args) => {
+                let (texts, types): (Vec<String>, Vec<DType>) =
+                    args.iter().map(|a| self.val(a)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
+                call_c(s, &types, &texts)?
+            }
+        })
+    }
+}
+
+/// A C literal of a 0-d tensor's value, exact for every type.
+pub fn literal(t: &Tensor) -> Result<String> {
+    let dtype = t.dtype();
+    if t.data.len() != 1 {
+        bail!("constant is not a scalar");
+    }
+    let x = t.data.get_f64(0);
+    Ok(match dtype {
+        DType::F32 | DType::F64 => {
+            let suffix = if dtype == DType::F32 { "f" } else { "" };
+            if x.is_nan() {
+                "NAN".into()
+            } else if x.is_infinite() {
+                if x > 0.0 { "INFINITY" } else { "(-INFINITY)" }.into()
+            } else if dtype == DType::F32 {
+                format!("{:?}{suffix}", x as f32)
+            } else {
+                format!("{x:?}")
+            }
+        }
+        DType::Bool => (if x != 0.0 { "1" } else { "0" }).into(),
+        DType::I64 => match t.as_slice::<i64>()?[0] {
+            i64::MIN => "INT64_MIN".into(),
+            v => format!("INT64_C({v})"),
+        },
+        DType::U64 => format!("UINT64_C({})", t.as_slice::<u64>()?[0]),
+        DType::I8 | DType::I16 | DType::I32 | DType::U8 | DType::U16 | DType::U32 => {
+            format!("(({}){})", c_type(dtype)?, x as i64)
+        }
+        other => bail!("the C backend has no literal of type {other}"),
+    })
+}

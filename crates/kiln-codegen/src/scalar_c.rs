@@ -1,0 +1,272 @@
+//! C renderings of the element-wise ops' scalar rules.
+//!
+//! Needs: a call of an element-wise op (its name and attributes, as in a
+//! tensor-expression body) with the C expressions and types of its
+//! arguments.
+//! Guarantees: a C expression of the type that op's shape inference gives
+//! (the op's own `infer`, so the type rule is not restated here) that
+//! computes what the op's scalar rule in kiln-ops computes, without
+//! undefined behaviour: integer arithmetic wraps (computed unsigned),
+//! integer division and remainder by zero give 0 (as the interpreter does),
+//! float-to-integer casts truncate and saturate with NaN giving 0. Float
+//! rules compute in the element type (`expf` for f32): within an ulp or two
+//! of the interpreter, which computes in double and rounds once.
+//! A call with no rule here is an error naming the op and type; the
+//! executor then runs that node on the reference interpreter.
+
+use kiln_ir::{bail, Attr, DType, Node, Result, TensorType};
+use kiln_ops::te::{Scalar, SCALAR_OPSET};
+use kiln_ops::{InferCx, InputInfo};
+
+/// The C type of elements of `dtype`.
+pub fn c_type(dtype: DType) -> Result<&'static str> {
+    Ok(match dtype {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U8 => "uint8_t",
+        DType::U16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        DType::Bool => "uint8_t",
+        other => bail!("the C backend has no element type for {other}"),
+    })
+}
+
+/// The unsigned type of the same width, for wrapping arithmetic.
+fn unsigned_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::I8 | DType::U8 | DType::Bool => "uint8_t",
+        DType::I16 | DType::U16 => "uint16_t",
+        DType::I32 | DType::U32 => "uint32_t",
+        _ => "uint64_t",
+    }
+}
+
+/// The result type of `s` applied to arguments of `args` types, from the
+/// op's shape inference.
+pub fn call_dtype(s: &Scalar, args: &[DType]) -> Result<DType> {
+    let Some(op) = kiln_ops::registry::lookup("", &s.op) else {
+        bail!("unknown element-wise op '{}'", s.op);
+    };
+    let node = Node {
+        name: String::new(),
+        op: s.op.clone(),
+        domain: String::new(),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        attrs: s.attrs.clone(),
+    };
+    let cx = InferCx {
+        node: &node,
+        opset: SCALAR_OPSET,
+        inputs: args
+            .iter()
+            .map(|&d| {
+                Some(InputInfo {
+                    ty: TensorType::new(d, vec![]),
+                    value: None,
+                })
+            })
+            .collect(),
+        scope: &|_| None,
+    };
+    match op.infer(&cx)?.first() {
+        Some(t) => Ok(t.dtype),
+        None => bail!("'{}' has no output", s.op),
+    }
+}
+
+fn int_attr(s: &Scalar, name: &str, default: i64) -> i64 {
+    match s.attrs.get(name) {
+        Some(Attr::Int(v)) => *v,
+        _ => default,
+    }
+}
+
+/// A C expression for `s(args)`; `types` are the argument types.
+pub fn call_c(s: &Scalar, types: &[DType], args: &[String]) -> Result<(String, DType)> {
+    let out = call_dtype(s, types)?;
+    let unsupported = || -> Result<(String, DType)> {
+        bail!(
+            "the C backend has no rule for {} on {}",
+            s.op,
+            types.first().map(|t| t.to_string()).unwrap_or_default()
+        )
+    };
+    let t0 = match types.first() {
+        Some(t) => *t,
+        None => return unsupported(),
+    };
+    let a = |i: usize| args[i].as_str();
+    let expr = if s.op == "Cast" {
+        cast_c(t0, out, a(0))?
+    } else if s.op == "Where" {
+        format!("({} ? {} : {})", a(0), a(1), a(2))
+    } else if s.op == "Identity" {
+        a(0).to_string()
+    } else if let Some(cmp) = comparison(&s.op) {
+        format!("(uint8_t)({} {cmp} {})", a(0), a(1))
+    } else if t0.is_float() {
+        match float_rule(s, t0, args)? {
+            Some(e) => e,
+            None => return unsupported(),
+        }
+    } else if t0 == DType::Bool {
+        match bool_rule(&s.op, args) {
+            Some(e) => e,
+            None => return unsupported(),
+        }
+    } else {
+        match int_rule(s, t0, args)? {
+            Some(e) => e,
+            None => return unsupported(),
+        }
+    };
+    Ok((expr, out))
+}
+
+fn comparison(op: &str) -> Option<&'static str> {
+    Some(match op {
+        "Equal" => "==",
+        "Less" => "<",
+        "Greater" => ">",
+        "LessOrEqual" => "<=",
+        "GreaterOrEqual" => ">=",
+        _ => return None,
+    })
+}
+
+/// Float rules; `f` suffixes the libm names for f32.
+fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
+    let ty = c_type(t)?;
+    let f = if t == DType::F32 { "f" } else { "" };
+    let a = args[0].as_str();
+    let b = args.get(1).map(|s| s.as_str()).unwrap_or("");
+    let libm = |name: &str| format!("{name}{f}({a})");
+    Ok(Some(match s.op.as_str() {
+        "Add" | "Sum" => format!("({a} + {b})"),
+        "Sub" => format!("({a} - {b})"),
+        "Mul" => format!("({a} * {b})"),
+        "Div" => format!("({a} / {b})"),
+        "Pow" => format!("pow{f}({a}, ({ty}){b})"),
+        "Max" => format!("kiln_max{f}({a}, {b})"),
+        "Min" => format!("kiln_min{f}({a}, {b})"),
+        "Mod" if int_attr(s, "fmod", 0) == 1 => format!("fmod{f}({a}, {b})"),
+        "Mod" => format!("kiln_floor_mod{f}({a}, {b})"),
+        "Abs" => libm("fabs"),
+        "Neg" => format!("(-{a})"),
+        "Sign" => format!("kiln_sign{f}({a})"),
+        "Reciprocal" => format!("(({ty})1 / {a})"),
+        "Sqrt" => libm("sqrt"),
+        "Exp" => libm("exp"),
+        "Log" => libm("log"),
+        "Erf" => libm("erf"),
+        "Floor" => libm("floor"),
+        "Ceil" => libm("ceil"),
+        "Round" => libm("nearbyint"),
+        "Relu" => format!("({a} < 0 ? ({ty})0 : {a})"),
+        "Sigmoid" => format!("(({ty})1 / (({ty})1 + exp{f}(-{a})))"),
+        "Tanh" => libm("tanh"),
+        "Softplus" => format!("kiln_softplus{f}({a})"),
+        "IsNaN" => format!("(uint8_t)isnan({a})"),
+        "IsInf" => {
+            let pos = int_attr(s, "detect_positive", 1) != 0;
+            let neg = int_attr(s, "detect_negative", 1) != 0;
+            format!("(uint8_t)(isinf({a}) && (({a} > 0 && {pos}) || ({a} < 0 && {neg})))")
+        }
+        "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh"
+        | "Atanh" => libm(&s.op.to_lowercase()),
+        _ => return Ok(None),
+    }))
+}
+
+fn bool_rule(op: &str, args: &[String]) -> Option<String> {
+    let a = args[0].as_str();
+    let b = args.get(1).map(|s| s.as_str()).unwrap_or("");
+    Some(match op {
+        "And" | "Min" => format!("(uint8_t)({a} && {b})"),
+        "Or" | "Max" => format!("(uint8_t)({a} || {b})"),
+        "Xor" => format!("(uint8_t)(!{a} != !{b})"),
+        "Not" => format!("(uint8_t)!{a}"),
+        _ => return None,
+    })
+}
+
+/// Integer rules: wrapping arithmetic through the unsigned type of the
+/// same width, division by zero gives 0, `MIN / -1` wraps.
+fn int_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
+    let ty = c_type(t)?;
+    let u = unsigned_type(t);
+    let a = args[0].as_str();
+    let b = args.get(1).map(|s| s.as_str()).unwrap_or("");
+    let wrap = |op: &str| format!("(({ty})(({u}){a} {op} ({u}){b}))");
+    let signed = !t.is_unsigned_int();
+    Ok(Some(match s.op.as_str() {
+        "Add" | "Sum" => wrap("+"),
+        "Sub" => wrap("-"),
+        "Mul" => wrap("*"),
+        "Div" if signed => format!("(({ty})kiln_sdiv((int64_t){a}, (int64_t){b}))"),
+        "Div" => format!("({b} == 0 ? ({ty})0 : ({ty})({a} / {b}))"),
+        "Mod" if signed && int_attr(s, "fmod", 0) == 1 => {
+            format!("(({ty})kiln_srem((int64_t){a}, (int64_t){b}))")
+        }
+        "Mod" if signed => format!("(({ty})kiln_floor_mod_i((int64_t){a}, (int64_t){b}))"),
+        "Mod" => format!("({b} == 0 ? ({ty})0 : ({ty})({a} % {b}))"),
+        "Max" => format!("({a} > {b} ? {a} : {b})"),
+        "Min" => format!("({a} < {b} ? {a} : {b})"),
+        "Neg" => format!("(({ty})(-({u}){a}))"),
+        "Abs" if signed => format!("({a} < 0 ? ({ty})(-({u}){a}) : {a})"),
+        "Abs" => a.to_string(),
+        "Relu" => format!("({a} < 0 ? ({ty})0 : {a})"),
+        "Sign" => format!("(({ty})(({a} > 0) - ({a} < 0)))"),
+        "BitwiseAnd" => format!("(({ty})({a} & {b}))"),
+        "BitwiseOr" => format!("(({ty})({a} | {b}))"),
+        "BitwiseXor" => format!("(({ty})({a} ^ {b}))"),
+        "BitwiseNot" => format!("(({ty})~{a})"),
+        _ => return Ok(None),
+    }))
+}
+
+/// `(to)v` with ONNX's rules: floats to integers truncate and saturate
+/// (NaN gives 0), anything to bool is `v != 0`.
+fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
+    let ty = c_type(to)?;
+    c_type(from)?;
+    Ok(if to == DType::Bool {
+        format!("(uint8_t)({v} != 0)")
+    } else if from.is_float() && !to.is_float() {
+        format!("kiln_f2{}({v})", to.name())
+    } else {
+        format!("(({ty}){v})")
+    })
+}
+
+/// Helpers the expressions above call; emitted once per C file.
+pub const PRELUDE: &str = r#"
+static inline float kiln_maxf(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b); }
+static inline float kiln_minf(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b); }
+static inline double kiln_max(double a, double b) { return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b); }
+static inline double kiln_min(double a, double b) { return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b); }
+static inline float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
+static inline double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
+static inline float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+static inline double kiln_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+static inline float kiln_floor_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline double kiln_floor_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline int64_t kiln_sdiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0 - (uint64_t)a); return a / b; }
+static inline int64_t kiln_srem(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; return a % b; }
+static inline int64_t kiln_floor_mod_i(int64_t a, int64_t b) { int64_t r = kiln_srem(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+#define KILN_F2I(name, T, LO, HI) static inline T name(double v) { if (isnan(v)) return 0; if (v <= (double)(LO)) return LO; if (v >= (double)(HI)) return HI; return (T)v; }
+KILN_F2I(kiln_f2i8, int8_t, INT8_MIN, INT8_MAX)
+KILN_F2I(kiln_f2i16, int16_t, INT16_MIN, INT16_MAX)
+KILN_F2I(kiln_f2i32, int32_t, INT32_MIN, INT32_MAX)
+KILN_F2I(kiln_f2i64, int64_t, INT64_MIN, INT64_MAX)
+KILN_F2I(kiln_f2u8, uint8_t, 0, UINT8_MAX)
+KILN_F2I(kiln_f2u16, uint16_t, 0, UINT16_MAX)
+KILN_F2I(kiln_f2u32, uint32_t, 0, UINT32_MAX)
+KILN_F2I(kiln_f2u64, uint64_t, 0, UINT64_MAX)
+"#;

@@ -1,0 +1,499 @@
+//! A model compiled for the CPU, and its executor.
+//!
+//! Needs: an optimized, verified graph.
+//! Guarantees: [`CompiledModel::compile`] builds one shared library with a
+//! kernel per node that has one ([`crate::select`]), through the JIT with
+//! its on-disk cache (pieces compiled in parallel), and a memory plan: every
+//! intermediate tensor of a C element type and static shape gets an offset
+//! in one arena (liveness from the execution order, in place where a kernel
+//! allows it); weights stay in the decoded initializers; graph outputs
+//! live in the arena to the end and are copied out. [`CompiledModel::run`]
+//! executes the steps in graph order; nodes without a kernel run on the
+//! reference interpreter on copies of their inputs. Results equal the
+//! interpreter's up to float rounding; errors name the node.
+
+use crate::select::{has_c_type, node_kernel, NodeKernel};
+use kiln_ir::{bail, with_dtype, DType, Elem, Error, Graph, Result, Tensor, ValueId};
+use kiln_runtime::jit::{self, CompileReport, CompilerConfig, Library};
+use kiln_runtime::memplan::{self, Lifetime, MemoryPlan};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How to compile.
+#[derive(Debug, Clone)]
+pub struct CpuOptions {
+    /// Threads for kernels and for parallel compilation.
+    pub threads: usize,
+    pub compiler: CompilerConfig,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        CpuOptions {
+            threads: kiln_runtime::cpu::available_threads(),
+            compiler: CompilerConfig::from_env(),
+        }
+    }
+}
+
+/// Where a value lives while the model runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Loc {
+    Input(usize),
+    Weight(usize),
+    Arena(usize),
+    /// A tensor held by the executor (types or shapes the arena cannot hold).
+    Boxed(usize),
+}
+
+type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+
+enum Step {
+    Kernel { func: KernelFn, args: Vec<ValueId> },
+    Interp,
+}
+
+/// Time spent in one node over the profiled runs.
+#[derive(Debug, Clone)]
+pub struct NodeTime {
+    pub node: String,
+    pub op: String,
+    pub compiled: bool,
+    pub time: Duration,
+}
+
+pub struct CompiledModel {
+    graph: Graph,
+    steps: Vec<Step>,
+    loc: Vec<Option<Loc>>,
+    weights: Vec<Tensor>,
+    boxed_count: usize,
+    plan: MemoryPlan,
+    /// Kept alive: the kernels point into it.
+    _library: Option<Library>,
+    pub report: CompileSummary,
+}
+
+/// What compilation did.
+#[derive(Debug, Clone)]
+pub struct CompileSummary {
+    pub kernels: usize,
+    pub interpreted: Vec<(String, String)>,
+    pub compile: Option<CompileReport>,
+    pub arena_bytes: usize,
+    pub intermediate_bytes: usize,
+    pub c_source: Vec<String>,
+}
+
+/// C source of the per-file preamble: helpers and the thread-count setter.
+fn file_prelude() -> String {
+    let mut s = kiln_codegen::c::prelude();
+    s.push_str(
+        "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\
+         void kiln_set_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n#else\n  (void)n;\n#endif\n}\n",
+    );
+    s
+}
+
+impl CompiledModel {
+    pub fn compile(graph: &Graph, opts: &CpuOptions) -> Result<CompiledModel> {
+        let mut kernels: Vec<Option<NodeKernel>> = Vec::new();
+        let mut interpreted = Vec::new();
+        for (i, node) in graph.nodes.iter().enumerate() {
+            let static_outputs = node
+                .outputs
+                .iter()
+                .flatten()
+                .all(|&o| graph.ty(o).shape.is_some());
+            let k = if static_outputs {
+                node_kernel(graph, node, &format!("kiln_k{i}"))
+            } else {
+                Err(Error::new("output shape depends on data"))
+            };
+            match k {
+                Ok(k) => kernels.push(Some(k)),
+                Err(e) => {
+                    interpreted.push((node.describe(), e.to_string()));
+                    kernels.push(None);
+                }
+            }
+        }
+        let loc_plan = Layout::new(graph, &kernels)?;
+        let (library, compile) = build(&kernels, opts)?;
+        let mut steps = Vec::new();
+        for (node, k) in graph.nodes.iter().zip(&kernels) {
+            steps.push(match (k, &library) {
+                (Some(k), Some(lib)) => {
+                    // SAFETY: every kernel is printed as `int NAME(void* const*)`.
+                    let func: KernelFn = unsafe { lib.symbol(&k.kernel.name)? };
+                    let mut args: Vec<ValueId> =
+                        k.inputs.iter().filter_map(|&p| node.inputs[p]).collect();
+                    args.extend(node.outputs.iter().flatten().copied());
+                    Step::Kernel { func, args }
+                }
+                _ => Step::Interp,
+            });
+        }
+        if let Some(lib) = &library {
+            // SAFETY: the prelude defines `void kiln_set_threads(int)`.
+            let set: unsafe extern "C" fn(i32) = unsafe { lib.symbol("kiln_set_threads")? };
+            unsafe { set(opts.threads.max(1) as i32) };
+        }
+        let c_source = kernels.iter().flatten().map(|k| k.c.clone()).collect();
+        Ok(CompiledModel {
+            graph: graph.clone(),
+            steps,
+            loc: loc_plan.loc,
+            weights: loc_plan.weights,
+            boxed_count: loc_plan.boxed,
+            report: CompileSummary {
+                kernels: kernels.iter().flatten().count(),
+                interpreted,
+                compile,
+                arena_bytes: loc_plan.plan.arena_bytes,
+                intermediate_bytes: loc_plan.plan.total_bytes,
+                c_source,
+            },
+            plan: loc_plan.plan,
+            _library: library,
+        })
+    }
+
+    pub fn arena_bytes(&self) -> usize {
+        self.plan.arena_bytes
+    }
+
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// Runs once, returning the time of each node too.
+    pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<NodeTime>)> {
+        let mut times = vec![Duration::ZERO; self.steps.len()];
+        let outs = self.run_inner(inputs, Some(&mut times))?;
+        let t = self
+            .graph
+            .nodes
+            .iter()
+            .zip(&self.steps)
+            .zip(times)
+            .map(|((n, s), time)| NodeTime {
+                node: n.name.clone(),
+                op: n.op.clone(),
+                compiled: matches!(s, Step::Kernel { .. }),
+                time,
+            })
+            .collect();
+        Ok((outs, t))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &[Tensor],
+        mut times: Option<&mut Vec<Duration>>,
+    ) -> Result<Vec<Tensor>> {
+        kiln_interp::check_inputs(&self.graph, inputs)?;
+        let g = &self.graph;
+        let mut arena = AlignedBytes::new(self.plan.arena_bytes);
+        let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
+        for (i, (node, step)) in g.nodes.iter().zip(&self.steps).enumerate() {
+            let start = Instant::now();
+            match step {
+                Step::Kernel { func, args } => {
+                    let ptrs: Vec<*mut u8> = args
+                        .iter()
+                        .map(|&v| self.pointer(v, inputs, &mut arena))
+                        .collect::<Result<_>>()?;
+                    // SAFETY: the arguments are the kernel's buffers, each
+                    // as large as its declared shape, as the kernel expects.
+                    let rc = unsafe { func(ptrs.as_ptr()) };
+                    if rc != 0 {
+                        bail!("{}: an index read from data is out of range", node.describe());
+                    }
+                }
+                Step::Interp => {
+                    let ins: Vec<Option<Tensor>> = node
+                        .inputs
+                        .iter()
+                        .map(|v| {
+                            v.map(|v| self.read(v, inputs, &arena, &boxed))
+                                .transpose()
+                        })
+                        .collect::<Result<_>>()?;
+                    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+                    let scope = self.scope(node, inputs, &arena, &boxed)?;
+                    let outs = kiln_interp::eval_node(g, node, &refs, &scope)?;
+                    for (o, t) in node.outputs.iter().zip(outs) {
+                        if let Some(o) = o {
+                            self.write(*o, t, &mut arena, &mut boxed)?;
+                        }
+                    }
+                }
+            }
+            if let Some(t) = times.as_deref_mut() {
+                t[i] += start.elapsed();
+            }
+        }
+        g.outputs
+            .iter()
+            .map(|&o| self.read(o, inputs, &arena, &boxed))
+            .collect()
+    }
+
+    /// Values the subgraphs of `node` read by name.
+    fn scope(
+        &self,
+        node: &kiln_ir::Node,
+        inputs: &[Tensor],
+        arena: &AlignedBytes,
+        boxed: &[Option<Tensor>],
+    ) -> Result<HashMap<String, Tensor>> {
+        let mut scope = HashMap::new();
+        for name in kiln_interp::subgraph_reads(node) {
+            if let Some(id) = self.graph.find(&name) {
+                scope.insert(name, self.read(id, inputs, arena, boxed)?);
+            }
+        }
+        Ok(scope)
+    }
+
+    fn location(&self, v: ValueId) -> Result<Loc> {
+        self.loc[v.index()]
+            .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
+    }
+
+    fn pointer(
+        &self,
+        v: ValueId,
+        inputs: &[Tensor],
+        arena: &mut AlignedBytes,
+    ) -> Result<*mut u8> {
+        Ok(match self.location(v)? {
+            Loc::Input(i) => data_ptr(&inputs[i])?,
+            Loc::Weight(w) => data_ptr(&self.weights[w])?,
+            Loc::Arena(off) => arena.ptr(off),
+            Loc::Boxed(_) => bail!(
+                "value '{}' is not in memory a kernel can read",
+                self.graph.name(v)
+            ),
+        })
+    }
+
+    fn read(
+        &self,
+        v: ValueId,
+        inputs: &[Tensor],
+        arena: &AlignedBytes,
+        boxed: &[Option<Tensor>],
+    ) -> Result<Tensor> {
+        Ok(match self.location(v)? {
+            Loc::Input(i) => inputs[i].clone(),
+            Loc::Weight(w) => self.weights[w].clone(),
+            Loc::Boxed(b) => boxed[b].clone().ok_or_else(|| {
+                Error::new(format!("value '{}' was not computed", self.graph.name(v)))
+            })?,
+            Loc::Arena(off) => {
+                let ty = self.graph.ty(v);
+                let shape = ty.shape.clone().unwrap_or_default();
+                from_bytes(ty.dtype, shape, arena.ptr_const(off))?
+            }
+        })
+    }
+
+    fn write(
+        &self,
+        v: ValueId,
+        t: Tensor,
+        arena: &mut AlignedBytes,
+        boxed: &mut [Option<Tensor>],
+    ) -> Result<()> {
+        match self.location(v)? {
+            Loc::Boxed(b) => boxed[b] = Some(t),
+            Loc::Arena(off) => {
+                let src = data_ptr(&t)?;
+                let n = t.len() * t.dtype().size();
+                // SAFETY: the planner sized this slot for the value's type.
+                unsafe { std::ptr::copy_nonoverlapping(src, arena.ptr(off), n) };
+            }
+            Loc::Input(_) | Loc::Weight(_) => {
+                bail!("value '{}' is written twice", self.graph.name(v))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Storage decisions for every value.
+struct Layout {
+    loc: Vec<Option<Loc>>,
+    weights: Vec<Tensor>,
+    boxed: usize,
+    plan: MemoryPlan,
+}
+
+impl Layout {
+    fn new(g: &Graph, kernels: &[Option<NodeKernel>]) -> Result<Layout> {
+        let mut loc: Vec<Option<Loc>> = vec![None; g.values.len()];
+        let mut weights = Vec::new();
+        let mut boxed = 0;
+        for (i, &v) in g.inputs.iter().enumerate() {
+            loc[v.index()] = Some(Loc::Input(i));
+        }
+        for (&v, init) in &g.initializers {
+            loc[v.index()] = Some(Loc::Weight(weights.len()));
+            weights.push(init.to_tensor()?);
+        }
+        let arena_able = |v: ValueId| {
+            let t = g.ty(v);
+            has_c_type(t.dtype) && t.shape.is_some()
+        };
+        // Lifetimes of the arena values in step order.
+        let mut index_of: HashMap<ValueId, usize> = HashMap::new();
+        let mut lifetimes: Vec<Lifetime> = Vec::new();
+        let mut values = Vec::new();
+        for (step, node) in g.nodes.iter().enumerate() {
+            for &i in node.inputs.iter().flatten() {
+                if let Some(&l) = index_of.get(&i) {
+                    lifetimes[l].last = step;
+                }
+            }
+            for &o in node.outputs.iter().flatten() {
+                if loc[o.index()].is_some() {
+                    continue;
+                }
+                if !arena_able(o) {
+                    loc[o.index()] = Some(Loc::Boxed(boxed));
+                    boxed += 1;
+                    continue;
+                }
+                let ty = g.ty(o);
+                index_of.insert(o, lifetimes.len());
+                values.push(o);
+                lifetimes.push(Lifetime {
+                    size: ty.numel().unwrap_or(0) * ty.dtype.size(),
+                    first: step,
+                    last: step,
+                    inplace_of: None,
+                });
+            }
+        }
+        // Graph outputs live to the end; subgraph reads by name keep values
+        // alive until the reading node.
+        for o in &g.outputs {
+            if let Some(&l) = index_of.get(o) {
+                lifetimes[l].last = g.nodes.len();
+            }
+        }
+        for (step, node) in g.nodes.iter().enumerate() {
+            for name in kiln_interp::subgraph_reads(node) {
+                if let Some(l) = g.find(&name).and_then(|v| index_of.get(&v)) {
+                    lifetimes[*l].last = lifetimes[*l].last.max(step);
+                }
+            }
+        }
+        for (step, (node, k)) in g.nodes.iter().zip(kernels).enumerate() {
+            let Some(p) = k.as_ref().and_then(|k| k.in_place) else {
+                continue;
+            };
+            let (Some(Some(input)), Some(Some(out))) = (node.inputs.get(p), node.outputs.first())
+            else {
+                continue;
+            };
+            if let (Some(&src), Some(&dst)) = (index_of.get(input), index_of.get(out)) {
+                if lifetimes[src].last == step {
+                    lifetimes[dst].inplace_of = Some(src);
+                }
+            }
+        }
+        let plan = memplan::plan(&lifetimes, 64);
+        for (l, v) in values.iter().enumerate() {
+            loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
+        Ok(Layout {
+            loc,
+            weights,
+            boxed,
+            plan,
+        })
+    }
+}
+
+/// Compiles every kernel into one library (pieces in parallel).
+fn build(
+    kernels: &[Option<NodeKernel>],
+    opts: &CpuOptions,
+) -> Result<(Option<Library>, Option<CompileReport>)> {
+    let sources: Vec<&str> = kernels.iter().flatten().map(|k| k.c.as_str()).collect();
+    if sources.is_empty() {
+        return Ok((None, None));
+    }
+    let pieces = opts.threads.clamp(1, sources.len());
+    let per = sources.len().div_ceil(pieces);
+    let units: Vec<String> = sources
+        .chunks(per)
+        .enumerate()
+        .map(|(i, chunk)| {
+            // The thread-count setter is defined once, in the first unit.
+            let mut s = if i == 0 {
+                file_prelude()
+            } else {
+                kiln_codegen::c::prelude()
+            };
+            for k in chunk {
+                s.push_str(k);
+                s.push('\n');
+            }
+            s
+        })
+        .collect();
+    let (lib, report) = jit::compile(&opts.compiler, &units, opts.threads.max(1))?;
+    Ok((Some(lib), Some(report)))
+}
+
+/// A zeroed, 64-byte aligned byte buffer.
+struct AlignedBytes {
+    words: Vec<Align64>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Align64([u8; 64]);
+
+impl AlignedBytes {
+    fn new(n: usize) -> AlignedBytes {
+        AlignedBytes {
+            words: vec![Align64([0; 64]); n.div_ceil(64)],
+        }
+    }
+
+    fn ptr(&mut self, off: usize) -> *mut u8 {
+        // SAFETY: offsets come from the plan, inside the arena.
+        unsafe { (self.words.as_mut_ptr() as *mut u8).add(off) }
+    }
+
+    fn ptr_const(&self, off: usize) -> *const u8 {
+        // SAFETY: as above.
+        unsafe { (self.words.as_ptr() as *const u8).add(off) }
+    }
+}
+
+/// The address of a tensor's elements (numeric types).
+fn data_ptr(t: &Tensor) -> Result<*mut u8> {
+    kiln_ir::dispatch_num!(
+        &t.data,
+        |v: T| Ok(v.as_ptr() as *mut u8),
+        bail!("string tensors have no C representation")
+    )
+}
+
+/// A tensor copied from `n` elements of raw memory.
+fn from_bytes(dtype: DType, shape: Vec<usize>, p: *const u8) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let data = with_dtype!(dtype, |T| {
+        // SAFETY: the arena slot holds `n` initialised elements of `T`
+        // written by a kernel or by `write`.
+        let s = unsafe { std::slice::from_raw_parts(p as *const T, n) };
+        T::wrap(s.to_vec())
+    });
+    Tensor::new(shape, data)
+}

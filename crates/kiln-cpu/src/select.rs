@@ -1,0 +1,121 @@
+//! Which nodes become compiled kernels, and their C source.
+//!
+//! Needs: an optimized graph (compounds opened) with static shapes where
+//! kernels are wanted.
+//! Guarantees: for each node either a [`NodeKernel`] (the node's tensor
+//! expression lowered, scheduled by the default rule and printed as C) or
+//! the reason it runs on the reference interpreter instead: no expression
+//! (library ops such as TopK, control flow), several outputs, an element
+//! type the C backend lacks (f16, bf16, strings), or a scalar rule without
+//! a C form. Falling back is per node and never changes results.
+
+use kiln_codegen::c::kernel_c;
+use kiln_ir::{bail, DType, Graph, Node, Result};
+use kiln_loop::{default_schedule, Kernel, Schedule, Stmt, Val};
+use kiln_ops::te::classify::node_expr;
+
+/// A node compiled to one C function.
+#[derive(Debug, Clone)]
+pub struct NodeKernel {
+    pub kernel: Kernel,
+    pub schedule: Schedule,
+    pub c: String,
+    /// Node input positions passed as the kernel's input buffers, in order.
+    pub inputs: Vec<usize>,
+    /// Input position whose buffer the output may overwrite in place.
+    pub in_place: Option<usize>,
+}
+
+/// The C-backend element types.
+pub fn has_c_type(dtype: DType) -> bool {
+    kiln_codegen::scalar_c::c_type(dtype).is_ok()
+}
+
+/// The kernel for `node` (named `name`), or why there is none.
+pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
+    let outputs: Vec<_> = node.outputs.iter().flatten().collect();
+    if outputs.len() != 1 || node.outputs.len() != 1 {
+        bail!("{} has {} outputs", node.op, node.outputs.len());
+    }
+    let Some(te) = node_expr(g, node)? else {
+        bail!("{} has no tensor expression here", node.op);
+    };
+    let dtypes: Vec<Option<DType>> = node
+        .inputs
+        .iter()
+        .map(|i| i.map(|i| g.ty(i).dtype))
+        .collect();
+    for d in dtypes.iter().flatten().chain([&te.dtype]) {
+        if !has_c_type(*d) {
+            bail!("{} on {d} tensors", node.op);
+        }
+    }
+    let kernel = kiln_loop::lower(&te, name, &dtypes)?;
+    let inputs: Vec<usize> = (0..te.inputs.len())
+        .filter(|&i| te.inputs[i].is_some())
+        .collect();
+    let alias = in_place_input(&kernel);
+    let schedule = default_schedule(&kernel);
+    let scheduled = kiln_loop::apply(&kernel, &schedule)?;
+    let c = kernel_c(&scheduled, alias)?;
+    Ok(NodeKernel {
+        kernel: scheduled,
+        schedule,
+        c,
+        in_place: alias.map(|b| inputs[b]),
+        inputs,
+    })
+}
+
+/// An input buffer the output may share: same element size and count, and
+/// every read of it is at exactly the offset being stored, unguarded, in a
+/// kernel without reductions. Each output element then depends only on the
+/// input element it replaces.
+fn in_place_input(k: &Kernel) -> Option<usize> {
+    let out = k.buffers.iter().position(|b| b.output)?;
+    let (store, value) = single_store(&k.body)?;
+    (0..k.buffers.len()).find(|&b| {
+        let buf = &k.buffers[b];
+        !buf.output
+            && buf.numel() == k.buffers[out].numel()
+            && buf.dtype.size() == k.buffers[out].dtype.size()
+            && reads_only_at(value, b, store)
+            && reads(value, b)
+    })
+}
+
+/// The store of a loop nest without reductions: its offset and value.
+fn single_store(body: &[Stmt]) -> Option<(&kiln_loop::Idx, &Val)> {
+    match body {
+        [Stmt::Loop(l)] => single_store(&l.body),
+        [Stmt::Store { offset, value, .. }] => Some((offset, value)),
+        _ => None,
+    }
+}
+
+fn reads(v: &Val, b: usize) -> bool {
+    match v {
+        Val::Load { buf, .. } => *buf == b,
+        Val::Call(_, args) => args.iter().any(|a| reads(a, b)),
+        _ => false,
+    }
+}
+
+fn reads_only_at(v: &Val, b: usize, at: &kiln_loop::Idx) -> bool {
+    match v {
+        Val::Load { buf, offset, guard } if *buf == b => offset == at && guard.is_empty(),
+        Val::Load { offset, .. } => !offset_reads(offset, b),
+        Val::Call(_, args) => args.iter().all(|a| reads_only_at(a, b, at)),
+        Val::Index(i) => !offset_reads(i, b),
+        Val::InBounds(_) | Val::Const(_) | Val::Local(_) => true,
+    }
+}
+
+/// Whether a data-dependent index inside `i` reads buffer `b`.
+fn offset_reads(i: &kiln_loop::Idx, b: usize) -> bool {
+    i.terms.iter().any(|(a, _)| match a {
+        kiln_loop::Atom::Data { value, .. } => reads(value, b),
+        kiln_loop::Atom::Div(e, _) | kiln_loop::Atom::Mod(e, _) => offset_reads(e, b),
+        kiln_loop::Atom::Var(_) => false,
+    })
+}

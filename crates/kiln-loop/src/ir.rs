@@ -1,0 +1,395 @@
+//! The loop IR: one kernel is a nest of loops over flat buffers.
+//!
+//! Buffers are the kernel's parameters (the node's inputs, then its
+//! outputs), addressed by flat element offsets. Offsets and loop bounds are
+//! [`Idx`] values: affine sums of loop variables plus `floordiv`/`mod` by
+//! constants (coalesced and reshaped indices) and data-dependent indices
+//! (Gather). Scalar values ([`Val`]) are the tensor-expression body with its
+//! reads resolved to offsets. Local scalars (`let`) are register-scope
+//! locals: reduction accumulators. A [`Stmt::Gemm`] instantiates the
+//! matmul micro-kernel template on operands described as data.
+//!
+//! Everything here is plain data; schedules rewrite it (`schedule.rs`) and
+//! the C printer (kiln-codegen) prints it. `Display` gives the text form
+//! used by tests.
+
+use kiln_ir::{DType, Tensor};
+use kiln_ops::te::{Combiner, Scalar};
+
+/// A kernel: parameters and body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Kernel {
+    pub name: String,
+    pub buffers: Vec<Buffer>,
+    pub body: Vec<Stmt>,
+}
+
+/// A kernel parameter: a dense row-major tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Buffer {
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub output: bool,
+}
+
+impl Buffer {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// How a loop's iterations are executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopKind {
+    Serial,
+    /// Iterations spread over the thread pool (OpenMP).
+    Parallel,
+    /// Iterations mapped to vector lanes (`omp simd`).
+    Vectorized,
+    /// Fully unrolled by the code generator.
+    Unrolled,
+}
+
+/// Trip count of a loop: a constant, or the tail of a split
+/// (`min(factor, total - outer*factor)`) so any extent splits by any factor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extent {
+    Const(i64),
+    Tail {
+        total: i64,
+        outer: String,
+        factor: i64,
+    },
+}
+
+impl Extent {
+    /// The largest trip count.
+    pub fn max(&self) -> i64 {
+        match self {
+            Extent::Const(n) => *n,
+            Extent::Tail { total, factor, .. } => (*factor).min(*total),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loop {
+    pub var: String,
+    pub extent: Extent,
+    pub kind: LoopKind,
+    pub body: Vec<Stmt>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stmt {
+    Loop(Loop),
+    /// `buf[offset] = value`.
+    Store { buf: usize, offset: Idx, value: Val },
+    /// Declares a register-scope local scalar.
+    Let { name: String, dtype: DType, value: Val },
+    /// `name = combiner(name, value)`.
+    Update {
+        name: String,
+        combiner: Combiner,
+        value: Val,
+    },
+    /// A matrix product computed by the micro-kernel template.
+    Gemm(Gemm),
+}
+
+/// `C[b, m, n] = Σ_k A[b, m, k] · B[b, k, n]` over flat buffers, each
+/// operand addressed by element strides per logical axis (0 = broadcast)
+/// or, for B, by an implicit-GEMM window read (convolution).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gemm {
+    pub batch: i64,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub a: GemmOperand,
+    pub b: GemmOperand,
+    pub c: GemmOperand,
+}
+
+/// One operand of a [`Gemm`]: the buffer and the offset of its element as
+/// an index over the variables `b`, `m`, `n`, `k` (A reads `b, m, k`, B
+/// reads `b, k, n`, C is written at `b, m, n`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GemmOperand {
+    pub buf: usize,
+    pub offset: Idx,
+    /// For window reads: the conditions under which the element exists
+    /// (others read as zero).
+    pub guard: Vec<(Idx, i64)>,
+}
+
+/// `Σ coeff·atom + constant`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Idx {
+    pub terms: Vec<(Atom, i64)>,
+    pub constant: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Atom {
+    Var(String),
+    /// Floor division by a positive constant.
+    Div(Box<Idx>, i64),
+    /// Non-negative remainder by a positive constant.
+    Mod(Box<Idx>, i64),
+    /// An integer read from a buffer; negative values count from `extent`
+    /// (Gather). Out-of-range values make the kernel fail.
+    Data { value: Box<Val>, extent: i64 },
+}
+
+/// A scalar value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Val {
+    /// `buf[offset]`; when `guard` is not empty the read happens only if
+    /// every `0 <= idx < extent` holds and is zero otherwise.
+    Load {
+        buf: usize,
+        offset: Idx,
+        guard: Vec<(Idx, i64)>,
+    },
+    /// Whether every `0 <= idx < extent` holds.
+    InBounds(Vec<(Idx, i64)>),
+    Const(Tensor),
+    /// The value of an index (i64).
+    Index(Idx),
+    /// A local scalar.
+    Local(String),
+    /// An element-wise op's scalar rule.
+    Call(Scalar, Vec<Val>),
+}
+
+impl Idx {
+    pub fn constant(c: i64) -> Idx {
+        Idx {
+            terms: Vec::new(),
+            constant: c,
+        }
+    }
+
+    pub fn var(name: &str) -> Idx {
+        Idx::atom(Atom::Var(name.to_string()))
+    }
+
+    pub fn atom(a: Atom) -> Idx {
+        Idx {
+            terms: vec![(a, 1)],
+            constant: 0,
+        }
+    }
+
+    pub fn as_constant(&self) -> Option<i64> {
+        self.terms.is_empty().then_some(self.constant)
+    }
+
+    /// `self + other`, like terms merged.
+    pub fn add(mut self, other: &Idx) -> Idx {
+        for (a, c) in &other.terms {
+            self.add_term(a.clone(), *c);
+        }
+        self.constant += other.constant;
+        self
+    }
+
+    pub fn scale(mut self, k: i64) -> Idx {
+        if k == 0 {
+            return Idx::constant(0);
+        }
+        for t in &mut self.terms {
+            t.1 *= k;
+        }
+        self.constant *= k;
+        self
+    }
+
+    fn add_term(&mut self, a: Atom, c: i64) {
+        match self.terms.iter().position(|(b, _)| *b == a) {
+            Some(p) => {
+                self.terms[p].1 += c;
+                if self.terms[p].1 == 0 {
+                    self.terms.remove(p);
+                }
+            }
+            None if c != 0 => self.terms.push((a, c)),
+            None => {}
+        }
+    }
+
+    /// `floor(self / d)`, folded when exact.
+    pub fn div(self, d: i64) -> Idx {
+        if d == 1 {
+            return self;
+        }
+        if let Some(c) = self.as_constant() {
+            return Idx::constant(c.div_euclid(d));
+        }
+        Idx::atom(Atom::Div(Box::new(self), d))
+    }
+
+    /// `self mod d`, folded when constant.
+    pub fn rem(self, d: i64) -> Idx {
+        if d == 1 {
+            return Idx::constant(0);
+        }
+        if let Some(c) = self.as_constant() {
+            return Idx::constant(c.rem_euclid(d));
+        }
+        Idx::atom(Atom::Mod(Box::new(self), d))
+    }
+
+    /// Replaces variable `name` by `with` everywhere, then simplifies.
+    pub fn substitute(&self, name: &str, with: &Idx) -> Idx {
+        let mut out = Idx::constant(self.constant);
+        for (a, c) in &self.terms {
+            let replaced = match a {
+                Atom::Var(v) if v == name => with.clone(),
+                Atom::Var(_) => Idx::atom(a.clone()),
+                Atom::Div(e, d) => e.substitute(name, with).div(*d),
+                Atom::Mod(e, d) => e.substitute(name, with).rem(*d),
+                Atom::Data { value, extent } => Idx::atom(Atom::Data {
+                    value: Box::new(value.substitute(name, with)),
+                    extent: *extent,
+                }),
+            };
+            out = out.add(&replaced.scale(*c));
+        }
+        out.merge_div_mod()
+    }
+
+    /// `c·d·(x floordiv d) + c·(x mod d)` is `c·x`: the identity that makes
+    /// coalesced loops read contiguous buffers with plain affine offsets.
+    fn merge_div_mod(mut self) -> Idx {
+        loop {
+            let pair = self.terms.iter().enumerate().find_map(|(i, (a, c))| {
+                let Atom::Mod(x, d) = a else { return None };
+                let j = self.terms.iter().position(
+                    |(b, k)| matches!(b, Atom::Div(y, e) if y == x && e == d) && *k == c * d,
+                )?;
+                Some((i, j, (**x).clone(), *c))
+            });
+            let Some((i, j, x, c)) = pair else { return self };
+            let (hi, lo) = (i.max(j), i.min(j));
+            self.terms.remove(hi);
+            self.terms.remove(lo);
+            self = self.add(&x.scale(c));
+        }
+    }
+
+    /// Smallest and largest value given each loop variable's range.
+    pub fn range(&self, var_range: &dyn Fn(&str) -> (i64, i64)) -> (i64, i64) {
+        let (mut lo, mut hi) = (self.constant, self.constant);
+        for (a, c) in &self.terms {
+            let (alo, ahi) = match a {
+                Atom::Var(v) => var_range(v),
+                Atom::Div(e, d) => {
+                    let (l, h) = e.range(var_range);
+                    (l.div_euclid(*d), h.div_euclid(*d))
+                }
+                Atom::Mod(e, d) => {
+                    let (l, h) = e.range(var_range);
+                    if l >= 0 && h < *d {
+                        (l, h)
+                    } else {
+                        (0, d - 1)
+                    }
+                }
+                Atom::Data { extent, .. } => (0, extent - 1),
+            };
+            let (x, y) = (alo * c, ahi * c);
+            lo += x.min(y);
+            hi += x.max(y);
+        }
+        (lo, hi)
+    }
+
+    /// Variables the index reads (with repeats).
+    pub fn vars(&self, out: &mut Vec<String>) {
+        for (a, _) in &self.terms {
+            match a {
+                Atom::Var(v) => out.push(v.clone()),
+                Atom::Div(e, _) | Atom::Mod(e, _) => e.vars(out),
+                Atom::Data { value, .. } => value.vars(out),
+            }
+        }
+    }
+
+    pub fn uses(&self, name: &str) -> bool {
+        let mut v = Vec::new();
+        self.vars(&mut v);
+        v.iter().any(|x| x == name)
+    }
+}
+
+impl Val {
+    pub fn substitute(&self, name: &str, with: &Idx) -> Val {
+        let guard = |g: &[(Idx, i64)]| -> Vec<(Idx, i64)> {
+            g.iter()
+                .map(|(i, e)| (i.substitute(name, with), *e))
+                .collect()
+        };
+        match self {
+            Val::Load { buf, offset, guard: g } => Val::Load {
+                buf: *buf,
+                offset: offset.substitute(name, with),
+                guard: guard(g),
+            },
+            Val::InBounds(g) => Val::InBounds(guard(g)),
+            Val::Index(i) => Val::Index(i.substitute(name, with)),
+            Val::Call(s, args) => Val::Call(
+                s.clone(),
+                args.iter().map(|a| a.substitute(name, with)).collect(),
+            ),
+            Val::Const(_) | Val::Local(_) => self.clone(),
+        }
+    }
+
+    pub fn vars(&self, out: &mut Vec<String>) {
+        match self {
+            Val::Load { offset, guard, .. } => {
+                offset.vars(out);
+                guard.iter().for_each(|(i, _)| i.vars(out));
+            }
+            Val::InBounds(g) => g.iter().for_each(|(i, _)| i.vars(out)),
+            Val::Index(i) => i.vars(out),
+            Val::Call(_, args) => args.iter().for_each(|a| a.vars(out)),
+            Val::Const(_) | Val::Local(_) => {}
+        }
+    }
+}
+
+impl Stmt {
+    /// Replaces variable `name` by `with` in every index of the statement.
+    pub fn substitute(&self, name: &str, with: &Idx) -> Stmt {
+        match self {
+            Stmt::Loop(l) => Stmt::Loop(Loop {
+                body: l.body.iter().map(|s| s.substitute(name, with)).collect(),
+                ..l.clone()
+            }),
+            Stmt::Store { buf, offset, value } => Stmt::Store {
+                buf: *buf,
+                offset: offset.substitute(name, with),
+                value: value.substitute(name, with),
+            },
+            Stmt::Let { name: n, dtype, value } => Stmt::Let {
+                name: n.clone(),
+                dtype: *dtype,
+                value: value.substitute(name, with),
+            },
+            Stmt::Update {
+                name: n,
+                combiner,
+                value,
+            } => Stmt::Update {
+                name: n.clone(),
+                combiner: *combiner,
+                value: value.substitute(name, with),
+            },
+            Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
+        }
+    }
+}

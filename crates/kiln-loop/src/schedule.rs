@@ -1,0 +1,238 @@
+//! Schedules as data, and the one applier that carries them out.
+//!
+//! Needs: a kernel from [`crate::lower`] (or an earlier schedule) and a list
+//! of [`Directive`]s naming its loops by variable.
+//! Guarantees: the rewritten kernel computes the same values: `split`
+//! replaces `v` by `v_o·f + v_i` with a tail loop bound (`min(f, E − f·v_o)`)
+//! so any extent splits by any factor; `fuse` coalesces two perfectly
+//! nested loops into one of the product extent, replacing them by
+//! `v floordiv E_inner` and `v mod E_inner` (and folding the pair back to
+//! `v` where offsets allow, which is what makes coalesced contiguous loops
+//! read plain `buf[v]`); `reorder` interchanges two perfectly nested loops
+//! (legal: loops of an expression's index space are independent, and a
+//! reduction's loops only reorder among themselves); `parallel`,
+//! `vectorize` and `unroll` mark how a loop runs. A directive naming a
+//! loop that is not there, or an illegal rewrite, is an error.
+
+use crate::ir::{Atom, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use kiln_ir::{bail, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Directive {
+    Split {
+        var: String,
+        factor: i64,
+    },
+    Fuse {
+        outer: String,
+        inner: String,
+    },
+    Reorder {
+        outer: String,
+        inner: String,
+    },
+    Parallel(String),
+    Vectorize(String),
+    Unroll(String),
+}
+
+/// A schedule: directives applied in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Schedule(pub Vec<Directive>);
+
+impl std::fmt::Display for Directive {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Directive::Split { var, factor } => write!(f, "split({var}, {factor})"),
+            Directive::Fuse { outer, inner } => write!(f, "fuse({outer}, {inner})"),
+            Directive::Reorder { outer, inner } => write!(f, "reorder({outer}, {inner})"),
+            Directive::Parallel(v) => write!(f, "parallel({v})"),
+            Directive::Vectorize(v) => write!(f, "vectorize({v})"),
+            Directive::Unroll(v) => write!(f, "unroll({v})"),
+        }
+    }
+}
+
+/// Names of the loops `split` and `fuse` create.
+pub fn split_names(var: &str) -> (String, String) {
+    (format!("{var}o"), format!("{var}i"))
+}
+
+pub fn fused_name(outer: &str, inner: &str) -> String {
+    format!("{outer}{inner}")
+}
+
+/// Applies `schedule` to `k`.
+pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
+    let mut k = k.clone();
+    for d in &schedule.0 {
+        k.body = apply_one(&k.body, d)?;
+    }
+    Ok(k)
+}
+
+fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
+    let target = match d {
+        Directive::Split { var, .. }
+        | Directive::Parallel(var)
+        | Directive::Vectorize(var)
+        | Directive::Unroll(var)
+        | Directive::Fuse { outer: var, .. }
+        | Directive::Reorder { outer: var, .. } => var,
+    };
+    let mut found = false;
+    let out = rewrite(body, target, &mut |l| {
+        found = true;
+        rewrite_loop(l, d)
+    })?;
+    if !found {
+        bail!("schedule: no loop '{target}' for {d}");
+    }
+    Ok(out)
+}
+
+/// Rebuilds `body`, replacing the loop over `var` by what `f` makes of it.
+fn rewrite(
+    body: &[Stmt],
+    var: &str,
+    f: &mut dyn FnMut(&Loop) -> Result<Stmt>,
+) -> Result<Vec<Stmt>> {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Loop(l) if l.var == var => f(l),
+            Stmt::Loop(l) => Ok(Stmt::Loop(Loop {
+                body: rewrite(&l.body, var, f)?,
+                ..l.clone()
+            })),
+            other => Ok(other.clone()),
+        })
+        .collect()
+}
+
+/// The only statement of `l`'s body when it is a loop over `inner`.
+fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
+    match l.body.as_slice() {
+        [Stmt::Loop(i)] if i.var == inner => Ok(i),
+        _ => bail!(
+            "schedule: loop '{inner}' is not the only statement of loop '{}'",
+            l.var
+        ),
+    }
+}
+
+fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Stmt> {
+    let mark = |kind| {
+        Ok(Stmt::Loop(Loop {
+            kind,
+            ..l.clone()
+        }))
+    };
+    match d {
+        Directive::Parallel(_) => mark(LoopKind::Parallel),
+        Directive::Vectorize(_) => mark(LoopKind::Vectorized),
+        Directive::Unroll(_) => mark(LoopKind::Unrolled),
+        Directive::Split { var, factor } => split(l, var, *factor),
+        Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
+        Directive::Reorder { inner, .. } => {
+            let i = perfectly_nested(l, inner)?;
+            if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. })
+            {
+                bail!("schedule: cannot reorder the loops of a split");
+            }
+            Ok(Stmt::Loop(Loop {
+                body: vec![Stmt::Loop(Loop {
+                    body: i.body.clone(),
+                    ..l.clone()
+                })],
+                ..i.clone()
+            }))
+        }
+    }
+}
+
+fn split(l: &Loop, var: &str, factor: i64) -> Result<Stmt> {
+    let Extent::Const(total) = l.extent else {
+        bail!("schedule: loop '{var}' has a tail bound and cannot be split again");
+    };
+    if factor < 1 {
+        bail!("schedule: split factor must be at least 1, got {factor}");
+    }
+    let (outer, inner) = split_names(var);
+    let with = Idx::var(&outer).scale(factor).add(&Idx::var(&inner));
+    let body: Vec<Stmt> = l.body.iter().map(|s| s.substitute(var, &with)).collect();
+    let inner_extent = if total % factor == 0 {
+        Extent::Const(factor)
+    } else {
+        Extent::Tail {
+            total,
+            outer: outer.clone(),
+            factor,
+        }
+    };
+    Ok(Stmt::Loop(Loop {
+        var: outer,
+        extent: Extent::Const((total + factor - 1) / factor),
+        kind: l.kind,
+        body: vec![Stmt::Loop(Loop {
+            var: inner,
+            extent: inner_extent,
+            kind: LoopKind::Serial,
+            body,
+        })],
+    }))
+}
+
+fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
+    let (Extent::Const(eo), Extent::Const(ei)) = (&outer.extent, &inner.extent) else {
+        bail!(
+            "schedule: cannot fuse '{}' and '{}': a bound is not constant",
+            outer.var,
+            inner.var
+        );
+    };
+    let name = fused_name(&outer.var, &inner.var);
+    let v = Idx::var(&name);
+    let body: Vec<Stmt> = inner
+        .body
+        .iter()
+        .map(|s| {
+            s.substitute(&outer.var, &v.clone().div(*ei))
+                .substitute(&inner.var, &v.clone().rem(*ei))
+        })
+        .collect();
+    Ok(Stmt::Loop(Loop {
+        var: name,
+        extent: Extent::Const(eo * ei),
+        kind: outer.kind,
+        body,
+    }))
+}
+
+/// True when an index anywhere in `body` divides or takes a remainder of
+/// an expression over `var` (what fusing into `var` may leave behind).
+pub fn has_div_mod_of(body: &[Stmt], var: &str) -> bool {
+    fn idx(i: &Idx, var: &str) -> bool {
+        i.terms.iter().any(|(a, _)| match a {
+            Atom::Var(_) => false,
+            Atom::Div(e, _) | Atom::Mod(e, _) => e.uses(var) || idx(e, var),
+            Atom::Data { value, .. } => val(value, var),
+        })
+    }
+    fn val(v: &Val, var: &str) -> bool {
+        match v {
+            Val::Load { offset, guard, .. } => {
+                idx(offset, var) || guard.iter().any(|(g, _)| idx(g, var))
+            }
+            Val::InBounds(g) => g.iter().any(|(g, _)| idx(g, var)),
+            Val::Index(i) => idx(i, var),
+            Val::Call(_, args) => args.iter().any(|a| val(a, var)),
+            Val::Const(_) | Val::Local(_) => false,
+        }
+    }
+    body.iter().any(|s| match s {
+        Stmt::Loop(l) => has_div_mod_of(&l.body, var),
+        Stmt::Store { offset, value, .. } => idx(offset, var) || val(value, var),
+        Stmt::Let { value, .. } | Stmt::Update { value, .. } => val(value, var),
+        Stmt::Gemm(_) => false,
+    })
+}
