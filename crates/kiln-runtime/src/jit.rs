@@ -91,8 +91,12 @@ fn default_cache_dir() -> PathBuf {
 }
 
 /// A loaded shared library built by [`compile`].
+///
+/// Dropping it does not unload the code: OpenMP's worker threads (libgomp, loaded as a
+/// dependency) outlive every call into the library and would crash if `dlclose` unmapped
+/// them. A model's library is loaded once per process, so keeping it mapped costs little.
 pub struct Library {
-    library: libloading::Library,
+    library: std::mem::ManuallyDrop<libloading::Library>,
     path: PathBuf,
 }
 
@@ -109,7 +113,7 @@ impl Library {
         let library = unsafe { libloading::Library::new(path) }
             .map_err(|e| Error::new(format!("cannot load {}: {e}", path.display())))?;
         Ok(Library {
-            library,
+            library: std::mem::ManuallyDrop::new(library),
             path: path.to_path_buf(),
         })
     }

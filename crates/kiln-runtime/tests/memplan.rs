@@ -50,7 +50,7 @@ fn validate(ts: &[Lifetime], p: &MemoryPlan, align: usize) -> Result<(), String>
     if p.offsets.len() != n || p.reused.len() != n {
         return Err("plan has the wrong length".into());
     }
-    if let Some(i) = (0..n).find(|&i| p.offsets[i] % align != 0) {
+    if let Some(i) = (0..n).find(|&i| !p.offsets[i].is_multiple_of(align)) {
         return Err(format!("offset of {i} = {} not aligned", p.offsets[i]));
     }
     let mut taken = vec![false; n];
