@@ -139,7 +139,7 @@ fn write_sources(work: &Path, pieces: &[String]) -> Result<(), Failure> {
 /// Leaves the sources at `<cache>/<key>/` for people to read and removes the build directory.
 /// Best effort: another process may have kept the identical sources already.
 fn keep_sources(work: &Path, sources: &Path, pieces: usize) {
-    let kept = tempdir_beside(sources);
+    let kept = sibling_with_suffix(work, ".src");
     let moved = std::fs::create_dir_all(&kept).is_ok()
         && (0..pieces).all(|k| {
             let name = format!("piece_{k}.c");
@@ -153,9 +153,10 @@ fn keep_sources(work: &Path, sources: &Path, pieces: usize) {
     let _ = std::fs::remove_dir_all(work);
 }
 
-fn tempdir_beside(path: &Path) -> PathBuf {
+/// `<dir>/<name><suffix>` for `path = <dir>/<name>`: unique when `path` is.
+fn sibling_with_suffix(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".sources-{}", std::process::id()));
+    name.push(suffix);
     path.with_file_name(name)
 }
 
