@@ -1,1 +1,9 @@
 //! kiln runtime (DESIGN.md layer 8).
+
+pub mod cpu;
+pub mod jit;
+pub mod memplan;
+
+pub use cpu::{available_threads, cpu_model_name};
+pub use jit::{compile, CompileReport, CompilerConfig, Library};
+pub use memplan::{plan, Lifetime, MemoryPlan};
