@@ -106,7 +106,7 @@ pub fn call_c(s: &Scalar, types: &[DType], args: &[String]) -> Result<(String, D
         cast_c(t0, out, a(0))?
     } else if s.op == "Where" {
         format!("({} ? {} : {})", a(0), a(1), a(2))
-    } else if s.op == "Identity" {
+    } else if s.op == "Identity" || (args.len() == 1 && matches!(s.op.as_str(), "Sum" | "Max" | "Min")) {
         a(0).to_string()
     } else if let Some(cmp) = comparison(&s.op) {
         format!("(uint8_t)({} {cmp} {})", a(0), a(1))
@@ -174,8 +174,8 @@ fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
         "Softplus" => format!("kiln_softplus{f}({a})"),
         "IsNaN" => format!("(uint8_t)isnan({a})"),
         "IsInf" => {
-            let pos = int_attr(s, "detect_positive", 1) != 0;
-            let neg = int_attr(s, "detect_negative", 1) != 0;
+            let pos = (int_attr(s, "detect_positive", 1) != 0) as i32;
+            let neg = (int_attr(s, "detect_negative", 1) != 0) as i32;
             format!("(uint8_t)(isinf({a}) && (({a} > 0 && {pos}) || ({a} < 0 && {neg})))")
         }
         "Sin" | "Cos" | "Tan" | "Asin" | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh"

@@ -105,6 +105,25 @@ impl Backend for Optimized {
     }
 }
 
+/// The graph passes, then the CPU backend (kernels compiled by the system C
+/// compiler, one thread per case since cases run in parallel).
+pub struct Cpu;
+
+impl Backend for Cpu {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+    fn run(&self, model: &Path, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut g = import(model, inputs)?;
+        kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+        let opts = kiln_cpu::CpuOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        kiln_cpu::CompiledModel::compile(&g, &opts)?.run(inputs)
+    }
+}
+
 /// Imports a case's model with its input shapes bound from the test data
 /// (the models sometimes declare symbolic dims).
 fn import(model: &Path, inputs: &[Tensor]) -> Result<kiln_ir::Graph> {

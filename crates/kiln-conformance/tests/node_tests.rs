@@ -4,7 +4,7 @@
 //! `docs/conformance.md`; `KILN_CASE=substring` runs only matching cases and
 //! prints why each fails.
 
-use kiln_conformance::{case_op, cases, run_case, test_dir, Backend, Optimized, Reference};
+use kiln_conformance::{case_op, cases, run_case, test_dir, Backend, Cpu, Optimized, Reference};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -81,6 +81,12 @@ fn onnx_node_tests_reference() {
 #[test]
 fn onnx_node_tests_after_passes() {
     check(&Optimized, false);
+}
+
+/// Every case the reference interpreter passes must pass on the CPU backend.
+#[test]
+fn onnx_node_tests_cpu() {
+    check(&Cpu, false);
 }
 
 /// Runs the node tests on `backend` and fails on any regression of a case
