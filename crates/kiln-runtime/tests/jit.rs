@@ -39,18 +39,42 @@ fn oracle_dot_scaled(a: &[f32], b: &[f32], scale: f32) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>() * scale
 }
 
-/// A shell script that appends a line to `log` on every run, then runs the real compiler.
-fn counting_compiler(dir: &Path, log: &Path) -> PathBuf {
+/// An executable shell script `dir/name` with the given body after the `#!/bin/sh` line.
+fn shell_script(dir: &Path, name: &str, body: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let real = CompilerConfig::from_env().cc;
-    let script = dir.join("counting-cc");
-    let text = format!(
-        "#!/bin/sh\necho run >> '{}'\nexec {real} \"$@\"\n",
-        log.display()
-    );
-    std::fs::write(&script, text).unwrap();
+    let script = dir.join(name);
+    std::fs::write(&script, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     script
+}
+
+/// A compiler that appends a line to `log` on every run, then runs the real one.
+fn counting_compiler(dir: &Path, log: &Path) -> PathBuf {
+    let real = CompilerConfig::from_env().cc;
+    let body = format!("echo run >> '{}'\nexec {real} \"$@\"\n", log.display());
+    shell_script(dir, "counting-cc", &body)
+}
+
+/// A double sum in an OpenMP loop; `kiln_test_threads` too when `with_runtime` (needs omp.h).
+fn openmp_sum_source(with_runtime: bool) -> String {
+    let runtime = "#include <omp.h>\n\
+        int kiln_test_threads(void) { return omp_get_max_threads(); }\n";
+    let sum = "double kiln_test_sum(const double *restrict x, long n) {\n\
+            double s = 0.0;\n\
+            #pragma omp parallel for reduction(+:s)\n\
+            for (long i = 0; i < n; ++i) s += x[i];\n\
+            return s;\n\
+        }\n";
+    format!("{}{sum}", if with_runtime { runtime } else { "" })
+}
+
+fn call_sum(library: &kiln_runtime::Library, x: &[f64]) -> f64 {
+    // SAFETY: signature as defined in `openmp_sum_source`.
+    unsafe {
+        let sum: unsafe extern "C" fn(*const f64, i64) -> f64 =
+            library.symbol("kiln_test_sum").unwrap();
+        sum(x.as_ptr(), x.len() as i64)
+    }
 }
 
 fn runs_logged(log: &Path) -> usize {
@@ -133,25 +157,15 @@ fn different_sources_or_flags_miss_the_cache() {
 
 #[test]
 fn openmp_parallel_loop_computes_the_same_sum() {
-    let source = "#include <omp.h>\n\
-        int kiln_test_threads(void) { return omp_get_max_threads(); }\n\
-        double kiln_test_sum(const double *restrict x, long n) {\n\
-            double s = 0.0;\n\
-            #pragma omp parallel for reduction(+:s)\n\
-            for (long i = 0; i < n; ++i) s += x[i];\n\
-            return s;\n\
-        }\n";
     let cache = tempfile::tempdir().unwrap();
-    let (library, _) = compile(&config_in(cache.path()), &[source.to_string()], 1).unwrap();
+    let (library, _) = compile(&config_in(cache.path()), &[openmp_sum_source(true)], 1).unwrap();
     let x: Vec<f64> = (0..10_000).map(|i| (i % 17) as f64).collect();
-    // SAFETY: signatures as defined in `source`.
-    let (sum, threads) = unsafe {
-        let sum: unsafe extern "C" fn(*const f64, i64) -> f64 =
-            library.symbol("kiln_test_sum").unwrap();
+    assert_eq!(call_sum(&library, &x), x.iter().sum::<f64>());
+    // SAFETY: signature as defined in `openmp_sum_source`.
+    let threads = unsafe {
         let threads: unsafe extern "C" fn() -> i32 = library.symbol("kiln_test_threads").unwrap();
-        (sum(x.as_ptr(), x.len() as i64), threads())
+        threads()
     };
-    assert_eq!(sum, x.iter().sum::<f64>());
     assert!(threads >= 1);
 }
 
@@ -241,39 +255,24 @@ fn concurrent_compiles_of_one_model_agree() {
 
 #[test]
 fn compiler_without_openmp_gets_a_serial_build() {
-    use std::os::unix::fs::PermissionsExt;
     let tools = tempfile::tempdir().unwrap();
     let real = CompilerConfig::from_env().cc;
-    let script = tools.path().join("no-openmp-cc");
-    let text = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do\n  if [ \"$a\" = -fopenmp ]; then\n    \
+    let body = format!(
+        "for a in \"$@\"; do\n  if [ \"$a\" = -fopenmp ]; then\n    \
          echo \"clang: error: unsupported option '-fopenmp'\" >&2; exit 1\n  fi\ndone\n\
          exec {real} \"$@\"\n"
     );
-    std::fs::write(&script, text).unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let source = "double kiln_test_sum(const double *restrict x, long n) {\n\
-            double s = 0.0;\n\
-            #pragma omp parallel for reduction(+:s)\n\
-            for (long i = 0; i < n; ++i) s += x[i];\n\
-            return s;\n\
-        }\n";
+    let script = shell_script(tools.path(), "no-openmp-cc", &body);
     let cache = tempfile::tempdir().unwrap();
     let config = CompilerConfig {
         cc: script.display().to_string(),
         ..config_in(cache.path())
     };
     assert!(config.flags.iter().any(|f| f == "-fopenmp"));
-    let (library, _) = compile(&config, &[source.to_string()], 1).unwrap();
+    let (library, _) = compile(&config, &[openmp_sum_source(false)], 1).unwrap();
     let x: Vec<f64> = (0..1000).map(|i| i as f64 * 0.5).collect();
-    // SAFETY: signature as defined in `source`.
-    let sum = unsafe {
-        let sum: unsafe extern "C" fn(*const f64, i64) -> f64 =
-            library.symbol("kiln_test_sum").unwrap();
-        sum(x.as_ptr(), x.len() as i64)
-    };
-    assert_eq!(sum, x.iter().sum::<f64>());
-    let (_, again) = compile(&config, &[source.to_string()], 1).unwrap();
+    assert_eq!(call_sum(&library, &x), x.iter().sum::<f64>());
+    let (_, again) = compile(&config, &[openmp_sum_source(false)], 1).unwrap();
     assert!(
         again.cached,
         "the serial build is cached under the requested flags"

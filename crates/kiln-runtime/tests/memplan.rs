@@ -15,6 +15,14 @@ fn tensor(size: usize, first: usize, last: usize) -> Lifetime {
     }
 }
 
+/// `t` asking to overwrite tensor `j` in place.
+fn in_place_of(j: usize, t: Lifetime) -> Lifetime {
+    Lifetime {
+        inplace_of: Some(j),
+        ..t
+    }
+}
+
 /// Tensor k produced at step k and read by step k+1 only, each optionally in place of k-1.
 fn chain(n: usize, size: usize, in_place: bool) -> Vec<Lifetime> {
     (0..n)
@@ -150,24 +158,12 @@ fn illegal_in_place_requests_are_ignored() {
     let ts = vec![
         tensor(100, 0, 2),
         // Larger than the tensor it wants to overwrite.
-        Lifetime {
-            inplace_of: Some(0),
-            ..tensor(200, 2, 3)
-        },
+        in_place_of(0, tensor(200, 2, 3)),
         // Produced before tensor 0's last read.
-        Lifetime {
-            inplace_of: Some(0),
-            ..tensor(50, 1, 3)
-        },
+        in_place_of(0, tensor(50, 1, 3)),
         // Names a tensor that does not exist, and itself.
-        Lifetime {
-            inplace_of: Some(9),
-            ..tensor(10, 3, 4)
-        },
-        Lifetime {
-            inplace_of: Some(4),
-            ..tensor(10, 4, 4)
-        },
+        in_place_of(9, tensor(10, 3, 4)),
+        in_place_of(4, tensor(10, 4, 4)),
     ];
     let p = plan(&ts, ALIGN);
     validate(&ts, &p, ALIGN).unwrap();
@@ -178,14 +174,8 @@ fn illegal_in_place_requests_are_ignored() {
 fn two_requests_for_one_buffer_get_it_once() {
     let ts = vec![
         tensor(256, 0, 1),
-        Lifetime {
-            inplace_of: Some(0),
-            ..tensor(256, 1, 2)
-        },
-        Lifetime {
-            inplace_of: Some(0),
-            ..tensor(256, 1, 2)
-        },
+        in_place_of(0, tensor(256, 1, 2)),
+        in_place_of(0, tensor(256, 1, 2)),
     ];
     let p = plan(&ts, ALIGN);
     validate(&ts, &p, ALIGN).unwrap();

@@ -41,8 +41,13 @@ pub(crate) fn build_into_cache(
         ))
     })?;
     let work = private_build_dir(cache_dir, key)?;
-    let built = write_sources(&work, pieces)
-        .and_then(|()| build_with_openmp_fallback(compiler, flags, &work, pieces.len(), threads));
+    let job = Job {
+        compiler,
+        work: &work,
+        pieces: pieces.len(),
+        threads,
+    };
+    let built = write_sources(&work, pieces).and_then(|()| job.build_with_openmp_fallback(flags));
     let library = cache_dir.join(format!("{key}.so"));
     let sources = cache_dir.join(key);
     let published = match built {
@@ -160,26 +165,74 @@ fn sibling_with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn build_with_openmp_fallback(
-    compiler: &Compiler,
-    flags: &[String],
-    work: &Path,
+/// One build in its private directory: which compiler, how many pieces, how many at once.
+struct Job<'a> {
+    compiler: &'a Compiler,
+    work: &'a Path,
     pieces: usize,
     threads: usize,
-) -> Result<(), Failure> {
-    let first = build_library(compiler, flags, work, pieces, threads);
-    let uses_openmp = flags.iter().any(|f| f == OPENMP_FLAG);
-    match first {
-        Err(failure) if uses_openmp && failure.mentions_openmp() => {
-            warn_once_without_openmp(&compiler.spec);
-            let serial: Vec<String> = flags
-                .iter()
-                .filter(|f| *f != OPENMP_FLAG)
-                .cloned()
-                .collect();
-            build_library(compiler, &serial, work, pieces, threads)
+}
+
+impl Job<'_> {
+    fn build_with_openmp_fallback(&self, flags: &[String]) -> Result<(), Failure> {
+        let first = self.build_library(flags);
+        let uses_openmp = flags.iter().any(|f| f == OPENMP_FLAG);
+        match first {
+            Err(failure) if uses_openmp && failure.mentions_openmp() => {
+                warn_once_without_openmp(&self.compiler.spec);
+                let serial: Vec<String> = flags
+                    .iter()
+                    .filter(|f| *f != OPENMP_FLAG)
+                    .cloned()
+                    .collect();
+                self.build_library(&serial)
+            }
+            other => other,
         }
-        other => other,
+    }
+
+    fn build_library(&self, flags: &[String]) -> Result<(), Failure> {
+        self.compile_objects(flags)?;
+        let mut link = self.compiler.command();
+        link.args(flags).args(["-shared", "-o", "lib.so"]);
+        link.args((0..self.pieces).map(|k| format!("piece_{k}.o")));
+        link.arg("-lm");
+        run(link, self.work, None)
+    }
+
+    /// Compiles every piece to an object file, `threads` compiler processes at a time; stops
+    /// starting new ones after the first failure and reports the lowest-numbered failed piece.
+    fn compile_objects(&self, flags: &[String]) -> Result<(), Failure> {
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let failures: Mutex<Vec<(usize, Failure)>> = Mutex::new(Vec::new());
+        std::thread::scope(|scope| {
+            for _ in 0..self.threads.clamp(1, self.pieces.max(1)) {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= self.pieces || failed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let mut command = self.compiler.command();
+                    command.args(flags).arg("-c").arg(format!("piece_{k}.c"));
+                    command.arg("-o").arg(format!("piece_{k}.o"));
+                    if let Err(failure) = run(command, self.work, Some(k)) {
+                        failed.store(true, Ordering::Relaxed);
+                        if let Ok(mut list) = failures.lock() {
+                            list.push((k, failure));
+                        }
+                    }
+                });
+            }
+        });
+        let mut failures = failures
+            .into_inner()
+            .unwrap_or_else(|poison| poison.into_inner());
+        failures.sort_by_key(|(k, _)| *k);
+        match failures.into_iter().next() {
+            Some((_, failure)) => Err(failure),
+            None => Ok(()),
+        }
     }
 }
 
@@ -190,62 +243,6 @@ fn warn_once_without_openmp(cc: &str) {
             "kiln: warning: C compiler `{cc}` does not support -fopenmp; \
              building without it, so kernels run on one thread"
         );
-    }
-}
-
-fn build_library(
-    compiler: &Compiler,
-    flags: &[String],
-    work: &Path,
-    pieces: usize,
-    threads: usize,
-) -> Result<(), Failure> {
-    compile_objects(compiler, flags, work, pieces, threads)?;
-    let mut link = compiler.command();
-    link.args(flags).args(["-shared", "-o", "lib.so"]);
-    link.args((0..pieces).map(|k| format!("piece_{k}.o")));
-    link.arg("-lm");
-    run(link, work, None)
-}
-
-/// Compiles every piece to an object file, `threads` compiler processes at a time; stops
-/// starting new ones after the first failure and reports the lowest-numbered failed piece.
-fn compile_objects(
-    compiler: &Compiler,
-    flags: &[String],
-    work: &Path,
-    pieces: usize,
-    threads: usize,
-) -> Result<(), Failure> {
-    let next = AtomicUsize::new(0);
-    let failed = AtomicBool::new(false);
-    let failures: Mutex<Vec<(usize, Failure)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.clamp(1, pieces.max(1)) {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, Ordering::Relaxed);
-                if k >= pieces || failed.load(Ordering::Relaxed) {
-                    break;
-                }
-                let mut command = compiler.command();
-                command.args(flags).arg("-c").arg(format!("piece_{k}.c"));
-                command.arg("-o").arg(format!("piece_{k}.o"));
-                if let Err(failure) = run(command, work, Some(k)) {
-                    failed.store(true, Ordering::Relaxed);
-                    if let Ok(mut list) = failures.lock() {
-                        list.push((k, failure));
-                    }
-                }
-            });
-        }
-    });
-    let mut failures = failures
-        .into_inner()
-        .unwrap_or_else(|poison| poison.into_inner());
-    failures.sort_by_key(|(k, _)| *k);
-    match failures.into_iter().next() {
-        Some((_, failure)) => Err(failure),
-        None => Ok(()),
     }
 }
 
