@@ -181,11 +181,7 @@ impl Printer<'_> {
         let mut parts = Vec::new();
         for (a, c) in &i.terms {
             let atom = self.atom(a);
-            parts.push(if *c == 1 {
-                atom
-            } else {
-                format!("{c}*{atom}")
-            });
+            parts.push(if *c == 1 { atom } else { format!("{c}*{atom}") });
         }
         if i.constant != 0 || parts.is_empty() {
             parts.push(i.constant.to_string());
@@ -227,11 +223,7 @@ impl Printer<'_> {
                 let e = if guard.is_empty() {
                     read
                 } else {
-                    format!(
-                        "({} ? {read} : ({})0)",
-                        self.guard(guard),
-                        c_type(b.dtype)?
-                    )
+                    format!("({} ? {read} : ({})0)", self.guard(guard), c_type(b.dtype)?)
                 };
                 (e, b.dtype)
             }
@@ -244,8 +236,12 @@ impl Printer<'_> {
                 None => bail!("read of undeclared local '{n}'"),
             },
             Val::Call(s, args) => {
-                let (texts, types): (Vec<String>, Vec<DType>) =
-                    args.iter().map(|a| self.val(a)).collect::<Result<Vec<_>>>()?.into_iter().unzip();
+                let (texts, types): (Vec<String>, Vec<DType>) = args
+                    .iter()
+                    .map(|a| self.val(a))
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .unzip();
                 call_c(s, &types, &texts)?
             }
         })

@@ -106,7 +106,9 @@ pub fn call_c(s: &Scalar, types: &[DType], args: &[String]) -> Result<(String, D
         cast_c(t0, out, a(0))?
     } else if s.op == "Where" {
         format!("({} ? {} : {})", a(0), a(1), a(2))
-    } else if s.op == "Identity" || (args.len() == 1 && matches!(s.op.as_str(), "Sum" | "Max" | "Min")) {
+    } else if s.op == "Identity"
+        || (args.len() == 1 && matches!(s.op.as_str(), "Sum" | "Max" | "Min"))
+    {
         a(0).to_string()
     } else if let Some(cmp) = comparison(&s.op) {
         format!("(uint8_t)({} {cmp} {})", a(0), a(1))

@@ -106,8 +106,13 @@ impl Backend for Optimized {
 }
 
 /// The graph passes, then the CPU backend (kernels compiled by the system C
-/// compiler, one thread per case since cases run in parallel).
-pub struct Cpu;
+/// compiler, one thread per case since cases run in parallel). Counts the
+/// nodes it compiled and the ones left to the interpreter, with why.
+#[derive(Default)]
+pub struct Cpu {
+    pub compiled: std::sync::atomic::AtomicUsize,
+    pub interpreted: std::sync::Mutex<Vec<(String, String)>>,
+}
 
 impl Backend for Cpu {
     fn name(&self) -> &str {
@@ -120,7 +125,13 @@ impl Backend for Cpu {
             threads: 1,
             ..Default::default()
         };
-        kiln_cpu::CompiledModel::compile(&g, &opts)?.run(inputs)
+        let m = kiln_cpu::CompiledModel::compile(&g, &opts)?;
+        self.compiled
+            .fetch_add(m.report.kernels, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut v) = self.interpreted.lock() {
+            v.extend(m.report.interpreted.iter().cloned());
+        }
+        m.run(inputs)
     }
 }
 

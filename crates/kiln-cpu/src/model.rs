@@ -108,7 +108,10 @@ impl CompiledModel {
             let k = if static_outputs {
                 node_kernel(graph, node, &format!("kiln_k{i}"))
             } else {
-                Err(Error::new("output shape depends on data"))
+                Err(Error::new(format!(
+                    "{}: output shape depends on data",
+                    node.op
+                )))
             };
             match k {
                 Ok(k) => kernels.push(Some(k)),
@@ -208,17 +211,17 @@ impl CompiledModel {
                     // as large as its declared shape, as the kernel expects.
                     let rc = unsafe { func(ptrs.as_ptr()) };
                     if rc != 0 {
-                        bail!("{}: an index read from data is out of range", node.describe());
+                        bail!(
+                            "{}: an index read from data is out of range",
+                            node.describe()
+                        );
                     }
                 }
                 Step::Interp => {
                     let ins: Vec<Option<Tensor>> = node
                         .inputs
                         .iter()
-                        .map(|v| {
-                            v.map(|v| self.read(v, inputs, &arena, &boxed))
-                                .transpose()
-                        })
+                        .map(|v| v.map(|v| self.read(v, inputs, &arena, &boxed)).transpose())
                         .collect::<Result<_>>()?;
                     let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
                     let scope = self.scope(node, inputs, &arena, &boxed)?;
@@ -262,12 +265,7 @@ impl CompiledModel {
             .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
     }
 
-    fn pointer(
-        &self,
-        v: ValueId,
-        inputs: &[Tensor],
-        arena: &mut AlignedBytes,
-    ) -> Result<*mut u8> {
+    fn pointer(&self, v: ValueId, inputs: &[Tensor], arena: &mut AlignedBytes) -> Result<*mut u8> {
         Ok(match self.location(v)? {
             Loc::Input(i) => data_ptr(&inputs[i])?,
             Loc::Weight(w) => data_ptr(&self.weights[w])?,

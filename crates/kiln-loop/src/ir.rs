@@ -85,9 +85,17 @@ pub struct Loop {
 pub enum Stmt {
     Loop(Loop),
     /// `buf[offset] = value`.
-    Store { buf: usize, offset: Idx, value: Val },
+    Store {
+        buf: usize,
+        offset: Idx,
+        value: Val,
+    },
     /// Declares a register-scope local scalar.
-    Let { name: String, dtype: DType, value: Val },
+    Let {
+        name: String,
+        dtype: DType,
+        value: Val,
+    },
     /// `name = combiner(name, value)`.
     Update {
         name: String,
@@ -140,7 +148,10 @@ pub enum Atom {
     Mod(Box<Idx>, i64),
     /// An integer read from a buffer; negative values count from `extent`
     /// (Gather). Out-of-range values make the kernel fail.
-    Data { value: Box<Val>, extent: i64 },
+    Data {
+        value: Box<Val>,
+        extent: i64,
+    },
 }
 
 /// A scalar value.
@@ -267,12 +278,14 @@ impl Idx {
         loop {
             let pair = self.terms.iter().enumerate().find_map(|(i, (a, c))| {
                 let Atom::Mod(x, d) = a else { return None };
-                let j = self.terms.iter().position(
-                    |(b, k)| matches!(b, Atom::Div(y, e) if y == x && e == d) && *k == c * d,
-                )?;
+                let j = self.terms.iter().position(|(b, k)| {
+                    matches!(b, Atom::Div(y, e) if y == x && e == d) && *k == c * d
+                })?;
                 Some((i, j, (**x).clone(), *c))
             });
-            let Some((i, j, x, c)) = pair else { return self };
+            let Some((i, j, x, c)) = pair else {
+                return self;
+            };
             let (hi, lo) = (i.max(j), i.min(j));
             self.terms.remove(hi);
             self.terms.remove(lo);
@@ -333,7 +346,11 @@ impl Val {
                 .collect()
         };
         match self {
-            Val::Load { buf, offset, guard: g } => Val::Load {
+            Val::Load {
+                buf,
+                offset,
+                guard: g,
+            } => Val::Load {
                 buf: *buf,
                 offset: offset.substitute(name, with),
                 guard: guard(g),
@@ -375,7 +392,11 @@ impl Stmt {
                 offset: offset.substitute(name, with),
                 value: value.substitute(name, with),
             },
-            Stmt::Let { name: n, dtype, value } => Stmt::Let {
+            Stmt::Let {
+                name: n,
+                dtype,
+                value,
+            } => Stmt::Let {
                 name: n.clone(),
                 dtype: *dtype,
                 value: value.substitute(name, with),

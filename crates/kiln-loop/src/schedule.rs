@@ -19,18 +19,9 @@ use kiln_ir::{bail, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Directive {
-    Split {
-        var: String,
-        factor: i64,
-    },
-    Fuse {
-        outer: String,
-        inner: String,
-    },
-    Reorder {
-        outer: String,
-        inner: String,
-    },
+    Split { var: String, factor: i64 },
+    Fuse { outer: String, inner: String },
+    Reorder { outer: String, inner: String },
     Parallel(String),
     Vectorize(String),
     Unroll(String),
@@ -121,12 +112,7 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
 }
 
 fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Stmt> {
-    let mark = |kind| {
-        Ok(Stmt::Loop(Loop {
-            kind,
-            ..l.clone()
-        }))
-    };
+    let mark = |kind| Ok(Stmt::Loop(Loop { kind, ..l.clone() }));
     match d {
         Directive::Parallel(_) => mark(LoopKind::Parallel),
         Directive::Vectorize(_) => mark(LoopKind::Vectorized),
@@ -135,8 +121,7 @@ fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
-            if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. })
-            {
+            if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
                 bail!("schedule: cannot reorder the loops of a split");
             }
             Ok(Stmt::Loop(Loop {

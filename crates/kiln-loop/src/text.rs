@@ -182,7 +182,12 @@ impl fmt::Display for GemmText<'_> {
             if o.guard.is_empty() {
                 format!("{}[{}]", k.buffer_name(o.buf), o.offset)
             } else {
-                format!("{}[{} if {}]", k.buffer_name(o.buf), o.offset, Guard(&o.guard))
+                format!(
+                    "{}[{} if {}]",
+                    k.buffer_name(o.buf),
+                    o.offset,
+                    Guard(&o.guard)
+                )
             }
         };
         write!(
