@@ -1,7 +1,7 @@
 //! The `kiln` command-line tool.
 
 use clap::{Parser, Subcommand};
-use kiln_cli::{classes_doc, flops, npy};
+use kiln_cli::{bench, classes_doc, flops, npy};
 use kiln_ir::{bail, DType, Data, Error, Graph, Result, Tensor};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +46,21 @@ struct PassArgs {
     time_passes: bool,
 }
 
+/// Where and how a model executes.
+#[derive(clap::Args)]
+struct ExecArgs {
+    /// Execution backend: `cpu` (generated C, compiled and cached) or
+    /// `reference` (the interpreter).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "reference"])]
+    backend: String,
+    /// Threads for the CPU backend (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Seed for random inputs.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Show a model's inputs, outputs, op histogram, parameters and FLOPs.
@@ -71,16 +86,65 @@ enum Command {
         /// Directory to write output_<k>.npy into.
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         output_dir: Option<PathBuf>,
-        /// Execution backend.
-        #[arg(long, default_value = "reference", value_parser = ["reference"])]
-        backend: String,
-        /// Seed for random inputs.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        exec: ExecArgs,
         #[command(flatten)]
         args: ModelArgs,
         #[command(flatten)]
         passes: PassArgs,
+    },
+    /// Time a model: warm-up runs, then the median and minimum of timed runs,
+    /// plus compile time (cold or cached, then cached).
+    Bench {
+        model: Option<PathBuf>,
+        /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
+        #[arg(short = 'i', long = "input", value_name = "FILE")]
+        inputs: Vec<PathBuf>,
+        /// Timed runs.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Untimed warm-up runs.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Compile into a fresh, empty cache (measures a cold compile).
+        #[arg(long)]
+        cold: bool,
+        /// Print the time per node (kernel) of one run, slowest first.
+        #[arg(long)]
+        profile: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        exec: ExecArgs,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Compile a model and write what was generated.
+    Compile {
+        model: PathBuf,
+        /// What to write: `c` (the C source of every kernel) or `loops` (the
+        /// scheduled loop IR).
+        #[arg(long, default_value = "c", value_parser = ["c", "loops"])]
+        emit: String,
+        /// Directory to write into.
+        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+        output_dir: PathBuf,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Measure the machine's fp32 FMA peak (GFLOP/s) with a small generated C kernel.
+    Peak {
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// List the primitive ops with their APOLLO and mapping classes, derived
     /// from their tensor expressions (and the compound and library ops).
@@ -120,17 +184,53 @@ fn main() {
             model,
             inputs,
             output_dir,
-            backend: _,
-            seed,
+            exec,
             args,
             passes,
         } => run(
             model.as_deref(),
             &inputs,
             output_dir.as_deref(),
-            seed,
+            &exec,
             &args,
             &passes,
+        ),
+        Command::Bench {
+            model,
+            inputs,
+            runs,
+            warmup,
+            cold,
+            profile,
+            json,
+            exec,
+            args,
+            passes,
+        } => prepare(model.as_deref(), &inputs, exec.seed, &args, &passes).and_then(|p| {
+            let opts = bench::BenchOptions {
+                runs,
+                warmup,
+                cold,
+                profile,
+                json,
+                cpu: cpu_options(&exec),
+                reference: exec.backend == "reference",
+            };
+            bench::bench(&p.graph, &p.label, &p.inputs, &opts)
+        }),
+        Command::Compile {
+            model,
+            emit,
+            output_dir,
+            args,
+            passes,
+        } => load(&model, &args).and_then(|mut g| {
+            optimize(&mut g, &passes)?;
+            bench::emit(&g, &emit, &output_dir)
+        }),
+        Command::Peak { threads, json } => bench::peak(
+            threads.unwrap_or_else(kiln_runtime::cpu::available_threads),
+            json,
         ),
         Command::Ops { exprs, markdown } => {
             if markdown {
@@ -338,14 +438,23 @@ fn random_input(ty: &kiln_ir::TensorType, name: &str, seed: &mut u64) -> Result<
     Tensor::new(shape, data)
 }
 
-fn run(
+/// A model ready to execute: optimized graph, a label, and its inputs.
+struct Prepared {
+    graph: Graph,
+    label: String,
+    inputs: Vec<Tensor>,
+    import_time: std::time::Duration,
+}
+
+/// Loads (or takes the embedded default model), optimizes, and reads or
+/// makes the inputs.
+fn prepare(
     model: Option<&Path>,
     input_files: &[PathBuf],
-    out_dir: Option<&Path>,
     seed: u64,
     args: &ModelArgs,
     passes: &PassArgs,
-) -> Result<()> {
+) -> Result<Prepared> {
     let start = Instant::now();
     let (mut g, label) = match model {
         Some(p) => (load(p, args)?, p.display().to_string()),
@@ -379,14 +488,49 @@ fn run(
             .map(|p| read_input(p))
             .collect::<Result<_>>()?
     };
+    Ok(Prepared {
+        graph: g,
+        label,
+        inputs,
+        import_time,
+    })
+}
+
+fn cpu_options(exec: &ExecArgs) -> kiln_cpu::CpuOptions {
+    let mut o = kiln_cpu::CpuOptions::default();
+    if let Some(t) = exec.threads {
+        o.threads = t.max(1);
+    }
+    o
+}
+
+fn run(
+    model: Option<&Path>,
+    input_files: &[PathBuf],
+    out_dir: Option<&Path>,
+    exec: &ExecArgs,
+    args: &ModelArgs,
+    passes: &PassArgs,
+) -> Result<()> {
+    let p = prepare(model, input_files, exec.seed, args, passes)?;
+    let g = &p.graph;
+    println!("model: {}", p.label);
     let t0 = Instant::now();
-    let outputs = kiln_interp::run(&g, &inputs)?;
-    let run_time = t0.elapsed();
-    println!("model: {label}");
+    let outputs = if exec.backend == "reference" {
+        kiln_interp::run(g, &p.inputs)?
+    } else {
+        let m = kiln_cpu::CompiledModel::compile(g, &cpu_options(exec))?;
+        println!("{}", bench::compile_line(&m));
+        let t1 = Instant::now();
+        let outs = m.run(&p.inputs)?;
+        println!("run: {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);
+        outs
+    };
     println!(
-        "backend: reference   import + passes: {:.1} ms   run: {:.1} ms",
-        import_time.as_secs_f64() * 1e3,
-        run_time.as_secs_f64() * 1e3
+        "backend: {}   import + passes: {:.1} ms   compile + run: {:.1} ms",
+        exec.backend,
+        p.import_time.as_secs_f64() * 1e3,
+        t0.elapsed().as_secs_f64() * 1e3
     );
     if let Some(dir) = out_dir {
         std::fs::create_dir_all(dir)
