@@ -1,4 +1,6 @@
 //! kiln code generators (DESIGN.md layer 7): C source for CPUs.
 
 pub mod c;
+pub mod gemm;
+pub mod peak;
 pub mod scalar_c;

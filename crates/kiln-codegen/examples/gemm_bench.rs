@@ -1,0 +1,210 @@
+//! Measures one generated matmul against the machine's measured fp32 FMA peak.
+//!
+//! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
+//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--reps N]`
+//!
+//! Compiles (with `$CC`, default `cc`, `-O3 -march=native -fopenmp`; `$KILN_CFLAGS` replaces
+//! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
+//! M*N) and the FMA peak benchmark, runs it, and prints GFLOP/s (best and median of the
+//! repetitions), the peak for the same thread count and the fraction. A sample of C is checked
+//! against a double-precision dot product so a fast wrong kernel cannot pass unnoticed.
+
+use std::process::Command;
+
+use kiln_codegen::gemm::{
+    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning,
+};
+use kiln_codegen::peak::peak_c;
+
+struct Args {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    threads: usize,
+    reps: usize,
+    tuning: Tuning,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut positional = Vec::new();
+    let mut args = Args {
+        batch: 1,
+        m: 1024,
+        n: 1024,
+        k: 1024,
+        threads: 2,
+        reps: 0,
+        tuning: Tuning::default(),
+    };
+    let mut iter = std::env::args().skip(1);
+    let number = |text: Option<String>| -> Result<usize, String> {
+        let text = text.ok_or("missing value")?;
+        text.parse().map_err(|_| format!("not a number: {text}"))
+    };
+    while let Some(arg) = iter.next() {
+        match arg.as_str() {
+            "--batch" => args.batch = number(iter.next())?,
+            "--reps" => args.reps = number(iter.next())?,
+            "--kc" => args.tuning.kc = Some(number(iter.next())?),
+            "--mc" => args.tuning.mc = Some(number(iter.next())?),
+            "--nc" => args.tuning.nc = Some(number(iter.next())?),
+            "--transposed" => args.tuning.transposed = Some(number(iter.next())? != 0),
+            "--shape" => {
+                let text = iter.next().ok_or("missing shape")?;
+                let (mr, nr) = text.split_once('x').ok_or("shape is MRxNR")?;
+                args.tuning.shape = Some(KernelShape {
+                    mr: number(Some(mr.to_string()))?,
+                    nr: number(Some(nr.to_string()))?,
+                });
+            }
+            _ => positional.push(number(Some(arg))?),
+        }
+    }
+    match positional.as_slice() {
+        [] => {}
+        [threads] => args.threads = *threads,
+        [m, n, k] => (args.m, args.n, args.k) = (*m, *n, *k),
+        [m, n, k, threads] => (args.m, args.n, args.k, args.threads) = (*m, *n, *k, *threads),
+        _ => return Err("usage: gemm_bench [M N K] [threads] [--options]".into()),
+    }
+    Ok(args)
+}
+
+fn spec(args: &Args) -> GemmSpec {
+    let (m, n, k) = (args.m as isize, args.n as isize, args.k as isize);
+    let strided = |param: &str, batch, row| Operand::Strided {
+        param: param.into(),
+        batch,
+        row,
+        col: 1,
+    };
+    GemmSpec {
+        name: "bench_gemm".into(),
+        params: vec![
+            Param::new("const float* restrict", "A"),
+            Param::new("const float* restrict", "B"),
+            Param::new("float* restrict", "C"),
+        ],
+        batch: args.batch,
+        m: args.m,
+        n: args.n,
+        k: args.k,
+        a: strided("A", m * k, k),
+        b: strided("B", k * n, n),
+        c: strided("C", m * n, n),
+        epilogue: None,
+    }
+}
+
+const MAIN: &str = r#"
+#include <stdio.h>
+static int kiln_cmp(const void* x, const void* y)
+{
+    const double a = *(const double*)x, b = *(const double*)y;
+    return (a > b) - (a < b);
+}
+int main(int argc, char** argv)
+{
+    const long BATCH = @BATCH@, M = @M@, N = @N@, K = @K@;
+    int threads = atoi(argv[1]), reps = atoi(argv[2]);
+#ifdef _OPENMP
+    omp_set_num_threads(threads);
+#endif
+    float* A = kiln_gemm_alloc(BATCH * M * K);
+    float* B = kiln_gemm_alloc(BATCH * K * N);
+    float* C = kiln_gemm_alloc(BATCH * M * N);
+    if (!A || !B || !C)
+        return 1;
+    unsigned s = 12345;
+    for (long i = 0; i < BATCH * M * K; i++) { s = s * 1103515245u + 12345u; A[i] = (float)((s >> 9) & 1023) / 512.0f - 1.0f; }
+    for (long i = 0; i < BATCH * K * N; i++) { s = s * 1103515245u + 12345u; B[i] = (float)((s >> 9) & 1023) / 512.0f - 1.0f; }
+    const double peak_before = kiln_fma_peak_gflops(threads);
+    bench_gemm(A, B, C);
+    double first = kiln_peak_now();
+    bench_gemm(A, B, C);
+    first = kiln_peak_now() - first;
+    if (reps <= 0)
+        reps = first > 0.5 ? 3 : (int)(1.0 / first) + 3;
+    double* times = malloc(sizeof(double) * reps);
+    for (int i = 0; i < reps; i++) {
+        const double t0 = kiln_peak_now();
+        bench_gemm(A, B, C);
+        times[i] = kiln_peak_now() - t0;
+    }
+    qsort(times, reps, sizeof(double), kiln_cmp);
+    const double peak_after = kiln_fma_peak_gflops(threads);
+    const double peak = peak_before > peak_after ? peak_before : peak_after;
+    double max_err = 0.0;
+    for (int t = 0; t < 256; t++) {
+        s = s * 1103515245u + 12345u;
+        const long b = (s >> 4) % BATCH, i = (s >> 8) % M, j = (s >> 16) % N;
+        double exact = 0.0, scale = 0.0;
+        for (long p = 0; p < K; p++) {
+            const double x = A[b * M * K + i * K + p], y = B[b * K * N + p * N + j];
+            exact += x * y;
+            scale += fabs(x * y);
+        }
+        const double err = fabs(C[b * M * N + i * N + j] - exact) / (scale > 0 ? scale : 1.0);
+        if (err > max_err)
+            max_err = err;
+    }
+    const double flops = 2.0 * BATCH * M * N * K;
+    const double best = flops / times[0] * 1e-9, median = flops / times[reps / 2] * 1e-9;
+    printf("gemm %ldx(%ldx%ldx%ld), %d threads: best %.1f GFLOP/s (%.3f ms), median %.1f GFLOP/s, %d runs\n",
+           BATCH, M, N, K, threads, best, times[0] * 1e3, median, reps);
+    printf("fp32 FMA peak, %d threads: %.1f GFLOP/s (before %.1f, after %.1f)\n", threads, peak, peak_before, peak_after);
+    printf("fraction of peak: best %.1f%%, median %.1f%%; max relative error %.2e\n",
+           100.0 * best / peak, 100.0 * median / peak, max_err);
+    return max_err < 1e-5 ? 0 : 2;
+}
+"#;
+
+fn main() {
+    if let Err(message) = run() {
+        eprintln!("gemm_bench: {message}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let spec = spec(&args);
+    let gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+    let main = MAIN
+        .replace("@BATCH@", &args.batch.to_string())
+        .replace("@M@", &args.m.to_string())
+        .replace("@N@", &args.n.to_string())
+        .replace("@K@", &args.k.to_string());
+    let source = format!("{}\n{}\n{gemm}\n{main}", gemm_prelude(), peak_c());
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let c_path = dir.path().join("bench.c");
+    let exe = dir.path().join("bench");
+    std::fs::write(&c_path, source).map_err(|e| e.to_string())?;
+    if let Ok(keep) = std::env::var("KILN_KEEP_C") {
+        std::fs::copy(&c_path, &keep).map_err(|e| e.to_string())?;
+    }
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let flags =
+        std::env::var("KILN_CFLAGS").unwrap_or_else(|_| "-O3 -march=native -fopenmp".into());
+    let status = Command::new(&cc)
+        .args(flags.split_whitespace())
+        .arg(&c_path)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lm")
+        .status()
+        .map_err(|e| format!("cannot run {cc}: {e}"))?;
+    if !status.success() {
+        return Err(format!("{cc} failed"));
+    }
+    let status = Command::new(&exe)
+        .arg(args.threads.to_string())
+        .arg(args.reps.to_string())
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("benchmark exited with {status}"));
+    }
+    Ok(())
+}

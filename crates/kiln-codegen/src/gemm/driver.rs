@@ -1,0 +1,295 @@
+//! The per-matmul C function: the GotoBLAS/BLIS loop nest around the micro-kernel
+//! (Goto & van de Geijn 2008 §6; Smith et al. 2014 for the choice of loop to parallelise).
+//!
+//! Needs a validated spec and a plan per vector target. Guarantees a function
+//! `static void NAME(params)` that computes `C[b] = epilogue(A[b] B[b])` for every batch index:
+//! the work is cut into tasks (batch, M block, N block) handed to OpenMP threads with equal
+//! work per thread where the split allows; each task runs the K blocks in order, packs its B
+//! and A blocks into thread-private buffers and runs the micro-kernel over all tiles. The
+//! epilogue is applied once, after the last K block. If a packing buffer cannot be allocated
+//! the task falls back to a plain triple loop, so the function never fails. Without OpenMP the
+//! pragmas are ignored and the same loops run on one thread.
+
+use super::emit::CWriter;
+use super::kernel::ukernel_name;
+use super::pack::{emit_pack, PackJob, Side};
+use super::plan::Plan;
+use super::view::{linear_index, Axis, View};
+use super::GemmSpec;
+
+/// The operands in kernel orientation.
+struct Views<'a> {
+    a: View<'a>,
+    b: View<'a>,
+    c: View<'a>,
+}
+
+impl<'a> Views<'a> {
+    fn new(spec: &'a GemmSpec, transposed: bool) -> Views<'a> {
+        let (a, b) = if transposed {
+            (&spec.b, &spec.a)
+        } else {
+            (&spec.a, &spec.b)
+        };
+        Views {
+            a: View::new(a, transposed),
+            b: View::new(b, transposed),
+            c: View::new(&spec.c, transposed),
+        }
+    }
+}
+
+/// Emits the statements of the function body for one target's plan.
+pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
+    let views = Views::new(spec, plan.transposed);
+    let (mr, nr, kc) = (plan.shape.mr, plan.shape.nr, plan.kc);
+    w.line(format!(
+        "/* {mr}x{nr} micro-kernel, {}, K blocks of {kc}, blocks of at most {} x {} panels */",
+        if plan.transposed {
+            "computed as C^T = B^T A^T"
+        } else {
+            "C = A B"
+        },
+        plan.mc_panels,
+        plan.nc_panels
+    ));
+    let (mpan, npan) = (plan.m_panels(), plan.n_panels());
+    w.line(format!(
+        "const long kiln_mpan = {mpan}, kiln_npan = {npan};"
+    ));
+    w.line(format!(
+        "long kiln_mb = {}, kiln_nb = {};",
+        mpan.div_ceil(plan.mc_panels),
+        npan.div_ceil(plan.nc_panels)
+    ));
+    w.line(format!(
+        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, &kiln_mb, &kiln_nb);",
+        spec.batch
+    ));
+    w.line(format!(
+        "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
+        spec.batch
+    ));
+    w.line("const long kiln_mcp = (kiln_mpan + kiln_mb - 1) / kiln_mb, kiln_ncp = (kiln_npan + kiln_nb - 1) / kiln_nb;");
+    w.directive("#pragma omp parallel");
+    w.open("");
+    w.line(format!(
+        "float* kiln_ap = kiln_gemm_alloc(kiln_mcp * {});",
+        mr * kc
+    ));
+    w.line(format!(
+        "float* kiln_bp = kiln_gemm_alloc(kiln_ncp * {});",
+        nr * kc
+    ));
+    w.directive("#pragma omp for schedule(static)");
+    w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
+    w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
+    w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
+    w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
+    w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
+    w.open("if (!kiln_ap || !kiln_bp)");
+    emit_unpacked(w, spec, plan, &views);
+    w.line("continue;");
+    w.close();
+    emit_k_blocks(w, spec, plan, &views);
+    w.close();
+    w.line("free(kiln_ap);");
+    w.line("free(kiln_bp);");
+    w.close();
+}
+
+/// The K-block loop of one task: pack, then every tile of the block.
+fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
+    let (mr, nr, kc, k) = (plan.shape.mr, plan.shape.nr, plan.kc, spec.k);
+    w.open(format!(
+        "for (long kiln_k0 = 0; kiln_k0 < {k}; kiln_k0 += {kc})"
+    ));
+    w.line(format!(
+        "const long kiln_kc = {k} - kiln_k0 < {kc} ? {k} - kiln_k0 : {kc};"
+    ));
+    w.line(format!("const int kiln_last = kiln_k0 + kiln_kc == {k};"));
+    w.line("(void)kiln_last;");
+    emit_pack(
+        w,
+        &PackJob {
+            view: &views.b,
+            side: Side::B,
+            width: nr,
+            extent: plan.n,
+            buffer: "kiln_bp",
+            first: "kiln_pb0",
+            end: "kiln_pb1",
+        },
+    );
+    emit_pack(
+        w,
+        &PackJob {
+            view: &views.a,
+            side: Side::A,
+            width: mr,
+            extent: plan.m,
+            buffer: "kiln_ap",
+            first: "kiln_pa0",
+            end: "kiln_pa1",
+        },
+    );
+    w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
+    w.line(format!(
+        "const float* kiln_bpanel = kiln_bp + (kiln_q - kiln_pb0) * kiln_kc * {nr};"
+    ));
+    w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
+    w.line(format!(
+        "const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pa0) * kiln_kc * {mr};"
+    ));
+    w.line(format!(
+        "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
+    ));
+    emit_tile(w, spec, plan, views);
+    w.close();
+    w.close();
+    w.close();
+}
+
+/// One MR x NR tile: straight into C when C's kernel columns are contiguous and the tile is
+/// whole, else through a local tile and a scalar copy that clips at the edges.
+fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
+    let kernel = ukernel_name(plan.shape);
+    match views.c.kernel_strides() {
+        Some((batch_stride, row_stride, 1)) => {
+            let mut whole = Vec::new();
+            if !plan.m.is_multiple_of(plan.shape.mr) {
+                whole.push(format!("kiln_s < {}", plan.m / plan.shape.mr));
+            }
+            if !plan.n.is_multiple_of(plan.shape.nr) {
+                whole.push(format!("kiln_q < {}", plan.n / plan.shape.nr));
+            }
+            let direct = |w: &mut CWriter| {
+                emit_direct_tile(w, spec, views, &kernel, (batch_stride, row_stride), plan)
+            };
+            if whole.is_empty() {
+                direct(w);
+            } else {
+                w.open(format!("if ({})", whole.join(" && ")));
+                direct(w);
+                w.close();
+                w.open("else");
+                emit_copied_tile(w, spec, plan, views, &kernel);
+                w.close();
+            }
+        }
+        _ => emit_copied_tile(w, spec, plan, views, &kernel),
+    }
+}
+
+fn emit_direct_tile(
+    w: &mut CWriter,
+    spec: &GemmSpec,
+    views: &Views,
+    kernel: &str,
+    (batch_stride, row_stride): (isize, isize),
+    plan: &Plan,
+) {
+    let Some(param) = views.c.param() else {
+        return;
+    };
+    let offset = linear_index(&[("b", batch_stride), ("kiln_r0", row_stride), ("kiln_c0", 1)]);
+    w.line(format!("float* kiln_cp = {param} + {offset};"));
+    w.line(format!(
+        "{kernel}(kiln_kc, kiln_apanel, kiln_bpanel, kiln_cp, {row_stride}, kiln_k0 > 0);"
+    ));
+    let Some(epilogue) = &spec.epilogue else {
+        return;
+    };
+    w.open("if (kiln_last)");
+    w.open(format!(
+        "for (long kiln_i = 0; kiln_i < {}; kiln_i++)",
+        plan.shape.mr
+    ));
+    w.open(format!(
+        "for (long kiln_j = 0; kiln_j < {}; kiln_j++)",
+        plan.shape.nr
+    ));
+    w.line(format!(
+        "float* kiln_e = kiln_cp + kiln_i * {row_stride} + kiln_j;"
+    ));
+    w.line(views.c.bind_both("kiln_r0 + kiln_i", "kiln_c0 + kiln_j"));
+    w.line("const float acc = *kiln_e;");
+    w.line(format!("*kiln_e = {epilogue};"));
+    w.close();
+    w.close();
+    w.close();
+}
+
+fn emit_copied_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &str) {
+    let (mr, nr) = (plan.shape.mr, plan.shape.nr);
+    w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
+    w.line(format!(
+        "{kernel}(kiln_kc, kiln_apanel, kiln_bpanel, kiln_tile, {nr}, 0);"
+    ));
+    w.line(format!(
+        "const long kiln_h = {m} - kiln_r0 < {mr} ? {m} - kiln_r0 : {mr};",
+        m = plan.m
+    ));
+    w.line(format!(
+        "const long kiln_w = {n} - kiln_c0 < {nr} ? {n} - kiln_c0 : {nr};",
+        n = plan.n
+    ));
+    let row_loop = ("kiln_i", "kiln_h", "kiln_r0 + kiln_i", Axis::Row);
+    let col_loop = ("kiln_j", "kiln_w", "kiln_c0 + kiln_j", Axis::Col);
+    let (outer, inner) = if views.c.inner_axis() == Axis::Col {
+        (row_loop, col_loop)
+    } else {
+        (col_loop, row_loop)
+    };
+    for (var, count, coordinate, axis) in [outer, inner] {
+        w.open(format!("for (long {var} = 0; {var} < {count}; {var}++)"));
+        w.line(views.c.bind(axis, coordinate));
+    }
+    let element = views.c.value();
+    w.line(format!(
+        "const float acc = kiln_tile[kiln_i * {nr} + kiln_j] + (kiln_k0 > 0 ? {element} : 0.0f);"
+    ));
+    match &spec.epilogue {
+        Some(epilogue) => w.line(format!("{element} = kiln_last ? ({epilogue}) : acc;")),
+        None => w.line(format!("{element} = acc;")),
+    }
+    w.close();
+    w.close();
+}
+
+/// The task's tiles by a plain triple loop (used only when packing buffers are unavailable).
+fn emit_unpacked(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
+    let (mr, nr, m, n) = (plan.shape.mr, plan.shape.nr, plan.m, plan.n);
+    w.open(format!(
+        "for (long kiln_i = kiln_pa0 * {mr}; kiln_i < kiln_pa1 * {mr} && kiln_i < {m}; kiln_i++)"
+    ));
+    w.open(format!(
+        "for (long kiln_j = kiln_pb0 * {nr}; kiln_j < kiln_pb1 * {nr} && kiln_j < {n}; kiln_j++)"
+    ));
+    w.line("float acc = 0.0f;");
+    w.open(format!(
+        "for (long kiln_k = 0; kiln_k < {}; kiln_k++)",
+        spec.k
+    ));
+    w.line("float kiln_x, kiln_y;");
+    w.line(format!(
+        "{{ {} kiln_x = {}; }}",
+        views.a.bind_both("kiln_i", "kiln_k"),
+        views.a.value()
+    ));
+    w.line(format!(
+        "{{ {} kiln_y = {}; }}",
+        views.b.bind_both("kiln_k", "kiln_j"),
+        views.b.value()
+    ));
+    w.line("acc += kiln_x * kiln_y;");
+    w.close();
+    let stored = spec.epilogue.as_deref().unwrap_or("acc");
+    w.line(format!(
+        "{{ {} {} = {stored}; }}",
+        views.c.bind_both("kiln_i", "kiln_j"),
+        views.c.value()
+    ));
+    w.close();
+    w.close();
+}

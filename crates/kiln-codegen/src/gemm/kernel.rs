@@ -1,0 +1,158 @@
+//! Register-blocked micro-kernels (GotoBLAS/BLIS "micro-kernel", Goto & van de Geijn 2008, §6;
+//! Van Zee & van de Geijn 2015, §3) for each vector width kiln targets.
+//!
+//! Needs: A packed as `kc` columns of `mr` floats (one MR-row panel), B packed as `kc` rows of
+//! `nr` floats (one NR-column panel, 64-byte aligned rows), `nr` a multiple of the vector length.
+//! Guarantees: `c[i*ldc + j] (+)= sum_p a[p*mr + i] * b[p*nr + j]` for the whole `mr x nr` tile,
+//! with `mr x nr/VL` vector accumulators held in registers, one broadcast of an A scalar times one
+//! B vector per fused multiply-add. Loads and stores go through `memcpy`, so no alignment or
+//! aliasing assumption is made about `c`.
+//!
+//! The width is chosen by the C preprocessor (`__AVX512F__` -> 64 bytes, `__AVX__` -> 32,
+//! otherwise 16), so the same source cross-compiles; each width has its own set of shapes.
+
+use super::emit::CWriter;
+
+/// The register tile of one micro-kernel: `mr` rows (broadcast A scalars) by `nr` columns
+/// (`nr / VL` vectors of B).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelShape {
+    pub mr: usize,
+    pub nr: usize,
+}
+
+/// A micro-kernel shape with its relative speed when its operands sit in L1 (1.0 = FMA peak),
+/// used to trade padding waste against kernel quality.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RatedShape {
+    pub shape: KernelShape,
+    pub speed: f64,
+}
+
+/// One vector width the generated C supports, selected by a preprocessor condition.
+#[derive(Debug)]
+pub(crate) struct VectorTarget {
+    /// Vector size in bytes (vector length VL = bytes / 4 floats).
+    pub bytes: usize,
+    /// The preprocessor condition selecting it; the last target is the fallback (`1`).
+    pub condition: &'static str,
+    /// Register tiles to choose from (each must fit the register file with room for B vectors
+    /// and the broadcast scalar).
+    pub shapes: &'static [RatedShape],
+    /// Data-cache sizes the blocking is derived from (L1d, L2 per core, bytes).
+    pub l1_bytes: usize,
+    pub l2_bytes: usize,
+}
+
+const fn rated(mr: usize, nr: usize, speed: f64) -> RatedShape {
+    RatedShape {
+        shape: KernelShape { mr, nr },
+        speed,
+    }
+}
+
+/// AVX-512: 32 zmm registers. Speeds measured in L1 on Zen 4 (`examples/gemm_bench`).
+const AVX512_SHAPES: &[RatedShape] = &[rated(14, 32, 1.0), rated(8, 48, 1.0), rated(6, 64, 1.0)];
+/// AVX/AVX2: 16 ymm registers -> 12 accumulators (the classic 6x16 Haswell kernel).
+const AVX_SHAPES: &[RatedShape] = &[rated(6, 16, 1.0), rated(4, 24, 0.97)];
+/// 16-byte vectors (SSE, NEON, anything else): 12 accumulators fit 16 registers.
+const GENERIC_SHAPES: &[RatedShape] = &[rated(6, 8, 1.0), rated(4, 12, 0.97)];
+
+/// The targets in `#if ... #elif ... #else` order.
+pub(crate) const TARGETS: &[VectorTarget] = &[
+    VectorTarget {
+        bytes: 64,
+        condition: "defined(__AVX512F__)",
+        shapes: AVX512_SHAPES,
+        l1_bytes: 32 << 10,
+        l2_bytes: 1 << 20,
+    },
+    VectorTarget {
+        bytes: 32,
+        condition: "defined(__AVX__)",
+        shapes: AVX_SHAPES,
+        l1_bytes: 32 << 10,
+        l2_bytes: 256 << 10,
+    },
+    VectorTarget {
+        bytes: 16,
+        condition: "1",
+        shapes: GENERIC_SHAPES,
+        l1_bytes: 32 << 10,
+        l2_bytes: 256 << 10,
+    },
+];
+
+impl VectorTarget {
+    pub(crate) fn vector_len(&self) -> usize {
+        self.bytes / 4
+    }
+}
+
+/// The C name of the micro-kernel for a shape (one per shape and width; only one width's
+/// kernels survive the preprocessor).
+pub(crate) fn ukernel_name(shape: KernelShape) -> String {
+    format!("kiln_gemm_ukernel_{}x{}", shape.mr, shape.nr)
+}
+
+/// Emits `#if cond / #elif cond / #else` chains around per-target code.
+pub(crate) fn for_each_target(w: &mut CWriter, mut body: impl FnMut(&mut CWriter, &VectorTarget)) {
+    for (index, target) in TARGETS.iter().enumerate() {
+        let last = index + 1 == TARGETS.len();
+        match (index, last) {
+            (0, _) => w.directive(format!("#if KILN_VBYTES == {}", target.bytes)),
+            (_, true) => w.directive(format!("#else /* KILN_VBYTES == {} */", target.bytes)),
+            _ => w.directive(format!("#elif KILN_VBYTES == {}", target.bytes)),
+        }
+        body(w, target);
+    }
+    w.directive("#endif");
+}
+
+/// Emits the fully unrolled micro-kernel for `shape` on vectors of `vl` floats.
+pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize) {
+    let KernelShape { mr, nr } = shape;
+    let nv = nr / vl;
+    w.line(format!(
+        "/* C[{mr} x {nr}] (+)= A panel ({mr} x kc) * B panel (kc x {nr}): {mr}x{nv} vector accumulators. */"
+    ));
+    w.open(format!(
+        "static void {}(long kc, const float* restrict a, const float* restrict b, float* restrict c, long ldc, int accumulate)",
+        ukernel_name(shape)
+    ));
+    for i in 0..mr {
+        let decls: Vec<String> = (0..nv).map(|j| format!("c{i}_{j} = {{0}}")).collect();
+        w.line(format!("kiln_vf {};", decls.join(", ")));
+    }
+    w.open("for (long p = 0; p < kc; p++)");
+    let loads: Vec<String> = (0..nv)
+        .map(|j| format!("b{j} = kiln_vload(b + {})", j * vl))
+        .collect();
+    w.line(format!("const kiln_vf {};", loads.join(", ")));
+    for i in 0..mr {
+        let fmas: Vec<String> = (0..nv)
+            .map(|j| format!("c{i}_{j} = b{j} * x + c{i}_{j};"))
+            .collect();
+        w.line(format!("{{ const float x = a[{i}]; {} }}", fmas.join(" ")));
+    }
+    w.line(format!("a += {mr};"));
+    w.line(format!("b += {nr};"));
+    w.close();
+    w.open("if (accumulate)");
+    for i in 0..mr {
+        for j in 0..nv {
+            w.line(format!(
+                "c{i}_{j} += kiln_vload(c + {i} * ldc + {});",
+                j * vl
+            ));
+        }
+    }
+    w.close();
+    for i in 0..mr {
+        let stores: Vec<String> = (0..nv)
+            .map(|j| format!("kiln_vstore(c + {i} * ldc + {}, c{i}_{j});", j * vl))
+            .collect();
+        w.line(stores.join(" "));
+    }
+    w.close();
+}

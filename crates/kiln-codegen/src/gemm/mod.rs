@@ -1,0 +1,143 @@
+//! Generated matrix multiplication (and implicit-GEMM convolution) for CPUs: kiln writes its
+//! own GotoBLAS/BLIS-style matmul as C source instead of calling a BLAS.
+//!
+//! `gemm_c(spec)` returns one self-contained C function computing, for every batch index `b`,
+//! `C[b] = epilogue(A[b] (M x K) * B[b] (K x N))`, where each operand is either strided memory or
+//! an arbitrary C expression (how convolutions read their input windows without materialising
+//! im2col). The function relies on `gemm_prelude()`, pasted once per C file before it.
+//!
+//! Structure (Goto & van de Geijn 2008; Van Zee & van de Geijn 2015): the generator plans each
+//! vector width separately (`plan.rs`: micro-kernel shape, orientation, cache blocks); the C
+//! packs A and B blocks into contiguous zero-padded panels (`pack.rs`) and runs a
+//! register-blocked micro-kernel over them (`kernel.rs`), in tasks spread over OpenMP threads
+//! (`driver.rs`). Sizes are compile-time constants, so every bound is a literal.
+
+mod driver;
+mod emit;
+mod kernel;
+mod pack;
+mod plan;
+mod prelude;
+mod validate;
+mod view;
+
+pub use kernel::KernelShape;
+
+use emit::CWriter;
+use kernel::for_each_target;
+
+/// How element (b, row, col) of an operand is found. `b` is the batch index.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Operand {
+    /// Base pointer parameter `param` + b*batch + row*row_stride + col*col_stride (element
+    /// strides, may be 0 for broadcast).
+    Strided {
+        param: String,
+        batch: isize,
+        row: isize,
+        col: isize,
+    },
+    /// An arbitrary C expression of type float using variables `b`, `r`, `c` (long) and any
+    /// parameter names; used for implicit-GEMM convolution (window reads with padding -> 0).
+    /// It is only evaluated inside the matrix.
+    Expr(String),
+}
+
+/// One C function parameter, e.g. `("const float* restrict", "A")`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Param {
+    pub c_type: String,
+    pub name: String,
+}
+
+impl Param {
+    pub fn new(c_type: impl Into<String>, name: impl Into<String>) -> Param {
+        Param {
+            c_type: c_type.into(),
+            name: name.into(),
+        }
+    }
+}
+
+/// One (batched) matmul to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmSpec {
+    /// C function name (`static void NAME(params...)`).
+    pub name: String,
+    /// C parameter list, in order. Names `b`, `r`, `c`, `acc` and the prefix `kiln_` are
+    /// reserved for the generated code.
+    pub params: Vec<Param>,
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// M x K.
+    pub a: Operand,
+    /// K x N.
+    pub b: Operand,
+    /// M x N output; must be `Strided` and must not overlap itself.
+    pub c: Operand,
+    /// Optional C expression computing the stored value from `acc` (float) and `b`, `r`, `c`,
+    /// e.g. `"acc + bias[r]"` or `"fmaxf(acc + bias[r], 0.0f)"`; `None` stores `acc`.
+    pub epilogue: Option<String>,
+}
+
+impl GemmSpec {
+    /// Floating-point operations (a multiply-add counts 2).
+    pub fn flops(&self) -> f64 {
+        2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
+    }
+}
+
+/// Overrides of the generator's own choices, for measuring alternatives (`examples/gemm_bench`).
+/// `None` keeps the cache model's choice. Sizes are in elements and apply to every vector width;
+/// a forced kernel shape applies to the widths that have it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Tuning {
+    pub kc: Option<usize>,
+    pub mc: Option<usize>,
+    pub nc: Option<usize>,
+    pub shape: Option<KernelShape>,
+    pub transposed: Option<bool>,
+}
+
+/// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).
+pub fn gemm_c(spec: &GemmSpec) -> kiln_ir::Result<String> {
+    gemm_c_tuned(spec, &Tuning::default())
+}
+
+/// `gemm_c` with some of the generator's choices overridden.
+pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String> {
+    validate::validate(spec)?;
+    let mut w = CWriter::new();
+    w.line(format!(
+        "/* kiln gemm {}: batch {} x ({} x {} x {}){} */",
+        spec.name,
+        spec.batch,
+        spec.m,
+        spec.n,
+        spec.k,
+        if spec.epilogue.is_some() {
+            ", with epilogue"
+        } else {
+            ""
+        }
+    ));
+    let params: Vec<String> = spec
+        .params
+        .iter()
+        .map(|p| format!("{} {}", p.c_type, p.name))
+        .collect();
+    w.open(format!("static void {}({})", spec.name, params.join(", ")));
+    for_each_target(&mut w, |w, target| {
+        let plan = plan::plan(spec, target, tuning);
+        driver::emit_body(w, spec, &plan);
+    });
+    w.close();
+    Ok(w.finish())
+}
+
+/// Shared typedefs, helpers and micro-kernels; emit once per C file, before any `gemm_c` output.
+pub fn gemm_prelude() -> &'static str {
+    prelude::prelude()
+}

@@ -1,0 +1,111 @@
+//! Packing of one K block of an operand into contiguous micro-panels (Goto & van de Geijn 2008
+//! §5: packing makes the micro-kernel's reads sequential and cache/TLB friendly).
+//!
+//! Needs a view in kernel orientation, the panel width (`mr` for A, `nr` for B) and the C
+//! variables of the driver (`b`, `kiln_k0`, `kiln_kc`, the panel range). Guarantees panel `t`
+//! of the range holds `kiln_kc` rows of `width` floats, element `(p, x)` at `t*kc*width +
+//! p*width + x`, and that the rows (A) or columns (B) past the matrix edge are zero, so the
+//! micro-kernel needs no edge branches. The operand is only read inside the matrix.
+
+use super::emit::CWriter;
+use super::view::{Axis, View};
+
+/// Which packed operand: A panels run along kernel rows, B panels along kernel columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    A,
+    B,
+}
+
+/// What to pack: `view`'s panels `[first, end)` (C variable names) of `width` along the
+/// panel axis whose extent is `extent`, into buffer `buffer`.
+pub(crate) struct PackJob<'a> {
+    pub view: &'a View<'a>,
+    pub side: Side,
+    pub width: usize,
+    pub extent: usize,
+    pub buffer: &'a str,
+    pub first: &'a str,
+    pub end: &'a str,
+}
+
+impl PackJob<'_> {
+    /// The kernel axis a panel runs across (rows of A panels, columns of B panels).
+    fn panel_axis(&self) -> Axis {
+        match self.side {
+            Side::A => Axis::Row,
+            Side::B => Axis::Col,
+        }
+    }
+}
+
+/// Emits the packing loop nest for one K block.
+pub(crate) fn emit_pack(w: &mut CWriter, job: &PackJob) {
+    let width = job.width;
+    w.line(format!(
+        "/* pack {:?}: panels [{}, {}) of {width}, depth kiln_kc from kiln_k0 */",
+        job.side, job.first, job.end
+    ));
+    w.open(format!(
+        "for (long kiln_t = {}; kiln_t < {}; kiln_t++)",
+        job.first, job.end
+    ));
+    w.line(format!(
+        "float* restrict kiln_d = {} + (kiln_t - {}) * kiln_kc * {width};",
+        job.buffer, job.first
+    ));
+    w.line(format!("const long kiln_x0 = kiln_t * {width};"));
+    let full_panels = job.extent / width;
+    let last_width = job.extent % width;
+    if last_width == 0 {
+        emit_panel_loops(w, job, &width.to_string());
+    } else {
+        w.open(format!("if (kiln_t < {full_panels})"));
+        emit_panel_loops(w, job, &width.to_string());
+        w.close();
+        w.open("else");
+        w.line(format!(
+            "memset(kiln_d, 0, sizeof(float) * (size_t)kiln_kc * {width});"
+        ));
+        emit_panel_loops(w, job, &last_width.to_string());
+        w.close();
+    }
+    w.close();
+}
+
+/// The two loops over depth `p` and panel position `x < count`, ordered so the operand's
+/// preferred axis is innermost; each coordinate is bound in the loop that owns it.
+fn emit_panel_loops(w: &mut CWriter, job: &PackJob, count: &str) {
+    let panel_axis = job.panel_axis();
+    let depth_loop = ("kiln_p", "kiln_kc".to_string(), "kiln_k0 + kiln_p");
+    let panel_loop = ("kiln_x", count.to_string(), "kiln_x0 + kiln_x");
+    let (outer, inner) = if job.view.inner_axis() == panel_axis {
+        (depth_loop, panel_loop)
+    } else {
+        (panel_loop, depth_loop)
+    };
+    let axis_of = |var: &str| {
+        if var == "kiln_x" {
+            panel_axis
+        } else {
+            panel_axis.other()
+        }
+    };
+    w.open(format!(
+        "for (long {0} = 0; {0} < {1}; {0}++)",
+        outer.0, outer.1
+    ));
+    w.line(job.view.bind(axis_of(outer.0), outer.2));
+    w.open(format!(
+        "for (long {0} = 0; {0} < {1}; {0}++)",
+        inner.0, inner.1
+    ));
+    w.line(job.view.bind(axis_of(inner.0), inner.2));
+    w.line(format!(
+        "kiln_d[kiln_p * {} + kiln_x] = {};",
+        job.width,
+        job.view.value()
+    ));
+    w.close();
+    w.close();
+}
