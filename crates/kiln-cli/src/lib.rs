@@ -1,6 +1,7 @@
 //! Library part of the `kiln` CLI: tensor file formats and model statistics
 //! shared by the binary and its tests.
 
+pub mod bench;
 pub mod classes_doc;
 pub mod flops;
 pub mod npy;

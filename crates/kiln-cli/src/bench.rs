@@ -1,0 +1,271 @@
+//! `kiln bench`, `kiln compile --emit` and `kiln peak`.
+
+use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_ir::{Error, Graph, Result, Tensor};
+use kiln_runtime::jit;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+pub struct BenchOptions {
+    pub runs: usize,
+    pub warmup: usize,
+    pub cold: bool,
+    pub profile: bool,
+    pub json: bool,
+    pub cpu: CpuOptions,
+    /// Time the reference interpreter instead of the CPU backend.
+    pub reference: bool,
+}
+
+/// One line on how the model was compiled.
+pub fn compile_line(m: &CompiledModel) -> String {
+    let r = &m.report;
+    let how = match &r.compile {
+        Some(c) if c.cached => format!("loaded from cache in {:.3} s", c.seconds),
+        Some(c) => format!("compiled in {:.2} s ({} pieces)", c.seconds, c.pieces),
+        None => "nothing to compile".into(),
+    };
+    format!(
+        "backend: cpu   kernels: {}   interpreted nodes: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
+        r.kernels,
+        r.interpreted.len(),
+        r.arena_bytes,
+        r.intermediate_bytes
+    )
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Times `run` `warmup + runs` times; milliseconds of the timed runs.
+fn time_runs(opts: &BenchOptions, run: &dyn Fn() -> Result<Vec<Tensor>>) -> Result<Vec<f64>> {
+    for _ in 0..opts.warmup {
+        run()?;
+    }
+    let mut ms = Vec::with_capacity(opts.runs);
+    for _ in 0..opts.runs.max(1) {
+        let t = Instant::now();
+        run()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(ms)
+}
+
+pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> Result<()> {
+    if opts.reference {
+        let mut ms = time_runs(opts, &|| kiln_interp::run(g, inputs))?;
+        let min = ms.iter().cloned().fold(f64::INFINITY, f64::min);
+        return report(opts, label, median(&mut ms), min, ms.len(), None);
+    }
+    let mut cpu = opts.cpu.clone();
+    let scratch;
+    if opts.cold {
+        scratch = std::env::temp_dir().join(format!("kiln-cold-{}", std::process::id()));
+        cpu.compiler.cache_dir = scratch.clone();
+    }
+    let t = Instant::now();
+    let m = CompiledModel::compile(g, &cpu)?;
+    let compile_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    CompiledModel::compile(g, &cpu)?;
+    let cached_s = t.elapsed().as_secs_f64();
+    if opts.cold {
+        let _ = std::fs::remove_dir_all(&cpu.compiler.cache_dir);
+    }
+    if !opts.json {
+        println!("model: {label}");
+        println!("{}", compile_line(&m));
+    }
+    let mut ms = time_runs(opts, &|| m.run(inputs))?;
+    let min = ms.iter().cloned().fold(f64::INFINITY, f64::min);
+    let med = median(&mut ms);
+    if opts.profile {
+        print_profile(&m, inputs)?;
+    }
+    let extra = Extra {
+        compile_s,
+        cached_s,
+        cached_at_start: m.report.compile.is_some_and(|c| c.cached),
+        arena_bytes: m.report.arena_bytes,
+        intermediate_bytes: m.report.intermediate_bytes,
+        kernels: m.report.kernels,
+        interpreted: m.report.interpreted.len(),
+        threads: cpu.threads,
+    };
+    report(opts, label, med, min, ms.len(), Some(extra))
+}
+
+struct Extra {
+    compile_s: f64,
+    cached_s: f64,
+    cached_at_start: bool,
+    arena_bytes: usize,
+    intermediate_bytes: usize,
+    kernels: usize,
+    interpreted: usize,
+    threads: usize,
+}
+
+fn report(
+    opts: &BenchOptions,
+    label: &str,
+    median_ms: f64,
+    min_ms: f64,
+    runs: usize,
+    extra: Option<Extra>,
+) -> Result<()> {
+    if opts.json {
+        let mut j = serde_json::json!({
+            "model": label,
+            "backend": if opts.reference { "reference" } else { "cpu" },
+            "median_ms": median_ms,
+            "min_ms": min_ms,
+            "runs": runs,
+        });
+        if let Some(e) = extra {
+            j["compile_s"] = e.compile_s.into();
+            j["compile_cached_s"] = e.cached_s.into();
+            j["cached_at_start"] = e.cached_at_start.into();
+            j["arena_bytes"] = e.arena_bytes.into();
+            j["intermediate_bytes"] = e.intermediate_bytes.into();
+            j["kernels"] = e.kernels.into();
+            j["interpreted_nodes"] = e.interpreted.into();
+            j["threads"] = e.threads.into();
+        }
+        println!("{j}");
+    } else {
+        if let Some(e) = extra {
+            println!(
+                "compile: {:.2} s{}, cached: {:.3} s   threads: {}",
+                e.compile_s,
+                if e.cached_at_start {
+                    " (cache hit)"
+                } else {
+                    ""
+                },
+                e.cached_s,
+                e.threads
+            );
+        }
+        println!("runs: {runs}   median: {median_ms:.3} ms   min: {min_ms:.3} ms");
+    }
+    Ok(())
+}
+
+/// Time per node over a few runs, slowest first, and per op type.
+fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
+    let reps = 5;
+    let mut total: Vec<(String, String, bool, Duration)> = Vec::new();
+    for _ in 0..reps {
+        let (_, times) = m.run_profiled(inputs)?;
+        if total.is_empty() {
+            total = times
+                .iter()
+                .map(|t| (t.node.clone(), t.op.clone(), t.compiled, Duration::ZERO))
+                .collect();
+        }
+        for (acc, t) in total.iter_mut().zip(&times) {
+            acc.3 += t.time;
+        }
+    }
+    let all: f64 = total.iter().map(|t| t.3.as_secs_f64()).sum::<f64>() / reps as f64;
+    let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
+    for t in &total {
+        let e = by_op.entry(&t.1).or_default();
+        e.0 += t.3.as_secs_f64() / reps as f64;
+        e.1 += 1;
+    }
+    let mut ops: Vec<_> = by_op.into_iter().collect();
+    ops.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+    println!(
+        "profile (mean of {reps} runs, {:.3} ms in kernels):",
+        all * 1e3
+    );
+    println!("{:>10} {:>6} {:>6}  op", "ms", "%", "nodes");
+    for (op, (s, n)) in ops {
+        println!("{:>10.3} {:>6.1} {n:>6}  {op}", s * 1e3, 100.0 * s / all);
+    }
+    total.sort_by(|a, b| b.3.cmp(&a.3));
+    println!("slowest nodes:");
+    for (node, op, compiled, d) in total.iter().take(15) {
+        let ms = d.as_secs_f64() * 1e3 / reps as f64;
+        let how = if *compiled { "kernel" } else { "interpreter" };
+        println!(
+            "{ms:>10.3} {:>6.1}  {op} {node} ({how})",
+            100.0 * ms / 1e3 / all
+        );
+    }
+    Ok(())
+}
+
+/// Writes the generated C (`c`) or scheduled loop IR (`loops`) into `dir`.
+pub fn emit(g: &Graph, what: &str, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    let mut text = String::new();
+    let mut kernels = 0;
+    for (i, node) in g.nodes.iter().enumerate() {
+        match kiln_cpu::select::node_kernel(g, node, &format!("kiln_k{i}")) {
+            Ok(k) => {
+                kernels += 1;
+                text.push_str(&format!("/* node {i}: {} */\n", node.describe()));
+                if what == "c" {
+                    text.push_str(&k.c);
+                } else {
+                    text.push_str(&format!("{}\nschedule:", k.kernel));
+                    for d in &k.schedule.0 {
+                        text.push_str(&format!(" {d}"));
+                    }
+                    text.push('\n');
+                }
+                text.push('\n');
+            }
+            Err(e) => text.push_str(&format!(
+                "/* node {i}: {} runs on the interpreter: {e} */\n\n",
+                node.describe()
+            )),
+        }
+    }
+    let (name, body) = if what == "c" {
+        ("model.c", format!("{}\n{text}", kiln_codegen::c::prelude()))
+    } else {
+        ("model.loops", text)
+    };
+    let path = dir.join(name);
+    std::fs::write(&path, body)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    println!("wrote {kernels} kernels to {}", path.display());
+    Ok(())
+}
+
+/// Measures the fp32 FMA peak with `threads` threads.
+pub fn peak(threads: usize, json: bool) -> Result<()> {
+    let cfg = jit::CompilerConfig::from_env();
+    let (lib, _) = jit::compile(&cfg, &[kiln_codegen::peak::peak_c()], 1)?;
+    // SAFETY: peak_c defines `double kiln_fma_peak_gflops(int)`.
+    let f: unsafe extern "C" fn(i32) -> f64 = unsafe { lib.symbol("kiln_fma_peak_gflops")? };
+    let one = unsafe { f(1) };
+    let all = unsafe { f(threads as i32) };
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"gflops": all, "threads": threads, "gflops_1thread": one,
+                "cpu": kiln_runtime::cpu::cpu_model_name()})
+        );
+    } else {
+        println!("cpu: {}", kiln_runtime::cpu::cpu_model_name());
+        println!(
+            "fp32 FMA peak: {one:.1} GFLOP/s on 1 thread, {all:.1} GFLOP/s on {threads} threads"
+        );
+    }
+    Ok(())
+}
