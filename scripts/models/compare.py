@@ -143,7 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--models-dir", default=str(REPO / "models"))
     p.add_argument("--out", default=str(REPO / "out" / "compare"),
                    help="where kiln writes its outputs (default: <repo>/out/compare)")
-    p.add_argument("--backend", default="reference")
+    p.add_argument("--backend", default="cpu")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per model")
     p.add_argument("--kiln-arg", action="append", default=[],
                    help="extra argument passed to `kiln run` (repeatable)")

@@ -11,9 +11,10 @@
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
+use crate::gemm::{gemm_c, GemmSpec, Operand, Param};
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_loop::{Atom, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
 use kiln_ops::te::Combiner;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -40,12 +41,16 @@ static inline int64_t kiln_idx(int64_t v, int64_t n, int* err) {
 "#,
     );
     s.push_str(crate::scalar_c::PRELUDE);
+    s.push_str(crate::gemm::gemm_prelude());
     s
 }
 
 /// Prints `k` as a C function. `alias`: an input buffer the output may
 /// share (in-place execution); neither gets `restrict`.
 pub fn kernel_c(k: &Kernel, alias: Option<usize>) -> Result<String> {
+    if let [Stmt::Gemm(g)] = k.body.as_slice() {
+        return gemm_kernel_c(k, g);
+    }
     let mut p = Printer {
         k,
         out: String::new(),
@@ -74,6 +79,99 @@ pub fn kernel_c(k: &Kernel, alias: Option<usize>) -> Result<String> {
     }
     writeln!(p.out, "  return err;\n}}").ok();
     Ok(p.out)
+}
+
+/// A kernel that is one matrix product: the gemm template instantiated on
+/// the operands (strided when their offsets are, window expressions
+/// otherwise), and the entry point calling it.
+fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
+    let params: Vec<Param> = k
+        .buffers
+        .iter()
+        .map(|b| {
+            let konst = if b.output { "" } else { "const " };
+            Ok(Param::new(
+                format!("{konst}{}* restrict", c_type(b.dtype)?),
+                b.name.clone(),
+            ))
+        })
+        .collect::<Result<_>>()?;
+    let rows_cols = |o: &GemmOperand, rows: i64, cols: i64| -> Result<Operand> {
+        operand(k, o, [g.batch, rows, cols])
+    };
+    let spec = GemmSpec {
+        name: format!("{}_gemm", k.name),
+        params,
+        batch: g.batch as usize,
+        m: g.m as usize,
+        n: g.n as usize,
+        k: g.k as usize,
+        a: rows_cols(&g.a, g.m, g.k)?,
+        b: rows_cols(&g.b, g.k, g.n)?,
+        c: rows_cols(&g.c, g.m, g.n)?,
+        epilogue: None,
+    };
+    let mut out = gemm_c(&spec)?;
+    let args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
+    writeln!(out, "int {}(void* const* restrict args) {{", k.name).ok();
+    for (i, b) in k.buffers.iter().enumerate() {
+        let ty = c_type(b.dtype)?;
+        let konst = if b.output { "" } else { "const " };
+        writeln!(out, "  {konst}{ty}* {} = ({konst}{ty}*)args[{i}];", b.name).ok();
+    }
+    writeln!(
+        out,
+        "  {}({});
+  return 0;
+}}",
+        spec.name,
+        args.join(", ")
+    )
+    .ok();
+    Ok(out)
+}
+
+/// A gemm operand: strided when its offset is `sb·b + sr·r + sc·c`,
+/// otherwise a C expression over `b`, `r`, `c` (with its guard).
+fn operand(k: &Kernel, o: &GemmOperand, extents: [i64; 3]) -> Result<Operand> {
+    let name = &k.buffers[o.buf].name;
+    let coeff = |v: &str| {
+        o.offset
+            .terms
+            .iter()
+            .find(|(a, _)| matches!(a, Atom::Var(x) if x == v))
+            .map(|t| t.1 as isize)
+            .unwrap_or(0)
+    };
+    let plain = o.guard.is_empty()
+        && o.offset.constant == 0
+        && o.offset
+            .terms
+            .iter()
+            .all(|(a, _)| matches!(a, Atom::Var(_)));
+    if plain {
+        return Ok(Operand::Strided {
+            param: name.clone(),
+            batch: coeff("b"),
+            row: coeff("r"),
+            col: coeff("c"),
+        });
+    }
+    let mut p = Printer {
+        k,
+        out: String::new(),
+        ranges: HashMap::new(),
+        locals: HashMap::new(),
+    };
+    for (v, e) in ["b", "r", "c"].iter().zip(extents) {
+        p.ranges.insert(v.to_string(), (0, e - 1));
+    }
+    let (read, _) = p.val(&Val::Load {
+        buf: o.buf,
+        offset: o.offset.clone(),
+        guard: o.guard.clone(),
+    })?;
+    Ok(Operand::Expr(read))
 }
 
 struct Printer<'a> {

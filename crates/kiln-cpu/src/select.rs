@@ -50,6 +50,18 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
             bail!("{} on {d} tensors", node.op);
         }
     }
+    if let Some(kernel) = kiln_loop::contraction::lower_contraction(&te, name, &dtypes)? {
+        let inputs = (0..te.inputs.len())
+            .filter(|&i| te.inputs[i].is_some())
+            .collect();
+        return Ok(NodeKernel {
+            c: kernel_c(&kernel, None)?,
+            kernel,
+            schedule: Schedule::default(),
+            inputs,
+            in_place: None,
+        });
+    }
     let kernel = kiln_loop::lower(&te, name, &dtypes)?;
     let inputs: Vec<usize> = (0..te.inputs.len())
         .filter(|&i| te.inputs[i].is_some())

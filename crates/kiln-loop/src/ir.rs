@@ -274,7 +274,7 @@ impl Idx {
 
     /// `c·d·(x floordiv d) + c·(x mod d)` is `c·x`: the identity that makes
     /// coalesced loops read contiguous buffers with plain affine offsets.
-    fn merge_div_mod(mut self) -> Idx {
+    pub fn merge_div_mod(mut self) -> Idx {
         loop {
             let pair = self.terms.iter().enumerate().find_map(|(i, (a, c))| {
                 let Atom::Mod(x, d) = a else { return None };

@@ -2,6 +2,7 @@
 //! from tensor expressions, rewritten by schedules given as data.
 
 pub mod auto_schedule;
+pub mod contraction;
 pub mod ir;
 pub mod lower;
 pub mod schedule;

@@ -1,0 +1,214 @@
+//! Recognising a contraction (matmul, batched matmul, convolution) in a
+//! tensor expression and lowering it to one [`Gemm`] statement.
+//!
+//! Needs: a primitive's [`TensorExpr`] and its input types.
+//! Guarantees: `Some(kernel)` only for `out[i] = sum_r A[f(i, r)] * B[g(i, r)]`
+//! over f32 with affine index maps, where the output variables split into
+//! M (read by A only), N (read by B only) and batch (read by both, or by
+//! neither); the reduction variables form K. The kernel's single
+//! [`Stmt::Gemm`] addresses each operand by `(b, r, c)` (batch, row,
+//! column of that operand) through the original index maps, so what it
+//! computes is exactly the expression: strided matmuls get affine offsets,
+//! convolutions window reads (`floordiv`/`mod` of the flattened K and N
+//! indices, with the padding guard). A's reads must stay in bounds (B's
+//! may be guarded). Anything else returns `None` and is lowered as loops.
+
+use crate::ir::{Buffer, Gemm, GemmOperand, Idx, Kernel, Stmt};
+use crate::lower::flatten;
+use kiln_ir::{DType, Result};
+use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
+
+/// Which GEMM axis an expression variable belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Axis {
+    Batch,
+    M,
+    N,
+    K,
+}
+
+pub fn lower_contraction(
+    te: &TensorExpr,
+    name: &str,
+    input_dtypes: &[Option<DType>],
+) -> Result<Option<Kernel>> {
+    let Some((ka, kb)) = product_of_two_loads(te) else {
+        return Ok(None);
+    };
+    let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
+    let affine = te
+        .accesses
+        .iter()
+        .all(|a| a.index.iter().all(|e| e.as_affine().is_some()));
+    if !all_f32 || !affine {
+        return Ok(None);
+    }
+    let (a_in, b_in) = (te.accesses[ka].input, te.accesses[kb].input);
+    let reads = |k: usize, v: Var| {
+        let mut vars = Vec::new();
+        te.accesses[k].index.iter().for_each(|e| e.vars(&mut vars));
+        vars.contains(&v)
+    };
+    // Output variables by which operand reads them.
+    let mut axes: Vec<(Var, Axis, i64)> = Vec::new();
+    for (l, &e) in te.shape.iter().enumerate() {
+        let v = Var::Out(l);
+        let axis = match (reads(ka, v), reads(kb, v)) {
+            (true, false) => Axis::M,
+            (false, true) => Axis::N,
+            _ => Axis::Batch,
+        };
+        axes.push((v, axis, e as i64));
+    }
+    let red = te
+        .reduction
+        .as_ref()
+        .map(|r| r.extents.clone())
+        .unwrap_or_default();
+    for (k, &e) in red.iter().enumerate() {
+        axes.push((Var::Red(k), Axis::K, e as i64));
+    }
+    let size = |axis| -> i64 { axes.iter().filter(|a| a.1 == axis).map(|a| a.2).product() };
+    let (batch, m, n, k) = (
+        size(Axis::Batch),
+        size(Axis::M),
+        size(Axis::N),
+        size(Axis::K),
+    );
+    if m * n * k < 32 * 32 * 32 {
+        return Ok(None); // too small to pay for packing: plain loops
+    }
+    // Each expression variable as a function of its axis' flat index.
+    let value_of = |v: Var, frame: &[(Axis, &str)]| -> Idx {
+        let (axis, extent) = axes
+            .iter()
+            .find(|a| a.0 == v)
+            .map(|a| (a.1, a.2))
+            .unwrap_or((Axis::Batch, 1));
+        let Some((_, flat)) = frame.iter().find(|f| f.0 == axis) else {
+            return Idx::constant(0);
+        };
+        let position = axes.iter().position(|a| a.0 == v).unwrap_or(0);
+        let later = |a: &&(Var, Axis, i64)| a.1 == axis;
+        let inner: i64 = axes[position + 1..]
+            .iter()
+            .filter(later)
+            .map(|a| a.2)
+            .product();
+        let outermost = !axes[..position].iter().any(|a| a.1 == axis);
+        let q = Idx::var(flat).div(inner);
+        // The outermost variable of a group is below its extent already.
+        if outermost {
+            q
+        } else {
+            q.rem(extent)
+        }
+    };
+    let operand = |index: &[IndexExpr], shape: &[usize], frame: &[(Axis, &str)]| {
+        let idx: Vec<Idx> = index
+            .iter()
+            .map(|e| {
+                let a = e.as_affine().cloned().unwrap_or_default();
+                a.terms
+                    .iter()
+                    .fold(Idx::constant(a.constant), |acc, (v, c)| {
+                        acc.add(&value_of(*v, frame).scale(*c))
+                    })
+            })
+            .collect();
+        let extents = |name: &str| -> (i64, i64) {
+            let ext = frame
+                .iter()
+                .find(|f| f.1 == name)
+                .map(|f| size(f.0))
+                .unwrap_or(1);
+            (0, ext - 1)
+        };
+        let guard: Vec<(Idx, i64)> = idx
+            .iter()
+            .zip(shape)
+            .filter(|(i, &d)| {
+                let (lo, hi) = i.range(&extents);
+                lo < 0 || hi >= d as i64
+            })
+            .map(|(i, &d)| (i.clone(), d as i64))
+            .collect();
+        (flatten(&idx, shape).merge_div_mod(), guard)
+    };
+    let shape_of = |input: usize| te.inputs[input].clone().unwrap_or_default();
+    let a_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::K, "c")];
+    let b_frame = [(Axis::Batch, "b"), (Axis::K, "r"), (Axis::N, "c")];
+    let c_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::N, "c")];
+    let (a_off, a_guard) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
+    if !a_guard.is_empty() {
+        return Ok(None);
+    }
+    let (b_off, b_guard) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
+    let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
+    let (c_off, _) = operand(&outs, &te.shape, &c_frame);
+    // Buffers: present inputs in order, then the output (as `lower` makes them).
+    let mut buffers = Vec::new();
+    let mut buffer_of = vec![None; te.inputs.len()];
+    for (i, s) in te.inputs.iter().enumerate() {
+        if let (Some(s), Some(d)) = (s, input_dtypes.get(i).copied().flatten()) {
+            buffer_of[i] = Some(buffers.len());
+            buffers.push(Buffer {
+                name: format!("in{i}"),
+                dtype: d,
+                shape: s.clone(),
+                output: false,
+            });
+        }
+    }
+    let (Some(a_buf), Some(b_buf)) = (buffer_of[a_in], buffer_of[b_in]) else {
+        return Ok(None);
+    };
+    let out = buffers.len();
+    buffers.push(Buffer {
+        name: "out0".into(),
+        dtype: te.dtype,
+        shape: te.shape.clone(),
+        output: true,
+    });
+    let gemm = Gemm {
+        batch,
+        m,
+        n,
+        k,
+        a: GemmOperand {
+            buf: a_buf,
+            offset: a_off,
+            guard: Vec::new(),
+        },
+        b: GemmOperand {
+            buf: b_buf,
+            offset: b_off,
+            guard: b_guard,
+        },
+        c: GemmOperand {
+            buf: out,
+            offset: c_off,
+            guard: Vec::new(),
+        },
+    };
+    Ok(Some(Kernel {
+        name: name.to_string(),
+        buffers,
+        body: vec![Stmt::Gemm(gemm)],
+    }))
+}
+
+/// The two accesses of a `sum_r Mul(Load(a), Load(b))` body.
+fn product_of_two_loads(te: &TensorExpr) -> Option<(usize, usize)> {
+    let r = te.reduction.as_ref()?;
+    if r.combiner != Combiner::Sum {
+        return None;
+    }
+    match &te.body {
+        Expr::Call(s, args) if s.op == "Mul" && s.attrs.is_empty() => match args.as_slice() {
+            [Expr::Load(a), Expr::Load(b)] if a != b => Some((*a, *b)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
