@@ -32,9 +32,22 @@ pub fn lower_contraction(
     name: &str,
     input_dtypes: &[Option<DType>],
 ) -> Result<Option<Kernel>> {
-    let Some((ka, kb)) = product_of_two_loads(te) else {
+    let Some((mut ka, mut kb)) = product_of_two_loads(te) else {
         return Ok(None);
     };
+    // Orient the product so the output's contiguous axis is N (columns):
+    // the micro-kernel then stores whole vectors.
+    let innermost = (0..te.shape.len()).rev().find(|&l| te.shape[l] > 1);
+    if let Some(l) = innermost {
+        let reads_l = |k: usize| {
+            let mut vars = Vec::new();
+            te.accesses[k].index.iter().for_each(|e| e.vars(&mut vars));
+            vars.contains(&Var::Out(l))
+        };
+        if reads_l(ka) && !reads_l(kb) {
+            std::mem::swap(&mut ka, &mut kb);
+        }
+    }
     let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
     let affine = te
         .accesses
@@ -198,7 +211,9 @@ pub fn lower_contraction(
     }))
 }
 
-/// The two accesses of a `sum_r Mul(Load(a), Load(b))` body.
+/// The two accesses of a `sum_r Mul(load a, load b)` body, where a load
+/// may be padded (`Where(InBounds(k), Load(k), 0)`: an out-of-bounds load
+/// reads zero anyway, and the operand keeps the bounds as its guard).
 fn product_of_two_loads(te: &TensorExpr) -> Option<(usize, usize)> {
     let r = te.reduction.as_ref()?;
     if r.combiner != Combiner::Sum {
@@ -206,7 +221,26 @@ fn product_of_two_loads(te: &TensorExpr) -> Option<(usize, usize)> {
     }
     match &te.body {
         Expr::Call(s, args) if s.op == "Mul" && s.attrs.is_empty() => match args.as_slice() {
-            [Expr::Load(a), Expr::Load(b)] if a != b => Some((*a, *b)),
+            [a, b] => match (load_of(a)?, load_of(b)?) {
+                (a, b) if a != b => Some((a, b)),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The access a load (plain or padded with zero) reads.
+fn load_of(e: &Expr) -> Option<usize> {
+    match e {
+        Expr::Load(k) => Some(*k),
+        Expr::Call(s, args) if s.op == "Where" => match args.as_slice() {
+            [Expr::InBounds(k), Expr::Load(j), Expr::Const(z)]
+                if k == j && z.data.get_f64(0) == 0.0 =>
+            {
+                Some(*k)
+            }
             _ => None,
         },
         _ => None,

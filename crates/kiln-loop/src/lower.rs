@@ -5,7 +5,7 @@
 //! Guarantees: a [`Kernel`] whose parameters are the present inputs (in
 //! position order) then the output, computing exactly what
 //! `kiln_ops::te::eval::evaluate` computes: one loop per output dimension
-//! (`i0, i1, …`); for a reduction, a local accumulator initialised to the
+//! (`i0, i1, …`) except dimensions of extent 1, whose index is 0; for a reduction, a local accumulator initialised to the
 //! combiner's identity, one loop per reduction axis (`r0, …`) in order, and
 //! a final store. Reads whose index can leave the input (padding windows)
 //! are guarded so they never touch memory outside it and read zero, as the
@@ -65,7 +65,7 @@ pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Res
                 value: body,
             }];
             for (k, &e) in r.extents.iter().enumerate().rev() {
-                update = vec![serial(&var_name(Var::Red(k)), e as i64, update)];
+                update = loop_or_zero(&var_name(Var::Red(k)), e as i64, update);
             }
             let mut stmts = vec![Stmt::Let {
                 name: "acc".into(),
@@ -82,13 +82,25 @@ pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Res
         }
     };
     for (l, &e) in te.shape.iter().enumerate().rev() {
-        inner = vec![serial(&var_name(Var::Out(l)), e as i64, inner)];
+        inner = loop_or_zero(&var_name(Var::Out(l)), e as i64, inner);
     }
     Ok(Kernel {
         name: name.to_string(),
         buffers,
         body: inner,
     })
+}
+
+/// A loop over `var`, or for extent 1 the body with `var` = 0 (no loop
+/// that runs once is left to stop coalescing and parallelisation).
+fn loop_or_zero(var: &str, extent: i64, body: Vec<Stmt>) -> Vec<Stmt> {
+    if extent == 1 {
+        body.iter()
+            .map(|s| s.substitute(var, &Idx::constant(0)))
+            .collect()
+    } else {
+        vec![serial(var, extent, body)]
+    }
 }
 
 pub fn serial(var: &str, extent: i64, body: Vec<Stmt>) -> Stmt {
