@@ -333,7 +333,28 @@ impl Printer<'_> {
                 Some(d) => (n.clone(), *d),
                 None => bail!("read of undeclared local '{n}'"),
             },
-            Val::Call(s, args) => {
+            Val::Call(s, args) if s.op == "Pow" => match (args.first(), args.get(1)) {
+                (Some(x), Some(Val::Const(e))) if small_power(e).is_some() => {
+                    let (x, t) = self.val(x)?;
+                    let ty = c_type(t)?;
+                    let e = small_power(e).unwrap_or(1);
+                    let v = format!("(({ty}){x})");
+                    let e = match e {
+                        1 => v,
+                        2 => format!("({v} * {v})"),
+                        _ => format!("({v} * {v} * {v})"),
+                    };
+                    (e, t)
+                }
+                _ => self.call(s, args)?,
+            },
+            Val::Call(s, args) => self.call(s, args)?,
+        })
+    }
+
+    fn call(&self, s: &kiln_ops::te::Scalar, args: &[Val]) -> Result<(String, DType)> {
+        Ok({
+            {
                 let (texts, types): (Vec<String>, Vec<DType>) = args
                     .iter()
                     .map(|a| self.val(a))
@@ -343,6 +364,19 @@ impl Printer<'_> {
                 call_c(s, &types, &texts)?
             }
         })
+    }
+}
+
+/// A float exponent the printer expands into products: 1, 2 or 3.
+fn small_power(e: &Tensor) -> Option<u32> {
+    if !e.dtype().is_float() || e.data.len() != 1 {
+        return None;
+    }
+    match e.data.get_f64(0) {
+        1.0 => Some(1),
+        2.0 => Some(2),
+        3.0 => Some(3),
+        _ => None,
     }
 }
 

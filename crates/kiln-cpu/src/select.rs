@@ -10,7 +10,8 @@
 //! a C form. Falling back is per node and never changes results.
 
 use kiln_codegen::c::kernel_c;
-use kiln_ir::{bail, DType, Graph, Node, Result};
+use kiln_ir::{bail, DType, Graph, Node, Result, Tensor};
+use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{default_schedule, Kernel, Schedule, Stmt, Val};
 use kiln_ops::te::classify::node_expr;
 
@@ -62,10 +63,11 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
             in_place: None,
         });
     }
-    let kernel = kiln_loop::lower(&te, name, &dtypes)?;
     let inputs: Vec<usize> = (0..te.inputs.len())
         .filter(|&i| te.inputs[i].is_some())
         .collect();
+    let kernel = kiln_loop::lower(&te, name, &dtypes)?;
+    let kernel = inline_constants(&kernel, &scalar_constants(g, node, &inputs)?);
     let alias = in_place_input(&kernel);
     let schedule = default_schedule(&kernel);
     let scheduled = kiln_loop::apply(&kernel, &schedule)?;
@@ -77,6 +79,22 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
         in_place: alias.map(|b| inputs[b]),
         inputs,
     })
+}
+
+/// The one-element constant inputs, by kernel buffer number (0-d).
+fn scalar_constants(g: &Graph, node: &Node, inputs: &[usize]) -> Result<Vec<(usize, Tensor)>> {
+    let mut out = Vec::new();
+    for (b, &p) in inputs.iter().enumerate() {
+        let Some(v) = node.inputs[p] else { continue };
+        if g.ty(v).numel() != Some(1) {
+            continue;
+        }
+        if let Some(init) = g.constant(v) {
+            let t = init.to_tensor()?;
+            out.push((b, Tensor::new(vec![], t.data)?));
+        }
+    }
+    Ok(out)
 }
 
 /// An input buffer the output may share: same element size and count, and

@@ -3,6 +3,7 @@
 
 pub mod auto_schedule;
 pub mod contraction;
+pub mod inline_constants;
 pub mod ir;
 pub mod lower;
 pub mod schedule;
