@@ -10,9 +10,12 @@
 //! 2. splits a single remaining loop longer than [`CHUNK`] into chunks;
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
-//! 4. vectorizes the innermost output loop when its body is plain stores.
+//! 4. vectorizes the innermost output loop when its body is plain stores;
+//!    for a reduction whose loads walk that loop's variable with stride 1
+//!    or 2 (windows, small matmuls), first moves the reduction loops
+//!    outside it (`accumulate_outward`) so it vectorizes too.
 
-use crate::ir::{Kernel, Loop, Stmt};
+use crate::ir::{Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
 
 /// Elements per parallel chunk of a fully coalesced loop.
@@ -99,8 +102,37 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
     if parallel && nest[0].1 > 1 {
         schedule.0.push(Directive::Parallel(nest[0].0.clone()));
     }
-    if plain && (nest.len() > 1 || !parallel) {
+    let last = output_nest(&current.body).last().map(|l| (*l).clone());
+    let y_reduce = last.as_ref().is_some_and(|l| {
+        !plain && (nest.len() > 1 || !parallel) && extent >= 8 && reads_along(&l.body, &innermost)
+    });
+    if y_reduce {
+        schedule.0.push(Directive::AccumulateOutward(innermost.clone()));
+        schedule.0.push(Directive::Vectorize(innermost));
+    } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
     }
     schedule
+}
+
+/// Whether some load in `body` walks memory with stride 1 or 2 along
+/// `var` (so making `var` the innermost loop reads contiguous rows).
+fn reads_along(body: &[Stmt], var: &str) -> bool {
+    fn val(v: &Val, var: &str) -> bool {
+        match v {
+            Val::Load { offset, .. } => offset
+                .terms
+                .iter()
+                .any(|(a, c)| matches!(a, Atom::Var(x) if x == var) && c.abs() <= 2),
+            Val::Call(_, args) => args.iter().any(|a| val(a, var)),
+            _ => false,
+        }
+    }
+    body.iter().any(|s| match s {
+        Stmt::Loop(l) => reads_along(&l.body, var),
+        Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
+            val(value, var)
+        }
+        Stmt::Gemm(_) => false,
+    })
 }

@@ -25,6 +25,11 @@ pub enum Directive {
     Parallel(String),
     Vectorize(String),
     Unroll(String),
+    /// Moves the reduction loops inside loop `var` outside it, so `var`
+    /// becomes the innermost loop and the partial results accumulate in
+    /// the output buffer (initialised first): the "y-reduce" form that
+    /// vectorizes window reductions along the output row.
+    AccumulateOutward(String),
 }
 
 /// A schedule: directives applied in order.
@@ -40,6 +45,7 @@ impl std::fmt::Display for Directive {
             Directive::Parallel(v) => write!(f, "parallel({v})"),
             Directive::Vectorize(v) => write!(f, "vectorize({v})"),
             Directive::Unroll(v) => write!(f, "unroll({v})"),
+            Directive::AccumulateOutward(v) => write!(f, "accumulate_outward({v})"),
         }
     }
 }
@@ -68,6 +74,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
         | Directive::Parallel(var)
         | Directive::Vectorize(var)
         | Directive::Unroll(var)
+        | Directive::AccumulateOutward(var)
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
     };
@@ -86,18 +93,20 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
 fn rewrite(
     body: &[Stmt],
     var: &str,
-    f: &mut dyn FnMut(&Loop) -> Result<Stmt>,
+    f: &mut dyn FnMut(&Loop) -> Result<Vec<Stmt>>,
 ) -> Result<Vec<Stmt>> {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Loop(l) if l.var == var => f(l),
-            Stmt::Loop(l) => Ok(Stmt::Loop(Loop {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Loop(l) if l.var == var => out.extend(f(l)?),
+            Stmt::Loop(l) => out.push(Stmt::Loop(Loop {
                 body: rewrite(&l.body, var, f)?,
                 ..l.clone()
             })),
-            other => Ok(other.clone()),
-        })
-        .collect()
+            other => out.push(other.clone()),
+        }
+    }
+    Ok(out)
 }
 
 /// The only statement of `l`'s body when it is a loop over `inner`.
@@ -111,7 +120,14 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
     }
 }
 
-fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Stmt> {
+fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Vec<Stmt>> {
+    if let Directive::AccumulateOutward(_) = d {
+        return accumulate_outward(l);
+    }
+    rewrite_one(l, d).map(|s| vec![s])
+}
+
+fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
     let mark = |kind| Ok(Stmt::Loop(Loop { kind, ..l.clone() }));
     match d {
         Directive::Parallel(_) => mark(LoopKind::Parallel),
@@ -119,6 +135,7 @@ fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Unroll(_) => mark(LoopKind::Unrolled),
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
+        Directive::AccumulateOutward(_) => bail!("schedule: {d} rewrites into several loops"),
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
             if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
@@ -191,6 +208,68 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
         kind: outer.kind,
         body,
     }))
+}
+
+/// `for v { let acc = init; for r.. { acc = acc ⊕ x }; out[o] = acc }`
+/// becomes `for v { out[o] = init }; for r.. { for v { out[o] = out[o] ⊕ x } }`.
+/// Legal because each `v` iteration owns its output element and the
+/// reduction order per element is unchanged; the accumulation happens in
+/// the output's type.
+fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
+    let not_reduction = || -> Result<Vec<Stmt>> {
+        bail!("schedule: loop '{}' is not `let; reduction loops; store`", l.var)
+    };
+    let [Stmt::Let { name, value: init, .. }, Stmt::Loop(red), Stmt::Store { buf, offset, value: Val::Local(stored) }] =
+        l.body.as_slice()
+    else {
+        return not_reduction();
+    };
+    if stored != name {
+        return not_reduction();
+    }
+    let load_out = Val::Load {
+        buf: *buf,
+        offset: offset.clone(),
+        guard: Vec::new(),
+    };
+    // The reduction nest with its update turned into a read-modify-write of
+    // the output, wrapped in a copy of loop `v` at the innermost level.
+    fn sink(s: &Stmt, acc: &str, l: &Loop, buf: usize, offset: &Idx, out: &Val) -> Result<Stmt> {
+        Ok(match s {
+            Stmt::Loop(r) => Stmt::Loop(Loop {
+                body: r
+                    .body
+                    .iter()
+                    .map(|s| sink(s, acc, l, buf, offset, out))
+                    .collect::<Result<_>>()?,
+                ..r.clone()
+            }),
+            Stmt::Update {
+                name,
+                combiner,
+                value,
+            } if name == acc => Stmt::Loop(Loop {
+                body: vec![Stmt::Store {
+                    buf,
+                    offset: offset.clone(),
+                    value: Val::Call(combiner.scalar(), vec![out.clone(), value.clone()]),
+                }],
+                kind: LoopKind::Serial,
+                ..l.clone()
+            }),
+            _ => bail!("schedule: unexpected statement in a reduction nest"),
+        })
+    }
+    let init_loop = Stmt::Loop(Loop {
+        body: vec![Stmt::Store {
+            buf: *buf,
+            offset: offset.clone(),
+            value: init.clone(),
+        }],
+        ..l.clone()
+    });
+    let reduce = sink(&Stmt::Loop(red.clone()), name, l, *buf, offset, &load_out)?;
+    Ok(vec![init_loop, reduce])
 }
 
 /// True when an index anywhere in `body` divides or takes a remainder of

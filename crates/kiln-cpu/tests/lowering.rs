@@ -1,0 +1,132 @@
+//! Text-in/text-out tests of lowering and default scheduling, plus a
+//! differential check of each case on the CPU backend.
+//!
+//! `tests/cases/<name>.kiln` holds a graph in kiln's textual IR;
+//! `<name>.expected` holds, for every node, the scheduled loop IR with its
+//! schedule (or why the node runs on the interpreter). The graph is also
+//! compiled and run on random inputs and compared with the reference
+//! interpreter. `KILN_BLESS=1 cargo test -p kiln-cpu --test lowering`
+//! rewrites the expected files; `KILN_CASE=substring` filters.
+
+use kiln_cpu::{select::node_kernel, CompiledModel, CpuOptions};
+use kiln_ir::{Data, Graph, Result, Tensor};
+use std::path::{Path, PathBuf};
+
+fn load(src: &str) -> Result<Graph> {
+    let mut g = kiln_ir::text::parse(src)?;
+    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
+    kiln_ir::verify::verify(&g)?;
+    Ok(g)
+}
+
+fn lowered_text(g: &Graph) -> String {
+    let mut out = String::new();
+    for (i, node) in g.nodes.iter().enumerate() {
+        out.push_str(&format!("# node {i}: {}\n", node.describe()));
+        match node_kernel(g, node, &format!("k{i}")) {
+            Ok(k) => {
+                out.push_str(&format!("{}\n", k.kernel));
+                let s: Vec<String> = k.schedule.0.iter().map(|d| d.to_string()).collect();
+                out.push_str(&format!("schedule: [{}]\n", s.join(", ")));
+                if let Some(p) = k.in_place {
+                    out.push_str(&format!("in place of input {p}\n"));
+                }
+            }
+            Err(e) => out.push_str(&format!("interpreted: {e}\n")),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Inputs: floats in [-2, 2), integer indices in [-2, 2) (negative ones
+/// count from the end, as Gather allows).
+fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
+    let mut state = 12345u64;
+    let mut next = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    };
+    g.inputs
+        .iter()
+        .map(|&id| {
+            let ty = g.ty(id);
+            let shape = ty.shape.clone().unwrap_or_default();
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n)
+                .map(|_| {
+                    let r = next() * 4.0 - 2.0;
+                    if ty.dtype.is_float() {
+                        r
+                    } else {
+                        r.floor()
+                    }
+                })
+                .collect();
+            Tensor::new(shape, Data::from_f64(ty.dtype, &v)?)
+        })
+        .collect()
+}
+
+fn check_against_interpreter(g: &Graph, name: &str) -> Result<()> {
+    let ins = inputs(g)?;
+    let want = kiln_interp::run(g, &ins)?;
+    let opts = CpuOptions {
+        threads: 2,
+        ..Default::default()
+    };
+    let got = CompiledModel::compile(g, &opts)?.run(&ins)?;
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.shape, b.shape, "{name}: output {k} shape");
+        let (x, y) = (a.data.to_f64_vec()?, b.data.to_f64_vec()?);
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 + 1e-4 * q.abs(),
+                "{name}: output {k} element {i}: cpu {p} vs interpreter {q}"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn cases() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases");
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/cases")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "kiln"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn lowering_cases() {
+    let bless = std::env::var("KILN_BLESS").is_ok_and(|v| v == "1");
+    let filter = std::env::var("KILN_CASE").unwrap_or_default();
+    let mut failures = Vec::new();
+    for case in cases() {
+        let name = case.file_stem().unwrap().to_string_lossy().to_string();
+        if !name.contains(&filter) {
+            continue;
+        }
+        let g = load(&std::fs::read_to_string(&case).unwrap())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        check_against_interpreter(&g, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let got = lowered_text(&g);
+        let expected_path = case.with_extension("expected");
+        if bless {
+            std::fs::write(&expected_path, &got).unwrap();
+            continue;
+        }
+        let want = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if got != want {
+            failures.push(format!("--- {name}: got\n{got}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "lowering differs from the expected text (KILN_BLESS=1 to accept):\n{}",
+        failures.join("\n")
+    );
+}
