@@ -44,7 +44,9 @@ fn lowered_text(g: &Graph) -> String {
 fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
     let mut state = 12345u64;
     let mut next = move || {
-        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (state >> 33) as f64 / (1u64 << 31) as f64
     };
     g.inputs

@@ -107,7 +107,9 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
         !plain && (nest.len() > 1 || !parallel) && extent >= 8 && reads_along(&l.body, &innermost)
     });
     if y_reduce {
-        schedule.0.push(Directive::AccumulateOutward(innermost.clone()));
+        schedule
+            .0
+            .push(Directive::AccumulateOutward(innermost.clone()));
         schedule.0.push(Directive::Vectorize(innermost));
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));

@@ -19,9 +19,18 @@ use kiln_ir::{bail, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Directive {
-    Split { var: String, factor: i64 },
-    Fuse { outer: String, inner: String },
-    Reorder { outer: String, inner: String },
+    Split {
+        var: String,
+        factor: i64,
+    },
+    Fuse {
+        outer: String,
+        inner: String,
+    },
+    Reorder {
+        outer: String,
+        inner: String,
+    },
     Parallel(String),
     Vectorize(String),
     Unroll(String),
@@ -217,10 +226,18 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
 /// the output's type.
 fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
     let not_reduction = || -> Result<Vec<Stmt>> {
-        bail!("schedule: loop '{}' is not `let; reduction loops; store`", l.var)
+        bail!(
+            "schedule: loop '{}' is not `let; reduction loops; store`",
+            l.var
+        )
     };
-    let [Stmt::Let { name, value: init, .. }, Stmt::Loop(red), Stmt::Store { buf, offset, value: Val::Local(stored) }] =
-        l.body.as_slice()
+    let [Stmt::Let {
+        name, value: init, ..
+    }, Stmt::Loop(red), Stmt::Store {
+        buf,
+        offset,
+        value: Val::Local(stored),
+    }] = l.body.as_slice()
     else {
         return not_reduction();
     };
