@@ -88,8 +88,11 @@ pub fn lower_contraction(
         size(Axis::N),
         size(Axis::K),
     );
-    if m * n * k < 32 * 32 * 32 {
-        return Ok(None); // too small to pay for packing: plain loops
+    if m * n * k < 32 * 32 * 32 || m < 4 || n < 8 {
+        // Too small to pay for packing, or a matrix-vector product
+        // (depthwise convolution, M = 1): plain loops in the y-reduce form
+        // stream the data once and vectorize along the output row.
+        return Ok(None);
     }
     // Each expression variable as a function of its axis' flat index.
     let value_of = |v: Var, frame: &[(Axis, &str)]| -> Idx {
