@@ -110,12 +110,12 @@ impl Matmul {
         let mut expected = vec![0.0; span(self.c, batch, m, n)];
         for bi in 0..batch {
             for r in 0..m {
-                for c in 0..n {
+                for (c, &bias_c) in bias.iter().enumerate() {
                     let acc: f64 = (0..k)
                         .map(|p| at(&a, self.a, bi, r, p) * at(&b, self.b, bi, p, c))
                         .sum();
                     let value = if self.bias {
-                        (acc + bias[c] as f64).max(0.0)
+                        (acc + bias_c as f64).max(0.0)
                     } else {
                         acc
                     };
