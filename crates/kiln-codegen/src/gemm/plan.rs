@@ -3,9 +3,10 @@
 //! Goto & van de Geijn 2008 §6-7; Low et al. 2016, "Analytical modeling is enough").
 //!
 //! Needs a validated spec. Guarantees `kc <= k`, at least one panel per block, and a plan whose
-//! blocks follow the cache model: one B micro-panel (`kc x nr`) fills about half of L1 so it
-//! stays there while every A micro-panel of the block streams past it; one packed A block
-//! (`mc x kc`) fills about half of L2; packed B blocks (`kc x nc`) live in L3.
+//! blocks follow the cache model: K blocks as deep as the target's measured `kc_max` (the C
+//! tile's read-modify-write is paid once per K block); one packed A block (`mc x kc`) fills
+//! about 3/4 of L2, since the micro-kernel streams it once per B micro-panel; packed B blocks
+//! (`kc x nc`) live in L3, each micro-panel read once per A block.
 //! The thread split is decided at run time in C (`kiln_gemm_split`), from these maximum sizes.
 
 use super::kernel::{KernelShape, VectorTarget};
@@ -48,12 +49,9 @@ pub(crate) fn plan(spec: &GemmSpec, target: &VectorTarget, tuning: &Tuning) -> P
     } else {
         (spec.m, spec.n)
     };
-    let kc_max = tuning
-        .kc
-        .unwrap_or(target.l1_bytes / 2 / (shape.nr * 4))
-        .max(1);
+    let kc_max = tuning.kc.unwrap_or(target.kc_max).max(1);
     let kc = spec.k.div_ceil(spec.k.div_ceil(kc_max));
-    let mc_max = tuning.mc.unwrap_or(target.l2_bytes / 2 / (kc * 4));
+    let mc_max = tuning.mc.unwrap_or(target.l2_bytes * 3 / 4 / (kc * 4));
     let nc_max = tuning.nc.unwrap_or(NC_MAX);
     Plan {
         shape,
