@@ -2,11 +2,12 @@
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
 //!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--reps N]
-//!  [--conv3x3]`
+//!  [--conv3x3 [--expr]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
 //! over `K/9` input channels of a square `sqrt(N) x sqrt(N)` image (M = output channels), the
-//! way a ResNet layer runs (64 3136 576 is ResNet-50's 3x3 conv of stage 2).
+//! way a ResNet layer runs (64 3136 576 is ResNet-50's 3x3 conv of stage 2): a `Window`
+//! operand, or with `--expr` the same read written as an `Operand::Expr`.
 //!
 //! Compiles (with `$CC`, default `cc`, `-O3 -march=native -fopenmp`; `$KILN_CFLAGS` replaces
 //! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
@@ -17,7 +18,7 @@
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning,
+    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning, Window,
 };
 use kiln_codegen::peak::peak_c;
 
@@ -29,6 +30,7 @@ struct Args {
     threads: usize,
     reps: usize,
     conv: bool,
+    expr: bool,
     tuning: Tuning,
 }
 
@@ -42,6 +44,7 @@ fn parse_args() -> Result<Args, String> {
         threads: 2,
         reps: 0,
         conv: false,
+        expr: false,
         tuning: Tuning::default(),
     };
     let mut iter = std::env::args().skip(1);
@@ -53,6 +56,7 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--batch" => args.batch = number(iter.next())?,
             "--conv3x3" => args.conv = true,
+            "--expr" => args.expr = true,
             "--reps" => args.reps = number(iter.next())?,
             "--kc" => args.tuning.kc = Some(number(iter.next())?),
             "--mc" => args.tuning.mc = Some(number(iter.next())?),
@@ -76,7 +80,7 @@ fn parse_args() -> Result<Args, String> {
         [m, n, k, threads] => (args.m, args.n, args.k, args.threads) = (*m, *n, *k, *threads),
         _ => return Err("usage: gemm_bench [M N K] [threads] [--options]".into()),
     }
-    if args.conv && (args.k % 9 != 0 || image_side(args.n).is_none()) {
+    if args.conv && (!args.k.is_multiple_of(9) || image_side(args.n).is_none()) {
         return Err("--conv3x3 needs K = 9 * channels and N a square".into());
     }
     Ok(args)
@@ -122,7 +126,18 @@ fn spec(args: &Args) -> GemmSpec {
         k: args.k,
         a: strided("A", m * k, k),
         b: match image_side(args.n) {
-            Some(side) if args.conv => Operand::Expr(conv_expr(args.k, side)),
+            Some(side) if args.conv && args.expr => Operand::Expr(conv_expr(args.k, side)),
+            Some(side) if args.conv => Operand::Window(Window {
+                param: "B".into(),
+                batch: (args.k / 9 * args.n) as isize,
+                channels: args.k / 9,
+                size: [side, side],
+                out: [side, side],
+                kernel: [3, 3],
+                stride: [1, 1],
+                pad: [1, 1],
+                dilation: [1, 1],
+            }),
             _ => strided("B", k * n, n),
         },
         c: strided("C", m * n, n),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning,
+    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning, Window,
 };
 
 /// Largest accepted error, relative to the largest reference magnitude of the case.
@@ -155,45 +155,93 @@ impl Matmul {
     }
 }
 
-/// A 2-D convolution (NCHW, square kernel) to run as implicit GEMM: M = output channels,
-/// N = output pixels, K = input channels x kernel window, one batch entry per image.
+/// A 2-D convolution (NCHW) to run as implicit GEMM: M = output channels, N = output pixels,
+/// K = input channels x kernel window, one batch entry per image. B is either an `Expr` written
+/// here or a `Window`.
+#[derive(Clone)]
 struct Conv {
     name: &'static str,
     images: usize,
     cin: usize,
     cout: usize,
-    height: usize,
-    width: usize,
-    kernel: usize,
-    stride: usize,
-    pad: usize,
+    size: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    pad: [usize; 2],
+    dilation: [usize; 2],
+    window: bool,
 }
 
 impl Conv {
-    fn out_size(&self, size: usize) -> usize {
-        (size + 2 * self.pad - self.kernel) / self.stride + 1
+    fn square(
+        name: &'static str,
+        cin: usize,
+        cout: usize,
+        size: usize,
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Conv {
+        Conv {
+            name,
+            images: 1,
+            cin,
+            cout,
+            size: [size, size],
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            pad: [pad, pad],
+            dilation: [1, 1],
+            window: false,
+        }
+    }
+
+    /// Output size along axis `d` (symmetric padding).
+    fn out(&self, d: usize) -> usize {
+        (self.size[d] + 2 * self.pad[d] - self.dilation[d] * (self.kernel[d] - 1) - 1)
+            / self.stride[d]
+            + 1
     }
 
     /// The C expression of im2col element (b, r = (ci, kh, kw), c = (oh, ow)), 0 in the padding.
     fn window_expr(&self) -> String {
-        let (kk, ow_count) = (self.kernel, self.out_size(self.width));
-        let (h, w, s, p) = (self.height, self.width, self.stride, self.pad);
-        let ih = format!("(c / {ow_count} * {s} + r / {kk} % {kk} - {p})");
-        let iw = format!("(c % {ow_count} * {s} + r % {kk} - {p})");
+        let ([h, w], [kh, kw], ow) = (self.size, self.kernel, self.out(1));
+        let ih = format!(
+            "(c / {ow} * {} + r / {kw} % {kh} * {} - {})",
+            self.stride[0], self.dilation[0], self.pad[0]
+        );
+        let iw = format!(
+            "(c % {ow} * {} + r % {kw} * {} - {})",
+            self.stride[1], self.dilation[1], self.pad[1]
+        );
         format!(
             "({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? X[b * {} + r / {} * {} + {ih} * {w} + {iw}] : 0.0f",
             self.cin * h * w,
-            kk * kk,
+            kh * kw,
             h * w
         )
     }
 
-    fn case(&self, seed: u64, tuning: Tuning) -> Case {
-        let (oh, ow) = (self.out_size(self.height), self.out_size(self.width));
-        let window = self.cin * self.kernel * self.kernel;
-        let x = values(self.images * self.cin * self.height * self.width, seed);
-        let weights = values(self.cout * window, seed + 1);
-        let bias = values(self.cout, seed + 2);
+    fn operand(&self) -> Operand {
+        if !self.window {
+            return Operand::Expr(self.window_expr());
+        }
+        Operand::Window(Window {
+            param: "X".into(),
+            batch: (self.cin * self.size[0] * self.size[1]) as isize,
+            channels: self.cin,
+            size: self.size,
+            out: [self.out(0), self.out(1)],
+            kernel: self.kernel,
+            stride: self.stride,
+            pad: self.pad,
+            dilation: self.dilation,
+        })
+    }
+
+    /// Direct sliding-window reference with bias and ReLU, NCHW output.
+    fn reference(&self, x: &[f32], weights: &[f32], bias: &[f32]) -> Vec<f64> {
+        let ([h, w], [kh, kw], [oh, ow]) = (self.size, self.kernel, [self.out(0), self.out(1)]);
         let mut expected = vec![0.0; self.images * self.cout * oh * ow];
         for img in 0..self.images {
             for co in 0..self.cout {
@@ -201,23 +249,18 @@ impl Conv {
                     for xo in 0..ow {
                         let mut acc = 0.0;
                         for ci in 0..self.cin {
-                            for kh in 0..self.kernel {
-                                for kw in 0..self.kernel {
-                                    let iy = (y * self.stride + kh) as isize - self.pad as isize;
-                                    let ix = (xo * self.stride + kw) as isize - self.pad as isize;
-                                    if iy < 0
-                                        || ix < 0
-                                        || iy >= self.height as isize
-                                        || ix >= self.width as isize
-                                    {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (y * self.stride[0] + ky * self.dilation[0]) as isize
+                                        - self.pad[0] as isize;
+                                    let ix = (xo * self.stride[1] + kx * self.dilation[1]) as isize
+                                        - self.pad[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                         continue;
                                     }
-                                    let xi = ((img * self.cin + ci) * self.height + iy as usize)
-                                        * self.width
-                                        + ix as usize;
-                                    let wi = ((co * self.cin + ci) * self.kernel + kh)
-                                        * self.kernel
-                                        + kw;
+                                    let xi =
+                                        ((img * self.cin + ci) * h + iy as usize) * w + ix as usize;
+                                    let wi = ((co * self.cin + ci) * kh + ky) * kw + kx;
                                     acc += x[xi] as f64 * weights[wi] as f64;
                                 }
                             }
@@ -228,17 +271,27 @@ impl Conv {
                 }
             }
         }
+        expected
+    }
+
+    fn case(&self, seed: u64, tuning: Tuning) -> Case {
+        let pixels = self.out(0) * self.out(1);
+        let window = self.cin * self.kernel[0] * self.kernel[1];
+        let x = values(self.images * self.cin * self.size[0] * self.size[1], seed);
+        let weights = values(self.cout * window, seed + 1);
+        let bias = values(self.cout, seed + 2);
+        let expected = self.reference(&x, &weights, &bias);
         Case {
             spec: GemmSpec {
                 name: self.name.into(),
                 params: params(&["X", "W", "bias"], "Y"),
                 batch: self.images,
                 m: self.cout,
-                n: oh * ow,
+                n: pixels,
                 k: window,
                 a: strided("W", 0, window as isize, 1),
-                b: Operand::Expr(self.window_expr()),
-                c: strided("Y", (self.cout * oh * ow) as isize, (oh * ow) as isize, 1),
+                b: self.operand(),
+                c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
                 epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
             },
             tuning,
@@ -330,38 +383,58 @@ fn cases() -> Vec<Case> {
         }
     }
     let conv = Conv {
-        name: "conv3x3_s2_p1",
         images: 2,
-        cin: 5,
-        cout: 6,
-        height: 11,
-        width: 9,
-        kernel: 3,
-        stride: 2,
-        pad: 1,
+        size: [11, 9],
+        ..Conv::square("conv3x3_s2_p1", 5, 6, 11, 3, 2, 1)
     };
     cases.push(conv.case(30, Tuning::default()));
-    cases.push(
+    let transposed = Conv {
+        name: "conv3x3_s2_p1_transposed",
+        ..conv.clone()
+    };
+    cases.push(transposed.case(31, small_blocks(None, Some(true))));
+    cases.push(Conv::square("conv3x3_s1_p1_wide", 16, 20, 20, 3, 1, 1).case(32, Tuning::default()));
+    // The same geometries, and odder ones, through the window packer.
+    let windows = [
         Conv {
-            name: "conv3x3_s2_p1_transposed",
-            ..conv
-        }
-        .case(31, small_blocks(None, Some(true))),
-    );
-    cases.push(
+            name: "win3x3_s2_p1",
+            window: true,
+            ..conv.clone()
+        },
         Conv {
-            name: "conv3x3_s1_p1_wide",
-            images: 1,
-            cin: 16,
-            cout: 20,
-            height: 20,
-            width: 20,
-            kernel: 3,
-            stride: 1,
-            pad: 1,
-        }
-        .case(32, Tuning::default()),
-    );
+            name: "win3x3_s1_p1_wide",
+            window: true,
+            ..Conv::square("", 16, 20, 20, 3, 1, 1)
+        },
+        Conv {
+            name: "win1x1_s2",
+            window: true,
+            ..Conv::square("", 7, 9, 13, 1, 2, 0)
+        },
+        Conv {
+            name: "win5x3_dilated",
+            window: true,
+            images: 3,
+            size: [12, 17],
+            kernel: [5, 3],
+            stride: [1, 3],
+            pad: [4, 2],
+            dilation: [2, 1],
+            ..Conv::square("", 3, 5, 0, 0, 1, 0)
+        },
+        Conv {
+            name: "win7x7_s2_p3",
+            window: true,
+            ..Conv::square("", 3, 8, 23, 7, 2, 3)
+        },
+    ];
+    for (index, conv) in windows.into_iter().enumerate() {
+        let seed = 40 + 2 * index as u64;
+        cases.push(conv.case(seed, Tuning::default()));
+        let name: &'static str =
+            Box::leak(format!("{}_small_blocks_t", conv.name).into_boxed_str());
+        cases.push(Conv { name, ..conv }.case(seed + 1, small_blocks(None, Some(true))));
+    }
     cases
 }
 

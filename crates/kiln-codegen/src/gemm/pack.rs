@@ -9,6 +9,7 @@
 
 use super::emit::CWriter;
 use super::view::{Axis, View};
+use super::window::emit_window_pack;
 
 /// Which packed operand: A panels run along kernel rows, B panels along kernel columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +32,7 @@ pub(crate) struct PackJob<'a> {
 
 impl PackJob<'_> {
     /// The kernel axis a panel runs across (rows of A panels, columns of B panels).
-    fn panel_axis(&self) -> Axis {
+    pub(crate) fn panel_axis(&self) -> Axis {
         match self.side {
             Side::A => Axis::Row,
             Side::B => Axis::Col,
@@ -41,6 +42,10 @@ impl PackJob<'_> {
 
 /// Emits the packing loop nest for one K block.
 pub(crate) fn emit_pack(w: &mut CWriter, job: &PackJob) {
+    if let Some(window) = job.view.window_along(job.panel_axis()) {
+        emit_window_pack(w, job, window);
+        return;
+    }
     let width = job.width;
     w.line(format!(
         "/* pack {:?}: panels [{}, {}) of {width}, depth kiln_kc from kiln_k0 */",

@@ -6,6 +6,7 @@
 //! exactly the C variables `r` and `c` (type `long`) that `Operand::Expr` and epilogues are
 //! written against, and evaluates strided elements as `param[b*batch + r*row + c*col]`.
 
+use super::window::{element_expr, Window};
 use super::Operand;
 
 /// A kernel-orientation axis of a matrix operand.
@@ -69,6 +70,7 @@ impl<'a> View<'a> {
                 col,
             } => format!("{param}[{}]", strided_index(*batch, *row, *col)),
             Operand::Expr(expr) => format!("({expr})"),
+            Operand::Window(window) => element_expr(window),
         }
     }
 
@@ -81,7 +83,16 @@ impl<'a> View<'a> {
             Operand::Strided {
                 batch, row, col, ..
             } => Some((*batch, *row, *col)),
-            Operand::Expr(_) => None,
+            Operand::Expr(_) | Operand::Window(_) => None,
+        }
+    }
+
+    /// The convolution window, when the operand is one and `axis` runs along its output pixels
+    /// (its own columns `c`), the layout the window packer handles.
+    pub(crate) fn window_along(&self, axis: Axis) -> Option<&Window> {
+        match self.operand {
+            Operand::Window(window) if self.name_of(axis) == "c" => Some(window),
+            _ => None,
         }
     }
 
@@ -89,7 +100,7 @@ impl<'a> View<'a> {
     pub(crate) fn param(&self) -> Option<&str> {
         match self.operand {
             Operand::Strided { param, .. } => Some(param),
-            Operand::Expr(_) => None,
+            Operand::Expr(_) | Operand::Window(_) => None,
         }
     }
 
