@@ -319,6 +319,7 @@ fn small_blocks(shape: Option<KernelShape>, transposed: Option<bool>) -> Tuning 
         nc: Some(100),
         shape,
         transposed,
+        pack_a: None,
     }
 }
 
@@ -381,6 +382,14 @@ fn cases() -> Vec<Case> {
                 .case(10 + index as u64, tuning),
             );
         }
+    }
+    // A packed although it could be read in place, and read in place with a partial panel.
+    for (name, pack_a) in [("mm_8x48_packed_a", true), ("mm_8x48_rows_a", false)] {
+        let tuning = Tuning {
+            pack_a: Some(pack_a),
+            ..small_blocks(Some(KernelShape { mr: 8, nr: 48 }), Some(false))
+        };
+        cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
     }
     let conv = Conv {
         images: 2,

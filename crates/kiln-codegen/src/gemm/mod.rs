@@ -104,6 +104,8 @@ pub struct Tuning {
     pub nc: Option<usize>,
     pub shape: Option<KernelShape>,
     pub transposed: Option<bool>,
+    /// Pack A (true) or let the micro-kernel read A's rows in place where A allows (false).
+    pub pack_a: Option<bool>,
 }
 
 /// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).

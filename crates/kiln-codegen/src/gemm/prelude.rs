@@ -10,7 +10,7 @@
 use std::sync::OnceLock;
 
 use super::emit::CWriter;
-use super::kernel::{emit_ukernel, for_each_target, TARGETS};
+use super::kernel::{emit_ukernel, for_each_target, ASource, TARGETS};
 
 const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #define KILN_GEMM_PRELUDE
@@ -83,7 +83,9 @@ fn build_prelude() -> String {
     }
     for_each_target(&mut w, |w, target| {
         for rated in target.shapes {
-            emit_ukernel(w, rated.shape, target.vector_len());
+            for source in ASource::ALL {
+                emit_ukernel(w, rated.shape, target.vector_len(), source);
+            }
         }
     });
     w.directive("#endif /* KILN_GEMM_PRELUDE */");
