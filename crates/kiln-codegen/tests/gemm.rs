@@ -524,6 +524,23 @@ fn compiler() -> Option<String> {
     }
 }
 
+/// Compiles `source` into `exe`, failing the test with the compiler's messages.
+fn compile(cc: &str, flags: &[&str], source: &Path, exe: &Path) {
+    let out = Command::new(cc)
+        .args(flags)
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .arg("-lm")
+        .output()
+        .expect("run C compiler");
+    assert!(
+        out.status.success(),
+        "{cc} {flags:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 fn write_floats(path: &Path, data: &[f32]) {
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
     std::fs::write(path, bytes).expect("write input");
@@ -548,19 +565,7 @@ fn check_all(flags: &[&str], thread_counts: &[usize]) {
     let source = dir.path().join("gemm_test.c");
     let exe = dir.path().join("gemm_test");
     std::fs::write(&source, program(&cases)).expect("write C");
-    let out = Command::new(&cc)
-        .args(flags)
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-lm")
-        .output()
-        .expect("run C compiler");
-    assert!(
-        out.status.success(),
-        "{cc} {flags:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    compile(&cc, flags, &source, &exe);
     for case in &cases {
         for input in &case.inputs {
             let path = dir
@@ -649,17 +654,11 @@ fn fma_peak_program_runs() {
     let source = dir.path().join("peak.c");
     let exe = dir.path().join("peak");
     std::fs::write(&source, kiln_codegen::peak::peak_c()).expect("write C");
-    let out = Command::new(&cc)
-        .args(["-O2", "-march=native", "-fopenmp", "-DKILN_PEAK_MAIN"])
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    compile(
+        &cc,
+        &["-O2", "-march=native", "-fopenmp", "-DKILN_PEAK_MAIN"],
+        &source,
+        &exe,
     );
     let run = Command::new(&exe).arg("2").output().expect("run peak");
     let text = String::from_utf8_lossy(&run.stdout);

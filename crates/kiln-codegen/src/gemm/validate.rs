@@ -50,14 +50,14 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
         ("C", &spec.c, spec.m, spec.n),
     ];
     for (what, operand, rows, cols) in shapes {
+        if let Some(param) = base_param(operand).filter(|param| !seen.contains(param)) {
+            bail!(
+                "gemm {}: operand {what} reads `{param}`, which is not a parameter",
+                spec.name
+            );
+        }
         match operand {
-            Operand::Window(window) => check_window(spec, what, window, rows, cols, &seen)?,
-            Operand::Strided { param, .. } if !seen.contains(param.as_str()) => {
-                bail!(
-                    "gemm {}: operand {what} reads `{param}`, which is not a parameter",
-                    spec.name
-                )
-            }
+            Operand::Window(window) => check_window(spec, what, window, rows, cols)?,
             Operand::Expr(expr) if expr.trim().is_empty() => {
                 bail!("gemm {}: operand {what} has an empty expression", spec.name)
             }
@@ -67,22 +67,23 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
     check_output(spec)
 }
 
-/// A window must name a parameter, have no zero extents, and be exactly the operand's shape.
+/// The pointer parameter a strided or window operand reads.
+fn base_param(operand: &Operand) -> Option<&str> {
+    match operand {
+        Operand::Strided { param, .. } => Some(param),
+        Operand::Window(window) => Some(&window.param),
+        Operand::Expr(_) => None,
+    }
+}
+
+/// A window must have no zero extents and be exactly the operand's shape.
 fn check_window(
     spec: &GemmSpec,
     what: &str,
     window: &Window,
     rows: usize,
     cols: usize,
-    params: &HashSet<&str>,
 ) -> Result<()> {
-    if !params.contains(window.param.as_str()) {
-        bail!(
-            "gemm {}: operand {what} reads `{}`, which is not a parameter",
-            spec.name,
-            window.param
-        );
-    }
     let extents = [
         window.size,
         window.out,
