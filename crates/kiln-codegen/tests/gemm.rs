@@ -627,7 +627,15 @@ fn sixteen_byte_fallback_width() {
 #[test]
 fn without_openmp() {
     check_all(
-        &["-O2", "-march=native", "-std=c11", "-ffp-contract=fast"],
+        &[
+            "-O2",
+            "-march=native",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unknown-pragmas",
+            "-Werror",
+        ],
         &[1],
     );
 }
@@ -654,6 +662,16 @@ fn fma_peak_program_runs() {
     let source = dir.path().join("peak.c");
     let exe = dir.path().join("peak");
     std::fs::write(&source, kiln_codegen::peak::peak_c()).expect("write C");
+    let strict = [
+        "-O2",
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unknown-pragmas",
+        "-Werror",
+        "-DKILN_PEAK_MAIN",
+    ];
+    compile(&cc, &strict, &source, &exe);
     compile(
         &cc,
         &["-O2", "-march=native", "-fopenmp", "-DKILN_PEAK_MAIN"],

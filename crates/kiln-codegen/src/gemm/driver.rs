@@ -63,8 +63,9 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         npan.div_ceil(plan.nc_panels)
     ));
     w.line(format!(
-        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, &kiln_mb, &kiln_nb);",
-        spec.batch
+        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, {}, &kiln_mb, &kiln_nb);",
+        spec.batch,
+        u8::from(!plan.pack_a)
     ));
     w.line(format!(
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
@@ -84,6 +85,7 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.directive("#pragma omp for schedule(static)");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
+    w.line("(void)b;");
     w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
     w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
     w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
@@ -132,6 +134,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
         ),
     };
     w.line(format!("const long kiln_pe = {pe};"));
+    w.line("(void)kiln_pe;");
     if plan.pack_a || partial {
         emit_pack(
             w,

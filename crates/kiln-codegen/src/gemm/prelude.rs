@@ -5,7 +5,8 @@
 //! Needs a C11 compiler with GCC/Clang vector extensions. Guarantees it can be pasted once per
 //! C file (a guard macro makes a second copy harmless) and that everything it defines starts
 //! with `kiln_`/`KILN_`. Fused multiply-adds come from contracting `x * y + z`: GCC does so by
-//! default (`-std=gnu*`, or `-ffp-contract=fast`), Clang with the pragma below.
+//! default (`-std=gnu*`) and, in ISO mode, for the kernels through a pragma; Clang with its
+//! `fp contract(fast)` pragma.
 
 use std::sync::OnceLock;
 
@@ -47,10 +48,12 @@ static float* kiln_gemm_alloc(long floats)
 }
 
 /* Grows the number of M and N blocks (*mb, *nb; at most mpan and npan panels) until the
-   batch * mb * nb tasks divide evenly among the OpenMP threads or are plentiful, splitting
-   the dimension whose blocks are larger (rows * mr vs columns * nr). Blocks get panel counts
-   that differ by at most one, so equal task counts mean equal work. */
-static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, long* mb, long* nb)
+   batch * mb * nb tasks divide evenly among the OpenMP threads or are plentiful. Each M block
+   packs its own copy of B and each N block its own copy of A, so it splits N when A is not
+   packed (prefer_n), else the dimension whose blocks are larger (rows * mr vs columns * nr).
+   Blocks get panel counts that differ by at most one, so equal task counts mean equal work. */
+static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int prefer_n,
+                            long* mb, long* nb)
 {
     long threads = 1;
 #ifdef _OPENMP
@@ -61,10 +64,11 @@ static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, 
         if (tasks % threads == 0 || tasks >= 16 * threads)
             return;
         const long rows = (mpan + *mb - 1) / *mb * mr, cols = (npan + *nb - 1) / *nb * nr;
-        if (*mb < mpan && (rows >= cols || *nb >= npan))
-            ++*mb;
-        else if (*nb < npan)
+        const int split_n = *nb < npan && (prefer_n || rows < cols || *mb >= mpan);
+        if (split_n)
             ++*nb;
+        else if (*mb < mpan)
+            ++*mb;
         else
             return;
     }
@@ -81,6 +85,13 @@ fn build_prelude() -> String {
             w.directive(line);
         }
     }
+    // GCC contracts `x * y + z` into FMAs by default, but not in ISO C mode (-std=c11, which
+    // defines __STRICT_ANSI__): there the kernels ask for it themselves.
+    let iso_gcc = "#if defined(__GNUC__) && !defined(__clang__) && defined(__STRICT_ANSI__)";
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC push_options");
+    w.directive("#pragma GCC optimize(\"fp-contract=fast\")");
+    w.directive("#endif");
     for_each_target(&mut w, |w, target| {
         for rated in target.shapes {
             for source in ASource::ALL {
@@ -88,6 +99,9 @@ fn build_prelude() -> String {
             }
         }
     });
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC pop_options");
+    w.directive("#endif");
     w.directive("#endif /* KILN_GEMM_PRELUDE */");
     w.finish()
 }

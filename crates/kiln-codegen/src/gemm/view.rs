@@ -46,9 +46,11 @@ impl<'a> View<'a> {
         }
     }
 
-    /// `const long r = <expr>;` (or `c`) for the kernel axis.
+    /// `const long r = <expr>;` (or `c`) for the kernel axis; marked used, since an operand or
+    /// epilogue may ignore it (and generated code should compile cleanly under `-Wall`).
     pub(crate) fn bind(&self, axis: Axis, expr: &str) -> String {
-        format!("const long {} = {expr};", self.name_of(axis))
+        let name = self.name_of(axis);
+        format!("const long {name} = {expr}; (void){name};")
     }
 
     /// Binds both coordinates from kernel row and column expressions.
@@ -163,7 +165,7 @@ mod tests {
         let view = View::new(&op, true);
         assert_eq!(
             view.bind_both("i", "j"),
-            "const long c = i; const long r = j;"
+            "const long c = i; (void)c; const long r = j; (void)r;"
         );
         assert_eq!(view.kernel_strides(), Some((0, 1, 9)));
         assert_eq!(view.inner_axis(), Axis::Row);
