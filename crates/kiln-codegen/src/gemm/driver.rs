@@ -74,8 +74,10 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.line("const long kiln_mcp = (kiln_mpan + kiln_mb - 1) / kiln_mb, kiln_ncp = (kiln_npan + kiln_nb - 1) / kiln_nb;");
     w.directive("#pragma omp parallel");
     w.open("");
+    // Read in place, A needs a buffer for its partial last panel only.
+    let a_panels = if plan.pack_a { "kiln_mcp" } else { "1" };
     w.line(format!(
-        "float* kiln_ap = kiln_gemm_alloc(kiln_mcp * {});",
+        "float* kiln_ap = kiln_gemm_alloc({a_panels} * {});",
         mr * kc
     ));
     w.line(format!(
