@@ -71,17 +71,21 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
         spec.batch
     ));
-    w.line("const long kiln_mcp = (kiln_mpan + kiln_mb - 1) / kiln_mb, kiln_ncp = (kiln_npan + kiln_nb - 1) / kiln_nb;");
     w.directive("#pragma omp parallel");
     w.open("");
     // Read in place, A needs a buffer for its partial last panel only.
-    let a_panels = if plan.pack_a { "kiln_mcp" } else { "1" };
+    // Buffers for the largest block: blocks have at most ceil(panels / blocks) panels.
+    let a_panels = if plan.pack_a {
+        "(kiln_mpan + kiln_mb - 1) / kiln_mb"
+    } else {
+        "1"
+    };
     w.line(format!(
         "float* kiln_ap = kiln_gemm_alloc({a_panels} * {});",
         mr * kc
     ));
     w.line(format!(
-        "float* kiln_bp = kiln_gemm_alloc(kiln_ncp * {});",
+        "float* kiln_bp = kiln_gemm_alloc((kiln_npan + kiln_nb - 1) / kiln_nb * {});",
         nr * kc
     ));
     w.directive("#pragma omp for schedule(static)");
