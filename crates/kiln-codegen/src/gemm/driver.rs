@@ -65,7 +65,7 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.line(format!(
         "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, {}, &kiln_mb, &kiln_nb);",
         spec.batch,
-        u8::from(!plan.pack_a)
+        u8::from(plan.pack_a)
     ));
     w.line(format!(
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",

@@ -47,30 +47,36 @@ static float* kiln_gemm_alloc(long floats)
     return (float*)aligned_alloc(64, bytes);
 }
 
-/* Grows the number of M and N blocks (*mb, *nb; at most mpan and npan panels) until the
-   batch * mb * nb tasks divide evenly among the OpenMP threads or are plentiful. Each M block
-   packs its own copy of B and each N block its own copy of A, so it splits N when A is not
-   packed (prefer_n), else the dimension whose blocks are larger (rows * mr vs columns * nr).
-   Blocks get panel counts that differ by at most one, so equal task counts mean equal work. */
-static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int prefer_n,
+/* Chooses how many M and N blocks (*mb, *nb: at least their incoming values, at most mpan and
+   npan panels) to cut the batch * mb * nb tasks into, for the OpenMP thread count: the least
+   makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
+   panel), then the least repacking (every M block packs its own copy of B, every N block its
+   own copy of A when A is packed), then the fewest tasks. */
+static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
                             long* mb, long* nb)
 {
     long threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    for (;;) {
-        const long tasks = batch * *mb * *nb;
-        if (tasks % threads == 0 || tasks >= 16 * threads)
-            return;
-        const long rows = (mpan + *mb - 1) / *mb * mr, cols = (npan + *nb - 1) / *nb * nr;
-        const int split_n = *nb < npan && (prefer_n || rows < cols || *mb >= mpan);
-        if (split_n)
-            ++*nb;
-        else if (*mb < mpan)
-            ++*mb;
-        else
-            return;
+    const long mb0 = *mb, nb0 = *nb;
+    long best_span = -1, best_repack = 0, best_tasks = 0;
+    for (long m = mb0; m <= mpan && m <= mb0 + 2 * threads; m++) {
+        for (long n = nb0; n <= npan && n <= nb0 + 2 * threads; n++) {
+            const long tasks = batch * m * n;
+            const long span = (tasks + threads - 1) / threads * ((mpan + m - 1) / m) * ((npan + n - 1) / n);
+            const long repack = (m - 1) * npan * nr + (pack_a ? (n - 1) * mpan * mr : 0);
+            const int better = best_span < 0 || span < best_span ||
+                               (span == best_span && (repack < best_repack ||
+                                                      (repack == best_repack && tasks < best_tasks)));
+            if (better) {
+                best_span = span;
+                best_repack = repack;
+                best_tasks = tasks;
+                *mb = m;
+                *nb = n;
+            }
+        }
     }
 }
 "#;
