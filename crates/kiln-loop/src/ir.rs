@@ -132,6 +132,9 @@ pub struct GemmOperand {
     pub guard: Vec<(Idx, i64)>,
 }
 
+/// Bounds `0 <= idx < extent` that must all hold for a read to happen.
+pub type Guard = Vec<(Idx, i64)>;
+
 /// `Σ coeff·atom + constant`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Idx {
@@ -199,7 +202,7 @@ impl Idx {
     }
 
     /// `self + other`, like terms merged.
-    pub fn add(mut self, other: &Idx) -> Idx {
+    pub fn plus(mut self, other: &Idx) -> Idx {
         for (a, c) in &other.terms {
             self.add_term(a.clone(), *c);
         }
@@ -232,7 +235,7 @@ impl Idx {
     }
 
     /// `floor(self / d)`, folded when exact.
-    pub fn div(self, d: i64) -> Idx {
+    pub fn floordiv(self, d: i64) -> Idx {
         if d == 1 {
             return self;
         }
@@ -243,7 +246,7 @@ impl Idx {
     }
 
     /// `self mod d`, folded when constant.
-    pub fn rem(self, d: i64) -> Idx {
+    pub fn modulo(self, d: i64) -> Idx {
         if d == 1 {
             return Idx::constant(0);
         }
@@ -260,14 +263,14 @@ impl Idx {
             let replaced = match a {
                 Atom::Var(v) if v == name => with.clone(),
                 Atom::Var(_) => Idx::atom(a.clone()),
-                Atom::Div(e, d) => e.substitute(name, with).div(*d),
-                Atom::Mod(e, d) => e.substitute(name, with).rem(*d),
+                Atom::Div(e, d) => e.substitute(name, with).floordiv(*d),
+                Atom::Mod(e, d) => e.substitute(name, with).modulo(*d),
                 Atom::Data { value, extent } => Idx::atom(Atom::Data {
                     value: Box::new(value.substitute(name, with)),
                     extent: *extent,
                 }),
             };
-            out = out.add(&replaced.scale(*c));
+            out = out.plus(&replaced.scale(*c));
         }
         out.merge_div_mod()
     }
@@ -289,7 +292,7 @@ impl Idx {
             let (hi, lo) = (i.max(j), i.min(j));
             self.terms.remove(hi);
             self.terms.remove(lo);
-            self = self.add(&x.scale(c));
+            self = self.plus(&x.scale(c));
         }
     }
 
