@@ -275,25 +275,45 @@ impl Idx {
         out.merge_div_mod()
     }
 
-    /// `c·d·(x floordiv d) + c·(x mod d)` is `c·x`: the identity that makes
-    /// coalesced loops read contiguous buffers with plain affine offsets.
+    /// Folds the digit identities of mixed-radix indices, for any `x` and
+    /// positive `d`, `e`:
+    /// - `c·d·(x floordiv d) + c·(x mod d)` is `c·x`;
+    /// - `c·d·((x floordiv d) mod e) + c·(x mod d)` is `c·(x mod d·e)`.
+    ///
+    /// Together they collapse a flattened multi-digit index back to its
+    /// variable, which makes coalesced loops and flattened reduction axes
+    /// read contiguous buffers with plain affine offsets.
     pub fn merge_div_mod(mut self) -> Idx {
-        loop {
-            let pair = self.terms.iter().enumerate().find_map(|(i, (a, c))| {
-                let Atom::Mod(x, d) = a else { return None };
-                let j = self.terms.iter().position(|(b, k)| {
-                    matches!(b, Atom::Div(y, e) if y == x && e == d) && *k == c * d
-                })?;
-                Some((i, j, (**x).clone(), *c))
-            });
-            let Some((i, j, x, c)) = pair else {
-                return self;
-            };
+        while let Some((i, j, merged)) = self.digit_pair() {
             let (hi, lo) = (i.max(j), i.min(j));
             self.terms.remove(hi);
             self.terms.remove(lo);
-            self = self.plus(&x.scale(c));
+            self = self.plus(&merged);
         }
+        self
+    }
+
+    /// Two terms one of the identities of [`Idx::merge_div_mod`] merges,
+    /// and what they merge into.
+    fn digit_pair(&self) -> Option<(usize, usize, Idx)> {
+        self.terms.iter().enumerate().find_map(|(i, (a, c))| {
+            let Atom::Mod(x, d) = a else { return None };
+            self.terms.iter().enumerate().find_map(|(j, (b, k))| {
+                if *k != c * d {
+                    return None;
+                }
+                match b {
+                    Atom::Div(y, e) if y == x && e == d => Some((i, j, (**x).clone().scale(*c))),
+                    Atom::Mod(inner, e) => match &inner.terms[..] {
+                        [(Atom::Div(y, f), 1)] if inner.constant == 0 && y == x && f == d => {
+                            Some((i, j, (**x).clone().modulo(d * e).scale(*c)))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+        })
     }
 
     /// Smallest and largest value given each loop variable's range.
