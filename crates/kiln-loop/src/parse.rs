@@ -55,15 +55,6 @@ pub fn parse(src: &str) -> Result<Kernel> {
     Ok(k)
 }
 
-const COMBINERS: [Combiner; 6] = [
-    Combiner::Sum,
-    Combiner::Prod,
-    Combiner::Min,
-    Combiner::Max,
-    Combiner::And,
-    Combiner::Or,
-];
-
 /// An operand reference: buffer number, offset and guard.
 type Access = (usize, Idx, Vec<(Idx, i64)>);
 
@@ -135,23 +126,38 @@ impl Parser<'_> {
         self.error(&format!("bad {what} '{text}': {msg}"))
     }
 
-    /// Consumes `s` (punctuation) if it comes next.
-    fn eat(&mut self, s: &str) -> bool {
-        if self.rest().trim_start().starts_with(s) {
-            self.skip_ws();
-            self.pos += s.len();
-            true
+    /// Consumes the next `len` bytes after whitespace.
+    fn consume(&mut self, len: usize) {
+        self.skip_ws();
+        self.pos += len;
+    }
+
+    /// Consumes `token` when `found` (it comes next); says whether it did.
+    fn take(&mut self, found: bool, token: &str) -> bool {
+        if found {
+            self.consume(token.len());
+        }
+        found
+    }
+
+    /// An error unless `found`: what was expected was `token`.
+    fn require(&mut self, found: bool, token: &str) -> Result<()> {
+        if found {
+            Ok(())
         } else {
-            false
+            Err(self.expected(&format!("'{token}'")))
         }
     }
 
+    /// Consumes `s` (punctuation) if it comes next.
+    fn eat(&mut self, s: &str) -> bool {
+        let found = self.rest().trim_start().starts_with(s);
+        self.take(found, s)
+    }
+
     fn expect(&mut self, s: &str) -> Result<()> {
-        if self.eat(s) {
-            Ok(())
-        } else {
-            Err(self.expected(&format!("'{s}'")))
-        }
+        let found = self.eat(s);
+        self.require(found, s)
     }
 
     /// The identifier-like word that comes next (keywords included),
@@ -164,21 +170,13 @@ impl Parser<'_> {
 
     /// Consumes the word `w` if it comes next as a whole word.
     fn eat_word(&mut self, w: &str) -> bool {
-        if self.peek_word() == w {
-            self.skip_ws();
-            self.pos += w.len();
-            true
-        } else {
-            false
-        }
+        let found = self.peek_word() == w;
+        self.take(found, w)
     }
 
     fn expect_word(&mut self, w: &str) -> Result<()> {
-        if self.eat_word(w) {
-            Ok(())
-        } else {
-            Err(self.expected(&format!("'{w}'")))
-        }
+        let found = self.eat_word(w);
+        self.require(found, w)
     }
 
     fn word(&mut self, what: &str) -> Result<String> {
@@ -186,8 +184,7 @@ impl Parser<'_> {
         if w.is_empty() {
             return Err(self.expected(what));
         }
-        self.skip_ws();
-        self.pos += w.len();
+        self.consume(w.len());
         Ok(w)
     }
 
@@ -210,8 +207,7 @@ impl Parser<'_> {
         if !is_bare(&w) {
             return Err(self.expected(what));
         }
-        self.skip_ws();
-        self.pos += w.len();
+        self.consume(w.len());
         Ok(w)
     }
 
@@ -257,17 +253,22 @@ impl Parser<'_> {
     /// `[d0,d1,...]`
     fn dims(&mut self) -> Result<Vec<usize>> {
         self.expect("[")?;
-        let mut dims = Vec::new();
-        while !self.eat("]") {
-            if !dims.is_empty() {
+        self.list("]", |p| {
+            let d = p.magnitude()?.ok_or_else(|| p.expected("a dimension"))?;
+            usize::try_from(d).map_err(|_| p.expected("a dimension in range"))
+        })
+    }
+
+    /// Comma-separated items up to `close` (consumed).
+    fn list<T>(&mut self, close: &str, item: impl Fn(&mut Self) -> Result<T>) -> Result<Vec<T>> {
+        let mut items = Vec::new();
+        while !self.eat(close) {
+            if !items.is_empty() {
                 self.expect(",")?;
             }
-            let d = self
-                .magnitude()?
-                .ok_or_else(|| self.expected("a dimension"))?;
-            dims.push(usize::try_from(d).map_err(|_| self.expected("a dimension in range"))?);
+            items.push(item(self)?);
         }
-        Ok(dims)
+        Ok(items)
     }
 
     /// The text up to (not including) `stop` outside brackets and strings:
@@ -304,13 +305,7 @@ impl Parser<'_> {
         self.expect_word("kernel")?;
         let name = self.name("the kernel's name")?;
         self.expect("(")?;
-        let mut buffers = Vec::new();
-        while !self.eat(")") {
-            if !buffers.is_empty() {
-                self.expect(",")?;
-            }
-            buffers.push(self.param()?);
-        }
+        let buffers = self.list(")", Self::param)?;
         for (i, b) in buffers.iter().enumerate() {
             if buffers[..i].iter().any(|c| c.name == b.name) {
                 return Err(self.error(&format!("buffer {:?} is declared twice", b.name)));
@@ -432,9 +427,7 @@ impl Parser<'_> {
     fn update(&mut self, name: String) -> Result<Stmt> {
         self.expect("=")?;
         let word = self.word("a combiner")?;
-        let combiner = COMBINERS
-            .into_iter()
-            .find(|c| c.name() == word)
+        let combiner = Combiner::from_name(&word)
             .ok_or_else(|| self.error(&format!("unknown combiner '{word}'")))?;
         self.expect("(")?;
         if self.name("the updated local")? != name {
@@ -672,13 +665,7 @@ impl Parser<'_> {
             attrs.insert(name, value);
         }
         self.expect("(")?;
-        let mut args = Vec::new();
-        while !self.eat(")") {
-            if !args.is_empty() {
-                self.expect(",")?;
-            }
-            args.push(self.val()?);
-        }
+        let args = self.list(")", Self::val)?;
         Ok(Val::Call(Scalar { op, attrs }, args))
     }
 }

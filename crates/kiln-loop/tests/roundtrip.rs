@@ -181,21 +181,14 @@ fn every_construct() -> Kernel {
         ),
         c: operand(3, var("m").scale(4).add(&var("n")), vec![]),
     });
-    let every_combiner: Vec<Stmt> = [
-        Combiner::Sum,
-        Combiner::Prod,
-        Combiner::Min,
-        Combiner::Max,
-        Combiner::And,
-        Combiner::Or,
-    ]
-    .into_iter()
-    .map(|combiner| Stmt::Update {
-        name: "acc".into(),
-        combiner,
-        value: c0(true),
-    })
-    .collect();
+    let every_combiner: Vec<Stmt> = Combiner::ALL
+        .into_iter()
+        .map(|combiner| Stmt::Update {
+            name: "acc".into(),
+            combiner,
+            value: c0(true),
+        })
+        .collect();
     let mut body = vec![nest, gemm];
     body.extend(every_combiner);
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
@@ -430,10 +423,15 @@ fn load_graph(path: &Path) -> Result<Graph> {
     Ok(g)
 }
 
-/// Each node's kernels as the CPU backend builds them: the contraction
-/// (when there is one), the plain lowering, with one-element constant
-/// inputs inlined, and the default-scheduled form.
-fn node_kernels(g: &Graph) -> Result<Vec<(Kernel, Kernel)>> {
+/// A node's kernels as the CPU backend builds them: the contraction (when
+/// there is one) and the loop nest, with one-element constant inputs inlined.
+struct NodeKernels {
+    contraction: Option<Kernel>,
+    loops: Kernel,
+}
+
+/// The kernels of every node that has a tensor expression.
+fn lower_nodes(g: &Graph) -> Result<Vec<NodeKernels>> {
     let mut out = Vec::new();
     for (i, node) in g.nodes.iter().enumerate() {
         let Some(te) = kiln_ops::te::classify::node_expr(g, node)? else {
@@ -445,32 +443,19 @@ fn node_kernels(g: &Graph) -> Result<Vec<(Kernel, Kernel)>> {
             .map(|v| v.map(|v| g.ty(v).dtype))
             .collect();
         let name = format!("k{i}");
-        if let Some(k) = lower_contraction(&te, &name, &dtypes)? {
-            out.push((k.clone(), k));
+        let present = node.inputs.iter().flatten();
+        let mut constants = Vec::new();
+        for (b, &v) in present.enumerate() {
+            if let (Some(init), Some(1)) = (g.constant(v), g.ty(v).numel()) {
+                constants.push((b, Tensor::new(vec![], init.to_tensor()?.data)?));
+            }
         }
-        let k = lower_loops(g, node, &te, &name, &dtypes)?;
-        let scheduled = apply(&k, &default_schedule(&k))?;
-        out.push((k, scheduled));
+        out.push(NodeKernels {
+            contraction: lower_contraction(&te, &name, &dtypes)?,
+            loops: inline_constants(&kiln_loop::lower(&te, &name, &dtypes)?, &constants),
+        });
     }
     Ok(out)
-}
-
-fn lower_loops(
-    g: &Graph,
-    node: &kiln_ir::Node,
-    te: &kiln_ops::te::TensorExpr,
-    name: &str,
-    dtypes: &[Option<DType>],
-) -> Result<Kernel> {
-    let k = kiln_loop::lower(te, name, dtypes)?;
-    let present = node.inputs.iter().flatten();
-    let mut constants = Vec::new();
-    for (b, &v) in present.enumerate() {
-        if let (Some(init), Some(1)) = (g.constant(v), g.ty(v).numel()) {
-            constants.push((b, Tensor::new(vec![], init.to_tensor()?.data)?));
-        }
-    }
-    Ok(inline_constants(&k, &constants))
 }
 
 #[test]
@@ -478,13 +463,15 @@ fn lowering_cases_roundtrip() {
     let mut kernels = 0;
     for case in cases() {
         let g = load_graph(&case).unwrap_or_else(|e| panic!("{}: {e}", case.display()));
-        for (lowered, scheduled) in node_kernels(&g).unwrap() {
-            assert_roundtrip(&lowered);
-            assert_roundtrip(&scheduled);
-            kernels += 1;
+        for node in lower_nodes(&g).unwrap() {
+            let scheduled = apply(&node.loops, &default_schedule(&node.loops)).unwrap();
+            for k in node.contraction.iter().chain([&node.loops, &scheduled]) {
+                assert_roundtrip(k);
+                kernels += 1;
+            }
         }
     }
-    assert!(kernels >= 8, "only {kernels} kernels in the cases");
+    assert!(kernels >= 16, "only {kernels} kernels in the cases");
 }
 
 /// Kernels of the cases lowered as loops (contractions too), with
@@ -518,21 +505,11 @@ fn scheduled_kernels_roundtrip() {
     ];
     let mut applied = [0; 6];
     for case in cases() {
-        let g = load_graph(&case).unwrap();
-        for (i, node) in g.nodes.iter().enumerate() {
-            let Some(te) = kiln_ops::te::classify::node_expr(&g, node).unwrap() else {
-                continue;
-            };
-            let dtypes: Vec<Option<DType>> = node
-                .inputs
-                .iter()
-                .map(|v| v.map(|v| g.ty(v).dtype))
-                .collect();
-            let k = lower_loops(&g, node, &te, &format!("k{i}"), &dtypes).unwrap();
+        for node in lower_nodes(&load_graph(&case).unwrap()).unwrap() {
             for (n, s) in schedules.iter().enumerate() {
                 // Not every schedule fits every kernel (loops of extent 1
                 // are dropped, reductions are rare); those that do count.
-                if let Ok(scheduled) = apply(&k, &Schedule(s.clone())) {
+                if let Ok(scheduled) = apply(&node.loops, &Schedule(s.clone())) {
                     assert_roundtrip(&scheduled);
                     applied[n] += 1;
                 }
@@ -543,4 +520,33 @@ fn scheduled_kernels_roundtrip() {
         applied.iter().all(|&n| n > 0),
         "schedules applied: {applied:?}"
     );
+}
+
+/// The kernels printed in the lowering tests' expected files parse and
+/// reprint to the same text.
+#[test]
+fn expected_files_parse() {
+    let mut kernels = 0;
+    for case in cases() {
+        let path = case.with_extension("expected");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        while let Some(first) = lines.next() {
+            if !first.starts_with("kernel ") {
+                continue;
+            }
+            let mut block = vec![first];
+            for line in lines.by_ref() {
+                block.push(line);
+                if line == "}" {
+                    break;
+                }
+            }
+            let block = block.join("\n");
+            let k = parse_kernel(&block).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(k.to_string(), block);
+            kernels += 1;
+        }
+    }
+    assert!(kernels >= 8, "only {kernels} kernels in the expected files");
 }
