@@ -194,7 +194,7 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
     for (op, (s, n)) in ops {
         println!("{:>10.3} {:>6.1} {n:>6}  {op}", s * 1e3, 100.0 * s / all);
     }
-    total.sort_by(|a, b| b.3.cmp(&a.3));
+    total.sort_by_key(|t| std::cmp::Reverse(t.3));
     println!("slowest nodes:");
     for (node, op, compiled, d) in total.iter().take(15) {
         let ms = d.as_secs_f64() * 1e3 / reps as f64;

@@ -7,7 +7,8 @@
 //! to cover FMA latency times throughput on current cores: 16 zmm chains for AVX-512, 12
 //! otherwise so they fit 16 registers), timed with `clock_gettime`, best of several runs, in
 //! GFLOP/s (a multiply-add counts 2). Without OpenMP it measures one thread whatever `threads`
-//! says. Compiled with `-DKILN_PEAK_MAIN` the text is also a program:
+//! says. Under `-std=c11` it needs POSIX `clock_gettime`: it defines `_POSIX_C_SOURCE` itself
+//! when it comes first in the file, otherwise the file must. Compiled with `-DKILN_PEAK_MAIN` the text is also a program:
 //! `./peak [threads]` prints the single-thread and `threads`-thread peaks.
 
 use std::fmt::Write;
@@ -15,7 +16,10 @@ use std::fmt::Write;
 /// Independent FMA chains per vector width in bytes.
 const CHAINS: [(usize, usize); 3] = [(64, 16), (32, 12), (16, 12)];
 
-const HEADER: &str = r#"#include <stdio.h>
+const HEADER: &str = r#"#if !defined(_POSIX_C_SOURCE) && !defined(_GNU_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#endif
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #ifdef _OPENMP
@@ -42,9 +46,12 @@ const MEASURE: &str = r#"
 /* Iterations per timed run: about 10 ms at 100 GFLOP/s per thread. */
 #define KILN_PEAK_ITERS (1L << 21)
 
+/* Read by the timing loop (so its start value is unknown to the compiler) and written with
+   its result (so the chains are not optimised away). */
+volatile float kiln_peak_seed = 1.0f, kiln_peak_sink;
+
 double kiln_fma_peak_gflops(int threads)
 {
-    static volatile float seed = 1.0f, sink;
     const double flops_per_iter = 2.0 * KILN_PEAK_CHAINS * (KILN_PEAK_VBYTES / 4);
     double best = 0.0;
     if (threads < 1)
@@ -59,10 +66,10 @@ double kiln_fma_peak_gflops(int threads)
 #pragma omp single
             used = omp_get_num_threads();
 #endif
-            total += kiln_peak_chains(KILN_PEAK_ITERS, seed);
+            total += kiln_peak_chains(KILN_PEAK_ITERS, kiln_peak_seed);
         }
         const double seconds = kiln_peak_now() - start;
-        sink = total;
+        kiln_peak_sink = total;
         const double gflops = flops_per_iter * (double)KILN_PEAK_ITERS * used / seconds * 1e-9;
         if (gflops > best)
             best = gflops;

@@ -14,7 +14,7 @@
 //! A call with no rule here is an error naming the op and type; the
 //! executor then runs that node on the reference interpreter.
 
-use kiln_ir::{bail, Attr, DType, Node, Result, TensorType};
+use kiln_ir::{bail, Attr, DType, Result, TensorType};
 use kiln_ops::te::{Scalar, SCALAR_OPSET};
 use kiln_ops::{InferCx, InputInfo};
 
@@ -52,14 +52,7 @@ pub fn call_dtype(s: &Scalar, args: &[DType]) -> Result<DType> {
     let Some(op) = kiln_ops::registry::lookup("", &s.op) else {
         bail!("unknown element-wise op '{}'", s.op);
     };
-    let node = Node {
-        name: String::new(),
-        op: s.op.clone(),
-        domain: String::new(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        attrs: s.attrs.clone(),
-    };
+    let node = s.node();
     let cx = InferCx {
         node: &node,
         opset: SCALAR_OPSET,

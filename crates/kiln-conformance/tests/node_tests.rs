@@ -102,7 +102,18 @@ fn onnx_node_tests_cpu() {
         "{compiled} nodes compiled to C kernels, {} interpreted",
         interpreted.len()
     );
+    if std::env::var("KILN_CASE").is_err() {
+        assert!(
+            compiled >= MIN_COMPILED_NODES,
+            "only {compiled} nodes became C kernels (at least {MIN_COMPILED_NODES} did before): \
+             the CPU backend is falling back to the interpreter more"
+        );
+    }
 }
+
+/// Nodes of the node tests the CPU backend compiled when this was last
+/// raised (5423 on 2026-11-22); fewer means kernels silently fell back.
+const MIN_COMPILED_NODES: usize = 5400;
 
 /// Runs the node tests on `backend` and fails on any regression of a case
 /// in expected/reference.txt; `blessable` backends record their passing set

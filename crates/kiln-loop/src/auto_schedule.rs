@@ -21,6 +21,9 @@ use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive,
 /// Elements per parallel chunk of a fully coalesced loop.
 pub const CHUNK: i64 = 4096;
 
+/// Output elements per parallel chunk of a matrix-vector product.
+pub const ROW_CHUNK: i64 = 64;
+
 /// Work (loop iterations, reductions included) below which a kernel runs on
 /// one thread.
 pub const PARALLEL_MIN_WORK: i64 = 1 << 15;
@@ -96,6 +99,23 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
         if parallel {
             schedule.0.push(Directive::Parallel(o));
         }
+        schedule.0.push(Directive::Vectorize(i));
+        return schedule;
+    }
+    let last_loop = output_nest(&current.body).last().map(|l| (*l).clone());
+    let along = last_loop
+        .as_ref()
+        .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
+    if nest.len() == 1 && parallel && along && extent >= 2 * ROW_CHUNK {
+        // A reduction with one output loop (matrix-vector product): chunks
+        // of the row in parallel, each accumulated in the y-reduce form.
+        let (o, i) = split_names(&innermost);
+        schedule.0.push(Directive::Split {
+            var: innermost,
+            factor: ROW_CHUNK,
+        });
+        schedule.0.push(Directive::Parallel(o));
+        schedule.0.push(Directive::AccumulateOutward(i.clone()));
         schedule.0.push(Directive::Vectorize(i));
         return schedule;
     }

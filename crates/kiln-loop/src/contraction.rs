@@ -13,8 +13,8 @@
 //! indices, with the padding guard). A's reads must stay in bounds (B's
 //! may be guarded). Anything else returns `None` and is lowered as loops.
 
-use crate::ir::{Buffer, Gemm, GemmOperand, Idx, Kernel, Stmt};
-use crate::lower::flatten;
+use crate::ir::{Gemm, GemmOperand, Idx, Kernel, Stmt};
+use crate::lower::{flatten, input_buffers, push_output};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
 
@@ -88,8 +88,11 @@ pub fn lower_contraction(
         size(Axis::N),
         size(Axis::K),
     );
-    if m * n * k < 32 * 32 * 32 {
-        return Ok(None); // too small to pay for packing: plain loops
+    if m * n * k < 32 * 32 * 32 || m < 4 || n < 8 {
+        // Too small to pay for packing, or a matrix-vector product
+        // (depthwise convolution, M = 1): plain loops in the y-reduce form
+        // stream the data once and vectorize along the output row.
+        return Ok(None);
     }
     // Each expression variable as a function of its axis' flat index.
     let value_of = |v: Var, frame: &[(Axis, &str)]| -> Idx {
@@ -109,12 +112,12 @@ pub fn lower_contraction(
             .map(|a| a.2)
             .product();
         let outermost = !axes[..position].iter().any(|a| a.1 == axis);
-        let q = Idx::var(flat).div(inner);
+        let q = Idx::var(flat).floordiv(inner);
         // The outermost variable of a group is below its extent already.
         if outermost {
             q
         } else {
-            q.rem(extent)
+            q.modulo(extent)
         }
     };
     let operand = |index: &[IndexExpr], shape: &[usize], frame: &[(Axis, &str)]| {
@@ -125,7 +128,7 @@ pub fn lower_contraction(
                 a.terms
                     .iter()
                     .fold(Idx::constant(a.constant), |acc, (v, c)| {
-                        acc.add(&value_of(*v, frame).scale(*c))
+                        acc.plus(&value_of(*v, frame).scale(*c))
                     })
             })
             .collect();
@@ -160,29 +163,11 @@ pub fn lower_contraction(
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
     let (c_off, _) = operand(&outs, &te.shape, &c_frame);
     // Buffers: present inputs in order, then the output (as `lower` makes them).
-    let mut buffers = Vec::new();
-    let mut buffer_of = vec![None; te.inputs.len()];
-    for (i, s) in te.inputs.iter().enumerate() {
-        if let (Some(s), Some(d)) = (s, input_dtypes.get(i).copied().flatten()) {
-            buffer_of[i] = Some(buffers.len());
-            buffers.push(Buffer {
-                name: format!("in{i}"),
-                dtype: d,
-                shape: s.clone(),
-                output: false,
-            });
-        }
-    }
+    let (mut buffers, buffer_of) = input_buffers(te, input_dtypes)?;
     let (Some(a_buf), Some(b_buf)) = (buffer_of[a_in], buffer_of[b_in]) else {
         return Ok(None);
     };
-    let out = buffers.len();
-    buffers.push(Buffer {
-        name: "out0".into(),
-        dtype: te.dtype,
-        shape: te.shape.clone(),
-        output: true,
-    });
+    let out = push_output(&mut buffers, te);
     let gemm = Gemm {
         batch,
         m,

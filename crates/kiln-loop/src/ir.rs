@@ -132,6 +132,9 @@ pub struct GemmOperand {
     pub guard: Vec<(Idx, i64)>,
 }
 
+/// Bounds `0 <= idx < extent` that must all hold for a read to happen.
+pub type Guard = Vec<(Idx, i64)>;
+
 /// `Σ coeff·atom + constant`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Idx {
@@ -199,7 +202,7 @@ impl Idx {
     }
 
     /// `self + other`, like terms merged.
-    pub fn add(mut self, other: &Idx) -> Idx {
+    pub fn plus(mut self, other: &Idx) -> Idx {
         for (a, c) in &other.terms {
             self.add_term(a.clone(), *c);
         }
@@ -232,7 +235,7 @@ impl Idx {
     }
 
     /// `floor(self / d)`, folded when exact.
-    pub fn div(self, d: i64) -> Idx {
+    pub fn floordiv(self, d: i64) -> Idx {
         if d == 1 {
             return self;
         }
@@ -243,7 +246,7 @@ impl Idx {
     }
 
     /// `self mod d`, folded when constant.
-    pub fn rem(self, d: i64) -> Idx {
+    pub fn modulo(self, d: i64) -> Idx {
         if d == 1 {
             return Idx::constant(0);
         }
@@ -260,37 +263,57 @@ impl Idx {
             let replaced = match a {
                 Atom::Var(v) if v == name => with.clone(),
                 Atom::Var(_) => Idx::atom(a.clone()),
-                Atom::Div(e, d) => e.substitute(name, with).div(*d),
-                Atom::Mod(e, d) => e.substitute(name, with).rem(*d),
+                Atom::Div(e, d) => e.substitute(name, with).floordiv(*d),
+                Atom::Mod(e, d) => e.substitute(name, with).modulo(*d),
                 Atom::Data { value, extent } => Idx::atom(Atom::Data {
                     value: Box::new(value.substitute(name, with)),
                     extent: *extent,
                 }),
             };
-            out = out.add(&replaced.scale(*c));
+            out = out.plus(&replaced.scale(*c));
         }
         out.merge_div_mod()
     }
 
-    /// `c·d·(x floordiv d) + c·(x mod d)` is `c·x`: the identity that makes
-    /// coalesced loops read contiguous buffers with plain affine offsets.
+    /// Folds the digit identities of mixed-radix indices, for any `x` and
+    /// positive `d`, `e`:
+    /// - `c·d·(x floordiv d) + c·(x mod d)` is `c·x`;
+    /// - `c·d·((x floordiv d) mod e) + c·(x mod d)` is `c·(x mod d·e)`.
+    ///
+    /// Together they collapse a flattened multi-digit index back to its
+    /// variable, which makes coalesced loops and flattened reduction axes
+    /// read contiguous buffers with plain affine offsets.
     pub fn merge_div_mod(mut self) -> Idx {
-        loop {
-            let pair = self.terms.iter().enumerate().find_map(|(i, (a, c))| {
-                let Atom::Mod(x, d) = a else { return None };
-                let j = self.terms.iter().position(|(b, k)| {
-                    matches!(b, Atom::Div(y, e) if y == x && e == d) && *k == c * d
-                })?;
-                Some((i, j, (**x).clone(), *c))
-            });
-            let Some((i, j, x, c)) = pair else {
-                return self;
-            };
+        while let Some((i, j, merged)) = self.digit_pair() {
             let (hi, lo) = (i.max(j), i.min(j));
             self.terms.remove(hi);
             self.terms.remove(lo);
-            self = self.add(&x.scale(c));
+            self = self.plus(&merged);
         }
+        self
+    }
+
+    /// Two terms one of the identities of [`Idx::merge_div_mod`] merges,
+    /// and what they merge into.
+    fn digit_pair(&self) -> Option<(usize, usize, Idx)> {
+        self.terms.iter().enumerate().find_map(|(i, (a, c))| {
+            let Atom::Mod(x, d) = a else { return None };
+            self.terms.iter().enumerate().find_map(|(j, (b, k))| {
+                if *k != c * d {
+                    return None;
+                }
+                match b {
+                    Atom::Div(y, e) if y == x && e == d => Some((i, j, (**x).clone().scale(*c))),
+                    Atom::Mod(inner, e) => match &inner.terms[..] {
+                        [(Atom::Div(y, f), 1)] if inner.constant == 0 && y == x && f == d => {
+                            Some((i, j, (**x).clone().modulo(d * e).scale(*c)))
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            })
+        })
     }
 
     /// Smallest and largest value given each loop variable's range.

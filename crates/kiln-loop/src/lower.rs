@@ -14,7 +14,7 @@
 //!
 //! No scheduling happens here; see `schedule.rs`.
 
-use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{Atom, Buffer, Extent, Guard, Idx, Kernel, Loop, LoopKind, Stmt, Val};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
 
@@ -39,13 +39,7 @@ pub fn strides(shape: &[usize]) -> Vec<i64> {
 pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Result<Kernel> {
     let cx = Lowering::new(te, input_dtypes)?;
     let mut buffers = cx.buffers.clone();
-    let out = buffers.len();
-    buffers.push(Buffer {
-        name: "out0".into(),
-        dtype: te.dtype,
-        shape: te.shape.clone(),
-        output: true,
-    });
+    let out = push_output(&mut buffers, te);
     let outs: Vec<Idx> = (0..te.shape.len())
         .map(|l| Idx::var(&var_name(Var::Out(l))))
         .collect();
@@ -170,7 +164,46 @@ pub fn flatten(index: &[Idx], shape: &[usize]) -> Idx {
     index
         .iter()
         .zip(strides(shape))
-        .fold(Idx::constant(0), |acc, (i, s)| acc.add(&i.clone().scale(s)))
+        .fold(Idx::constant(0), |acc, (i, s)| {
+            acc.plus(&i.clone().scale(s))
+        })
+}
+
+/// Appends the output buffer of `te`; returns its number.
+pub fn push_output(buffers: &mut Vec<Buffer>, te: &TensorExpr) -> usize {
+    buffers.push(Buffer {
+        name: "out0".into(),
+        dtype: te.dtype,
+        shape: te.shape.clone(),
+        output: true,
+    });
+    buffers.len() - 1
+}
+
+/// The present inputs of `te` as buffers (in position order) and the
+/// buffer number of each input position.
+pub fn input_buffers(
+    te: &TensorExpr,
+    input_dtypes: &[Option<DType>],
+) -> Result<(Vec<Buffer>, Vec<Option<usize>>)> {
+    let mut buffers = Vec::new();
+    let mut buffer_of = Vec::new();
+    for (i, shape) in te.inputs.iter().enumerate() {
+        match (shape, input_dtypes.get(i).copied().flatten()) {
+            (Some(shape), Some(dtype)) => {
+                buffer_of.push(Some(buffers.len()));
+                buffers.push(Buffer {
+                    name: format!("in{i}"),
+                    dtype,
+                    shape: shape.clone(),
+                    output: false,
+                });
+            }
+            (None, _) => buffer_of.push(None),
+            (Some(_), None) => bail!("input {i} has no element type"),
+        }
+    }
+    Ok((buffers, buffer_of))
 }
 
 /// The inputs of one expression as buffers, and how to read them.
@@ -183,23 +216,7 @@ struct Lowering<'a> {
 
 impl<'a> Lowering<'a> {
     fn new(te: &'a TensorExpr, input_dtypes: &[Option<DType>]) -> Result<Lowering<'a>> {
-        let mut buffers = Vec::new();
-        let mut buffer_of = Vec::new();
-        for (i, shape) in te.inputs.iter().enumerate() {
-            match (shape, input_dtypes.get(i).copied().flatten()) {
-                (Some(shape), Some(dtype)) => {
-                    buffer_of.push(Some(buffers.len()));
-                    buffers.push(Buffer {
-                        name: format!("in{i}"),
-                        dtype,
-                        shape: shape.clone(),
-                        output: false,
-                    });
-                }
-                (None, _) => buffer_of.push(None),
-                (Some(_), None) => bail!("input {i} has no element type"),
-            }
-        }
+        let (buffers, buffer_of) = input_buffers(te, input_dtypes)?;
         Ok(Lowering {
             te,
             buffers,
@@ -234,7 +251,7 @@ impl<'a> Lowering<'a> {
     }
 
     /// Buffer, flat offset and the bounds that may fail, of access `k`.
-    fn access(&self, k: usize) -> Result<(usize, Idx, Vec<(Idx, i64)>)> {
+    fn access(&self, k: usize) -> Result<(usize, Idx, Guard)> {
         let Some(a) = self.te.accesses.get(k) else {
             bail!("tensor expression has no access {k}");
         };
@@ -273,10 +290,10 @@ impl<'a> Lowering<'a> {
                 .terms
                 .iter()
                 .fold(Idx::constant(a.constant), |acc, (v, c)| {
-                    acc.add(&Idx::var(&var_name(*v)).scale(*c))
+                    acc.plus(&Idx::var(&var_name(*v)).scale(*c))
                 }),
-            IndexExpr::Div(e, d) => self.index(e)?.div(*d),
-            IndexExpr::Mod(e, d) => self.index(e)?.rem(*d),
+            IndexExpr::Div(e, d) => self.index(e)?.floordiv(*d),
+            IndexExpr::Mod(e, d) => self.index(e)?.modulo(*d),
             IndexExpr::Data {
                 input,
                 index,

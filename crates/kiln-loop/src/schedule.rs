@@ -169,7 +169,7 @@ fn split(l: &Loop, var: &str, factor: i64) -> Result<Stmt> {
         bail!("schedule: split factor must be at least 1, got {factor}");
     }
     let (outer, inner) = split_names(var);
-    let with = Idx::var(&outer).scale(factor).add(&Idx::var(&inner));
+    let with = Idx::var(&outer).scale(factor).plus(&Idx::var(&inner));
     let body: Vec<Stmt> = l.body.iter().map(|s| s.substitute(var, &with)).collect();
     let inner_extent = if total % factor == 0 {
         Extent::Const(factor)
@@ -207,8 +207,8 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
         .body
         .iter()
         .map(|s| {
-            s.substitute(&outer.var, &v.clone().div(*ei))
-                .substitute(&inner.var, &v.clone().rem(*ei))
+            s.substitute(&outer.var, &v.clone().floordiv(*ei))
+                .substitute(&inner.var, &v.clone().modulo(*ei))
         })
         .collect();
     Ok(Stmt::Loop(Loop {

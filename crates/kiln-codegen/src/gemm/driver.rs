@@ -11,7 +11,7 @@
 //! pragmas are ignored and the same loops run on one thread.
 
 use super::emit::CWriter;
-use super::kernel::ukernel_name;
+use super::kernel::{ukernel_name, ASource};
 use super::pack::{emit_pack, PackJob, Side};
 use super::plan::Plan;
 use super::view::{linear_index, Axis, View};
@@ -63,27 +63,35 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         npan.div_ceil(plan.nc_panels)
     ));
     w.line(format!(
-        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, &kiln_mb, &kiln_nb);",
-        spec.batch
+        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, {}, &kiln_mb, &kiln_nb);",
+        spec.batch,
+        u8::from(plan.pack_a)
     ));
     w.line(format!(
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
         spec.batch
     ));
-    w.line("const long kiln_mcp = (kiln_mpan + kiln_mb - 1) / kiln_mb, kiln_ncp = (kiln_npan + kiln_nb - 1) / kiln_nb;");
     w.directive("#pragma omp parallel");
     w.open("");
+    // Read in place, A needs a buffer for its partial last panel only.
+    // Buffers for the largest block: blocks have at most ceil(panels / blocks) panels.
+    let a_panels = if plan.pack_a {
+        "(kiln_mpan + kiln_mb - 1) / kiln_mb"
+    } else {
+        "1"
+    };
     w.line(format!(
-        "float* kiln_ap = kiln_gemm_alloc(kiln_mcp * {});",
+        "float* kiln_ap = kiln_gemm_alloc({a_panels} * {});",
         mr * kc
     ));
     w.line(format!(
-        "float* kiln_bp = kiln_gemm_alloc(kiln_ncp * {});",
+        "float* kiln_bp = kiln_gemm_alloc((kiln_npan + kiln_nb - 1) / kiln_nb * {});",
         nr * kc
     ));
     w.directive("#pragma omp for schedule(static)");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
+    w.line("(void)b;");
     w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
     w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
     w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
@@ -121,39 +129,103 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             end: "kiln_pb1",
         },
     );
-    emit_pack(
-        w,
-        &PackJob {
-            view: &views.a,
-            side: Side::A,
-            width: mr,
-            extent: plan.m,
-            buffer: "kiln_ap",
-            first: "kiln_pa0",
-            end: "kiln_pa1",
-        },
-    );
+    let full_panels = plan.m / mr;
+    let partial = !plan.m.is_multiple_of(mr);
+    // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
+    let pe = match (plan.pack_a, partial) {
+        (true, _) => "kiln_pa0".to_string(),
+        (false, false) => "kiln_pa1".to_string(),
+        (false, true) => format!(
+            "(kiln_pa1 > {full_panels} ? ({full_panels} > kiln_pa0 ? {full_panels} : kiln_pa0) : kiln_pa1)"
+        ),
+    };
+    w.line(format!("const long kiln_pe = {pe};"));
+    w.line("(void)kiln_pe;");
+    if plan.pack_a || partial {
+        emit_pack(
+            w,
+            &PackJob {
+                view: &views.a,
+                side: Side::A,
+                width: mr,
+                extent: plan.m,
+                buffer: "kiln_ap",
+                first: "kiln_pe",
+                end: "kiln_pa1",
+            },
+        );
+    }
     w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
     w.line(format!(
         "const float* kiln_bpanel = kiln_bp + (kiln_q - kiln_pb0) * kiln_kc * {nr};"
     ));
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
     w.line(format!(
-        "const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pa0) * kiln_kc * {mr};"
-    ));
-    w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
     ));
-    emit_tile(w, spec, plan, views);
+    let packed = |w: &mut CWriter| {
+        w.line(format!(
+            "const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pe) * kiln_kc * {mr};"
+        ));
+        emit_tile(w, spec, plan, views, &KernelCall::packed(plan));
+    };
+    match (plan.pack_a, rows_call(plan, views)) {
+        (false, Some((pointer, call))) => {
+            let rows = |w: &mut CWriter| {
+                w.line(format!("const float* kiln_apanel = {pointer};"));
+                emit_tile(w, spec, plan, views, &call);
+            };
+            if partial {
+                w.open("if (kiln_s < kiln_pe)");
+                rows(w);
+                w.close();
+                w.open("else");
+                packed(w);
+                w.close();
+            } else {
+                rows(w);
+            }
+        }
+        _ => packed(w),
+    }
     w.close();
     w.close();
     w.close();
 }
 
+/// How the micro-kernel is called: its name and the A arguments after `kiln_kc`.
+struct KernelCall {
+    name: String,
+    a_args: String,
+}
+
+impl KernelCall {
+    fn packed(plan: &Plan) -> KernelCall {
+        KernelCall {
+            name: ukernel_name(plan.shape, ASource::Packed),
+            a_args: "kiln_apanel".into(),
+        }
+    }
+}
+
+/// For A read in place (strided, contiguous along K): the C pointer to the tile's first A
+/// element and the kernel call.
+fn rows_call(plan: &Plan, views: &Views) -> Option<(String, KernelCall)> {
+    let (batch, lda, 1) = views.a.kernel_strides()? else {
+        return None;
+    };
+    let param = views.a.param()?;
+    let offset = linear_index(&[("b", batch), ("kiln_r0", lda), ("kiln_k0", 1)]);
+    let call = KernelCall {
+        name: ukernel_name(plan.shape, ASource::Rows),
+        a_args: format!("kiln_apanel, {lda}"),
+    };
+    Some((format!("{param} + {offset}"), call))
+}
+
 /// One MR x NR tile: straight into C when C's kernel columns are contiguous and the tile is
 /// whole, else through a local tile and a scalar copy that clips at the edges.
-fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
-    let kernel = ukernel_name(plan.shape);
+fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &KernelCall) {
     match views.c.kernel_strides() {
         Some((batch_stride, row_stride, 1)) => {
             let mut whole = Vec::new();
@@ -164,7 +236,7 @@ fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 whole.push(format!("kiln_q < {}", plan.n / plan.shape.nr));
             }
             let direct = |w: &mut CWriter| {
-                emit_direct_tile(w, spec, views, &kernel, (batch_stride, row_stride), plan)
+                emit_direct_tile(w, spec, views, kernel, (batch_stride, row_stride), plan)
             };
             if whole.is_empty() {
                 direct(w);
@@ -173,11 +245,11 @@ fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 direct(w);
                 w.close();
                 w.open("else");
-                emit_copied_tile(w, spec, plan, views, &kernel);
+                emit_copied_tile(w, spec, plan, views, kernel);
                 w.close();
             }
         }
-        _ => emit_copied_tile(w, spec, plan, views, &kernel),
+        _ => emit_copied_tile(w, spec, plan, views, kernel),
     }
 }
 
@@ -185,7 +257,7 @@ fn emit_direct_tile(
     w: &mut CWriter,
     spec: &GemmSpec,
     views: &Views,
-    kernel: &str,
+    kernel: &KernelCall,
     (batch_stride, row_stride): (isize, isize),
     plan: &Plan,
 ) {
@@ -195,7 +267,8 @@ fn emit_direct_tile(
     let offset = linear_index(&[("b", batch_stride), ("kiln_r0", row_stride), ("kiln_c0", 1)]);
     w.line(format!("float* kiln_cp = {param} + {offset};"));
     w.line(format!(
-        "{kernel}(kiln_kc, kiln_apanel, kiln_bpanel, kiln_cp, {row_stride}, kiln_k0 > 0);"
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_cp, {row_stride}, kiln_k0 > 0);",
+        kernel.name, kernel.a_args
     ));
     let Some(epilogue) = &spec.epilogue else {
         return;
@@ -220,11 +293,18 @@ fn emit_direct_tile(
     w.close();
 }
 
-fn emit_copied_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &str) {
+fn emit_copied_tile(
+    w: &mut CWriter,
+    spec: &GemmSpec,
+    plan: &Plan,
+    views: &Views,
+    kernel: &KernelCall,
+) {
     let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
     w.line(format!(
-        "{kernel}(kiln_kc, kiln_apanel, kiln_bpanel, kiln_tile, {nr}, 0);"
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_tile, {nr}, 0);",
+        kernel.name, kernel.a_args
     ));
     w.line(format!(
         "const long kiln_h = {m} - kiln_r0 < {mr} ? {m} - kiln_r0 : {mr};",

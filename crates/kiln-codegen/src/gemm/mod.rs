@@ -3,8 +3,8 @@
 //!
 //! `gemm_c(spec)` returns one self-contained C function computing, for every batch index `b`,
 //! `C[b] = epilogue(A[b] (M x K) * B[b] (K x N))`, where each operand is either strided memory or
-//! an arbitrary C expression (how convolutions read their input windows without materialising
-//! im2col). The function relies on `gemm_prelude()`, pasted once per C file before it.
+//! an arbitrary C expression or a convolution window (how convolutions read their input without
+//! materialising im2col). The function relies on `gemm_prelude()`, pasted once per C file before it.
 //!
 //! Structure (Goto & van de Geijn 2008; Van Zee & van de Geijn 2015): the generator plans each
 //! vector width separately (`plan.rs`: micro-kernel shape, orientation, cache blocks); the C
@@ -20,8 +20,10 @@ mod plan;
 mod prelude;
 mod validate;
 mod view;
+mod window;
 
 pub use kernel::KernelShape;
+pub use window::Window;
 
 use emit::CWriter;
 use kernel::for_each_target;
@@ -41,6 +43,9 @@ pub enum Operand {
     /// parameter names; used for implicit-GEMM convolution (window reads with padding -> 0).
     /// It is only evaluated inside the matrix.
     Expr(String),
+    /// The im2col matrix of a convolution over an NCHW input (see `Window`): like an `Expr`
+    /// for the window read, but packed by runs of image rows, which is several times faster.
+    Window(Window),
 }
 
 /// One C function parameter, e.g. `("const float* restrict", "A")`.
@@ -99,6 +104,8 @@ pub struct Tuning {
     pub nc: Option<usize>,
     pub shape: Option<KernelShape>,
     pub transposed: Option<bool>,
+    /// Pack A (true) or let the micro-kernel read A's rows in place where A allows (false).
+    pub pack_a: Option<bool>,
 }
 
 /// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).

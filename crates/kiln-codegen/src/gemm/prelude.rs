@@ -5,12 +5,13 @@
 //! Needs a C11 compiler with GCC/Clang vector extensions. Guarantees it can be pasted once per
 //! C file (a guard macro makes a second copy harmless) and that everything it defines starts
 //! with `kiln_`/`KILN_`. Fused multiply-adds come from contracting `x * y + z`: GCC does so by
-//! default (`-std=gnu*`, or `-ffp-contract=fast`), Clang with the pragma below.
+//! default (`-std=gnu*`) and, in ISO mode, for the kernels through a pragma; Clang with its
+//! `fp contract(fast)` pragma.
 
 use std::sync::OnceLock;
 
 use super::emit::CWriter;
-use super::kernel::{emit_ukernel, for_each_target, TARGETS};
+use super::kernel::{emit_ukernel, for_each_target, ASource, TARGETS};
 
 const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #define KILN_GEMM_PRELUDE
@@ -46,27 +47,36 @@ static float* kiln_gemm_alloc(long floats)
     return (float*)aligned_alloc(64, bytes);
 }
 
-/* Grows the number of M and N blocks (*mb, *nb; at most mpan and npan panels) until the
-   batch * mb * nb tasks divide evenly among the OpenMP threads or are plentiful, splitting
-   the dimension whose blocks are larger (rows * mr vs columns * nr). Blocks get panel counts
-   that differ by at most one, so equal task counts mean equal work. */
-static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, long* mb, long* nb)
+/* Chooses how many M and N blocks (*mb, *nb: at least their incoming values, at most mpan and
+   npan panels) to cut the batch * mb * nb tasks into, for the OpenMP thread count: the least
+   makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
+   panel), then the least repacking (every M block packs its own copy of B, every N block its
+   own copy of A when A is packed), then the fewest tasks. */
+static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
+                            long* mb, long* nb)
 {
     long threads = 1;
 #ifdef _OPENMP
     threads = omp_get_max_threads();
 #endif
-    for (;;) {
-        const long tasks = batch * *mb * *nb;
-        if (tasks % threads == 0 || tasks >= 16 * threads)
-            return;
-        const long rows = (mpan + *mb - 1) / *mb * mr, cols = (npan + *nb - 1) / *nb * nr;
-        if (*mb < mpan && (rows >= cols || *nb >= npan))
-            ++*mb;
-        else if (*nb < npan)
-            ++*nb;
-        else
-            return;
+    const long mb0 = *mb, nb0 = *nb;
+    long best_span = -1, best_repack = 0, best_tasks = 0;
+    for (long m = mb0; m <= mpan && m <= mb0 + 2 * threads; m++) {
+        for (long n = nb0; n <= npan && n <= nb0 + 2 * threads; n++) {
+            const long tasks = batch * m * n;
+            const long span = (tasks + threads - 1) / threads * ((mpan + m - 1) / m) * ((npan + n - 1) / n);
+            const long repack = (m - 1) * npan * nr + (pack_a ? (n - 1) * mpan * mr : 0);
+            const int better = best_span < 0 || span < best_span ||
+                               (span == best_span && (repack < best_repack ||
+                                                      (repack == best_repack && tasks < best_tasks)));
+            if (better) {
+                best_span = span;
+                best_repack = repack;
+                best_tasks = tasks;
+                *mb = m;
+                *nb = n;
+            }
+        }
     }
 }
 "#;
@@ -81,11 +91,23 @@ fn build_prelude() -> String {
             w.directive(line);
         }
     }
+    // GCC contracts `x * y + z` into FMAs by default, but not in ISO C mode (-std=c11, which
+    // defines __STRICT_ANSI__): there the kernels ask for it themselves.
+    let iso_gcc = "#if defined(__GNUC__) && !defined(__clang__) && defined(__STRICT_ANSI__)";
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC push_options");
+    w.directive("#pragma GCC optimize(\"fp-contract=fast\")");
+    w.directive("#endif");
     for_each_target(&mut w, |w, target| {
         for rated in target.shapes {
-            emit_ukernel(w, rated.shape, target.vector_len());
+            for source in ASource::ALL {
+                emit_ukernel(w, rated.shape, target.vector_len(), source);
+            }
         }
     });
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC pop_options");
+    w.directive("#endif");
     w.directive("#endif /* KILN_GEMM_PRELUDE */");
     w.finish()
 }

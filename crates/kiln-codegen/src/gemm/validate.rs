@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use kiln_ir::{bail, Result};
 
-use super::{GemmSpec, Operand};
+use super::{GemmSpec, Operand, Window};
 
 /// Names the generated code declares itself.
 const RESERVED: &[&str] = &["b", "r", "c", "acc"];
@@ -44,14 +44,20 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
             );
         }
     }
-    for (what, operand) in [("A", &spec.a), ("B", &spec.b), ("C", &spec.c)] {
+    let shapes = [
+        ("A", &spec.a, spec.m, spec.k),
+        ("B", &spec.b, spec.k, spec.n),
+        ("C", &spec.c, spec.m, spec.n),
+    ];
+    for (what, operand, rows, cols) in shapes {
+        if let Some(param) = base_param(operand).filter(|param| !seen.contains(param)) {
+            bail!(
+                "gemm {}: operand {what} reads `{param}`, which is not a parameter",
+                spec.name
+            );
+        }
         match operand {
-            Operand::Strided { param, .. } if !seen.contains(param.as_str()) => {
-                bail!(
-                    "gemm {}: operand {what} reads `{param}`, which is not a parameter",
-                    spec.name
-                )
-            }
+            Operand::Window(window) => check_window(spec, what, window, rows, cols)?,
             Operand::Expr(expr) if expr.trim().is_empty() => {
                 bail!("gemm {}: operand {what} has an empty expression", spec.name)
             }
@@ -59,6 +65,47 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
         }
     }
     check_output(spec)
+}
+
+/// The pointer parameter a strided or window operand reads.
+fn base_param(operand: &Operand) -> Option<&str> {
+    match operand {
+        Operand::Strided { param, .. } => Some(param),
+        Operand::Window(window) => Some(&window.param),
+        Operand::Expr(_) => None,
+    }
+}
+
+/// A window must have no zero extents and be exactly the operand's shape.
+fn check_window(
+    spec: &GemmSpec,
+    what: &str,
+    window: &Window,
+    rows: usize,
+    cols: usize,
+) -> Result<()> {
+    let extents = [
+        window.size,
+        window.out,
+        window.kernel,
+        window.stride,
+        window.dilation,
+    ];
+    if window.channels == 0 || extents.iter().flatten().any(|&v| v == 0) {
+        bail!(
+            "gemm {}: operand {what}: convolution window with a zero extent: {window:?}",
+            spec.name
+        );
+    }
+    if (window.rows(), window.cols()) != (rows, cols) {
+        bail!(
+            "gemm {}: operand {what} is {rows} x {cols} but its window is {} x {} (channels x kernel, output pixels)",
+            spec.name,
+            window.rows(),
+            window.cols()
+        );
+    }
+    Ok(())
 }
 
 fn check_identifier(name: &str, what: &str) -> Result<()> {

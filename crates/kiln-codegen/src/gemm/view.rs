@@ -6,6 +6,7 @@
 //! exactly the C variables `r` and `c` (type `long`) that `Operand::Expr` and epilogues are
 //! written against, and evaluates strided elements as `param[b*batch + r*row + c*col]`.
 
+use super::window::{element_expr, Window};
 use super::Operand;
 
 /// A kernel-orientation axis of a matrix operand.
@@ -45,9 +46,11 @@ impl<'a> View<'a> {
         }
     }
 
-    /// `const long r = <expr>;` (or `c`) for the kernel axis.
+    /// `const long r = <expr>;` (or `c`) for the kernel axis; marked used, since an operand or
+    /// epilogue may ignore it (and generated code should compile cleanly under `-Wall`).
     pub(crate) fn bind(&self, axis: Axis, expr: &str) -> String {
-        format!("const long {} = {expr};", self.name_of(axis))
+        let name = self.name_of(axis);
+        format!("const long {name} = {expr}; (void){name};")
     }
 
     /// Binds both coordinates from kernel row and column expressions.
@@ -69,6 +72,7 @@ impl<'a> View<'a> {
                 col,
             } => format!("{param}[{}]", strided_index(*batch, *row, *col)),
             Operand::Expr(expr) => format!("({expr})"),
+            Operand::Window(window) => element_expr(window),
         }
     }
 
@@ -81,7 +85,16 @@ impl<'a> View<'a> {
             Operand::Strided {
                 batch, row, col, ..
             } => Some((*batch, *row, *col)),
-            Operand::Expr(_) => None,
+            Operand::Expr(_) | Operand::Window(_) => None,
+        }
+    }
+
+    /// The convolution window, when the operand is one and `axis` runs along its output pixels
+    /// (its own columns `c`), the layout the window packer handles.
+    pub(crate) fn window_along(&self, axis: Axis) -> Option<&Window> {
+        match self.operand {
+            Operand::Window(window) if self.name_of(axis) == "c" => Some(window),
+            _ => None,
         }
     }
 
@@ -89,7 +102,7 @@ impl<'a> View<'a> {
     pub(crate) fn param(&self) -> Option<&str> {
         match self.operand {
             Operand::Strided { param, .. } => Some(param),
-            Operand::Expr(_) => None,
+            Operand::Expr(_) | Operand::Window(_) => None,
         }
     }
 
@@ -152,7 +165,7 @@ mod tests {
         let view = View::new(&op, true);
         assert_eq!(
             view.bind_both("i", "j"),
-            "const long c = i; const long r = j;"
+            "const long c = i; (void)c; const long r = j; (void)r;"
         );
         assert_eq!(view.kernel_strides(), Some((0, 1, 9)));
         assert_eq!(view.inner_axis(), Axis::Row);

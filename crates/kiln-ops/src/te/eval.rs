@@ -17,7 +17,7 @@ use super::{Access, Combiner, Expr, IndexExpr, Scalar, TensorExpr, Var};
 use crate::ops::cast::cast_tensor;
 use crate::util::{numel, strides};
 use crate::{registry, EvalCx, SubgraphRunner};
-use kiln_ir::{bail, dispatch_all, with_dtype, DType, Data, Elem, Graph, Node, Result, Tensor};
+use kiln_ir::{bail, dispatch_all, with_dtype, DType, Data, Elem, Graph, Result, Tensor};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -325,14 +325,7 @@ pub fn apply_scalar(s: &Scalar, args: &[&Tensor]) -> Result<Tensor> {
     let Some(kernel) = registry::lookup("", &s.op).and_then(|op| op.scalar_kernel()) else {
         bail!("'{}' is not an element-wise op with a scalar rule", s.op);
     };
-    let node = Node {
-        name: String::new(),
-        op: s.op.clone(),
-        domain: String::new(),
-        inputs: Vec::new(),
-        outputs: Vec::new(),
-        attrs: s.attrs.clone(),
-    };
+    let node = s.node();
     let cx = EvalCx {
         node: &node,
         opset: super::SCALAR_OPSET,

@@ -108,6 +108,19 @@ impl Scalar {
         self.attrs.insert(name.to_string(), value);
         self
     }
+
+    /// A detached node of this op with these attributes, for calling the
+    /// op's definition (`infer`, `eval`) on scalars.
+    pub fn node(&self) -> kiln_ir::Node {
+        kiln_ir::Node {
+            name: String::new(),
+            op: self.op.clone(),
+            domain: String::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            attrs: self.attrs.clone(),
+        }
+    }
 }
 
 impl Combiner {

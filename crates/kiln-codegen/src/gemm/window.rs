@@ -1,0 +1,153 @@
+//! Convolution windows as a matmul operand (implicit GEMM: the im2col matrix is never
+//! materialised; Chellapilla et al. 2006 for im2col, Georganas et al. 2018 for packing windows
+//! straight from the image).
+//!
+//! Needs an NCHW input and the convolution geometry. Guarantees: the generic element
+//! expression (for the unpacked path and any orientation), and a packer for the common case
+//! (panels running along output pixels) that decodes each im2col row `r = (ci, kh, kw)` once,
+//! then fills every panel of that row by runs of one output row: zeros where the window hangs
+//! over the padding, a plain (for stride 1, contiguous) copy of the image row elsewhere. No
+//! pointer is formed outside the image.
+
+use super::emit::CWriter;
+use super::pack::PackJob;
+
+/// The im2col matrix of a 2-D convolution read from an NCHW input: element (b, r, c), with
+/// `r = (ci, kh, kw)` over `channels x kernel[0] x kernel[1]` and `c = (oh, ow)` over
+/// `out[0] x out[1]`, is `param[b*batch + ci*H*W + ih*W + iw]` where
+/// `ih = oh*stride[0] + kh*dilation[0] - pad[0]` and `iw = ow*stride[1] + kw*dilation[1] - pad[1]`,
+/// and 0 where `(ih, iw)` falls outside the `size[0] x size[1]` image. As the B operand of
+/// `weights (Co x Ci*KH*KW) * window`, it is a convolution producing NCHW output.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Window {
+    pub param: String,
+    /// Element stride between batch entries (e.g. one image, or one group of channels).
+    pub batch: isize,
+    pub channels: usize,
+    /// Input height and width.
+    pub size: [usize; 2],
+    /// Output height and width.
+    pub out: [usize; 2],
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    /// Padding before the first row and column (after the last is implied by `out`).
+    pub pad: [usize; 2],
+    pub dilation: [usize; 2],
+}
+
+impl Window {
+    /// Rows of the im2col matrix (`channels x kernel window`).
+    pub fn rows(&self) -> usize {
+        self.channels * self.kernel[0] * self.kernel[1]
+    }
+
+    /// Columns of the im2col matrix (output pixels).
+    pub fn cols(&self) -> usize {
+        self.out[0] * self.out[1]
+    }
+}
+
+/// Input row and column read by element (r, c), as C expressions.
+fn input_coordinates(window: &Window) -> (String, String) {
+    let [kh, kw] = window.kernel;
+    let ih = format!(
+        "(c / {} * {} + r / {kw} % {kh} * {} - {})",
+        window.out[1], window.stride[0], window.dilation[0], window.pad[0]
+    );
+    let iw = format!(
+        "(c % {} * {} + r % {kw} * {} - {})",
+        window.out[1], window.stride[1], window.dilation[1], window.pad[1]
+    );
+    (ih, iw)
+}
+
+/// The element at (b, r, c) as one C expression of type float.
+pub(crate) fn element_expr(window: &Window) -> String {
+    let (ih, iw) = input_coordinates(window);
+    let [h, w] = window.size;
+    format!(
+        "(({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? {}[b * {} + r / {} * {} + {ih} * {w} + {iw}] : 0.0f)",
+        window.param,
+        window.batch,
+        window.kernel[0] * window.kernel[1],
+        h * w
+    )
+}
+
+/// Packs panels that run along output pixels (the operand's columns), depth along im2col rows.
+pub(crate) fn emit_window_pack(w: &mut CWriter, job: &PackJob, window: &Window) {
+    let (width, extent) = (job.width, job.extent);
+    let ([h, iw_count], [kh, kw]) = (window.size, window.kernel);
+    let ([sh, sw], [dh, dw], [ph, pw]) = (window.stride, window.dilation, window.pad);
+    let ow_count = window.out[1];
+    let (buffer, first, end) = (job.buffer, job.first, job.end);
+    w.line(format!(
+        "/* pack {:?} from convolution windows: panels [{first}, {end}) of {width} output pixels, depth kiln_kc from kiln_k0 */",
+        job.side
+    ));
+    w.open("");
+    w.line(format!(
+        "const long kiln_cfirst = {first} * {width}, kiln_cend = {end} * {width} < {extent} ? {end} * {width} : {extent};"
+    ));
+    if extent % width != 0 {
+        w.open(format!("if ({end} * {width} > {extent})"));
+        w.line(format!(
+            "memset({buffer} + ({end} - 1 - {first}) * kiln_kc * {width}, 0, sizeof(float) * (size_t)kiln_kc * {width});"
+        ));
+        w.close();
+    }
+    w.open("for (long kiln_p = 0; kiln_p < kiln_kc; kiln_p++)");
+    w.line("const long kiln_r = kiln_k0 + kiln_p;");
+    w.line(format!(
+        "const long kiln_dy = kiln_r / {kw} % {kh} * {dh} - {ph}, kiln_dx = kiln_r % {kw} * {dw} - {pw};"
+    ));
+    w.line(format!(
+        "const float* kiln_plane = {} + b * {} + kiln_r / {} * {};",
+        window.param,
+        window.batch,
+        kh * kw,
+        h * iw_count
+    ));
+    w.line("/* output columns [kiln_lo, kiln_hi) read inside the image row */");
+    w.line(format!(
+        "long kiln_lo = kiln_dx < 0 ? (-kiln_dx + {sw} - 1) / {sw} : 0;"
+    ));
+    w.line(format!(
+        "long kiln_hi = kiln_dx >= {iw_count} ? 0 : ({iw_count} - kiln_dx + {sw} - 1) / {sw};"
+    ));
+    w.line(format!("if (kiln_hi > {ow_count}) kiln_hi = {ow_count};"));
+    w.line("if (kiln_lo > kiln_hi) kiln_lo = kiln_hi;");
+    w.open("for (long kiln_c = kiln_cfirst; kiln_c < kiln_cend;)");
+    w.line(format!(
+        "const long kiln_oh = kiln_c / {ow_count}, kiln_ow = kiln_c % {ow_count};"
+    ));
+    w.line(format!(
+        "long kiln_run = {ow_count} - kiln_ow, kiln_room = (kiln_c / {width} + 1) * {width} - kiln_c;"
+    ));
+    w.line("if (kiln_run > kiln_room) kiln_run = kiln_room;");
+    w.line("if (kiln_run > kiln_cend - kiln_c) kiln_run = kiln_cend - kiln_c;");
+    w.line(format!(
+        "float* restrict kiln_d = {buffer} + (kiln_c / {width} - {first}) * kiln_kc * {width} + kiln_p * {width} + kiln_c % {width};"
+    ));
+    w.line(format!("const long kiln_ih = kiln_oh * {sh} + kiln_dy;"));
+    w.open(format!("if (kiln_ih < 0 || kiln_ih >= {h})"));
+    w.line("memset(kiln_d, 0, sizeof(float) * (size_t)kiln_run);");
+    w.close();
+    w.open("else");
+    w.line(format!(
+        "const float* kiln_row = kiln_plane + kiln_ih * {iw_count};"
+    ));
+    w.line("long kiln_a = kiln_lo - kiln_ow, kiln_z = kiln_hi - kiln_ow;");
+    w.line("kiln_a = kiln_a < 0 ? 0 : kiln_a > kiln_run ? kiln_run : kiln_a;");
+    w.line("kiln_z = kiln_z < kiln_a ? kiln_a : kiln_z > kiln_run ? kiln_run : kiln_z;");
+    w.line("for (long kiln_j = 0; kiln_j < kiln_a; kiln_j++) kiln_d[kiln_j] = 0.0f;");
+    w.line(format!(
+        "for (long kiln_j = kiln_a; kiln_j < kiln_z; kiln_j++) kiln_d[kiln_j] = kiln_row[(kiln_ow + kiln_j) * {sw} + kiln_dx];"
+    ));
+    w.line("for (long kiln_j = kiln_z; kiln_j < kiln_run; kiln_j++) kiln_d[kiln_j] = 0.0f;");
+    w.close();
+    w.line("kiln_c += kiln_run;");
+    w.close();
+    w.close();
+    w.close();
+}

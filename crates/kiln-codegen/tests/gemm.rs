@@ -1,0 +1,692 @@
+//! Generated matmuls compiled with the system C compiler and compared with naive references
+//! computed here in Rust (in f64, by plain loops; the convolution by a direct sliding window),
+//! for every vector width the C supports (AVX-512, AVX2, 16-byte fallback), with and without
+//! OpenMP, and on 1, 2 and 3 threads. Skipped, with a note, when no C compiler is installed.
+
+use std::path::Path;
+use std::process::Command;
+
+use kiln_codegen::gemm::{
+    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning, Window,
+};
+
+/// Largest accepted error, relative to the largest reference magnitude of the case.
+const TOLERANCE: f64 = 1e-4;
+
+struct Input {
+    name: &'static str,
+    data: Vec<f32>,
+}
+
+/// One generated function, its inputs, and the whole expected output buffer (untouched
+/// elements must stay 0).
+struct Case {
+    spec: GemmSpec,
+    tuning: Tuning,
+    inputs: Vec<Input>,
+    output: &'static str,
+    expected: Vec<f64>,
+}
+
+/// Deterministic values in [-1, 1).
+fn values(count: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f64 / (1u64 << 23) as f64 - 1.0) as f32
+        })
+        .collect()
+}
+
+fn strided(param: &str, batch: isize, row: isize, col: isize) -> Operand {
+    Operand::Strided {
+        param: param.into(),
+        batch,
+        row,
+        col,
+    }
+}
+
+/// Reads element (b, r, c) of a strided operand from `data`.
+fn at(data: &[f32], (batch, row, col): (isize, isize, isize), b: usize, r: usize, c: usize) -> f64 {
+    let index = batch * b as isize + row * r as isize + col * c as isize;
+    data[index as usize] as f64
+}
+
+fn params(inputs: &[&str], output: &str) -> Vec<Param> {
+    let mut list: Vec<Param> = inputs
+        .iter()
+        .map(|name| Param::new("const float* restrict", *name))
+        .collect();
+    list.push(Param::new("float* restrict", output));
+    list
+}
+
+/// Length of the buffer a strided operand of `batch x rows x cols` spans (non-negative strides).
+fn span(strides: (isize, isize, isize), batch: usize, rows: usize, cols: usize) -> usize {
+    let (sb, sr, sc) = strides;
+    (sb * (batch as isize - 1) + sr * (rows as isize - 1) + sc * (cols as isize - 1)) as usize + 1
+}
+
+/// A matmul over strided A, B, C with an optional epilogue `epi(acc, b, r, c)` mirrored in C.
+struct Matmul {
+    name: &'static str,
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: (isize, isize, isize),
+    b: (isize, isize, isize),
+    c: (isize, isize, isize),
+    bias: bool,
+}
+
+impl Matmul {
+    fn plain(name: &'static str, m: usize, n: usize, k: usize) -> Matmul {
+        let (m_, n_, k_) = (m as isize, n as isize, k as isize);
+        Matmul {
+            name,
+            batch: 1,
+            m,
+            n,
+            k,
+            a: (m_ * k_, k_, 1),
+            b: (k_ * n_, n_, 1),
+            c: (m_ * n_, n_, 1),
+            bias: false,
+        }
+    }
+
+    fn case(&self, seed: u64, tuning: Tuning) -> Case {
+        let (batch, m, n, k) = (self.batch, self.m, self.n, self.k);
+        let a = values(span(self.a, batch, m, k), seed);
+        let b = values(span(self.b, batch, k, n), seed + 1);
+        let bias = values(n, seed + 2);
+        let mut expected = vec![0.0; span(self.c, batch, m, n)];
+        for bi in 0..batch {
+            for r in 0..m {
+                for (c, &bias_c) in bias.iter().enumerate() {
+                    let acc: f64 = (0..k)
+                        .map(|p| at(&a, self.a, bi, r, p) * at(&b, self.b, bi, p, c))
+                        .sum();
+                    let value = if self.bias {
+                        (acc + bias_c as f64).max(0.0)
+                    } else {
+                        acc
+                    };
+                    let index =
+                        self.c.0 * bi as isize + self.c.1 * r as isize + self.c.2 * c as isize;
+                    expected[index as usize] = value;
+                }
+            }
+        }
+        let mut inputs = vec![Input { name: "A", data: a }, Input { name: "B", data: b }];
+        let mut names = vec!["A", "B"];
+        if self.bias {
+            inputs.push(Input {
+                name: "bias",
+                data: bias,
+            });
+            names.push("bias");
+        }
+        Case {
+            spec: GemmSpec {
+                name: self.name.into(),
+                params: params(&names, "C"),
+                batch,
+                m,
+                n,
+                k,
+                a: strided("A", self.a.0, self.a.1, self.a.2),
+                b: strided("B", self.b.0, self.b.1, self.b.2),
+                c: strided("C", self.c.0, self.c.1, self.c.2),
+                epilogue: self.bias.then(|| "fmaxf(acc + bias[c], 0.0f)".to_string()),
+            },
+            tuning,
+            inputs,
+            output: "C",
+            expected,
+        }
+    }
+}
+
+/// A 2-D convolution (NCHW) to run as implicit GEMM: M = output channels, N = output pixels,
+/// K = input channels x kernel window, one batch entry per image. B is either an `Expr` written
+/// here or a `Window`.
+#[derive(Clone)]
+struct Conv {
+    name: &'static str,
+    images: usize,
+    cin: usize,
+    cout: usize,
+    size: [usize; 2],
+    kernel: [usize; 2],
+    stride: [usize; 2],
+    pad: [usize; 2],
+    dilation: [usize; 2],
+    window: bool,
+}
+
+impl Conv {
+    fn square(
+        name: &'static str,
+        cin: usize,
+        cout: usize,
+        size: usize,
+        kernel: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Conv {
+        Conv {
+            name,
+            images: 1,
+            cin,
+            cout,
+            size: [size, size],
+            kernel: [kernel, kernel],
+            stride: [stride, stride],
+            pad: [pad, pad],
+            dilation: [1, 1],
+            window: false,
+        }
+    }
+
+    /// Output size along axis `d` (symmetric padding).
+    fn out(&self, d: usize) -> usize {
+        (self.size[d] + 2 * self.pad[d] - self.dilation[d] * (self.kernel[d] - 1) - 1)
+            / self.stride[d]
+            + 1
+    }
+
+    /// The C expression of im2col element (b, r = (ci, kh, kw), c = (oh, ow)), 0 in the padding.
+    fn window_expr(&self) -> String {
+        let ([h, w], [kh, kw], ow) = (self.size, self.kernel, self.out(1));
+        let ih = format!(
+            "(c / {ow} * {} + r / {kw} % {kh} * {} - {})",
+            self.stride[0], self.dilation[0], self.pad[0]
+        );
+        let iw = format!(
+            "(c % {ow} * {} + r % {kw} * {} - {})",
+            self.stride[1], self.dilation[1], self.pad[1]
+        );
+        format!(
+            "({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? X[b * {} + r / {} * {} + {ih} * {w} + {iw}] : 0.0f",
+            self.cin * h * w,
+            kh * kw,
+            h * w
+        )
+    }
+
+    fn operand(&self) -> Operand {
+        if !self.window {
+            return Operand::Expr(self.window_expr());
+        }
+        Operand::Window(Window {
+            param: "X".into(),
+            batch: (self.cin * self.size[0] * self.size[1]) as isize,
+            channels: self.cin,
+            size: self.size,
+            out: [self.out(0), self.out(1)],
+            kernel: self.kernel,
+            stride: self.stride,
+            pad: self.pad,
+            dilation: self.dilation,
+        })
+    }
+
+    /// Direct sliding-window reference with bias and ReLU, NCHW output.
+    fn reference(&self, x: &[f32], weights: &[f32], bias: &[f32]) -> Vec<f64> {
+        let ([h, w], [kh, kw], [oh, ow]) = (self.size, self.kernel, [self.out(0), self.out(1)]);
+        let mut expected = vec![0.0; self.images * self.cout * oh * ow];
+        for img in 0..self.images {
+            for co in 0..self.cout {
+                for y in 0..oh {
+                    for xo in 0..ow {
+                        let mut acc = 0.0;
+                        for ci in 0..self.cin {
+                            for ky in 0..kh {
+                                for kx in 0..kw {
+                                    let iy = (y * self.stride[0] + ky * self.dilation[0]) as isize
+                                        - self.pad[0] as isize;
+                                    let ix = (xo * self.stride[1] + kx * self.dilation[1]) as isize
+                                        - self.pad[1] as isize;
+                                    if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                        continue;
+                                    }
+                                    let xi =
+                                        ((img * self.cin + ci) * h + iy as usize) * w + ix as usize;
+                                    let wi = ((co * self.cin + ci) * kh + ky) * kw + kx;
+                                    acc += x[xi] as f64 * weights[wi] as f64;
+                                }
+                            }
+                        }
+                        expected[((img * self.cout + co) * oh + y) * ow + xo] =
+                            (acc + bias[co] as f64).max(0.0);
+                    }
+                }
+            }
+        }
+        expected
+    }
+
+    fn case(&self, seed: u64, tuning: Tuning) -> Case {
+        let pixels = self.out(0) * self.out(1);
+        let window = self.cin * self.kernel[0] * self.kernel[1];
+        let x = values(self.images * self.cin * self.size[0] * self.size[1], seed);
+        let weights = values(self.cout * window, seed + 1);
+        let bias = values(self.cout, seed + 2);
+        let expected = self.reference(&x, &weights, &bias);
+        Case {
+            spec: GemmSpec {
+                name: self.name.into(),
+                params: params(&["X", "W", "bias"], "Y"),
+                batch: self.images,
+                m: self.cout,
+                n: pixels,
+                k: window,
+                a: strided("W", 0, window as isize, 1),
+                b: self.operand(),
+                c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
+                epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
+            },
+            tuning,
+            inputs: vec![
+                Input { name: "X", data: x },
+                Input {
+                    name: "W",
+                    data: weights,
+                },
+                Input {
+                    name: "bias",
+                    data: bias,
+                },
+            ],
+            output: "Y",
+            expected,
+        }
+    }
+}
+
+fn small_blocks(shape: Option<KernelShape>, transposed: Option<bool>) -> Tuning {
+    Tuning {
+        kc: Some(16),
+        mc: Some(40),
+        nc: Some(100),
+        shape,
+        transposed,
+        pack_a: None,
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = vec![
+        Matmul::plain("mm_1x1x1", 1, 1, 1).case(1, Tuning::default()),
+        Matmul::plain("mm_7x13x5", 7, 13, 5).case(2, Tuning::default()),
+        Matmul::plain("mm_100x37x129", 100, 37, 129).case(3, Tuning::default()),
+        Matmul::plain("mm_65x257x300", 65, 257, 300).case(4, Tuning::default()),
+    ];
+    // Batch 3, B shared by every batch entry (stride 0), C rows padded to 40 (gaps stay 0).
+    cases.push(
+        Matmul {
+            b: (0, 31, 1),
+            c: (20 * 40, 40, 1),
+            batch: 3,
+            ..Matmul::plain("mm_batch_broadcast", 20, 31, 17)
+        }
+        .case(5, Tuning::default()),
+    );
+    // A and B stored transposed (column-major), C column-major.
+    cases.push(
+        Matmul {
+            a: (0, 1, 45),
+            b: (0, 1, 23),
+            c: (0, 1, 45),
+            ..Matmul::plain("mm_transposed_strides", 45, 29, 23)
+        }
+        .case(6, Tuning::default()),
+    );
+    // Bias + ReLU epilogue with K cut into several blocks (applied once, after the last).
+    cases.push(
+        Matmul {
+            bias: true,
+            ..Matmul::plain("mm_bias_relu", 65, 257, 300)
+        }
+        .case(7, Tuning::default()),
+    );
+    // Every micro-kernel shape in both orientations, on many small blocks.
+    let shapes = [
+        (14, 32),
+        (8, 48),
+        (6, 64),
+        (6, 16),
+        (4, 24),
+        (6, 8),
+        (4, 12),
+    ];
+    for (index, (mr, nr)) in shapes.into_iter().enumerate() {
+        for transposed in [false, true] {
+            let name: &'static str =
+                Box::leak(format!("mm_{mr}x{nr}_t{}", transposed as u8).into_boxed_str());
+            let tuning = small_blocks(Some(KernelShape { mr, nr }), Some(transposed));
+            cases.push(
+                Matmul {
+                    bias: true,
+                    batch: 2,
+                    ..Matmul::plain(name, 100, 137, 129)
+                }
+                .case(10 + index as u64, tuning),
+            );
+        }
+    }
+    // A packed although it could be read in place, and read in place with a partial panel.
+    for (name, pack_a) in [("mm_8x48_packed_a", true), ("mm_8x48_rows_a", false)] {
+        let tuning = Tuning {
+            pack_a: Some(pack_a),
+            ..small_blocks(Some(KernelShape { mr: 8, nr: 48 }), Some(false))
+        };
+        cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
+    }
+    let conv = Conv {
+        images: 2,
+        size: [11, 9],
+        ..Conv::square("conv3x3_s2_p1", 5, 6, 11, 3, 2, 1)
+    };
+    cases.push(conv.case(30, Tuning::default()));
+    let transposed = Conv {
+        name: "conv3x3_s2_p1_transposed",
+        ..conv.clone()
+    };
+    cases.push(transposed.case(31, small_blocks(None, Some(true))));
+    cases.push(Conv::square("conv3x3_s1_p1_wide", 16, 20, 20, 3, 1, 1).case(32, Tuning::default()));
+    // The same geometries, and odder ones, through the window packer.
+    let windows = [
+        Conv {
+            name: "win3x3_s2_p1",
+            window: true,
+            ..conv.clone()
+        },
+        Conv {
+            name: "win3x3_s1_p1_wide",
+            window: true,
+            ..Conv::square("", 16, 20, 20, 3, 1, 1)
+        },
+        Conv {
+            name: "win1x1_s2",
+            window: true,
+            ..Conv::square("", 7, 9, 13, 1, 2, 0)
+        },
+        Conv {
+            name: "win5x3_dilated",
+            window: true,
+            images: 3,
+            size: [12, 17],
+            kernel: [5, 3],
+            stride: [1, 3],
+            pad: [4, 2],
+            dilation: [2, 1],
+            ..Conv::square("", 3, 5, 0, 0, 1, 0)
+        },
+        Conv {
+            name: "win7x7_s2_p3",
+            window: true,
+            ..Conv::square("", 3, 8, 23, 7, 2, 3)
+        },
+    ];
+    for (index, conv) in windows.into_iter().enumerate() {
+        let seed = 40 + 2 * index as u64;
+        cases.push(conv.case(seed, Tuning::default()));
+        let name: &'static str =
+            Box::leak(format!("{}_small_blocks_t", conv.name).into_boxed_str());
+        cases.push(Conv { name, ..conv }.case(seed + 1, small_blocks(None, Some(true))));
+    }
+    cases
+}
+
+const HARNESS: &str = r#"
+#include <stdio.h>
+static float* test_load(const char* dir, const char* name, long count)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    float* data = malloc(sizeof(float) * (size_t)count);
+    FILE* file = fopen(path, "rb");
+    if (!data || !file || fread(data, sizeof(float), (size_t)count, file) != (size_t)count) {
+        fprintf(stderr, "cannot read %s\n", path);
+        exit(1);
+    }
+    fclose(file);
+    return data;
+}
+static void test_store(const char* dir, const char* name, const float* data, long count)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE* file = fopen(path, "wb");
+    if (!file || fwrite(data, sizeof(float), (size_t)count, file) != (size_t)count) {
+        fprintf(stderr, "cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(file);
+}
+"#;
+
+/// The C program: prelude, every case's function, and a main that loads inputs, runs each
+/// function once and stores its output.
+fn program(cases: &[Case]) -> String {
+    let mut source = format!("{}\n{HARNESS}\n", gemm_prelude());
+    let mut main = String::from(
+        "int main(int argc, char** argv)\n{\n    const char* dir = argv[1];\n    (void)argc;\n",
+    );
+    for case in cases {
+        source.push_str(&gemm_c_tuned(&case.spec, &case.tuning).expect("valid spec"));
+        let name = &case.spec.name;
+        main.push_str("    {\n");
+        for input in &case.inputs {
+            main.push_str(&format!(
+                "        float* {0} = test_load(dir, \"{name}.{0}\", {1});\n",
+                input.name,
+                input.data.len()
+            ));
+        }
+        let out_len = case.expected.len();
+        main.push_str(&format!(
+            "        float* {} = calloc({out_len}, sizeof(float));\n",
+            case.output
+        ));
+        let args: Vec<&str> = case.spec.params.iter().map(|p| p.name.as_str()).collect();
+        main.push_str(&format!("        {name}({});\n", args.join(", ")));
+        main.push_str(&format!(
+            "        test_store(dir, \"{name}.out\", {}, {out_len});\n",
+            case.output
+        ));
+        for arg in args {
+            main.push_str(&format!("        free((void*){arg});\n"));
+        }
+        main.push_str("    }\n");
+    }
+    main.push_str("    return 0;\n}\n");
+    source + &main
+}
+
+fn compiler() -> Option<String> {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    match Command::new(&cc).arg("--version").output() {
+        Ok(out) if out.status.success() => Some(cc),
+        _ => {
+            eprintln!("note: no C compiler `{cc}` found; generated gemm tests skipped");
+            None
+        }
+    }
+}
+
+/// Compiles `source` into `exe`, failing the test with the compiler's messages.
+fn compile(cc: &str, flags: &[&str], source: &Path, exe: &Path) {
+    let out = Command::new(cc)
+        .args(flags)
+        .arg(source)
+        .arg("-o")
+        .arg(exe)
+        .arg("-lm")
+        .output()
+        .expect("run C compiler");
+    assert!(
+        out.status.success(),
+        "{cc} {flags:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn write_floats(path: &Path, data: &[f32]) {
+    let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, bytes).expect("write input");
+}
+
+fn read_floats(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).expect("read output");
+    bytes
+        .chunks_exact(4)
+        .map(|chunk| f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]))
+        .collect()
+}
+
+/// Compiles all cases with `flags`, runs the program once per thread count and checks every
+/// output. Returns false (after a note) when the compiler rejects the flags themselves.
+fn check_all(flags: &[&str], thread_counts: &[usize]) {
+    let Some(cc) = compiler() else {
+        return;
+    };
+    let cases = cases();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("gemm_test.c");
+    let exe = dir.path().join("gemm_test");
+    std::fs::write(&source, program(&cases)).expect("write C");
+    compile(&cc, flags, &source, &exe);
+    for case in &cases {
+        for input in &case.inputs {
+            let path = dir
+                .path()
+                .join(format!("{}.{}", case.spec.name, input.name));
+            write_floats(&path, &input.data);
+        }
+    }
+    for &threads in thread_counts {
+        let run = Command::new(&exe)
+            .arg(dir.path())
+            .env("OMP_NUM_THREADS", threads.to_string())
+            .output()
+            .expect("run test program");
+        assert!(
+            run.status.success(),
+            "program failed ({flags:?}, {threads} threads):\n{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        for case in &cases {
+            let got = read_floats(&dir.path().join(format!("{}.out", case.spec.name)));
+            assert_eq!(got.len(), case.expected.len(), "{}", case.spec.name);
+            let scale = case.expected.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+            let (worst, index) = got
+                .iter()
+                .zip(&case.expected)
+                .enumerate()
+                .map(|(i, (g, e))| ((*g as f64 - e).abs() / scale, i))
+                .fold(
+                    (0.0, 0),
+                    |best, cur| if cur.0 > best.0 { cur } else { best },
+                );
+            assert!(
+                worst < TOLERANCE,
+                "{} ({flags:?}, {threads} threads): relative error {worst:.3e} at {index}: got {}, expected {}",
+                case.spec.name,
+                got[index],
+                case.expected[index]
+            );
+        }
+    }
+}
+
+#[test]
+fn avx512_or_native_width_with_openmp() {
+    check_all(&["-O2", "-march=native", "-fopenmp"], &[1, 2, 3]);
+}
+
+#[test]
+fn avx2_width() {
+    check_all(&["-O2", "-march=native", "-mno-avx512f", "-fopenmp"], &[2]);
+}
+
+#[test]
+fn sixteen_byte_fallback_width() {
+    check_all(&["-O2", "-march=x86-64", "-fopenmp"], &[3]);
+}
+
+#[test]
+fn without_openmp() {
+    check_all(
+        &[
+            "-O2",
+            "-march=native",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Wno-unknown-pragmas",
+            "-Werror",
+        ],
+        &[1],
+    );
+}
+
+#[test]
+fn under_address_and_undefined_sanitizers() {
+    check_all(
+        &[
+            "-O1",
+            "-march=native",
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+        ],
+        &[1],
+    );
+}
+
+#[test]
+fn fma_peak_program_runs() {
+    let Some(cc) = compiler() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let source = dir.path().join("peak.c");
+    let exe = dir.path().join("peak");
+    std::fs::write(&source, kiln_codegen::peak::peak_c()).expect("write C");
+    let strict = [
+        "-O2",
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unknown-pragmas",
+        "-Werror",
+        "-DKILN_PEAK_MAIN",
+    ];
+    compile(&cc, &strict, &source, &exe);
+    compile(
+        &cc,
+        &["-O2", "-march=native", "-fopenmp", "-DKILN_PEAK_MAIN"],
+        &source,
+        &exe,
+    );
+    let run = Command::new(&exe).arg("2").output().expect("run peak");
+    let text = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success() && text.contains("GFLOP/s"), "{text}");
+    // "1 thread X GFLOP/s": a positive number.
+    let single: f64 = text
+        .split("1 thread ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|number| number.parse().ok())
+        .expect("a GFLOP/s figure");
+    assert!(single > 0.1, "{text}");
+}
