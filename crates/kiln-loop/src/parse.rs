@@ -35,7 +35,9 @@
 //! Attribute values and literals are read by kiln-ir's graph text parser
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
-use crate::ir::{Atom, Buffer, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{
+    Atom, Buffer, Extent, Gemm, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Stmt, Val,
+};
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};
 use kiln_ops::te::{Combiner, Scalar};
@@ -56,7 +58,7 @@ pub fn parse(src: &str) -> Result<Kernel> {
 }
 
 /// An operand reference: buffer number, offset and guard.
-type Access = (usize, Idx, Vec<(Idx, i64)>);
+type Access = (usize, Idx, Guard);
 
 struct Parser<'a> {
     src: &'a str,
@@ -498,7 +500,7 @@ impl Parser<'_> {
     }
 
     /// `idx < n && idx < n ...` (each meaning `0 <= idx < n`).
-    fn guard(&mut self) -> Result<Vec<(Idx, i64)>> {
+    fn guard(&mut self) -> Result<Guard> {
         let mut g = Vec::new();
         loop {
             let i = self.idx()?;

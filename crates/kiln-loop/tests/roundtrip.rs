@@ -74,7 +74,7 @@ fn looped(var: &str, extent: Extent, kind: LoopKind, body: Vec<Stmt>) -> Stmt {
 /// Every statement, loop kind, extent, index atom and value kind.
 fn every_construct() -> Kernel {
     let gather = Atom::Data {
-        value: Box::new(load(1, var("i0").add(&Idx::constant(-1)))),
+        value: Box::new(load(1, var("i0").plus(&Idx::constant(-1)))),
         extent: 6,
     };
     let window = idx(
@@ -92,7 +92,7 @@ fn every_construct() -> Kernel {
     let guarded = Val::Load {
         buf: 0,
         offset: window.clone(),
-        guard: vec![(var("ii").add(&Idx::constant(-1)), 9), (var("r0"), 3)],
+        guard: vec![(var("ii").plus(&Idx::constant(-1)), 9), (var("r0"), 3)],
     };
     let with_attrs = Val::Call(
         Scalar::new("Mod")
@@ -141,7 +141,7 @@ fn every_construct() -> Kernel {
         },
         Stmt::Store {
             buf: 3,
-            offset: var("io").scale(4).add(&var("ii")),
+            offset: var("io").scale(4).plus(&var("ii")),
             value: call(
                 "Where",
                 vec![
@@ -171,15 +171,15 @@ fn every_construct() -> Kernel {
         k: 5,
         a: operand(
             0,
-            var("b").scale(15).add(&var("r").scale(5)).add(&var("c")),
+            var("b").scale(15).plus(&var("r").scale(5)).plus(&var("c")),
             vec![],
         ),
         b: operand(
             2,
-            var("k").add(&Idx::constant(-1)),
-            vec![(var("k").add(&Idx::constant(-1)), 4)],
+            var("k").plus(&Idx::constant(-1)),
+            vec![(var("k").plus(&Idx::constant(-1)), 4)],
         ),
-        c: operand(3, var("m").scale(4).add(&var("n")), vec![]),
+        c: operand(3, var("m").scale(4).plus(&var("n")), vec![]),
     });
     let every_combiner: Vec<Stmt> = Combiner::ALL
         .into_iter()
