@@ -168,16 +168,18 @@ fn print_attr(a: &Attr, out: &mut String, indent: usize, elide: Option<usize>) {
     }
 }
 
-/// An attribute value in the text form (subgraphs printed inline).
+/// An attribute value in the text form (subgraphs printed inline), exact:
+/// [`parse_attr`] reads it back.
 pub fn format_attr(a: &Attr) -> String {
     let mut out = String::new();
-    print_attr(a, &mut out, 0, Some(8));
+    print_attr(a, &mut out, 0, None);
     out
 }
 
-/// A tensor's elements as a literal: `1.5` for a scalar, `[1, 2]` otherwise.
+/// A tensor's elements as a literal: `1.5` for a scalar, `[1, 2]` otherwise,
+/// exact: [`parse_scalar`] reads it back given the type.
 pub fn format_scalar(t: &crate::Tensor) -> String {
-    let lit = data_literal(&t.data, Some(8));
+    let lit = data_literal(&t.data, None);
     if t.shape.is_empty() {
         lit.trim_start_matches('[')
             .trim_end_matches(']')
@@ -320,18 +322,61 @@ fn lex_string(chars: &[char], start: usize, line: usize) -> Result<(String, usiz
 
 /// Parses the textual form back into a graph.
 pub fn parse(src: &str) -> Result<Graph> {
-    let mut lx = Lexer {
-        toks: lex(src)?,
-        pos: 0,
-    };
+    let mut lx = Lexer::new(src)?;
     let g = lx.graph()?;
-    if lx.pos != lx.toks.len() {
-        return Err(lx.err("trailing text after the graph"));
-    }
+    lx.finish("the graph")?;
     Ok(g)
 }
 
+/// Parses one attribute value as [`format_attr`] writes it.
+pub fn parse_attr(src: &str) -> Result<Attr> {
+    let mut lx = Lexer::new(src)?;
+    let a = lx.attr()?;
+    lx.finish("the attribute")?;
+    Ok(a)
+}
+
+/// Parses a literal as [`format_scalar`] writes it into a tensor of
+/// `dtype` and `shape` (the literal alone does not say them).
+pub fn parse_scalar(src: &str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    let src = if shape.is_empty() {
+        format!("[{src}]")
+    } else {
+        src.to_string()
+    };
+    let mut lx = Lexer::new(&src)?;
+    let data = lx.data(&TensorType::new(dtype, shape.to_vec()))?;
+    lx.finish("the literal")?;
+    Tensor::new(shape.to_vec(), data)
+}
+
+/// Reads the string literal (Rust's `{:?}` form) at the start of `src`:
+/// the string and how many bytes of `src` it took.
+pub fn parse_quoted(src: &str) -> Result<(String, usize)> {
+    let chars: Vec<char> = src.chars().collect();
+    if chars.first() != Some(&'"') {
+        bail!("expected a quoted string");
+    }
+    let (s, end) = lex_string(&chars, 0, 1)?;
+    Ok((s, chars[..end].iter().map(|c| c.len_utf8()).sum()))
+}
+
 impl Lexer {
+    fn new(src: &str) -> Result<Lexer> {
+        Ok(Lexer {
+            toks: lex(src)?,
+            pos: 0,
+        })
+    }
+
+    fn finish(&self, what: &str) -> Result<()> {
+        if self.pos == self.toks.len() {
+            Ok(())
+        } else {
+            Err(self.err(&format!("trailing text after {what}")))
+        }
+    }
+
     fn line(&self) -> usize {
         self.toks
             .get(self.pos)

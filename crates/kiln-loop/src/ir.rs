@@ -11,7 +11,7 @@
 //!
 //! Everything here is plain data; schedules rewrite it (`schedule.rs`) and
 //! the C printer (kiln-codegen) prints it. `Display` gives the text form
-//! used by tests.
+//! (text.rs) used by tests, and [`crate::parse_kernel`] reads it back.
 
 use kiln_ir::{DType, Tensor};
 use kiln_ops::te::{Combiner, Scalar};

@@ -6,10 +6,12 @@ pub mod contraction;
 pub mod inline_constants;
 pub mod ir;
 pub mod lower;
+mod parse;
 pub mod schedule;
 mod text;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{Atom, Buffer, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val};
 pub use lower::lower;
+pub use parse::parse as parse_kernel;
 pub use schedule::{apply, Directive, Schedule};

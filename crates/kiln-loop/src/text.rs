@@ -1,15 +1,72 @@
 //! The text form of the loop IR, for tests and `kiln compile --emit loops`.
 //!
 //! ```text
-//! kernel k0(in0: f32[2,3], out0: f32[2,3]) {
+//! kernel k0(in0: f32[2,3], out out0: f32[2,3]) {
 //!   parallel for i0 in 0..6 {
 //!     out0[i0] = Relu(in0[i0])
 //!   }
 //! }
 //! ```
+//!
+//! Guarantees: the form is exact and unambiguous, so `parse.rs` reads it
+//! back (`parse(&k.to_string()) == k` for every kernel whose buffer
+//! references are in range and whose buffer names are distinct):
+//! - output buffers are marked `out`;
+//! - names that are not plain identifiers, or that are keywords of the
+//!   form, print quoted (`"a b"`);
+//! - constants carry their type (`0.0:f64`, `-inf:f32`, `3:i64`,
+//!   `[1.5]:f32[1]`), floats in the shortest form that reads back exactly;
+//! - index terms print in order with their coefficients (`4*i0 - i1 + 2`),
+//!   the constant last; a guard `i < 9` means `0 <= i < 9`;
+//! - a split's tail extent prints as `min(f, total - f*outer)`.
 
 use crate::ir::{Atom, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_ir::Tensor;
 use std::fmt::{self, Write};
+
+/// Words of the form that a bare name may not be (they print quoted).
+pub(crate) const KEYWORDS: &[&str] = &[
+    "kernel",
+    "out",
+    "for",
+    "in",
+    "parallel",
+    "vectorized",
+    "unrolled",
+    "let",
+    "gemm",
+    "sum",
+    "if",
+    "min",
+    "floordiv",
+    "mod",
+    "wrap",
+    "index",
+    "inbounds",
+];
+
+/// A name that prints without quotes: an identifier that is no keyword.
+pub(crate) fn is_bare(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !KEYWORDS.contains(&name)
+}
+
+/// A name as printed: bare, or quoted.
+struct Name<'a>(&'a str);
+
+impl fmt::Display for Name<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        if is_bare(self.0) {
+            write!(f, "{}", self.0)
+        } else {
+            write!(f, "{:?}", self.0)
+        }
+    }
+}
 
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -18,10 +75,11 @@ impl fmt::Display for Kernel {
             .iter()
             .map(|b| {
                 let dims: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
-                format!("{}: {}[{}]", b.name, b.dtype, dims.join(","))
+                let out = if b.output { "out " } else { "" };
+                format!("{out}{}: {}[{}]", Name(&b.name), b.dtype, dims.join(","))
             })
             .collect();
-        writeln!(f, "kernel {}({}) {{", self.name, params.join(", "))?;
+        writeln!(f, "kernel {}({}) {{", Name(&self.name), params.join(", "))?;
         let mut out = String::new();
         for s in &self.body {
             write_stmt(&mut out, self, s, 1)?;
@@ -40,7 +98,7 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
                 LoopKind::Vectorized => "vectorized ",
                 LoopKind::Unrolled => "unrolled ",
             };
-            writeln!(out, "{pad}{kind}for {} in 0..{} {{", l.var, l.extent)?;
+            writeln!(out, "{pad}{kind}for {} in 0..{} {{", Name(&l.var), l.extent)?;
             for s in &l.body {
                 write_stmt(out, k, s, depth + 1)?;
             }
@@ -48,12 +106,17 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
         }
         Stmt::Store { buf, offset, value } => writeln!(
             out,
-            "{pad}{}[{offset}] = {}",
-            k.buffers[*buf].name,
+            "{pad}{} = {}",
+            Access(k, *buf, offset, &[]),
             ValText(k, value)
         ),
         Stmt::Let { name, dtype, value } => {
-            writeln!(out, "{pad}let {name}: {dtype} = {}", ValText(k, value))
+            writeln!(
+                out,
+                "{pad}let {}: {dtype} = {}",
+                Name(name),
+                ValText(k, value)
+            )
         }
         Stmt::Update {
             name,
@@ -61,7 +124,8 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
             value,
         } => writeln!(
             out,
-            "{pad}{name} = {}({name}, {})",
+            "{pad}{0} = {1}({0}, {2})",
+            Name(name),
             combiner.name(),
             ValText(k, value)
         ),
@@ -77,44 +141,22 @@ impl fmt::Display for Extent {
                 total,
                 outer,
                 factor,
-            } => write!(f, "min({factor}, {total} - {factor}*{outer})"),
+            } => write!(f, "min({factor}, {total} - {factor}*{})", Name(outer)),
         }
     }
 }
 
+/// Printed on its own, an index names buffers by number (`buf1`); inside a
+/// kernel, by their names.
 impl fmt::Display for Idx {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        for (i, (a, c)) in self.terms.iter().enumerate() {
-            match (i, *c < 0) {
-                (0, false) => {}
-                (0, true) => write!(f, "-")?,
-                (_, false) => write!(f, " + ")?,
-                (_, true) => write!(f, " - ")?,
-            }
-            if c.abs() != 1 {
-                write!(f, "{}*", c.abs())?;
-            }
-            write!(f, "{a}")?;
-        }
-        match (self.terms.is_empty(), self.constant) {
-            (true, c) => write!(f, "{c}"),
-            (false, 0) => Ok(()),
-            (false, c) if c < 0 => write!(f, " - {}", -c),
-            (false, c) => write!(f, " + {c}"),
-        }
+        write!(f, "{}", IdxText(&Kernel::EMPTY, self))
     }
 }
 
 impl fmt::Display for Atom {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            Atom::Var(v) => write!(f, "{v}"),
-            Atom::Div(e, d) => write!(f, "({e} floordiv {d})"),
-            Atom::Mod(e, d) => write!(f, "({e} mod {d})"),
-            Atom::Data { value, extent } => {
-                write!(f, "wrap({}, {extent})", ValText(&Kernel::EMPTY, value))
-            }
-        }
+        write!(f, "{}", AtomText(&Kernel::EMPTY, self))
     }
 }
 
@@ -127,10 +169,65 @@ impl Kernel {
     };
 
     fn buffer_name(&self, b: usize) -> String {
-        self.buffers
-            .get(b)
-            .map(|x| x.name.clone())
-            .unwrap_or(format!("buf{b}"))
+        match self.buffers.get(b) {
+            Some(x) => Name(&x.name).to_string(),
+            None => format!("buf{b}"),
+        }
+    }
+}
+
+/// An index printed with the kernel's buffer names.
+struct IdxText<'a>(&'a Kernel, &'a Idx);
+
+impl fmt::Display for IdxText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let (k, idx) = (self.0, self.1);
+        for (i, (a, c)) in idx.terms.iter().enumerate() {
+            match (i, *c < 0) {
+                (0, false) => {}
+                (0, true) => write!(f, "-")?,
+                (_, false) => write!(f, " + ")?,
+                (_, true) => write!(f, " - ")?,
+            }
+            if c.unsigned_abs() != 1 {
+                write!(f, "{}*", c.unsigned_abs())?;
+            }
+            write!(f, "{}", AtomText(k, a))?;
+        }
+        match (idx.terms.is_empty(), idx.constant) {
+            (true, c) => write!(f, "{c}"),
+            (false, 0) => Ok(()),
+            (false, c) if c < 0 => write!(f, " - {}", c.unsigned_abs()),
+            (false, c) => write!(f, " + {c}"),
+        }
+    }
+}
+
+struct AtomText<'a>(&'a Kernel, &'a Atom);
+
+impl fmt::Display for AtomText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let k = self.0;
+        match self.1 {
+            Atom::Var(v) => write!(f, "{}", Name(v)),
+            Atom::Div(e, d) => write!(f, "({} floordiv {d})", IdxText(k, e)),
+            Atom::Mod(e, d) => write!(f, "({} mod {d})", IdxText(k, e)),
+            Atom::Data { value, extent } => write!(f, "wrap({}, {extent})", ValText(k, value)),
+        }
+    }
+}
+
+/// `buf[offset]`, or `buf[offset if guard]` for a guarded access.
+struct Access<'a>(&'a Kernel, usize, &'a Idx, &'a [(Idx, i64)]);
+
+impl fmt::Display for Access<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let Access(k, buf, offset, guard) = *self;
+        write!(f, "{}[{}", k.buffer_name(buf), IdxText(k, offset))?;
+        if !guard.is_empty() {
+            write!(f, " if {}", GuardText(k, guard))?;
+        }
+        write!(f, "]")
     }
 }
 
@@ -141,21 +238,15 @@ impl fmt::Display for ValText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let k = self.0;
         match self.1 {
-            Val::Load { buf, offset, guard } => {
-                if guard.is_empty() {
-                    write!(f, "{}[{offset}]", k.buffer_name(*buf))
-                } else {
-                    write!(f, "{}[{offset} if {}]", k.buffer_name(*buf), Guard(guard))
-                }
-            }
-            Val::InBounds(g) => write!(f, "inbounds({})", Guard(g)),
-            Val::Const(t) => write!(f, "{}", kiln_ir::text::format_scalar(t)),
-            Val::Index(i) => write!(f, "index({i})"),
-            Val::Local(n) => write!(f, "{n}"),
+            Val::Load { buf, offset, guard } => write!(f, "{}", Access(k, *buf, offset, guard)),
+            Val::InBounds(g) => write!(f, "inbounds({})", GuardText(k, g)),
+            Val::Const(t) => write!(f, "{}", ConstText(t)),
+            Val::Index(i) => write!(f, "index({})", IdxText(k, i)),
+            Val::Local(n) => write!(f, "{}", Name(n)),
             Val::Call(s, args) => {
-                write!(f, "{}", s.op)?;
+                write!(f, "{}", Name(&s.op))?;
                 for (name, v) in &s.attrs {
-                    write!(f, "{{{name}={}}}", kiln_ir::text::format_attr(v))?;
+                    write!(f, "{{{}={}}}", Name(name), kiln_ir::text::format_attr(v))?;
                 }
                 let args: Vec<String> = args.iter().map(|a| ValText(k, a).to_string()).collect();
                 write!(f, "({})", args.join(", "))
@@ -164,32 +255,41 @@ impl fmt::Display for ValText<'_> {
     }
 }
 
-struct Guard<'a>(&'a [(Idx, i64)]);
+/// `literal:dtype`, with the shape for tensors that are not 0-d.
+struct ConstText<'a>(&'a Tensor);
 
-impl fmt::Display for Guard<'_> {
+impl fmt::Display for ConstText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let parts: Vec<String> = self.0.iter().map(|(i, e)| format!("{i} < {e}")).collect();
-        write!(f, "{}", parts.join(" && "))
+        let t = self.0;
+        write!(f, "{}:{}", kiln_ir::text::format_scalar(t), t.data.dtype())?;
+        if !t.shape.is_empty() {
+            let dims: Vec<String> = t.shape.iter().map(|d| d.to_string()).collect();
+            write!(f, "[{}]", dims.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+struct GuardText<'a>(&'a Kernel, &'a [(Idx, i64)]);
+
+impl fmt::Display for GuardText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        for (n, (i, e)) in self.1.iter().enumerate() {
+            if n > 0 {
+                write!(f, " && ")?;
+            }
+            write!(f, "{} < {e}", IdxText(self.0, i))?;
+        }
+        Ok(())
     }
 }
 
 struct GemmText<'a>(&'a Kernel, &'a Gemm);
 
-impl fmt::Display for GemmText<'_> {
+impl<'a> fmt::Display for GemmText<'a> {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let (k, g) = (self.0, self.1);
-        let operand = |o: &GemmOperand| {
-            if o.guard.is_empty() {
-                format!("{}[{}]", k.buffer_name(o.buf), o.offset)
-            } else {
-                format!(
-                    "{}[{} if {}]",
-                    k.buffer_name(o.buf),
-                    o.offset,
-                    Guard(&o.guard)
-                )
-            }
-        };
+        let operand = |o: &'a GemmOperand| Access(k, o.buf, &o.offset, &o.guard);
         write!(
             f,
             "gemm b<{}, m<{}, n<{}, k<{}: {} = sum {} * {}",

@@ -124,6 +124,20 @@ impl Scalar {
 }
 
 impl Combiner {
+    pub const ALL: [Combiner; 6] = [
+        Combiner::Sum,
+        Combiner::Prod,
+        Combiner::Min,
+        Combiner::Max,
+        Combiner::And,
+        Combiner::Or,
+    ];
+
+    /// The combiner called [`Combiner::name`] `name`.
+    pub fn from_name(name: &str) -> Option<Combiner> {
+        Combiner::ALL.into_iter().find(|c| c.name() == name)
+    }
+
     /// The element-wise op that combines two partial results.
     pub fn scalar(self) -> Scalar {
         Scalar::new(match self {
