@@ -11,10 +11,10 @@
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
-use crate::gemm::{gemm_c, GemmSpec, Operand, Param};
+use crate::gemm::{gemm_c, GemmSpec, Operand, Param, Window};
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_loop::{Atom, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_loop::{Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
 use kiln_ops::te::Combiner;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -107,7 +107,10 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
         n: g.n as usize,
         k: g.k as usize,
         a: rows_cols(&g.a, g.m, g.k)?,
-        b: rows_cols(&g.b, g.k, g.n)?,
+        b: match &g.window {
+            Some(w) => Operand::Window(window(&k.buffers[g.b.buf].name, w)),
+            None => rows_cols(&g.b, g.k, g.n)?,
+        },
         c: rows_cols(&g.c, g.m, g.n)?,
         epilogue: None,
     };
@@ -129,6 +132,22 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
     )
     .ok();
     Ok(out)
+}
+
+/// The gemm template's window read of buffer `param`.
+fn window(param: &str, w: &ConvWindow) -> Window {
+    let pair = |p: [i64; 2]| [p[0] as usize, p[1] as usize];
+    Window {
+        param: param.to_string(),
+        batch: 0,
+        channels: w.channels as usize,
+        size: pair(w.size),
+        out: pair(w.out),
+        kernel: pair(w.kernel),
+        stride: pair(w.stride),
+        pad: pair(w.pad),
+        dilation: pair(w.dilation),
+    }
 }
 
 /// A gemm operand: strided when its offset is `sb·b + sr·r + sc·c`,

@@ -13,7 +13,7 @@
 //! indices, with the padding guard). A's reads must stay in bounds (B's
 //! may be guarded). Anything else returns `None` and is lowered as loops.
 
-use crate::ir::{Gemm, GemmOperand, Idx, Kernel, Stmt};
+use crate::ir::{ConvWindow, Gemm, GemmOperand, Idx, Kernel, Stmt};
 use crate::lower::{flatten, input_buffers, push_output};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
@@ -188,12 +188,73 @@ pub fn lower_contraction(
             offset: c_off,
             guard: Vec::new(),
         },
+        window: if batch == 1 {
+            conv_window(te, kb, &axes)
+        } else {
+            None
+        },
     };
     Ok(Some(Kernel {
         name: name.to_string(),
         buffers,
         body: vec![Stmt::Gemm(gemm)],
     }))
+}
+
+/// The geometry of B when it reads an NCHW image window by window:
+/// `X[0, r0, s_h·oh + d_h·r1 − p_h, s_w·ow + d_w·r2 − p_w]` with N = (oh, ow)
+/// and K = (r0, r1, r2) in that order (a kernel dimension of size 1 has no
+/// reduction variable).
+fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
+    let access = &te.accesses[kb];
+    let shape = te.inputs.get(access.input)?.as_ref()?;
+    let [n, channels, h, w] = shape[..] else {
+        return None;
+    };
+    let [e0, e1, e2, e3] = &access.index[..] else {
+        return None;
+    };
+    let red = te.reduction.as_ref()?;
+    if n != 1 || e0.as_constant() != Some(0) || red.extents.len() != 3 {
+        return None;
+    }
+    if e1.as_affine()?.as_var() != Some(Var::Red(0)) || red.extents[0] != channels {
+        return None;
+    }
+    let n_vars: Vec<Var> = axes
+        .iter()
+        .filter(|a| a.1 == Axis::N)
+        .map(|a| a.0)
+        .collect();
+    let [Var::Out(lh), Var::Out(lw)] = n_vars[..] else {
+        return None;
+    };
+    // `s·out + d·red − p`: stride, dilation, padding of one spatial axis.
+    let spatial = |e: &IndexExpr, out: usize, red_k: usize| -> Option<(i64, i64, i64)> {
+        let a = e.as_affine()?;
+        let mut stride = 0;
+        let mut dilation = 1;
+        for &(v, c) in &a.terms {
+            match v {
+                Var::Out(l) if l == out => stride = c,
+                Var::Red(k) if k == red_k => dilation = c,
+                _ => return None,
+            }
+        }
+        (stride > 0 && dilation > 0 && a.constant <= 0).then_some((stride, dilation, -a.constant))
+    };
+    let (sh, dh, ph) = spatial(e2, lh, 1)?;
+    let (sw, dw, pw) = spatial(e3, lw, 2)?;
+    let n = |l: usize| te.shape[l] as i64;
+    Some(ConvWindow {
+        channels: channels as i64,
+        size: [h as i64, w as i64],
+        out: [n(lh), n(lw)],
+        kernel: [red.extents[1] as i64, red.extents[2] as i64],
+        stride: [sh, sw],
+        pad: [ph, pw],
+        dilation: [dh, dw],
+    })
 }
 
 /// The two accesses of a `sum_r Mul(load a, load b)` body, where a load

@@ -118,6 +118,26 @@ pub struct Gemm {
     pub a: GemmOperand,
     pub b: GemmOperand,
     pub c: GemmOperand,
+    /// When B is a convolution's input read window by window (NCHW image,
+    /// rows `(channel, kh, kw)`, columns `(oh, ow)`): its geometry, so the
+    /// code generator can copy whole image rows instead of evaluating the
+    /// offset per element. `b.offset` and `b.guard` say the same thing.
+    pub window: Option<ConvWindow>,
+}
+
+/// The geometry of an implicit-GEMM convolution input (see [`Gemm::window`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvWindow {
+    pub channels: i64,
+    /// Input height and width.
+    pub size: [i64; 2],
+    /// Output height and width.
+    pub out: [i64; 2],
+    pub kernel: [i64; 2],
+    pub stride: [i64; 2],
+    /// Padding before the first row and column.
+    pub pad: [i64; 2],
+    pub dilation: [i64; 2],
 }
 
 /// One operand of a [`Gemm`]: the buffer and the offset of its element as

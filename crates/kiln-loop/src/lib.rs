@@ -11,7 +11,9 @@ pub mod schedule;
 mod text;
 
 pub use auto_schedule::default_schedule;
-pub use ir::{Atom, Buffer, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+pub use ir::{
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val,
+};
 pub use lower::lower;
 pub use parse::parse as parse_kernel;
 pub use schedule::{apply, Directive, Schedule};

@@ -19,6 +19,7 @@
 //!          | "let" name ":" dtype "=" val
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" access "*" access
+//!                ["window" "[" int ("," int)*12 "]"]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
 //! extent  := int | "min(" f "," total "-" f "*" name ")"
@@ -463,6 +464,20 @@ impl Parser<'_> {
         let a = self.operand()?;
         self.expect("*")?;
         let b = self.operand()?;
+        let window = if self.eat_word("window") {
+            self.expect("[")?;
+            let mut n = [0i64; 13];
+            for (i, v) in n.iter_mut().enumerate() {
+                if i > 0 {
+                    self.expect(",")?;
+                }
+                *v = self.int("a window number")?;
+            }
+            self.expect("]")?;
+            Some(crate::text::window_from_numbers(n))
+        } else {
+            None
+        };
         let [batch, m, n, k] = sizes;
         Ok(Stmt::Gemm(Gemm {
             batch,
@@ -472,6 +487,7 @@ impl Parser<'_> {
             a,
             b,
             c,
+            window,
         }))
     }
 

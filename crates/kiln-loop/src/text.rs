@@ -20,7 +20,7 @@
 //!   the constant last; a guard `i < 9` means `0 <= i < 9`;
 //! - a split's tail extent prints as `min(f, total - f*outer)`.
 
-use crate::ir::{Atom, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
+use crate::ir::{Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
 use kiln_ir::Tensor;
 use std::fmt::{self, Write};
 
@@ -300,6 +300,38 @@ impl<'a> fmt::Display for GemmText<'a> {
             operand(&g.c),
             operand(&g.a),
             operand(&g.b)
-        )
+        )?;
+        if let Some(w) = &g.window {
+            write!(
+                f,
+                " window[{}]",
+                window_numbers(w).map(|n| n.to_string()).join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A window's numbers in text order: channels, size, out, kernel, stride,
+/// pad, dilation (each pair height then width).
+pub(crate) fn window_numbers(w: &ConvWindow) -> [i64; 13] {
+    let [h, wd] = w.size;
+    let [oh, ow] = w.out;
+    let [kh, kw] = w.kernel;
+    let [sh, sw] = w.stride;
+    let [ph, pw] = w.pad;
+    let [dh, dw] = w.dilation;
+    [w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw]
+}
+
+pub(crate) fn window_from_numbers(n: [i64; 13]) -> ConvWindow {
+    ConvWindow {
+        channels: n[0],
+        size: [n[1], n[2]],
+        out: [n[3], n[4]],
+        kernel: [n[5], n[6]],
+        stride: [n[7], n[8]],
+        pad: [n[9], n[10]],
+        dilation: [n[11], n[12]],
     }
 }

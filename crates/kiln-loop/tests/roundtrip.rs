@@ -9,8 +9,8 @@ use kiln_ir::{Attr, DType, Data, Elem, Graph, Result, Tensor};
 use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
-    apply, default_schedule, parse_kernel, Atom, Buffer, Directive, Extent, Gemm, GemmOperand, Idx,
-    Kernel, Loop, LoopKind, Schedule, Stmt, Val,
+    apply, default_schedule, parse_kernel, Atom, Buffer, ConvWindow, Directive, Extent, Gemm,
+    GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Stmt, Val,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -180,6 +180,15 @@ fn every_construct() -> Kernel {
             vec![(var("k").plus(&Idx::constant(-1)), 4)],
         ),
         c: operand(3, var("m").scale(4).plus(&var("n")), vec![]),
+        window: Some(ConvWindow {
+            channels: 3,
+            size: [9, 7],
+            out: [5, 4],
+            kernel: [3, 2],
+            stride: [2, 2],
+            pad: [1, 0],
+            dilation: [1, 2],
+        }),
     });
     let every_combiner: Vec<Stmt> = Combiner::ALL
         .into_iter()
