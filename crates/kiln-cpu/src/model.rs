@@ -8,7 +8,8 @@
 //! in one arena (liveness from the execution order, in place where a kernel
 //! allows it); weights stay in the decoded initializers; graph outputs
 //! live in the arena to the end and are copied out. [`CompiledModel::run`]
-//! executes the steps in graph order; nodes without a kernel run on the
+//! executes the steps in graph order over the model's one arena (allocated
+//! once; runs of one model are serialised); nodes without a kernel run on the
 //! reference interpreter on copies of their inputs. Results equal the
 //! interpreter's up to float rounding; errors name the node.
 
@@ -69,6 +70,7 @@ pub struct CompiledModel {
     weights: Vec<Tensor>,
     boxed_count: usize,
     plan: MemoryPlan,
+    arena: std::sync::Mutex<AlignedBytes>,
     /// Kept alive: the kernels point into it.
     _library: Option<Library>,
     pub report: CompileSummary,
@@ -157,6 +159,7 @@ impl CompiledModel {
                 intermediate_bytes: loc_plan.plan.total_bytes,
                 c_source,
             },
+            arena: std::sync::Mutex::new(AlignedBytes::new(loc_plan.plan.arena_bytes)),
             plan: loc_plan.plan,
             _library: library,
         })
@@ -197,7 +200,12 @@ impl CompiledModel {
     ) -> Result<Vec<Tensor>> {
         kiln_interp::check_inputs(&self.graph, inputs)?;
         let g = &self.graph;
-        let mut arena = AlignedBytes::new(self.plan.arena_bytes);
+        // One run at a time per model: the arena is reused, not reallocated.
+        let mut guard = self
+            .arena
+            .lock()
+            .map_err(|_| Error::new("a previous run of this model panicked"))?;
+        let arena: &mut AlignedBytes = &mut guard;
         let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
         for (i, (node, step)) in g.nodes.iter().zip(&self.steps).enumerate() {
             let start = Instant::now();
@@ -205,7 +213,7 @@ impl CompiledModel {
                 Step::Kernel { func, args } => {
                     let ptrs: Vec<*mut u8> = args
                         .iter()
-                        .map(|&v| self.pointer(v, inputs, &mut arena))
+                        .map(|&v| self.pointer(v, inputs, arena))
                         .collect::<Result<_>>()?;
                     // SAFETY: the arguments are the kernel's buffers, each
                     // as large as its declared shape, as the kernel expects.
@@ -221,14 +229,14 @@ impl CompiledModel {
                     let ins: Vec<Option<Tensor>> = node
                         .inputs
                         .iter()
-                        .map(|v| v.map(|v| self.read(v, inputs, &arena, &boxed)).transpose())
+                        .map(|v| v.map(|v| self.read(v, inputs, arena, &boxed)).transpose())
                         .collect::<Result<_>>()?;
                     let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-                    let scope = self.scope(node, inputs, &arena, &boxed)?;
+                    let scope = self.scope(node, inputs, arena, &boxed)?;
                     let outs = kiln_interp::eval_node(g, node, &refs, &scope)?;
                     for (o, t) in node.outputs.iter().zip(outs) {
                         if let Some(o) = o {
-                            self.write(*o, t, &mut arena, &mut boxed)?;
+                            self.write(*o, t, arena, &mut boxed)?;
                         }
                     }
                 }
@@ -239,7 +247,7 @@ impl CompiledModel {
         }
         g.outputs
             .iter()
-            .map(|&o| self.read(o, inputs, &arena, &boxed))
+            .map(|&o| self.read(o, inputs, arena, &boxed))
             .collect()
     }
 
