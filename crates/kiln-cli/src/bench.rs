@@ -161,7 +161,8 @@ fn report(
     Ok(())
 }
 
-/// Time per node over a few runs, slowest first, and per op type.
+/// Time per node over a few runs, slowest first (the first 15, or
+/// `$KILN_PROFILE_TOP`), and per op type.
 fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
     let reps = 5;
     let mut total: Vec<(String, String, bool, Duration)> = Vec::new();
@@ -196,7 +197,11 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
     }
     total.sort_by_key(|t| std::cmp::Reverse(t.3));
     println!("slowest nodes:");
-    for (node, op, compiled, d) in total.iter().take(15) {
+    let shown = std::env::var("KILN_PROFILE_TOP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    for (node, op, compiled, d) in total.iter().take(shown) {
         let ms = d.as_secs_f64() * 1e3 / reps as f64;
         let how = if *compiled { "kernel" } else { "interpreter" };
         println!(

@@ -267,26 +267,10 @@ fn product_of_two_loads(te: &TensorExpr) -> Option<(usize, usize)> {
     }
     match &te.body {
         Expr::Call(s, args) if s.op == "Mul" && s.attrs.is_empty() => match args.as_slice() {
-            [a, b] => match (load_of(a)?, load_of(b)?) {
+            [a, b] => match (a.as_padded_load()?, b.as_padded_load()?) {
                 (a, b) if a != b => Some((a, b)),
                 _ => None,
             },
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-/// The access a load (plain or padded with zero) reads.
-fn load_of(e: &Expr) -> Option<usize> {
-    match e {
-        Expr::Load(k) => Some(*k),
-        Expr::Call(s, args) if s.op == "Where" => match args.as_slice() {
-            [Expr::InBounds(k), Expr::Load(j), Expr::Const(z)]
-                if k == j && z.data.get_f64(0) == 0.0 =>
-            {
-                Some(*k)
-            }
             _ => None,
         },
         _ => None,

@@ -232,15 +232,16 @@ impl<'a> Lowering<'a> {
     }
 
     fn val(&self, e: &Expr) -> Result<Val> {
+        // A padded load is the guarded load itself (it reads zero outside).
+        if let Some(k) = e.as_padded_load() {
+            return self.load(k);
+        }
         Ok(match e {
-            Expr::Load(k) => {
-                let (buf, offset, guard) = self.access(*k)?;
-                Val::Load { buf, offset, guard }
-            }
             Expr::InBounds(k) => {
                 let (_, _, guard) = self.access(*k)?;
                 Val::InBounds(guard)
             }
+            Expr::Load(k) => self.load(*k)?,
             Expr::Const(t) => Val::Const(t.clone()),
             Expr::Index(i) => Val::Index(self.index(i)?),
             Expr::Call(s, args) => Val::Call(
@@ -248,6 +249,11 @@ impl<'a> Lowering<'a> {
                 args.iter().map(|a| self.val(a)).collect::<Result<_>>()?,
             ),
         })
+    }
+
+    fn load(&self, k: usize) -> Result<Val> {
+        let (buf, offset, guard) = self.access(k)?;
+        Ok(Val::Load { buf, offset, guard })
     }
 
     /// Buffer, flat offset and the bounds that may fail, of access `k`.

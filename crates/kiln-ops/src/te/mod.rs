@@ -194,6 +194,24 @@ impl Expr {
         }
     }
 
+    /// The access a load reads, for a plain load or a padded one,
+    /// `Where(InBounds(k), Load(k), +0)`: a load outside its input reads
+    /// zero anyway, so both are the load of `k`.
+    pub fn as_padded_load(&self) -> Option<usize> {
+        match self {
+            Expr::Load(k) => Some(*k),
+            Expr::Call(s, args) if s.op == "Where" => match args.as_slice() {
+                [Expr::InBounds(k), Expr::Load(j), Expr::Const(z)]
+                    if k == j && z.data.len() == 1 && z.data.get_f64(0).to_bits() == 0 =>
+                {
+                    Some(*k)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Access numbers this expression loads from.
     pub fn loads(&self) -> Vec<usize> {
         let mut v = Vec::new();
