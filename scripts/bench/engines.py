@@ -46,19 +46,28 @@ def load_inputs(model_dir: Path) -> list:
 class CpuMeter:
     """CPU time used by other processes while a block runs, from /proc/stat.
 
-    Machine-wide busy time minus this process's own CPU time (all threads),
-    divided by wall time: how many cores something else kept busy.
+    Machine-wide busy time minus our own CPU time (this process's threads, or
+    with children=True the waited-for child processes'), divided by wall time:
+    how many cores something else kept busy.
     """
 
+    def __init__(self, children: bool = False):
+        self.children = children
+        self.cores = 0.0
+
     def __enter__(self):
-        self.t0, self.busy0, self.own0 = time.perf_counter(), _machine_busy_s(), _own_cpu_s()
+        self.t0, self.busy0, self.own0 = time.perf_counter(), _machine_busy_s(), self._own()
         return self
 
     def __exit__(self, *exc):
         wall = time.perf_counter() - self.t0
-        other = (_machine_busy_s() - self.busy0) - (_own_cpu_s() - self.own0)
+        other = (_machine_busy_s() - self.busy0) - (self._own() - self.own0)
         self.cores = max(0.0, other / wall) if wall > 0 else 0.0
         return False
+
+    def _own(self) -> float:
+        t = os.times()
+        return t.children_user + t.children_system if self.children else t.user + t.system
 
 
 def _machine_busy_s() -> float:
@@ -69,11 +78,6 @@ def _machine_busy_s() -> float:
         return 0.0
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def _own_cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 def time_runs(infer, runs: int, warmup: int) -> dict:
