@@ -88,16 +88,15 @@ def busy_cores(seconds: float = 5.0) -> float:
     return meter.cores
 
 
-def wait_for_quiet(max_busy: float, max_wait_s: float) -> float:
-    """Polls every 60 s until other processes use at most max_busy cores."""
-    deadline = time.monotonic() + max_wait_s
+def wait_for_quiet(max_busy: float, deadline: float) -> float:
+    """Polls every 60 s until other processes use at most max_busy cores, or
+    until the monotonic deadline (the whole run's waiting budget) passes."""
     while True:
         busy = busy_cores()
         if busy <= max_busy:
             return busy
         if time.monotonic() >= deadline:
-            log(f"{busy:.2f} cores busy, above {max_busy} after {max_wait_s:.0f} s; "
-                "measuring anyway")
+            log(f"{busy:.2f} cores busy elsewhere, waiting budget spent; measuring anyway")
             return busy
         pause = min(60.0, max(0.0, deadline - time.monotonic()))
         log(f"{busy:.2f} cores busy elsewhere (load {load_average()}) > {max_busy}; "
@@ -136,10 +135,10 @@ def log(msg: str) -> None:
 
 # ------------------------------------------------------------------- peak ---
 
-def measure_peak(kiln: str, threads: int, quiet, wait_max: float) -> dict:
+def measure_peak(kiln: str, threads: int, quiet, deadline: float) -> dict:
     """fp32 FMA peak in GFLOP/s: `kiln peak`, else the bundled C program."""
     if quiet is not None:
-        wait_for_quiet(quiet, wait_max)
+        wait_for_quiet(quiet, deadline)
     with CpuMeter(children=True) as meter:
         peak = kiln_peak(kiln, threads) or fma_peak_fallback(threads)
     return {**peak, "cpu_other": round(meter.cores, 3)}
@@ -269,8 +268,10 @@ def measure(engine: str, model: str, args) -> dict:
     than that many cores during the timed runs. Keeps the cleanest result."""
     best = None
     for attempt in range(1 + (args.retries if args.quiet is not None else 0)):
+        if attempt and time.monotonic() >= args.wait_deadline:
+            break  # no waiting budget left: another try would be as disturbed
         if args.quiet is not None:
-            wait_for_quiet(args.quiet, args.wait_max)
+            wait_for_quiet(args.quiet, args.wait_deadline)
         log(f"{model} {engine} (load {load_average()}) ...")
         r = run_engine(engine, model, args)
         log(f"{model} {engine}: " + (f"n/a: {r['error']}" if "error" in r else
@@ -371,8 +372,19 @@ def header_lines(report: dict) -> list:
         f"command: `{h['command']}`",
         f"versions: {versions}",
         f"fp32 FMA peak: {peak_text}",
-        f"load average at start: {h['load_start']}; at end: {h.get('load_end', '?')}",
+        f"load average at start: {h['load_start']}; at end: {h.get('load_end', '?')}; "
+        f"{worst_disturbance(report)}",
     ]
+
+
+def worst_disturbance(report: dict) -> str:
+    """The most CPU other processes took during any measurement."""
+    seen = [(r["cpu_other"], f"{m} {e}") for m, rs in report["results"].items()
+            for e, r in rs.items() if "cpu_other" in r]
+    if not seen:
+        return "no measurements"
+    cores, where = max(seen)
+    return f"other processes used at most {cores:.2f} cores during a measurement ({where})"
 
 
 def print_report(report: dict, markdown: bool) -> None:
@@ -405,10 +417,11 @@ def parse_args(argv):
                    help="interpreter for the peer engines (default: this one)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per engine and model")
     p.add_argument("--quiet", type=float, default=None, metavar="CORES",
-                   help="before each measurement wait (polling every 60 s, at most "
-                        "--wait-max s) until other processes use at most CORES cores, "
-                        "and measure again if they used more during the timed runs")
-    p.add_argument("--wait-max", type=float, default=1200)
+                   help="before each measurement wait (polling every 60 s) until other "
+                        "processes use at most CORES cores, and measure again if they "
+                        "used more during the timed runs")
+    p.add_argument("--wait-max", type=float, default=1200,
+                   help="seconds of waiting for --quiet in the whole run")
     p.add_argument("--retries", type=int, default=2, help="re-measurements with --quiet")
     p.add_argument("--json", type=Path, default=None, help="also write all results here")
     p.add_argument("--markdown", action="store_true", help="print tables as BENCHMARKS.md does")
@@ -427,6 +440,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.wait_deadline = time.monotonic() + args.wait_max
     kiln_version = command_version([args.kiln]).removeprefix("kiln ")
     versions = {"kiln": kiln_version if "kiln" in args.engines else "not run"}
     versions.update(package_versions())
@@ -440,7 +454,7 @@ def main(argv=None) -> int:
         },
         "threads": args.threads, "runs": args.runs, "warmup": args.warmup,
         "engines": args.engines,
-        "peak": measure_peak(args.kiln, args.threads, args.quiet, args.wait_max),
+        "peak": measure_peak(args.kiln, args.threads, args.quiet, args.wait_deadline),
         "flops": model_flops(args.models, args.models_dir),
         "results": {},
     }
