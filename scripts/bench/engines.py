@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -173,6 +175,19 @@ def torch_module(model_name: str):
 
 
 def bench_torch(model_dir: Path, args, compiled: bool) -> dict:
+    if compiled:
+        # A fresh inductor cache, so compile_s is a cold compile every time
+        # (the default cache in /tmp would make later runs look faster).
+        cache = tempfile.mkdtemp(prefix="kiln-bench-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        try:
+            return _bench_torch(model_dir, args, compiled)
+        finally:
+            shutil.rmtree(cache, ignore_errors=True)
+    return _bench_torch(model_dir, args, compiled)
+
+
+def _bench_torch(model_dir: Path, args, compiled: bool) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)

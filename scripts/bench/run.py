@@ -281,7 +281,8 @@ def measure(engine: str, model: str, args) -> dict:
             best = r
         if "error" in r or args.quiet is None or r.get("cpu_other", 0) <= args.quiet:
             break
-        log(f"{model} {engine}: disturbed by other processes; measuring again")
+        if attempt < args.retries and time.monotonic() < args.wait_deadline:
+            log(f"{model} {engine}: disturbed by other processes; measuring again")
     return best
 
 
