@@ -258,8 +258,10 @@ def parse_result(engine: str, proc: subprocess.CompletedProcess) -> dict:
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
             return json.loads(line[len(RESULT_TAG):])
-    return {"error": first_line(proc.stderr.splitlines()[-1] if proc.stderr.strip() else "")
-            or f"exit {proc.returncode}, no result"}
+    if proc.returncode < 0:  # e.g. SIGKILL from the out-of-memory killer
+        return {"error": f"killed by signal {-proc.returncode}"}
+    last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+    return {"error": first_line(last) or f"exit {proc.returncode}, no result"}
 
 
 def measure(engine: str, model: str, args) -> dict:
