@@ -49,6 +49,9 @@ struct PassArgs {
 /// Where and how a model executes.
 #[derive(clap::Args)]
 struct ExecArgs {
+    /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
+    #[arg(short = 'i', long = "input", value_name = "FILE")]
+    inputs: Vec<PathBuf>,
     /// Execution backend: `cpu` (generated C, compiled and cached) or
     /// `reference` (the interpreter).
     #[arg(long, default_value = "cpu", value_parser = ["cpu", "reference"])]
@@ -80,9 +83,6 @@ enum Command {
     /// Run a model (the embedded default model when MODEL is omitted).
     Run {
         model: Option<PathBuf>,
-        /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
-        #[arg(short = 'i', long = "input", value_name = "FILE")]
-        inputs: Vec<PathBuf>,
         /// Directory to write output_<k>.npy into.
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         output_dir: Option<PathBuf>,
@@ -97,9 +97,6 @@ enum Command {
     /// plus compile time (cold or cached, then cached).
     Bench {
         model: Option<PathBuf>,
-        /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
-        #[arg(short = 'i', long = "input", value_name = "FILE")]
-        inputs: Vec<PathBuf>,
         /// Timed runs.
         #[arg(long, default_value_t = 20)]
         runs: usize,
@@ -182,14 +179,12 @@ fn main() {
         } => info(&model, json, classify, &args, &passes),
         Command::Run {
             model,
-            inputs,
             output_dir,
             exec,
             args,
             passes,
         } => run(
             model.as_deref(),
-            &inputs,
             output_dir.as_deref(),
             &exec,
             &args,
@@ -197,7 +192,6 @@ fn main() {
         ),
         Command::Bench {
             model,
-            inputs,
             runs,
             warmup,
             cold,
@@ -206,7 +200,7 @@ fn main() {
             exec,
             args,
             passes,
-        } => prepare(model.as_deref(), &inputs, exec.seed, &args, &passes).and_then(|p| {
+        } => prepare(model.as_deref(), &exec.inputs, exec.seed, &args, &passes).and_then(|p| {
             let opts = bench::BenchOptions {
                 runs,
                 warmup,
@@ -506,13 +500,12 @@ fn cpu_options(exec: &ExecArgs) -> kiln_cpu::CpuOptions {
 
 fn run(
     model: Option<&Path>,
-    input_files: &[PathBuf],
     out_dir: Option<&Path>,
     exec: &ExecArgs,
     args: &ModelArgs,
     passes: &PassArgs,
 ) -> Result<()> {
-    let p = prepare(model, input_files, exec.seed, args, passes)?;
+    let p = prepare(model, &exec.inputs, exec.seed, args, passes)?;
     let g = &p.graph;
     println!("model: {}", p.label);
     let t0 = Instant::now();
