@@ -512,7 +512,11 @@ fn run(
     let outputs = if exec.backend == "reference" {
         kiln_interp::run(g, &p.inputs)?
     } else {
-        let m = kiln_cpu::CompiledModel::compile(g, &cpu_options(exec))?;
+        let m = kiln_cpu::CompiledModel::compile(g, &cpu_options(exec)).map_err(|e| {
+            Error::new(format!(
+                "{e}\n(the cpu backend compiles generated C; `--backend reference` runs without a compiler)"
+            ))
+        })?;
         println!("{}", bench::compile_line(&m));
         let t1 = Instant::now();
         let outs = m.run(&p.inputs)?;
