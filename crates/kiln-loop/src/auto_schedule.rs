@@ -13,7 +13,9 @@
 //! 4. vectorizes the innermost output loop when its body is plain stores;
 //!    for a reduction whose loads walk that loop's variable with stride 1
 //!    or 2 (windows, small matmuls), first moves the reduction loops
-//!    outside it (`accumulate_outward`) so it vectorizes too.
+//!    outside it (`accumulate_outward`) so it vectorizes too, and peels
+//!    off the padded borders of that loop so its interior runs without
+//!    bounds checks.
 
 use crate::ir::{Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
@@ -130,11 +132,77 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
         schedule
             .0
             .push(Directive::AccumulateOutward(innermost.clone()));
-        schedule.0.push(Directive::Vectorize(innermost));
+        schedule.0.push(Directive::Vectorize(innermost.clone()));
+        if let Some((lo, hi)) = interior(&current.body, &innermost, extent) {
+            schedule.0.push(Directive::Peel {
+                var: innermost,
+                lo,
+                hi,
+            });
+        }
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
     }
     schedule
+}
+
+/// The part `[lo, hi)` of loop `var` (of `extent` iterations) where every
+/// bounds check on `var` in `body` holds whatever the other loops' values:
+/// the interior of a padded window, which `peel` separates so it runs
+/// without checks. `None` when there is no such check or no interior.
+fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
+    let mut ranges = std::collections::HashMap::new();
+    loop_ranges(body, &mut ranges);
+    let mut guards = Vec::new();
+    guards_in(body, &mut guards);
+    let (mut lo, mut hi) = (0i64, extent);
+    let mut any = false;
+    for (idx, bound) in guards.iter().filter(|(i, _)| i.uses(var)) {
+        let a = idx
+            .terms
+            .iter()
+            .find(|(t, _)| matches!(t, Atom::Var(x) if x == var))
+            .map(|t| t.1)?;
+        let mut rest = idx.clone();
+        rest.terms
+            .retain(|(t, _)| !matches!(t, Atom::Var(x) if x == var));
+        if a <= 0 || rest.uses(var) {
+            return None;
+        }
+        let (rmin, rmax) = rest.range(&|v| ranges.get(v).copied().unwrap_or((0, 0)));
+        lo = lo.max((-rmin + a - 1).div_euclid(a));
+        hi = hi.min((bound - 1 - rmax).div_euclid(a) + 1);
+        any = true;
+    }
+    (any && lo < hi && (lo, hi) != (0, extent)).then_some((lo, hi))
+}
+
+fn loop_ranges(body: &[Stmt], out: &mut std::collections::HashMap<String, (i64, i64)>) {
+    for s in body {
+        if let Stmt::Loop(l) = s {
+            out.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+            loop_ranges(&l.body, out);
+        }
+    }
+}
+
+fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
+    fn val(v: &Val, out: &mut Vec<(crate::ir::Idx, i64)>) {
+        match v {
+            Val::Load { guard, .. } | Val::InBounds(guard) => out.extend(guard.iter().cloned()),
+            Val::Call(_, args) => args.iter().for_each(|a| val(a, out)),
+            _ => {}
+        }
+    }
+    for s in body {
+        match s {
+            Stmt::Loop(l) => guards_in(&l.body, out),
+            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
+                val(value, out)
+            }
+            Stmt::Gemm(_) => {}
+        }
+    }
 }
 
 /// Whether some load in `body` walks memory with stride 1 or 2 along

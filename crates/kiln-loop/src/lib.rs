@@ -3,6 +3,7 @@
 
 pub mod auto_schedule;
 pub mod contraction;
+pub mod guards;
 pub mod inline_constants;
 pub mod ir;
 pub mod lower;

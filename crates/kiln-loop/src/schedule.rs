@@ -39,6 +39,14 @@ pub enum Directive {
     /// the output buffer (initialised first): the "y-reduce" form that
     /// vectorizes window reductions along the output row.
     AccumulateOutward(String),
+    /// Partitions loop `var` into `[0, lo)`, `[lo, hi)` and `[hi, extent)`
+    /// (each a loop from 0 with `var` shifted), so bounds checks that hold
+    /// on the interior part can go (see `guards.rs`).
+    Peel {
+        var: String,
+        lo: i64,
+        hi: i64,
+    },
 }
 
 /// A schedule: directives applied in order.
@@ -55,6 +63,7 @@ impl std::fmt::Display for Directive {
             Directive::Vectorize(v) => write!(f, "vectorize({v})"),
             Directive::Unroll(v) => write!(f, "unroll({v})"),
             Directive::AccumulateOutward(v) => write!(f, "accumulate_outward({v})"),
+            Directive::Peel { var, lo, hi } => write!(f, "peel({var}, {lo}, {hi})"),
         }
     }
 }
@@ -74,6 +83,13 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     for d in &schedule.0 {
         k.body = apply_one(&k.body, d)?;
     }
+    if schedule
+        .0
+        .iter()
+        .any(|d| matches!(d, Directive::Peel { .. }))
+    {
+        k.body = crate::guards::simplify_guards(&k.body);
+    }
     Ok(k)
 }
 
@@ -84,6 +100,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
         | Directive::Vectorize(var)
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
+        | Directive::Peel { var, .. }
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
     };
@@ -130,8 +147,10 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
 }
 
 fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Vec<Stmt>> {
-    if let Directive::AccumulateOutward(_) = d {
-        return accumulate_outward(l);
+    match d {
+        Directive::AccumulateOutward(_) => return accumulate_outward(l),
+        Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
+        _ => {}
     }
     rewrite_one(l, d).map(|s| vec![s])
 }
@@ -144,7 +163,9 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Unroll(_) => mark(LoopKind::Unrolled),
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
-        Directive::AccumulateOutward(_) => bail!("schedule: {d} rewrites into several loops"),
+        Directive::AccumulateOutward(_) | Directive::Peel { .. } => {
+            bail!("schedule: {d} rewrites into several loops")
+        }
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
             if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
@@ -287,6 +308,34 @@ fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
     });
     let reduce = sink(&Stmt::Loop(red.clone()), name, l, *buf, offset, &load_out)?;
     Ok(vec![init_loop, reduce])
+}
+
+/// `for v < E { body }` becomes the loops over `[0, lo)`, `[lo, hi)` and
+/// `[hi, E)`, each counting from 0 with `v` replaced by `v + start`; empty
+/// parts are left out.
+fn peel(l: &Loop, lo: i64, hi: i64) -> Result<Vec<Stmt>> {
+    let Extent::Const(total) = l.extent else {
+        bail!(
+            "schedule: loop '{}' has a tail bound and cannot be peeled",
+            l.var
+        );
+    };
+    if !(0 <= lo && lo <= hi && hi <= total) {
+        bail!("schedule: peel({}, {lo}, {hi}) outside 0..{total}", l.var);
+    }
+    let shifted = Idx::var(&l.var);
+    Ok([(0, lo), (lo, hi), (hi, total)]
+        .into_iter()
+        .filter(|(a, b)| b > a)
+        .map(|(a, b)| {
+            let with = shifted.clone().plus(&Idx::constant(a));
+            Stmt::Loop(Loop {
+                extent: Extent::Const(b - a),
+                body: l.body.iter().map(|s| s.substitute(&l.var, &with)).collect(),
+                ..l.clone()
+            })
+        })
+        .collect())
 }
 
 /// True when an index anywhere in `body` divides or takes a remainder of
