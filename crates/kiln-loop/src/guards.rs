@@ -8,46 +8,21 @@
 //! the iteration space; after a loop is partitioned (`peel`) the interior
 //! part no longer needs them.
 
-use crate::ir::{Guard, Loop, Stmt, Val};
+use crate::ir::{Guard, Stmt, Val};
 use std::collections::HashMap;
 
 pub fn simplify_guards(body: &[Stmt]) -> Vec<Stmt> {
-    let mut ranges = HashMap::new();
-    body.iter().map(|s| stmt(s, &mut ranges)).collect()
-}
-
-fn stmt(s: &Stmt, ranges: &mut HashMap<String, (i64, i64)>) -> Stmt {
-    match s {
-        Stmt::Loop(l) => {
-            let previous = ranges.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
-            let body = l.body.iter().map(|s| stmt(s, ranges)).collect();
-            match previous {
-                Some(p) => ranges.insert(l.var.clone(), p),
-                None => ranges.remove(&l.var),
-            };
-            Stmt::Loop(Loop { body, ..l.clone() })
-        }
-        Stmt::Store { buf, offset, value } => Stmt::Store {
-            buf: *buf,
-            offset: offset.clone(),
-            value: val(value, ranges),
-        },
-        Stmt::Let { name, dtype, value } => Stmt::Let {
-            name: name.clone(),
-            dtype: *dtype,
-            value: val(value, ranges),
-        },
-        Stmt::Update {
-            name,
-            combiner,
-            value,
-        } => Stmt::Update {
-            name: name.clone(),
-            combiner: *combiner,
-            value: val(value, ranges),
-        },
-        Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
-    }
+    body.iter()
+        .map(|s| {
+            s.map_values(&mut |v, loops| {
+                let ranges: HashMap<String, (i64, i64)> = loops
+                    .iter()
+                    .map(|l| (l.var.clone(), (0, l.extent.max().max(1) - 1)))
+                    .collect();
+                val(v, &ranges)
+            })
+        })
+        .collect()
 }
 
 fn val(v: &Val, ranges: &HashMap<String, (i64, i64)>) -> Val {

@@ -7,41 +7,16 @@
 //! immediate instead of a load). The buffer stays a parameter; nothing
 //! else changes.
 
-use crate::ir::{Kernel, Loop, Stmt, Val};
+use crate::ir::{Kernel, Val};
 use kiln_ir::Tensor;
 
 pub fn inline_constants(k: &Kernel, values: &[(usize, Tensor)]) -> Kernel {
-    let body = k.body.iter().map(|s| stmt(s, values)).collect();
+    let body = k
+        .body
+        .iter()
+        .map(|s| s.map_values(&mut |v, _| val(v, values)))
+        .collect();
     Kernel { body, ..k.clone() }
-}
-
-fn stmt(s: &Stmt, values: &[(usize, Tensor)]) -> Stmt {
-    match s {
-        Stmt::Loop(l) => Stmt::Loop(Loop {
-            body: l.body.iter().map(|s| stmt(s, values)).collect(),
-            ..l.clone()
-        }),
-        Stmt::Store { buf, offset, value } => Stmt::Store {
-            buf: *buf,
-            offset: offset.clone(),
-            value: val(value, values),
-        },
-        Stmt::Let { name, dtype, value } => Stmt::Let {
-            name: name.clone(),
-            dtype: *dtype,
-            value: val(value, values),
-        },
-        Stmt::Update {
-            name,
-            combiner,
-            value,
-        } => Stmt::Update {
-            name: name.clone(),
-            combiner: *combiner,
-            value: val(value, values),
-        },
-        Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
-    }
 }
 
 fn val(v: &Val, values: &[(usize, Tensor)]) -> Val {

@@ -423,6 +423,47 @@ impl Val {
 }
 
 impl Stmt {
+    /// The statement with every value it stores, declares or combines
+    /// replaced by `f(value, enclosing loops, outermost first)`.
+    pub fn map_values(&self, f: &mut dyn FnMut(&Val, &[&Loop]) -> Val) -> Stmt {
+        self.map_values_in(f, &mut Vec::new())
+    }
+
+    fn map_values_in<'a>(
+        &'a self,
+        f: &mut dyn FnMut(&Val, &[&Loop]) -> Val,
+        loops: &mut Vec<&'a Loop>,
+    ) -> Stmt {
+        match self {
+            Stmt::Loop(l) => {
+                loops.push(l);
+                let body = l.body.iter().map(|s| s.map_values_in(f, loops)).collect();
+                loops.pop();
+                Stmt::Loop(Loop { body, ..l.clone() })
+            }
+            Stmt::Store { buf, offset, value } => Stmt::Store {
+                buf: *buf,
+                offset: offset.clone(),
+                value: f(value, loops),
+            },
+            Stmt::Let { name, dtype, value } => Stmt::Let {
+                name: name.clone(),
+                dtype: *dtype,
+                value: f(value, loops),
+            },
+            Stmt::Update {
+                name,
+                combiner,
+                value,
+            } => Stmt::Update {
+                name: name.clone(),
+                combiner: *combiner,
+                value: f(value, loops),
+            },
+            Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
+        }
+    }
+
     /// Replaces variable `name` by `with` in every index of the statement.
     pub fn substitute(&self, name: &str, with: &Idx) -> Stmt {
         match self {
