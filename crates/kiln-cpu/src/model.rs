@@ -48,6 +48,7 @@ enum Loc {
 }
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+type SetThreadsFn = unsafe extern "C" fn(i32);
 
 enum Step {
     Kernel { func: KernelFn, args: Vec<ValueId> },
@@ -71,6 +72,10 @@ pub struct CompiledModel {
     boxed_count: usize,
     plan: MemoryPlan,
     arena: std::sync::Mutex<AlignedBytes>,
+    /// Sets the OpenMP team size of the calling thread (set per run: the
+    /// setting is per thread, and runs may come from any thread).
+    set_threads: Option<SetThreadsFn>,
+    threads: usize,
     /// Kept alive: the kernels point into it.
     _library: Option<Library>,
     pub report: CompileSummary,
@@ -139,11 +144,11 @@ impl CompiledModel {
                 _ => Step::Interp,
             });
         }
-        if let Some(lib) = &library {
+        let set_threads = match &library {
             // SAFETY: the prelude defines `void kiln_set_threads(int)`.
-            let set: unsafe extern "C" fn(i32) = unsafe { lib.symbol("kiln_set_threads")? };
-            unsafe { set(opts.threads.max(1) as i32) };
-        }
+            Some(lib) => Some(unsafe { lib.symbol::<SetThreadsFn>("kiln_set_threads")? }),
+            None => None,
+        };
         let c_source = kernels.iter().flatten().map(|k| k.c.clone()).collect();
         Ok(CompiledModel {
             graph: graph.clone(),
@@ -160,6 +165,8 @@ impl CompiledModel {
                 c_source,
             },
             arena: std::sync::Mutex::new(AlignedBytes::new(loc_plan.plan.arena_bytes)),
+            set_threads,
+            threads: opts.threads.max(1),
             plan: loc_plan.plan,
             _library: library,
         })
@@ -206,6 +213,10 @@ impl CompiledModel {
             .lock()
             .map_err(|_| Error::new("a previous run of this model panicked"))?;
         let arena: &mut AlignedBytes = &mut guard;
+        if let Some(set) = self.set_threads {
+            // SAFETY: `kiln_set_threads(int)` from the loaded library.
+            unsafe { set(self.threads as i32) };
+        }
         let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
         for (i, (node, step)) in g.nodes.iter().zip(&self.steps).enumerate() {
             let start = Instant::now();
