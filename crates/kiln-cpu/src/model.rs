@@ -70,7 +70,6 @@ pub struct CompiledModel {
     loc: Vec<Option<Loc>>,
     weights: Vec<Tensor>,
     boxed_count: usize,
-    plan: MemoryPlan,
     arena: std::sync::Mutex<AlignedBytes>,
     /// Sets the OpenMP team size of the calling thread (set per run: the
     /// setting is per thread, and runs may come from any thread).
@@ -84,12 +83,16 @@ pub struct CompiledModel {
 /// What compilation did.
 #[derive(Debug, Clone)]
 pub struct CompileSummary {
+    /// Nodes compiled to C kernels.
     pub kernels: usize,
+    /// Nodes left to the interpreter: (node, why).
     pub interpreted: Vec<(String, String)>,
+    /// What the JIT did (`None`: no kernel to compile).
     pub compile: Option<CompileReport>,
+    /// Size of the planned arena, and the sum of the intermediate tensors
+    /// it holds.
     pub arena_bytes: usize,
     pub intermediate_bytes: usize,
-    pub c_source: Vec<String>,
 }
 
 /// C source of the per-file preamble: helpers and the thread-count setter.
@@ -149,7 +152,6 @@ impl CompiledModel {
             Some(lib) => Some(unsafe { lib.symbol::<SetThreadsFn>("kiln_set_threads")? }),
             None => None,
         };
-        let c_source = kernels.iter().flatten().map(|k| k.c.clone()).collect();
         Ok(CompiledModel {
             graph: graph.clone(),
             steps,
@@ -162,18 +164,12 @@ impl CompiledModel {
                 compile,
                 arena_bytes: loc_plan.plan.arena_bytes,
                 intermediate_bytes: loc_plan.plan.total_bytes,
-                c_source,
             },
             arena: std::sync::Mutex::new(AlignedBytes::new(loc_plan.plan.arena_bytes)),
             set_threads,
             threads: opts.threads.max(1),
-            plan: loc_plan.plan,
             _library: library,
         })
-    }
-
-    pub fn arena_bytes(&self) -> usize {
-        self.plan.arena_bytes
     }
 
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
