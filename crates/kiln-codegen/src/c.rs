@@ -241,7 +241,7 @@ impl Printer<'_> {
             Stmt::Store { buf, offset, value } => {
                 let b = &self.k.buffers[*buf];
                 let (v, _) = self.val(value)?;
-                let off = self.idx(offset);
+                let off = self.idx(offset)?;
                 writeln!(
                     self.out,
                     "{pad}{}[{off}] = ({})({v});",
@@ -264,7 +264,7 @@ impl Printer<'_> {
                 let Some(&dtype) = self.locals.get(name) else {
                     bail!("update of undeclared local '{name}'");
                 };
-                let (v, vt) = self.val(value)?;
+                let (v, _) = self.val(value)?;
                 let ty = c_type(dtype)?;
                 let v = format!("({ty})({v})");
                 let e = match combiner {
@@ -277,7 +277,6 @@ impl Printer<'_> {
                         call_c(&s, &[dtype, dtype], &[name.clone(), v])?.0
                     }
                 };
-                let _ = vt;
                 writeln!(self.out, "{pad}{name} = {e};").ok();
             }
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
@@ -294,41 +293,41 @@ impl Printer<'_> {
         })
     }
 
-    fn idx(&self, i: &Idx) -> String {
+    fn idx(&self, i: &Idx) -> Result<String> {
         let mut parts = Vec::new();
         for (a, c) in &i.terms {
-            let atom = self.atom(a);
+            let atom = self.atom(a)?;
             parts.push(if *c == 1 { atom } else { format!("{c}*{atom}") });
         }
         if i.constant != 0 || parts.is_empty() {
             parts.push(i.constant.to_string());
         }
-        format!("({})", parts.join(" + "))
+        Ok(format!("({})", parts.join(" + ")))
     }
 
-    fn atom(&self, a: &Atom) -> String {
-        match a {
+    fn atom(&self, a: &Atom) -> Result<String> {
+        Ok(match a {
             Atom::Var(v) => v.clone(),
-            Atom::Div(e, d) if self.range(e).0 >= 0 => format!("({} / {d})", self.idx(e)),
-            Atom::Mod(e, d) if self.range(e).0 >= 0 => format!("({} % {d})", self.idx(e)),
-            Atom::Div(e, d) => format!("kiln_fdiv({}, {d})", self.idx(e)),
-            Atom::Mod(e, d) => format!("kiln_fmod({}, {d})", self.idx(e)),
-            Atom::Data { value, extent } => match self.val(value) {
-                Ok((v, _)) => format!("kiln_idx((int64_t){v}, {extent}, &err)"),
-                Err(e) => format!("/* {e} */ 0"),
-            },
-        }
+            Atom::Div(e, d) if self.range(e).0 >= 0 => format!("({} / {d})", self.idx(e)?),
+            Atom::Mod(e, d) if self.range(e).0 >= 0 => format!("({} % {d})", self.idx(e)?),
+            Atom::Div(e, d) => format!("kiln_fdiv({}, {d})", self.idx(e)?),
+            Atom::Mod(e, d) => format!("kiln_fmod({}, {d})", self.idx(e)?),
+            Atom::Data { value, extent } => {
+                let (v, _) = self.val(value)?;
+                format!("kiln_idx((int64_t){v}, {extent}, &err)")
+            }
+        })
     }
 
-    fn guard(&self, g: &[(Idx, i64)]) -> String {
+    fn guard(&self, g: &[(Idx, i64)]) -> Result<String> {
         let parts: Vec<String> = g
             .iter()
             .map(|(i, e)| {
-                let s = self.idx(i);
-                format!("({s} >= 0 && {s} < {e})")
+                let s = self.idx(i)?;
+                Ok(format!("({s} >= 0 && {s} < {e})"))
             })
-            .collect();
-        parts.join(" && ")
+            .collect::<Result<_>>()?;
+        Ok(parts.join(" && "))
     }
 
     /// The C expression of `v` and its element type.
@@ -336,39 +335,42 @@ impl Printer<'_> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
                 let b = &self.k.buffers[*buf];
-                let read = format!("{}[{}]", b.name, self.idx(offset));
+                let read = format!("{}[{}]", b.name, self.idx(offset)?);
                 let e = if guard.is_empty() {
                     read
                 } else {
-                    format!("({} ? {read} : ({})0)", self.guard(guard), c_type(b.dtype)?)
+                    format!(
+                        "({} ? {read} : ({})0)",
+                        self.guard(guard)?,
+                        c_type(b.dtype)?
+                    )
                 };
                 (e, b.dtype)
             }
             Val::InBounds(g) if g.is_empty() => ("(uint8_t)1".into(), DType::Bool),
-            Val::InBounds(g) => (format!("(uint8_t)({})", self.guard(g)), DType::Bool),
+            Val::InBounds(g) => (format!("(uint8_t)({})", self.guard(g)?), DType::Bool),
             Val::Const(t) => (literal(t)?, t.dtype()),
-            Val::Index(i) => (format!("(int64_t){}", self.idx(i)), DType::I64),
+            Val::Index(i) => (format!("(int64_t){}", self.idx(i)?), DType::I64),
             Val::Local(n) => match self.locals.get(n) {
                 Some(d) => (n.clone(), *d),
                 None => bail!("read of undeclared local '{n}'"),
             },
-            Val::Call(s, args) if s.op == "Pow" => match (args.first(), args.get(1)) {
-                (Some(x), Some(Val::Const(e))) if small_power(e).is_some() => {
-                    let (x, t) = self.val(x)?;
-                    let ty = c_type(t)?;
-                    let e = small_power(e).unwrap_or(1);
-                    let v = format!("(({ty}){x})");
-                    let e = match e {
-                        1 => v,
-                        2 => format!("({v} * {v})"),
-                        _ => format!("({v} * {v} * {v})"),
-                    };
-                    (e, t)
-                }
+            Val::Call(s, args) => match (s.op.as_str(), args.as_slice()) {
+                ("Pow", [x, Val::Const(e)]) => match small_power(e) {
+                    Some(n) => self.product(x, n)?,
+                    None => self.call(s, args)?,
+                },
                 _ => self.call(s, args)?,
             },
-            Val::Call(s, args) => self.call(s, args)?,
         })
+    }
+
+    /// `x` multiplied by itself to make its `n`-th power.
+    fn product(&self, x: &Val, n: u32) -> Result<(String, DType)> {
+        let (x, t) = self.val(x)?;
+        let v = format!("(({}){x})", c_type(t)?);
+        let factors = vec![v; n as usize];
+        Ok((format!("({})", factors.join(" * ")), t))
     }
 
     fn call(&self, s: &kiln_ops::te::Scalar, args: &[Val]) -> Result<(String, DType)> {

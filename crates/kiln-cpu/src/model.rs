@@ -51,7 +51,12 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
 type SetThreadsFn = unsafe extern "C" fn(i32);
 
 enum Step {
-    Kernel { func: KernelFn, args: Vec<ValueId> },
+    /// A compiled kernel and where its buffers live (resolved once, at
+    /// compile time).
+    Kernel {
+        func: KernelFn,
+        args: Vec<Loc>,
+    },
     Interp,
 }
 
@@ -139,9 +144,20 @@ impl CompiledModel {
                 (Some(k), Some(lib)) => {
                     // SAFETY: every kernel is printed as `int NAME(void* const*)`.
                     let func: KernelFn = unsafe { lib.symbol(&k.kernel.name)? };
-                    let mut args: Vec<ValueId> =
+                    let mut values: Vec<ValueId> =
                         k.inputs.iter().filter_map(|&p| node.inputs[p]).collect();
-                    args.extend(node.outputs.iter().flatten().copied());
+                    values.extend(node.outputs.iter().flatten().copied());
+                    let args = values
+                        .iter()
+                        .map(|&v| match loc_plan.loc[v.index()] {
+                            Some(Loc::Boxed(_)) | None => bail!(
+                                "{}: value '{}' is not in memory a kernel can read",
+                                node.describe(),
+                                graph.name(v)
+                            ),
+                            Some(l) => Ok(l),
+                        })
+                        .collect::<Result<_>>()?;
                     Step::Kernel { func, args }
                 }
                 _ => Step::Interp,
@@ -214,14 +230,15 @@ impl CompiledModel {
             unsafe { set(self.threads as i32) };
         }
         let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
+        let mut ptrs: Vec<*mut u8> = Vec::new();
         for (i, (node, step)) in g.nodes.iter().zip(&self.steps).enumerate() {
             let start = Instant::now();
             match step {
                 Step::Kernel { func, args } => {
-                    let ptrs: Vec<*mut u8> = args
-                        .iter()
-                        .map(|&v| self.pointer(v, inputs, arena))
-                        .collect::<Result<_>>()?;
+                    ptrs.clear();
+                    for &l in args {
+                        ptrs.push(self.pointer(l, inputs, arena)?);
+                    }
                     // SAFETY: the arguments are the kernel's buffers, each
                     // as large as its declared shape, as the kernel expects.
                     let rc = unsafe { func(ptrs.as_ptr()) };
@@ -280,15 +297,12 @@ impl CompiledModel {
             .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
     }
 
-    fn pointer(&self, v: ValueId, inputs: &[Tensor], arena: &mut AlignedBytes) -> Result<*mut u8> {
-        Ok(match self.location(v)? {
+    fn pointer(&self, l: Loc, inputs: &[Tensor], arena: &mut AlignedBytes) -> Result<*mut u8> {
+        Ok(match l {
             Loc::Input(i) => data_ptr(&inputs[i])?,
             Loc::Weight(w) => data_ptr(&self.weights[w])?,
             Loc::Arena(off) => arena.ptr(off),
-            Loc::Boxed(_) => bail!(
-                "value '{}' is not in memory a kernel can read",
-                self.graph.name(v)
-            ),
+            Loc::Boxed(_) => bail!("a kernel argument is not in memory a kernel can read"),
         })
     }
 

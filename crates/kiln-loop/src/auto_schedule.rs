@@ -169,7 +169,8 @@ fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
         if a <= 0 || rest.uses(var) {
             return None;
         }
-        let (rmin, rmax) = rest.range(&|v| ranges.get(v).copied().unwrap_or((0, 0)));
+        let unknown = (i64::MIN / 4, i64::MAX / 4);
+        let (rmin, rmax) = rest.range(&|v| ranges.get(v).copied().unwrap_or(unknown));
         lo = lo.max((-rmin + a - 1).div_euclid(a));
         hi = hi.min((bound - 1 - rmax).div_euclid(a) + 1);
         any = true;
