@@ -197,7 +197,7 @@ pub fn lower_contraction(
     Ok(Some(Kernel {
         name: name.to_string(),
         buffers,
-        body: vec![Stmt::Gemm(gemm)],
+        body: vec![Stmt::Gemm(Box::new(gemm))],
     }))
 }
 

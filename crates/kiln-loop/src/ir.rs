@@ -103,7 +103,7 @@ pub enum Stmt {
         value: Val,
     },
     /// A matrix product computed by the micro-kernel template.
-    Gemm(Gemm),
+    Gemm(Box<Gemm>),
 }
 
 /// `C[b, m, n] = Σ_k A[b, m, k] · B[b, k, n]` over flat buffers, each

@@ -479,7 +479,7 @@ impl Parser<'_> {
             None
         };
         let [batch, m, n, k] = sizes;
-        Ok(Stmt::Gemm(Gemm {
+        Ok(Stmt::Gemm(Box::new(Gemm {
             batch,
             m,
             n,
@@ -488,7 +488,7 @@ impl Parser<'_> {
             b,
             c,
             window,
-        }))
+        })))
     }
 
     fn operand(&mut self) -> Result<GemmOperand> {

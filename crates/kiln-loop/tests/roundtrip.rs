@@ -164,7 +164,7 @@ fn every_construct() -> Kernel {
         vec![looped("ii", tail, LoopKind::Vectorized, reduction)],
     );
     let operand = |buf, offset, guard| GemmOperand { buf, offset, guard };
-    let gemm = Stmt::Gemm(Gemm {
+    let gemm = Stmt::Gemm(Box::new(Gemm {
         batch: 2,
         m: 3,
         n: 4,
@@ -189,7 +189,7 @@ fn every_construct() -> Kernel {
             pad: [1, 0],
             dilation: [1, 2],
         }),
-    });
+    }));
     let every_combiner: Vec<Stmt> = Combiner::ALL
         .into_iter()
         .map(|combiner| Stmt::Update {
