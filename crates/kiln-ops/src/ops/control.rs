@@ -15,6 +15,44 @@ pub fn register(r: &mut Registry) {
     r.add("If", If);
     r.add("Loop", Loop);
     r.add("Scan", Scan);
+    r.add_in(FUSED_DOMAIN, FUSED_OP, Fused);
+}
+
+/// Domain and op type of a fused group (`kiln-fuse`'s apply step): one
+/// node whose graph attribute `body` holds the group's nodes. Its inputs
+/// are the body's inputs, its outputs the body's outputs.
+pub const FUSED_DOMAIN: &str = "kiln";
+pub const FUSED_OP: &str = "Fused";
+
+/// A fused group: computes exactly what its body computes.
+struct Fused;
+
+impl Op for Fused {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        let g = body(cx.node, "body")?;
+        ensure!(
+            g.inputs.len() == cx.node.inputs.len(),
+            "fused body has {} inputs, the node {}",
+            g.inputs.len(),
+            cx.node.inputs.len()
+        );
+        (0..g.outputs.len())
+            .map(|k| output_type(g, k).cloned())
+            .collect()
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        let g = body(cx.node, "body")?;
+        let ins = inputs
+            .iter()
+            .enumerate()
+            .map(|(k, t)| match t {
+                Some(t) => Ok((*t).clone()),
+                None => bail!("fused node input {k} is missing"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        run_body(cx, g, ins, g.outputs.len())
+    }
 }
 
 /// The graph attribute `name` of `node`, or an error naming it.

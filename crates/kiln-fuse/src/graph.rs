@@ -1,0 +1,287 @@
+//! The planners' view of a graph: per node its classes (both papers'),
+//! its data-flow neighbours, sizes and a cost estimate; and a
+//! [`Partition`] that merges node groups while keeping them acyclic.
+//!
+//! Needs: an optimized graph (compounds opened) with static shapes where
+//! fusion is wanted; nodes without a tensor expression are library ops
+//! (opaque, not fusable).
+//! Guarantees: edges follow values between nodes (graph inputs and
+//! initializers are not nodes); [`Partition::can_merge`] is false exactly
+//! when merging would create a cycle between groups (a path that leaves
+//! one group and re-enters the other).
+
+use kiln_ir::{Graph, Result};
+use kiln_ops::te::classify::{classify, ApolloType, Classes, MappingType, OpaqueKind};
+use kiln_ops::te::{classify::node_expr, TensorExpr};
+use std::collections::BTreeSet;
+
+/// What the planners know about one node.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub op: String,
+    pub classes: Classes,
+    /// The node's tensor expression (primitive ops with static shapes).
+    pub te: Option<TensorExpr>,
+    /// Nodes producing this node's inputs (deduplicated, ascending).
+    pub producers: Vec<usize>,
+    /// Nodes reading this node's outputs (deduplicated, ascending).
+    pub consumers: Vec<usize>,
+    /// An output is a graph output.
+    pub graph_output: bool,
+    /// Bytes of the node's outputs.
+    pub out_bytes: u64,
+    /// Bytes of the node's inputs that come from outside any node (graph
+    /// inputs, weights).
+    pub const_in_bytes: u64,
+    /// Floating-point operations (multiply-add = 2), estimated.
+    pub flops: u64,
+}
+
+impl NodeInfo {
+    pub fn apollo(&self) -> ApolloType {
+        self.classes.apollo
+    }
+
+    pub fn mapping(&self) -> MappingType {
+        self.classes.mapping
+    }
+
+    /// The reduction's canonical form: the output extents and the reduced
+    /// extents, dimensions of extent 1 dropped (PANAMERA §3: reductions
+    /// of one canonical form share a loop structure).
+    pub fn reduce_form(&self) -> Option<(Vec<usize>, Vec<usize>)> {
+        let te = self.te.as_ref()?;
+        let r = te.reduction.as_ref()?;
+        let keep = |v: &[usize]| v.iter().copied().filter(|&e| e != 1).collect::<Vec<_>>();
+        Some((keep(&te.shape), keep(&r.extents)))
+    }
+
+    /// Matmul or convolution (compute-bound).
+    pub fn is_contraction(&self) -> bool {
+        matches!(
+            self.apollo(),
+            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
+        )
+    }
+}
+
+/// Nodes and edges of one graph as the planners see them.
+#[derive(Debug, Clone)]
+pub struct FusionGraph {
+    pub nodes: Vec<NodeInfo>,
+}
+
+impl FusionGraph {
+    pub fn new(g: &Graph) -> Result<FusionGraph> {
+        let producers = g.producers();
+        let outputs: BTreeSet<usize> = g.outputs.iter().map(|v| v.index()).collect();
+        let mut nodes: Vec<NodeInfo> = Vec::with_capacity(g.nodes.len());
+        for node in &g.nodes {
+            let te = node_expr(g, node)?;
+            let classes = te.as_ref().map(classify).unwrap_or(Classes::LIBRARY);
+            let bytes = |v: kiln_ir::ValueId| {
+                let ty = g.ty(v);
+                ty.numel().unwrap_or(0) as u64 * ty.dtype.size() as u64
+            };
+            let out_bytes = node.outputs.iter().flatten().map(|&v| bytes(v)).sum();
+            let const_in_bytes = node
+                .inputs
+                .iter()
+                .flatten()
+                .filter(|v| producers[v.index()].is_none())
+                .map(|&v| bytes(v))
+                .sum();
+            let mut ps: Vec<usize> = node
+                .inputs
+                .iter()
+                .flatten()
+                .filter_map(|v| producers[v.index()])
+                .collect();
+            ps.sort_unstable();
+            ps.dedup();
+            nodes.push(NodeInfo {
+                op: node.op.clone(),
+                flops: te.as_ref().map(flops).unwrap_or(0),
+                te,
+                classes,
+                producers: ps,
+                consumers: Vec::new(),
+                graph_output: node.outputs.iter().flatten().any(|v| outputs.contains(&v.index())),
+                out_bytes,
+                const_in_bytes,
+            });
+        }
+        for n in 0..nodes.len() {
+            for p in nodes[n].producers.clone() {
+                nodes[p].consumers.push(n);
+            }
+        }
+        Ok(FusionGraph { nodes })
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// A rough time estimate of running `nodes` as one kernel, in
+    /// nanoseconds: the slower of its arithmetic and the bytes it moves
+    /// across the group boundary (about 100 GFLOP/s and 20 GB/s, the
+    /// order of this project's 2-core reference machine).
+    pub fn cost_ns(&self, nodes: &[usize]) -> f64 {
+        let inside: BTreeSet<usize> = nodes.iter().copied().collect();
+        let mut flops = 0u64;
+        let mut bytes = 0u64;
+        for &n in nodes {
+            let info = &self.nodes[n];
+            flops += info.flops;
+            bytes += info.const_in_bytes;
+            if info.graph_output || info.consumers.iter().any(|c| !inside.contains(c)) {
+                bytes += info.out_bytes;
+            }
+            for &p in &info.producers {
+                if !inside.contains(&p) {
+                    bytes += self.nodes[p].out_bytes;
+                }
+            }
+        }
+        (flops as f64 / 100.0).max(bytes as f64 / 20.0)
+    }
+}
+
+/// Estimated floating-point operations of one tensor expression.
+fn flops(te: &TensorExpr) -> u64 {
+    let out: u64 = te.shape.iter().product::<usize>() as u64;
+    let red: u64 = te
+        .reduction
+        .as_ref()
+        .map(|r| r.extents.iter().product::<usize>() as u64)
+        .unwrap_or(1);
+    let mut calls = 0u64;
+    te.body.visit(&mut |e| {
+        if matches!(e, kiln_ops::te::Expr::Call(..)) {
+            calls += 1;
+        }
+    });
+    out * red * calls.max(1)
+}
+
+/// Groups of nodes being merged: which group each node is in, and the
+/// acyclicity check every planner's merge needs.
+#[derive(Debug, Clone)]
+pub struct Partition {
+    /// Group id of each node.
+    group_of: Vec<usize>,
+    /// Members of each group id (empty once merged away).
+    members: Vec<Vec<usize>>,
+}
+
+impl Partition {
+    /// Every node in its own group (group id = node number).
+    pub fn singletons(n: usize) -> Partition {
+        Partition {
+            group_of: (0..n).collect(),
+            members: (0..n).map(|i| vec![i]).collect(),
+        }
+    }
+
+    pub fn group_of(&self, node: usize) -> usize {
+        self.group_of[node]
+    }
+
+    pub fn members(&self, group: usize) -> &[usize] {
+        &self.members[group]
+    }
+
+    /// Ids of the live groups, in order of their first node.
+    pub fn groups(&self) -> Vec<usize> {
+        let mut ids: Vec<usize> = (0..self.members.len())
+            .filter(|&i| !self.members[i].is_empty())
+            .collect();
+        ids.sort_by_key(|&i| self.members[i][0]);
+        ids
+    }
+
+    /// Groups that consume an output of `group` (excluding itself).
+    pub fn consumer_groups(&self, fg: &FusionGraph, group: usize) -> Vec<usize> {
+        let mut out: Vec<usize> = self.members[group]
+            .iter()
+            .flat_map(|&n| fg.nodes[n].consumers.iter())
+            .map(|&c| self.group_of[c])
+            .filter(|&c| c != group)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Groups that produce an input of `group` (excluding itself).
+    pub fn producer_groups(&self, fg: &FusionGraph, group: usize) -> Vec<usize> {
+        let mut out: Vec<usize> = self.members[group]
+            .iter()
+            .flat_map(|&n| fg.nodes[n].producers.iter())
+            .map(|&p| self.group_of[p])
+            .filter(|&p| p != group)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Whether merging groups `a` and `b` keeps the group graph acyclic:
+    /// no path leaves one of them, passes through another group and
+    /// enters the other.
+    pub fn can_merge(&self, fg: &FusionGraph, a: usize, b: usize) -> bool {
+        a == b || (!self.reaches_via_other(fg, a, b) && !self.reaches_via_other(fg, b, a))
+    }
+
+    /// A path from group `from` to group `to` through at least one node
+    /// outside both.
+    fn reaches_via_other(&self, fg: &FusionGraph, from: usize, to: usize) -> bool {
+        // Nodes are in topological order: nothing after `to`'s last node can reach it.
+        let Some(&last) = self.members[to].iter().max() else {
+            return false;
+        };
+        let mut seen = BTreeSet::new();
+        let mut stack: Vec<usize> = self.members[from]
+            .iter()
+            .flat_map(|&n| fg.nodes[n].consumers.iter().copied())
+            .filter(|&c| {
+                let g = self.group_of[c];
+                g != from && g != to
+            })
+            .collect();
+        while let Some(n) = stack.pop() {
+            if n > last || !seen.insert(n) {
+                continue;
+            }
+            for &c in &fg.nodes[n].consumers {
+                let g = self.group_of[c];
+                if g == to {
+                    return true;
+                }
+                if g != from && c <= last {
+                    stack.push(c);
+                }
+            }
+        }
+        false
+    }
+
+    /// Merges `b` into `a`; returns the surviving id (`a`).
+    pub fn merge(&mut self, a: usize, b: usize) -> usize {
+        if a == b {
+            return a;
+        }
+        let moved = std::mem::take(&mut self.members[b]);
+        for &n in &moved {
+            self.group_of[n] = a;
+        }
+        self.members[a].extend(moved);
+        self.members[a].sort_unstable();
+        a
+    }
+}
