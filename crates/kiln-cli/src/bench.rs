@@ -1,6 +1,8 @@
 //! `kiln bench`, `kiln compile --emit` and `kiln peak`.
 
+use kiln_cpu::select::CpuGroupCheck;
 use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_fuse::{PlanOptions, PlannerKind};
 use kiln_ir::{Error, Graph, Result, Tensor};
 use kiln_runtime::jit;
 use std::path::Path;
@@ -212,8 +214,12 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
     Ok(())
 }
 
-/// Writes the generated C (`c`) or scheduled loop IR (`loops`) into `dir`.
-pub fn emit(g: &Graph, what: &str, dir: &Path) -> Result<()> {
+/// Writes the generated C (`c`) or scheduled loop IR (`loops`) of `g`
+/// fused by `fusion` into `dir`.
+pub fn emit(g: &Graph, fusion: PlannerKind, what: &str, dir: &Path) -> Result<()> {
+    let planned = kiln_fuse::plan(g, fusion, &CpuGroupCheck, &PlanOptions::default())?;
+    let fused = kiln_fuse::apply::apply(g, &planned.plan)?;
+    let g = &fused;
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     let mut text = String::new();

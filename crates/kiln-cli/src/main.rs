@@ -46,6 +46,16 @@ struct PassArgs {
     time_passes: bool,
 }
 
+/// How nodes are grouped into kernels.
+#[derive(clap::Args)]
+struct FusionArgs {
+    /// Fusion planner: `none` (one kernel per op), `tvm` (TVM's greedy
+    /// rules), `apollo` (APOLLO's partition and stitching) or `dp` (mapping
+    /// rules with a cost-model search).
+    #[arg(long, default_value = "apollo")]
+    fusion: kiln_fuse::PlannerKind,
+}
+
 /// Where and how a model executes.
 #[derive(clap::Args)]
 struct ExecArgs {
@@ -62,6 +72,8 @@ struct ExecArgs {
     /// Seed for random inputs.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    #[command(flatten)]
+    fusion: FusionArgs,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +141,8 @@ enum Command {
         /// Directory to write into.
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         output_dir: PathBuf,
+        #[command(flatten)]
+        fusion: FusionArgs,
         #[command(flatten)]
         args: ModelArgs,
         #[command(flatten)]
@@ -216,11 +230,12 @@ fn main() {
             model,
             emit,
             output_dir,
+            fusion,
             args,
             passes,
         } => load(&model, &args).and_then(|mut g| {
             optimize(&mut g, &passes)?;
-            bench::emit(&g, &emit, &output_dir)
+            bench::emit(&g, fusion.fusion, &emit, &output_dir)
         }),
         Command::Peak { threads, json } => bench::peak(
             threads.unwrap_or_else(kiln_runtime::cpu::available_threads),
@@ -495,6 +510,7 @@ fn cpu_options(exec: &ExecArgs) -> kiln_cpu::CpuOptions {
     if let Some(t) = exec.threads {
         o.threads = t.max(1);
     }
+    o.fusion = exec.fusion.fusion;
     o
 }
 

@@ -112,7 +112,10 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
             None => rows_cols(&g.b, g.k, g.n)?,
         },
         c: rows_cols(&g.c, g.m, g.n)?,
-        epilogue: None,
+        epilogue: match &g.epilogue {
+            Some(e) => Some(epilogue(k, g, e)?),
+            None => None,
+        },
     };
     let mut out = gemm_c(&spec)?;
     let args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
@@ -132,6 +135,26 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
     )
     .ok();
     Ok(out)
+}
+
+/// The C expression of a gemm epilogue: the product is the float `acc`,
+/// and `b`, `r`, `c` range over the batch, rows and columns.
+fn epilogue(k: &Kernel, g: &Gemm, e: &Val) -> Result<String> {
+    let mut p = Printer {
+        k,
+        out: String::new(),
+        ranges: HashMap::new(),
+        locals: HashMap::new(),
+    };
+    for (v, n) in [("b", g.batch), ("r", g.m), ("c", g.n)] {
+        p.ranges.insert(v.to_string(), (0, n - 1));
+    }
+    p.locals.insert("acc".to_string(), DType::F32);
+    let (text, dtype) = p.val(e)?;
+    if dtype != DType::F32 {
+        bail!("gemm epilogue computes {dtype}, the product is f32");
+    }
+    Ok(text)
 }
 
 /// The gemm template's window read of buffer `param`.

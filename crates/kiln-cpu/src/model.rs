@@ -13,7 +13,8 @@
 //! reference interpreter on copies of their inputs. Results equal the
 //! interpreter's up to float rounding; errors name the node.
 
-use crate::select::{has_c_type, node_kernel, NodeKernel};
+use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{bail, with_dtype, DType, Elem, Error, Graph, Result, Tensor, ValueId};
 use kiln_runtime::jit::{self, CompileReport, CompilerConfig, Library};
 use kiln_runtime::memplan::{self, Lifetime, MemoryPlan};
@@ -26,6 +27,8 @@ pub struct CpuOptions {
     /// Threads for kernels and for parallel compilation.
     pub threads: usize,
     pub compiler: CompilerConfig,
+    /// The fusion planner (`none`: one kernel per node).
+    pub fusion: PlannerKind,
 }
 
 impl Default for CpuOptions {
@@ -33,6 +36,7 @@ impl Default for CpuOptions {
         CpuOptions {
             threads: kiln_runtime::cpu::available_threads(),
             compiler: CompilerConfig::from_env(),
+            fusion: PlannerKind::default(),
         }
     }
 }
@@ -94,10 +98,25 @@ pub struct CompileSummary {
     pub interpreted: Vec<(String, String)>,
     /// What the JIT did (`None`: no kernel to compile).
     pub compile: Option<CompileReport>,
+    /// What the fusion planner did.
+    pub fusion: Planned,
     /// Size of the planned arena, and the sum of the intermediate tensors
     /// it holds.
     pub arena_bytes: usize,
     pub intermediate_bytes: usize,
+}
+
+/// A node's op for profiles: a fused node's ops joined by `+`.
+fn op_label(n: &kiln_ir::Node) -> String {
+    match n.attr_graph("body") {
+        Ok(Some(body)) if n.domain == kiln_ops::ops::control::FUSED_DOMAIN => body
+            .nodes
+            .iter()
+            .map(|b| b.op.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => n.op.clone(),
+    }
 }
 
 /// C source of the per-file preamble: helpers and the thread-count setter.
@@ -111,7 +130,31 @@ fn file_prelude() -> String {
 }
 
 impl CompiledModel {
+    /// Plans fusion on `graph` (with the CPU backend's feedback), applies
+    /// the plan, and compiles the fused graph.
     pub fn compile(graph: &Graph, opts: &CpuOptions) -> Result<CompiledModel> {
+        let planned = kiln_fuse::plan(graph, opts.fusion, &CpuGroupCheck, &PlanOptions::default())?;
+        let fused = kiln_fuse::apply::apply(graph, &planned.plan)?;
+        Self::compile_fused(&fused, planned, opts)
+    }
+
+    /// Compiles `graph` fused by a given plan (no planner, no feedback).
+    pub fn compile_with_plan(
+        graph: &Graph,
+        plan: Plan,
+        opts: &CpuOptions,
+    ) -> Result<CompiledModel> {
+        let fused = kiln_fuse::apply::apply(graph, &plan)?;
+        let planned = Planned {
+            plan,
+            feedback: Vec::new(),
+            notes: Vec::new(),
+            seconds: 0.0,
+        };
+        Self::compile_fused(&fused, planned, opts)
+    }
+
+    fn compile_fused(graph: &Graph, planned: Planned, opts: &CpuOptions) -> Result<CompiledModel> {
         let mut kernels: Vec<Option<NodeKernel>> = Vec::new();
         let mut interpreted = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
@@ -178,6 +221,7 @@ impl CompiledModel {
                 kernels: kernels.iter().flatten().count(),
                 interpreted,
                 compile,
+                fusion: planned,
                 arena_bytes: loc_plan.plan.arena_bytes,
                 intermediate_bytes: loc_plan.plan.total_bytes,
             },
@@ -204,7 +248,7 @@ impl CompiledModel {
             .zip(times)
             .map(|((n, s), time)| NodeTime {
                 node: n.name.clone(),
-                op: n.op.clone(),
+                op: op_label(n),
                 compiled: matches!(s, Step::Kernel { .. }),
                 time,
             })

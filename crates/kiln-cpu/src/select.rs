@@ -10,9 +10,12 @@
 //! a C form. Falling back is per node and never changes results.
 
 use kiln_codegen::c::kernel_c;
-use kiln_ir::{bail, DType, Graph, Node, Result, Tensor};
+use kiln_fuse::GroupCheck;
+use kiln_ir::{bail, DType, Graph, Node, Result, Tensor, ValueId};
+use kiln_loop::group::{GroupExpr, GroupNode, Src};
 use kiln_loop::inline_constants::inline_constants;
-use kiln_loop::{default_schedule, Kernel, Schedule, Stmt, Val};
+use kiln_loop::{default_schedule, Buffer, Kernel, Schedule, Stmt, Val};
+use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
 use kiln_ops::te::classify::node_expr;
 
 /// A node compiled to one C function.
@@ -34,6 +37,9 @@ pub fn has_c_type(dtype: DType) -> bool {
 
 /// The kernel for `node` (named `name`), or why there is none.
 pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
+    if node.domain == FUSED_DOMAIN && node.op == FUSED_OP {
+        return fused_kernel(node, name);
+    }
     let outputs: Vec<_> = node.outputs.iter().flatten().collect();
     if outputs.len() != 1 || node.outputs.len() != 1 {
         bail!("{} has {} outputs", node.op, node.outputs.len());
@@ -79,6 +85,115 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
         in_place: alias.map(|b| inputs[b]),
         inputs,
     })
+}
+
+/// The kernel of a fused node: its body's nodes lowered as one group.
+pub fn fused_kernel(node: &Node, name: &str) -> Result<NodeKernel> {
+    let Some(body) = node.attr_graph("body")? else {
+        bail!("fused node {} has no body", node.name);
+    };
+    let group = group_expr(body)?;
+    let lowered = kiln_loop::fused::lower_group(&group, name)?;
+    Ok(NodeKernel {
+        c: kernel_c(&lowered.kernel, None)?,
+        kernel: lowered.kernel,
+        schedule: lowered.schedule,
+        inputs: (0..node.inputs.len()).collect(),
+        in_place: None,
+    })
+}
+
+/// The group of a fused body: kernel inputs are the body's inputs; one-
+/// element initializers are constants; the outputs are the body's.
+fn group_expr(body: &Graph) -> Result<GroupExpr> {
+    let mut inputs = Vec::new();
+    for (j, &v) in body.inputs.iter().enumerate() {
+        let ty = body.ty(v);
+        let Some(shape) = ty.shape.clone() else {
+            bail!("input '{}' has no static shape", body.name(v));
+        };
+        if !has_c_type(ty.dtype) {
+            bail!("input '{}' is {}", body.name(v), ty.dtype);
+        }
+        inputs.push(Buffer {
+            name: format!("in{j}"),
+            dtype: ty.dtype,
+            shape,
+            output: false,
+        });
+    }
+    let producers = body.producers();
+    let mut nodes = Vec::new();
+    for node in &body.nodes {
+        if node.outputs.len() != 1 {
+            bail!("{} has {} outputs", node.describe(), node.outputs.len());
+        }
+        let Some(te) = node_expr(body, node)? else {
+            bail!(
+                "{} has no tensor expression (a library op)",
+                node.describe()
+            );
+        };
+        if !has_c_type(te.dtype) {
+            bail!("{} on {} tensors", node.describe(), te.dtype);
+        }
+        let args = node
+            .inputs
+            .iter()
+            .map(|i| i.map(|v| source(body, &producers, v)).transpose())
+            .collect::<Result<Vec<_>>>()?;
+        nodes.push(GroupNode {
+            te,
+            args: args.into_iter().map(Option::flatten).collect(),
+            label: node.describe(),
+        });
+    }
+    let outputs = body
+        .outputs
+        .iter()
+        .map(|v| match producers[v.index()] {
+            Some(n) => Ok(n),
+            None => bail!(
+                "fused output '{}' is not computed in the group",
+                body.name(*v)
+            ),
+        })
+        .collect::<Result<_>>()?;
+    Ok(GroupExpr {
+        inputs,
+        nodes,
+        outputs,
+    })
+}
+
+/// Where a body value comes from; `None` for a constant of several
+/// elements (shapes, axes: read by definitions, never by expressions).
+fn source(body: &Graph, producers: &[Option<usize>], v: ValueId) -> Result<Option<Src>> {
+    if let Some(j) = body.inputs.iter().position(|&i| i == v) {
+        return Ok(Some(Src::Input(j)));
+    }
+    if let Some(n) = producers[v.index()] {
+        return Ok(Some(Src::Node(n)));
+    }
+    match body.constant(v) {
+        Some(init) if body.ty(v).numel() == Some(1) => Ok(Some(Src::Const(init.to_tensor()?))),
+        Some(_) => Ok(None),
+        None => bail!("value '{}' of a fused body has no source", body.name(v)),
+    }
+}
+
+/// The CPU backend's answer to the planners (APOLLO's feedback): a group
+/// is accepted when it lowers to one kernel that prints as C.
+pub struct CpuGroupCheck;
+
+impl GroupCheck for CpuGroupCheck {
+    fn check(&self, g: &Graph, nodes: &[usize]) -> std::result::Result<(), String> {
+        let attempt = || -> Result<()> {
+            let node = kiln_fuse::apply::group_node(g, nodes)?;
+            fused_kernel(&node, "check").map(|_| ())
+        };
+        attempt().map_err(|e| e.to_string())
+    }
 }
 
 /// The one-element constant inputs, by kernel buffer number (0-d).

@@ -7,8 +7,14 @@
 //! compiled and run on random inputs and compared with the reference
 //! interpreter. `KILN_BLESS=1 cargo test -p kiln-cpu --test lowering`
 //! rewrites the expected files; `KILN_CASE=substring` filters.
+//!
+//! `tests/fused/<name>.kiln` are fusion cases: the graph (compounds opened
+//! by the graph passes) is fused into one group, and `<name>.expected`
+//! holds that kernel's form and scheduled loop IR; the fused model is run
+//! against the interpreter the same way.
 
 use kiln_cpu::{select::node_kernel, CompiledModel, CpuOptions};
+use kiln_fuse::{Group, Plan};
 use kiln_ir::{Data, Graph, Result, Tensor};
 use std::path::{Path, PathBuf};
 
@@ -70,14 +76,18 @@ fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
         .collect()
 }
 
-fn check_against_interpreter(g: &Graph, name: &str) -> Result<()> {
+fn check_against_interpreter(g: &Graph, name: &str, plan: Option<Plan>) -> Result<()> {
     let ins = inputs(g)?;
     let want = kiln_interp::run(g, &ins)?;
     let opts = CpuOptions {
         threads: 2,
         ..Default::default()
     };
-    let got = CompiledModel::compile(g, &opts)?.run(&ins)?;
+    let model = match plan {
+        Some(plan) => CompiledModel::compile_with_plan(g, plan, &opts)?,
+        None => CompiledModel::compile(g, &opts)?,
+    };
+    let got = model.run(&ins)?;
     for (k, (a, b)) in got.iter().zip(&want).enumerate() {
         assert_eq!(a.shape, b.shape, "{name}: output {k} shape");
         let (x, y) = (a.data.to_f64_vec()?, b.data.to_f64_vec()?);
@@ -91,8 +101,8 @@ fn check_against_interpreter(g: &Graph, name: &str) -> Result<()> {
     Ok(())
 }
 
-fn cases() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases");
+fn cases(dir: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("tests/cases")
         .map(|e| e.expect("entry").path())
@@ -104,18 +114,58 @@ fn cases() -> Vec<PathBuf> {
 
 #[test]
 fn lowering_cases() {
+    text_cases("tests/cases", &|g, name| {
+        check_against_interpreter(g, name, None)?;
+        Ok(lowered_text(g))
+    });
+}
+
+/// The whole graph as one group.
+fn one_group(g: &Graph) -> Plan {
+    Plan {
+        planner: "test".into(),
+        groups: vec![Group::new("test", (0..g.nodes.len()).collect())],
+        parallel: Vec::new(),
+    }
+}
+
+#[test]
+fn fused_cases() {
+    text_cases("tests/fused", &|g, name| {
+        let mut g = g.clone();
+        kiln_passes::optimize(&mut g, &Default::default())?;
+        check_against_interpreter(&g, name, Some(one_group(&g)))?;
+        let node = kiln_fuse::apply::group_node(&g, &one_group(&g).groups[0].nodes)?;
+        let name = format!("fused_{name}");
+        let Some(body) = node.attr_graph("body")? else {
+            return Ok("no body".into());
+        };
+        let ops: Vec<&str> = body.nodes.iter().map(|n| n.op.as_str()).collect();
+        let k = kiln_cpu::select::fused_kernel(&node, &name)?;
+        let s: Vec<String> = k.schedule.0.iter().map(|d| d.to_string()).collect();
+        Ok(format!(
+            "# group: {}\n{}\nschedule: [{}]\n",
+            ops.join("+"),
+            k.kernel,
+            s.join(", ")
+        ))
+    });
+}
+
+/// Runs `text` on every `.kiln` file of `dir` and compares with the
+/// `.expected` file beside it (`KILN_BLESS=1` rewrites them).
+fn text_cases(dir: &str, text: &dyn Fn(&Graph, &str) -> Result<String>) {
     let bless = std::env::var("KILN_BLESS").is_ok_and(|v| v == "1");
     let filter = std::env::var("KILN_CASE").unwrap_or_default();
     let mut failures = Vec::new();
-    for case in cases() {
+    for case in cases(dir) {
         let name = case.file_stem().unwrap().to_string_lossy().to_string();
         if !name.contains(&filter) {
             continue;
         }
         let g = load(&std::fs::read_to_string(&case).unwrap())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        check_against_interpreter(&g, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let got = lowered_text(&g);
+        let got = text(&g, &name).unwrap_or_else(|e| panic!("{name}: {e}"));
         let expected_path = case.with_extension("expected");
         if bless {
             std::fs::write(&expected_path, &got).unwrap();

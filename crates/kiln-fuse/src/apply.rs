@@ -19,8 +19,8 @@
 use crate::plan::Plan;
 use kiln_ir::{bail, Attr, Graph, Node, Result, ValueId};
 use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 
 /// Constants up to this many elements are copied into fused bodies.
 pub const INLINED_CONSTANT_ELEMS: usize = 16;
@@ -45,6 +45,15 @@ pub fn apply(g: &Graph, plan: &Plan) -> Result<Graph> {
     out.nodes = topological(g, units)?;
     kiln_ir::verify::verify(&out)?;
     Ok(out)
+}
+
+/// The fused node of one group of `g` (what [`apply`] puts in its place),
+/// for backends checking whether they can compile it.
+pub fn group_node(g: &Graph, members: &[usize]) -> Result<Node> {
+    let graph_outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
+    let mut members = members.to_vec();
+    members.sort_unstable();
+    fused_node(g, 0, "group", &members, &readers(g), &graph_outputs)
 }
 
 /// The nodes reading each value.
@@ -83,7 +92,9 @@ fn fused_node(
                 None => {
                     let m = body.add_value(g.name(v), g.ty(v).clone());
                     match g.constant(v) {
-                        Some(init) if g.ty(v).numel().unwrap_or(usize::MAX) <= INLINED_CONSTANT_ELEMS => {
+                        Some(init)
+                            if g.ty(v).numel().unwrap_or(usize::MAX) <= INLINED_CONSTANT_ELEMS =>
+                        {
                             body.initializers.insert(m, init.clone());
                         }
                         _ => {
@@ -100,7 +111,11 @@ fn fused_node(
         for (slot, output) in copy.outputs.iter_mut().zip(&node.outputs) {
             let Some(v) = *output else { continue };
             if map.contains_key(&v) {
-                bail!("{}: output '{}' is defined twice in a group", node.describe(), g.name(v));
+                bail!(
+                    "{}: output '{}' is defined twice in a group",
+                    node.describe(),
+                    g.name(v)
+                );
             }
             let m = body.add_value(g.name(v), g.ty(v).clone());
             map.insert(v, m);
@@ -120,7 +135,10 @@ fn fused_node(
         }
     }
     if body.outputs.is_empty() {
-        bail!("fused group {index} ({}) computes nothing that is used", first.describe());
+        bail!(
+            "fused group {index} ({}) computes nothing that is used",
+            first.describe()
+        );
     }
     let mut attrs = std::collections::BTreeMap::new();
     attrs.insert("body".to_string(), Attr::Graph(Box::new(body)));

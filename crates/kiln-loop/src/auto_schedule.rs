@@ -45,7 +45,7 @@ fn output_nest(body: &[Stmt]) -> Vec<&Loop> {
 }
 
 /// Iterations of every loop in `body`, counting nested loops fully.
-fn work(body: &[Stmt]) -> i64 {
+pub(crate) fn work(body: &[Stmt]) -> i64 {
     body.iter()
         .map(|s| match s {
             Stmt::Loop(l) => l.extent.max() * work(&l.body).max(1),

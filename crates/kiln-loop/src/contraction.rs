@@ -32,6 +32,36 @@ pub fn lower_contraction(
     name: &str,
     input_dtypes: &[Option<DType>],
 ) -> Result<Option<Kernel>> {
+    // Buffers: present inputs in order, then the output (as `lower` makes them).
+    let (mut buffers, buffer_of) = input_buffers(te, input_dtypes)?;
+    let out = push_output(&mut buffers, te);
+    let Some(contraction) = contraction_gemm(te, input_dtypes, &buffer_of, out)? else {
+        return Ok(None);
+    };
+    Ok(Some(Kernel {
+        name: name.to_string(),
+        buffers,
+        body: vec![Stmt::Gemm(Box::new(contraction.gemm))],
+    }))
+}
+
+/// A recognised contraction: its gemm statement, and each output
+/// dimension's index as a function of the gemm's `b`, `r`, `c` (what an
+/// epilogue reads other tensors at).
+pub struct Contraction {
+    pub gemm: Gemm,
+    pub out_index: Vec<Idx>,
+}
+
+/// The gemm computing `te` with input position `i` in buffer
+/// `buffer_of[i]` and the output in buffer `out`, when `te` is a
+/// contraction this module handles (see the module doc).
+pub fn contraction_gemm(
+    te: &TensorExpr,
+    input_dtypes: &[Option<DType>],
+    buffer_of: &[Option<usize>],
+    out: usize,
+) -> Result<Option<Contraction>> {
     let Some((mut ka, mut kb)) = product_of_two_loads(te) else {
         return Ok(None);
     };
@@ -162,12 +192,15 @@ pub fn lower_contraction(
     let (b_off, b_guard) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
     let (c_off, _) = operand(&outs, &te.shape, &c_frame);
-    // Buffers: present inputs in order, then the output (as `lower` makes them).
-    let (mut buffers, buffer_of) = input_buffers(te, input_dtypes)?;
-    let (Some(a_buf), Some(b_buf)) = (buffer_of[a_in], buffer_of[b_in]) else {
+    let out_index: Vec<Idx> = (0..te.shape.len())
+        .map(|l| value_of(Var::Out(l), &c_frame))
+        .collect();
+    let (Some(a_buf), Some(b_buf)) = (
+        buffer_of.get(a_in).copied().flatten(),
+        buffer_of.get(b_in).copied().flatten(),
+    ) else {
         return Ok(None);
     };
-    let out = push_output(&mut buffers, te);
     let gemm = Gemm {
         batch,
         m,
@@ -193,12 +226,9 @@ pub fn lower_contraction(
         } else {
             None
         },
+        epilogue: None,
     };
-    Ok(Some(Kernel {
-        name: name.to_string(),
-        buffers,
-        body: vec![Stmt::Gemm(Box::new(gemm))],
-    }))
+    Ok(Some(Contraction { gemm, out_index }))
 }
 
 /// The geometry of B when it reads an NCHW image window by window:

@@ -106,7 +106,7 @@ pub enum Stmt {
     Gemm(Box<Gemm>),
 }
 
-/// `C[b, m, n] = Σ_k A[b, m, k] · B[b, k, n]` over flat buffers, each
+/// `C[b, m, n] = epilogue(Σ_k A[b, m, k] · B[b, k, n])` over flat buffers, each
 /// operand addressed by element strides per logical axis (0 = broadcast)
 /// or, for B, by an implicit-GEMM window read (convolution).
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +123,11 @@ pub struct Gemm {
     /// code generator can copy whole image rows instead of evaluating the
     /// offset per element. `b.offset` and `b.guard` say the same thing.
     pub window: Option<ConvWindow>,
+    /// The value stored at `C[b, r, c]`, computed from the product (the
+    /// local `acc`, f32) and loads addressed by `b`, `r`, `c`: fused
+    /// element-wise ops applied before the store (bias, activation,
+    /// residual add). `None` stores the product.
+    pub epilogue: Option<Val>,
 }
 
 /// The geometry of an implicit-GEMM convolution input (see [`Gemm::window`]).

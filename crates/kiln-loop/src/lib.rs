@@ -3,6 +3,8 @@
 
 pub mod auto_schedule;
 pub mod contraction;
+pub mod fused;
+pub mod group;
 pub mod guards;
 pub mod inline_constants;
 pub mod ir;

@@ -14,9 +14,10 @@
 //!
 //! No scheduling happens here; see `schedule.rs`.
 
-use crate::ir::{Atom, Buffer, Extent, Guard, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
+use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
+use kiln_ops::te::{Combiner, TensorExpr, Var};
 
 /// Name of the loop variable of a tensor-expression index.
 pub fn var_name(v: Var) -> String {
@@ -37,14 +38,54 @@ pub fn strides(shape: &[usize]) -> Vec<i64> {
 
 /// Lowers `te` into kernel `name`; `input_dtypes[i]` is input `i`'s type.
 pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Result<Kernel> {
-    let cx = Lowering::new(te, input_dtypes)?;
-    let mut buffers = cx.buffers.clone();
+    let (mut buffers, buffer_of) = input_buffers(te, input_dtypes)?;
+    let group = GroupExpr {
+        inputs: buffers.clone(),
+        nodes: vec![GroupNode {
+            te: te.clone(),
+            args: buffer_of.iter().map(|b| b.map(Src::Input)).collect(),
+            label: name.to_string(),
+        }],
+        outputs: vec![0],
+    };
     let out = push_output(&mut buffers, te);
+    let mut inliner = Inliner::new(&group);
+    let body = node_nest(&mut inliner, 0, out, "acc")?;
+    Ok(Kernel {
+        name: name.to_string(),
+        buffers,
+        body,
+    })
+}
+
+/// The loop nest computing group node `n` over its whole index space into
+/// buffer `out` (one loop per output dimension `i0, i1, …` of extent > 1;
+/// a reduction accumulates in local `acc` over loops `r0, r1, …`).
+pub(crate) fn node_nest(inl: &mut Inliner, n: usize, out: usize, acc: &str) -> Result<Vec<Stmt>> {
+    let te = &inl.group.nodes[n].te;
     let outs: Vec<Idx> = (0..te.shape.len())
         .map(|l| Idx::var(&var_name(Var::Out(l))))
         .collect();
+    for (l, &e) in te.shape.iter().enumerate() {
+        inl.bind(&var_name(Var::Out(l)), e as i64);
+    }
+    let red_extents = te
+        .reduction
+        .as_ref()
+        .map(|r| r.extents.clone())
+        .unwrap_or_default();
+    for (k, &e) in red_extents.iter().enumerate() {
+        inl.bind(&var_name(Var::Red(k)), e as i64);
+    }
+    let env = Env {
+        out: outs.clone(),
+        red: (0..red_extents.len())
+            .map(|k| Idx::var(&var_name(Var::Red(k))))
+            .collect(),
+    };
     let out_offset = flatten(&outs, &te.shape);
-    let body = cx.val(&te.body)?;
+    let body = inl.body(n, &env)?;
+    let te = &inl.group.nodes[n].te;
     let mut inner = match &te.reduction {
         None => vec![Stmt::Store {
             buf: out,
@@ -52,25 +93,11 @@ pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Res
             value: body,
         }],
         Some(r) => {
-            let acc = accumulator_type(te.dtype, r.combiner);
-            let mut update = vec![Stmt::Update {
-                name: "acc".into(),
-                combiner: r.combiner,
-                value: body,
-            }];
-            for (k, &e) in r.extents.iter().enumerate().rev() {
-                update = loop_or_zero(&var_name(Var::Red(k)), e as i64, update);
-            }
-            let mut stmts = vec![Stmt::Let {
-                name: "acc".into(),
-                dtype: acc,
-                value: Val::Const(identity(acc, r.combiner)?),
-            }];
-            stmts.extend(update);
+            let mut stmts = reduce_into(acc, te.dtype, r, body)?;
             stmts.push(Stmt::Store {
                 buf: out,
                 offset: out_offset,
-                value: Val::Local("acc".into()),
+                value: Val::Local(acc.into()),
             });
             stmts
         }
@@ -78,16 +105,49 @@ pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Res
     for (l, &e) in te.shape.iter().enumerate().rev() {
         inner = loop_or_zero(&var_name(Var::Out(l)), e as i64, inner);
     }
-    Ok(Kernel {
-        name: name.to_string(),
-        buffers,
-        body: inner,
-    })
+    Ok(inner)
+}
+
+/// `let acc = identity; for r… { acc = combine(acc, value) }` over the
+/// reduction loops `r0, r1, …` (floats sum and multiply in double).
+pub(crate) fn reduce_into(
+    acc: &str,
+    dtype: DType,
+    r: &kiln_ops::te::Reduction,
+    value: Val,
+) -> Result<Vec<Stmt>> {
+    reduce_over(acc, dtype, r, value, &|k| var_name(Var::Red(k)))
+}
+
+/// [`reduce_into`] with the reduction loop variables named by `name`.
+pub(crate) fn reduce_over(
+    acc: &str,
+    dtype: DType,
+    r: &kiln_ops::te::Reduction,
+    value: Val,
+    name: &dyn Fn(usize) -> String,
+) -> Result<Vec<Stmt>> {
+    let acc_type = accumulator_type(dtype, r.combiner);
+    let mut update = vec![Stmt::Update {
+        name: acc.into(),
+        combiner: r.combiner,
+        value,
+    }];
+    for (k, &e) in r.extents.iter().enumerate().rev() {
+        update = loop_or_zero(&name(k), e as i64, update);
+    }
+    let mut stmts = vec![Stmt::Let {
+        name: acc.into(),
+        dtype: acc_type,
+        value: Val::Const(identity(acc_type, r.combiner)?),
+    }];
+    stmts.extend(update);
+    Ok(stmts)
 }
 
 /// A loop over `var`, or for extent 1 the body with `var` = 0 (no loop
 /// that runs once is left to stop coalescing and parallelisation).
-fn loop_or_zero(var: &str, extent: i64, body: Vec<Stmt>) -> Vec<Stmt> {
+pub(crate) fn loop_or_zero(var: &str, extent: i64, body: Vec<Stmt>) -> Vec<Stmt> {
     if extent == 1 {
         body.iter()
             .map(|s| s.substitute(var, &Idx::constant(0)))
@@ -204,119 +264,4 @@ pub fn input_buffers(
         }
     }
     Ok((buffers, buffer_of))
-}
-
-/// The inputs of one expression as buffers, and how to read them.
-struct Lowering<'a> {
-    te: &'a TensorExpr,
-    buffers: Vec<Buffer>,
-    /// Buffer number of each input position.
-    buffer_of: Vec<Option<usize>>,
-}
-
-impl<'a> Lowering<'a> {
-    fn new(te: &'a TensorExpr, input_dtypes: &[Option<DType>]) -> Result<Lowering<'a>> {
-        let (buffers, buffer_of) = input_buffers(te, input_dtypes)?;
-        Ok(Lowering {
-            te,
-            buffers,
-            buffer_of,
-        })
-    }
-
-    fn buffer(&self, input: usize) -> Result<usize> {
-        match self.buffer_of.get(input).copied().flatten() {
-            Some(b) => Ok(b),
-            None => bail!("tensor expression reads absent input {input}"),
-        }
-    }
-
-    fn val(&self, e: &Expr) -> Result<Val> {
-        // A padded load is the guarded load itself (it reads zero outside).
-        if let Some(k) = e.as_padded_load() {
-            return self.load(k);
-        }
-        Ok(match e {
-            Expr::InBounds(k) => {
-                let (_, _, guard) = self.access(*k)?;
-                Val::InBounds(guard)
-            }
-            Expr::Load(k) => self.load(*k)?,
-            Expr::Const(t) => Val::Const(t.clone()),
-            Expr::Index(i) => Val::Index(self.index(i)?),
-            Expr::Call(s, args) => Val::Call(
-                s.clone(),
-                args.iter().map(|a| self.val(a)).collect::<Result<_>>()?,
-            ),
-        })
-    }
-
-    fn load(&self, k: usize) -> Result<Val> {
-        let (buf, offset, guard) = self.access(k)?;
-        Ok(Val::Load { buf, offset, guard })
-    }
-
-    /// Buffer, flat offset and the bounds that may fail, of access `k`.
-    fn access(&self, k: usize) -> Result<(usize, Idx, Guard)> {
-        let Some(a) = self.te.accesses.get(k) else {
-            bail!("tensor expression has no access {k}");
-        };
-        let buf = self.buffer(a.input)?;
-        let shape = &self.buffers[buf].shape;
-        let index: Vec<Idx> = a
-            .index
-            .iter()
-            .map(|i| self.index(i))
-            .collect::<Result<_>>()?;
-        let guard = index
-            .iter()
-            .zip(shape)
-            .filter(|(i, &d)| {
-                let (lo, hi) = i.range(&|v| self.var_range(v));
-                lo < 0 || hi >= d as i64
-            })
-            .map(|(i, &d)| (i.clone(), d as i64))
-            .collect();
-        Ok((buf, flatten(&index, shape), guard))
-    }
-
-    fn var_range(&self, name: &str) -> (i64, i64) {
-        let extent = |v: Var| self.te.extent(v).max(1) - 1;
-        let parsed = name[1..].parse::<usize>().ok();
-        match (name.as_bytes().first(), parsed) {
-            (Some(b'i'), Some(l)) => (0, extent(Var::Out(l))),
-            (Some(b'r'), Some(k)) => (0, extent(Var::Red(k))),
-            _ => (i64::MIN / 4, i64::MAX / 4),
-        }
-    }
-
-    fn index(&self, e: &IndexExpr) -> Result<Idx> {
-        Ok(match e {
-            IndexExpr::Affine(a) => a
-                .terms
-                .iter()
-                .fold(Idx::constant(a.constant), |acc, (v, c)| {
-                    acc.plus(&Idx::var(&var_name(*v)).scale(*c))
-                }),
-            IndexExpr::Div(e, d) => self.index(e)?.floordiv(*d),
-            IndexExpr::Mod(e, d) => self.index(e)?.modulo(*d),
-            IndexExpr::Data {
-                input,
-                index,
-                extent,
-            } => {
-                let buf = self.buffer(*input)?;
-                let shape = &self.buffers[buf].shape;
-                let idx: Vec<Idx> = index.iter().map(|i| self.index(i)).collect::<Result<_>>()?;
-                Idx::atom(Atom::Data {
-                    value: Box::new(Val::Load {
-                        buf,
-                        offset: flatten(&idx, shape),
-                        guard: Vec::new(),
-                    }),
-                    extent: *extent,
-                })
-            }
-        })
-    }
 }

@@ -19,7 +19,7 @@
 //!          | "let" name ":" dtype "=" val
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" access "*" access
-//!                ["window" "[" int ("," int)*12 "]"]
+//!                ["window" "[" int ("," int)*12 "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
 //! extent  := int | "min(" f "," total "-" f "*" name ")"
@@ -478,6 +478,11 @@ impl Parser<'_> {
         } else {
             None
         };
+        let epilogue = if self.eat_word("then") {
+            Some(self.val()?)
+        } else {
+            None
+        };
         let [batch, m, n, k] = sizes;
         Ok(Stmt::Gemm(Box::new(Gemm {
             batch,
@@ -488,6 +493,7 @@ impl Parser<'_> {
             b,
             c,
             window,
+            epilogue,
         })))
     }
 

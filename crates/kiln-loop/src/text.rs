@@ -308,6 +308,9 @@ impl<'a> fmt::Display for GemmText<'a> {
                 window_numbers(w).map(|n| n.to_string()).join(", ")
             )?;
         }
+        if let Some(e) = &g.epilogue {
+            write!(f, " then {}", ValText(k, e))?;
+        }
         Ok(())
     }
 }

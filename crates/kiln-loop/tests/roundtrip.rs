@@ -189,6 +189,17 @@ fn every_construct() -> Kernel {
             pad: [1, 0],
             dilation: [1, 2],
         }),
+        epilogue: Some(call(
+            "Max",
+            vec![
+                Val::Local("acc".into()),
+                Val::Load {
+                    buf: 1,
+                    offset: var("r"),
+                    guard: vec![],
+                },
+            ],
+        )),
     }));
     let every_combiner: Vec<Stmt> = Combiner::ALL
         .into_iter()

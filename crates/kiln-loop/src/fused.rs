@@ -1,0 +1,492 @@
+//! Lowering a group of nodes to one kernel (APOLLO Layer I and II on the
+//! CPU, with PANAMERA's reduction propagation).
+//!
+//! Needs: a [`GroupExpr`] (the group's tensor expressions wired to kernel
+//! inputs, scalar constants and each other).
+//! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
+//! inputs then its outputs, computing exactly what the nodes compute, in
+//! one of three forms, or an error saying why the group cannot be one
+//! kernel (the planner's feedback):
+//! - **nests** — no reduction is read inside the group: each output is one
+//!   loop nest with every producer inlined (element-wise, broadcast and
+//!   data-movement chains; a reduction with its element-wise prologue,
+//!   PANAMERA §3.2), each nest scheduled by the default rule. An output
+//!   that is a plain contraction becomes a gemm.
+//! - **gemm + epilogue** — one contraction (matmul/conv) whose operands are
+//!   kernel inputs, and one output computed from it element by element:
+//!   the output's expression becomes the gemm's epilogue, applied to each
+//!   result before it is stored (bias, activation, residual, scale).
+//! - **rows** (memory stitching, APOLLO Table 2) — reductions whose
+//!   results are read by later nodes: loops over the first reduction's
+//!   output space (the rows), and inside each row, every reduction in
+//!   order into a register (later ones may read earlier ones: LayerNorm's
+//!   variance reads the mean), then each output over the rest of its
+//!   dimensions reading those registers (Softmax, LayerNorm, RMSNorm). All
+//!   reductions must have the same output space; each output must place
+//!   the row's dimensions on some of its own. Element-wise values are
+//!   recomputed where read rather than stored (they are cheap next to the
+//!   memory they would cost).
+
+use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
+use crate::contraction::contraction_gemm;
+use crate::group::{Env, GroupExpr, Inliner, Src};
+use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
+use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over};
+use crate::schedule::{apply, fused_name, Directive, Schedule};
+use kiln_ir::{bail, DType, Result};
+use kiln_ops::te::classify::{classify, ApolloType, OpaqueKind};
+
+/// A lowered group.
+#[derive(Debug, Clone)]
+pub struct LoweredGroup {
+    /// The scheduled kernel.
+    pub kernel: Kernel,
+    /// Which form it took: `nests`, `gemm`, `rows`.
+    pub form: &'static str,
+    /// The schedules applied (one per nest).
+    pub schedule: Schedule,
+}
+
+pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
+    refuse_prologues(group)?;
+    let mut buffers = group.inputs.clone();
+    for (i, &n) in group.outputs.iter().enumerate() {
+        let te = &group.nodes[n].te;
+        buffers.push(Buffer {
+            name: format!("out{i}"),
+            dtype: te.dtype,
+            shape: te.shape.clone(),
+            output: true,
+        });
+    }
+    let read_inside: Vec<usize> = reductions(group)
+        .into_iter()
+        .filter(|&r| is_read_inside(group, r))
+        .collect();
+    if read_inside.is_empty() {
+        return nests(group, name, buffers);
+    }
+    if let [r] = read_inside[..] {
+        if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r)? {
+            return Ok(lowered);
+        }
+    }
+    rows(group, name, buffers)
+}
+
+/// A matmul or convolution must read its operands from memory: an
+/// operand computed inside the group would turn the gemm into scalar
+/// loops (prologue fusion while packing is not implemented).
+fn refuse_prologues(group: &GroupExpr) -> Result<()> {
+    for node in &group.nodes {
+        let contraction = matches!(
+            classify(&node.te).apollo,
+            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
+        );
+        if contraction
+            && node
+                .args
+                .iter()
+                .flatten()
+                .any(|a| matches!(a, Src::Node(_)))
+        {
+            bail!(
+                "{}: an operand is computed inside the group (prologue fusion into a matmul/convolution is not supported)",
+                node.label
+            );
+        }
+    }
+    Ok(())
+}
+
+fn reductions(group: &GroupExpr) -> Vec<usize> {
+    (0..group.nodes.len())
+        .filter(|&n| group.nodes[n].te.reduction.is_some())
+        .collect()
+}
+
+fn is_read_inside(group: &GroupExpr, n: usize) -> bool {
+    group
+        .nodes
+        .iter()
+        .any(|m| m.args.iter().flatten().any(|s| *s == Src::Node(n)))
+}
+
+/// Kernel input types by a node's input positions, for contraction checks.
+fn input_dtypes(group: &GroupExpr, n: usize) -> Vec<Option<DType>> {
+    group.nodes[n]
+        .args
+        .iter()
+        .map(|a| match a {
+            Some(Src::Input(j)) => Some(group.inputs[*j].dtype),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Kernel buffer of each input position, when every present input is a
+/// kernel input (a contraction's operands must be in memory).
+fn input_buffers_of(group: &GroupExpr, n: usize) -> Option<Vec<Option<usize>>> {
+    group.nodes[n]
+        .args
+        .iter()
+        .map(|a| match a {
+            None => Some(None),
+            Some(Src::Input(j)) => Some(Some(*j)),
+            Some(_) => None,
+        })
+        .collect()
+}
+
+fn output_buffer(group: &GroupExpr, k: usize) -> usize {
+    group.inputs.len() + k
+}
+
+/// One loop nest (or gemm) per output.
+fn nests(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
+    let mut body = Vec::new();
+    let mut schedule = Schedule::default();
+    for (k, &n) in group.outputs.iter().enumerate() {
+        let out = output_buffer(group, k);
+        if let Some(buffer_of) = input_buffers_of(group, n) {
+            let te = &group.nodes[n].te;
+            if let Some(c) = contraction_gemm(te, &input_dtypes(group, n), &buffer_of, out)? {
+                body.push(Stmt::Gemm(Box::new(c.gemm)));
+                continue;
+            }
+        }
+        let mut inliner = Inliner::new(group);
+        let acc = if k == 0 {
+            "acc".to_string()
+        } else {
+            format!("acc{k}")
+        };
+        let nest = Kernel {
+            name: name.to_string(),
+            buffers: buffers.clone(),
+            body: node_nest(&mut inliner, n, out, &acc)?,
+        };
+        let s = default_schedule(&nest);
+        body.extend(apply(&nest, &s)?.body);
+        schedule.0.extend(s.0);
+    }
+    if body.len() > 1 && body.iter().any(|s| matches!(s, Stmt::Gemm(_))) {
+        bail!("a matmul/convolution and other outputs in one kernel");
+    }
+    Ok(LoweredGroup {
+        kernel: Kernel {
+            name: name.to_string(),
+            buffers,
+            body,
+        },
+        form: "nests",
+        schedule,
+    })
+}
+
+/// The contraction `r` as a gemm whose epilogue computes the group's one
+/// output; `None` when `r` is not a contraction the gemm handles.
+fn gemm_with_epilogue(
+    group: &GroupExpr,
+    name: &str,
+    buffers: &[Buffer],
+    r: usize,
+) -> Result<Option<LoweredGroup>> {
+    let Some(buffer_of) = input_buffers_of(group, r) else {
+        return Ok(None);
+    };
+    let [v] = group.outputs[..] else {
+        return Ok(None);
+    };
+    let te = &group.nodes[r].te;
+    if v == r || group.nodes[v].te.shape != te.shape {
+        return Ok(None);
+    }
+    let out = output_buffer(group, 0);
+    let Some(c) = contraction_gemm(te, &input_dtypes(group, r), &buffer_of, out)? else {
+        return Ok(None);
+    };
+    let mut gemm = c.gemm;
+    let mut inliner = Inliner::new(group);
+    for (var, n) in [("b", gemm.batch), ("r", gemm.m), ("c", gemm.n)] {
+        inliner.bind(var, n);
+    }
+    inliner
+        .computed
+        .insert(r, ("acc".to_string(), c.out_index.clone()));
+    let epilogue = inliner.read(&Src::Node(v), &c.out_index)?;
+    if reads_data_index(&epilogue) {
+        bail!("a gather in a matmul/convolution epilogue");
+    }
+    gemm.epilogue = Some(epilogue);
+    Ok(Some(LoweredGroup {
+        kernel: Kernel {
+            name: name.to_string(),
+            buffers: buffers.to_vec(),
+            body: vec![Stmt::Gemm(Box::new(gemm))],
+        },
+        form: "gemm",
+        schedule: Schedule::default(),
+    }))
+}
+
+fn reads_data_index(v: &Val) -> bool {
+    let idx_has = |i: &Idx| {
+        i.terms.iter().any(|(a, _)| {
+            matches!(a, Atom::Data { .. } | Atom::Div(..) | Atom::Mod(..)) && has_data(a)
+        })
+    };
+    match v {
+        Val::Load { offset, guard, .. } => idx_has(offset) || guard.iter().any(|(i, _)| idx_has(i)),
+        Val::Index(i) => idx_has(i),
+        Val::InBounds(g) => g.iter().any(|(i, _)| idx_has(i)),
+        Val::Call(_, args) => args.iter().any(reads_data_index),
+        Val::Const(_) | Val::Local(_) => false,
+    }
+}
+
+fn has_data(a: &Atom) -> bool {
+    match a {
+        Atom::Data { .. } => true,
+        Atom::Div(i, _) | Atom::Mod(i, _) => i.terms.iter().any(|(a, _)| has_data(a)),
+        Atom::Var(_) => false,
+    }
+}
+
+/// Dimensions of extent > 1.
+fn real_dims(shape: &[usize]) -> Vec<usize> {
+    (0..shape.len()).filter(|&l| shape[l] > 1).collect()
+}
+
+/// The row program (memory stitching; see the module doc).
+fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
+    let reds = reductions(group);
+    let first = &group.nodes[reds[0]].te;
+    let row_extents: Vec<usize> = real_dims(&first.shape)
+        .into_iter()
+        .map(|l| first.shape[l])
+        .collect();
+    let row_vars: Vec<String> = (0..row_extents.len()).map(|t| format!("o{t}")).collect();
+    let mut inliner = Inliner::new(group);
+    for (v, &e) in row_vars.iter().zip(&row_extents) {
+        inliner.bind(v, e as i64);
+    }
+    let mut row_body = Vec::new();
+    for (j, &r) in reds.iter().enumerate() {
+        row_body.extend(row_reduction(
+            &mut inliner,
+            group,
+            j,
+            r,
+            &row_vars,
+            &row_extents,
+        )?);
+    }
+    for (k, &n) in group.outputs.iter().enumerate() {
+        if group.nodes[n].te.reduction.is_none() {
+            row_body.extend(row_output(
+                &mut inliner,
+                group,
+                n,
+                k,
+                &row_vars,
+                &row_extents,
+            )?);
+        }
+    }
+    let mut body = row_body;
+    for (v, &e) in row_vars.iter().zip(&row_extents).rev() {
+        body = loop_or_zero(v, e as i64, body);
+    }
+    let kernel = Kernel {
+        name: name.to_string(),
+        buffers,
+        body,
+    };
+    let schedule = row_schedule(&kernel, &row_vars);
+    Ok(LoweredGroup {
+        kernel: apply(&kernel, &schedule)?,
+        form: "rows",
+        schedule,
+    })
+}
+
+/// Reduction `r` (the `j`-th) of a row program: accumulate into a local,
+/// round it to the node's type, record where it is computed, and store it
+/// when it is an output.
+fn row_reduction(
+    inliner: &mut Inliner,
+    group: &GroupExpr,
+    j: usize,
+    r: usize,
+    row_vars: &[String],
+    row_extents: &[usize],
+) -> Result<Vec<Stmt>> {
+    let te = &group.nodes[r].te;
+    let dims = real_dims(&te.shape);
+    let extents: Vec<usize> = dims.iter().map(|&l| te.shape[l]).collect();
+    if extents != row_extents {
+        bail!(
+            "{}: reductions of different output shapes ({:?} and {:?}) in one kernel",
+            group.nodes[r].label,
+            extents,
+            row_extents
+        );
+    }
+    let point: Vec<Idx> = (0..te.shape.len())
+        .map(|l| match dims.iter().position(|&d| d == l) {
+            Some(t) => Idx::var(&row_vars[t]),
+            None => Idx::constant(0),
+        })
+        .collect();
+    let Some(red) = te.reduction.clone() else {
+        bail!("{} is not a reduction", group.nodes[r].label);
+    };
+    let var = |k: usize| format!("r{k}_{j}");
+    for (k, &e) in red.extents.iter().enumerate() {
+        inliner.bind(&var(k), e as i64);
+    }
+    let env = Env {
+        out: point.clone(),
+        red: (0..red.extents.len()).map(|k| Idx::var(&var(k))).collect(),
+    };
+    let value = inliner.body(r, &env)?;
+    let acc = format!("acc{j}");
+    let mut stmts = reduce_over(&acc, te.dtype, &red, value, &var)?;
+    let local = format!("v{j}");
+    stmts.push(Stmt::Let {
+        name: local.clone(),
+        dtype: te.dtype,
+        value: Val::Local(acc),
+    });
+    if let Some(k) = group.outputs.iter().position(|&o| o == r) {
+        stmts.push(Stmt::Store {
+            buf: output_buffer(group, k),
+            offset: flatten(&point, &te.shape),
+            value: Val::Local(local.clone()),
+        });
+    }
+    inliner.computed.insert(r, (local, point));
+    Ok(stmts)
+}
+
+/// Output `n` (kernel output `k`) of a row program: its dimensions that
+/// hold the row are the row variables, the others loop inside the row.
+/// Tries each way of placing the row on the output's dimensions (in
+/// order, matching extents) until every reduction it reads is read at
+/// the row being computed.
+fn row_output(
+    inliner: &mut Inliner,
+    group: &GroupExpr,
+    n: usize,
+    k: usize,
+    row_vars: &[String],
+    row_extents: &[usize],
+) -> Result<Vec<Stmt>> {
+    let te = &group.nodes[n].te;
+    let dims = real_dims(&te.shape);
+    let mut last_error = None;
+    for placement in placements(&dims, &te.shape, row_extents) {
+        let inner: Vec<usize> = dims
+            .iter()
+            .copied()
+            .filter(|l| !placement.contains(l))
+            .collect();
+        let index: Vec<Idx> = (0..te.shape.len())
+            .map(|l| {
+                if let Some(t) = placement.iter().position(|&p| p == l) {
+                    Idx::var(&row_vars[t])
+                } else if inner.contains(&l) {
+                    Idx::var(&format!("j{l}"))
+                } else {
+                    Idx::constant(0)
+                }
+            })
+            .collect();
+        for &l in &inner {
+            inliner.bind(&format!("j{l}"), te.shape[l] as i64);
+        }
+        match inliner.read(&Src::Node(n), &index) {
+            Ok(value) => {
+                let mut stmts = vec![Stmt::Store {
+                    buf: output_buffer(group, k),
+                    offset: flatten(&index, &te.shape),
+                    value,
+                }];
+                for &l in inner.iter().rev() {
+                    stmts = loop_or_zero(&format!("j{l}"), te.shape[l] as i64, stmts);
+                }
+                return Ok(stmts);
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    match last_error {
+        Some(e) => Err(e),
+        None => bail!(
+            "{}: no dimensions of its shape {:?} hold the row {:?}",
+            group.nodes[n].label,
+            te.shape,
+            row_extents
+        ),
+    }
+}
+
+/// Ordered choices of `row.len()` dimensions among `dims` whose extents
+/// are `row` (at most a few dozen for real shapes).
+fn placements(dims: &[usize], shape: &[usize], row: &[usize]) -> Vec<Vec<usize>> {
+    if row.is_empty() {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for (i, &l) in dims.iter().enumerate() {
+        if shape[l] != row[0] {
+            continue;
+        }
+        for mut rest in placements(&dims[i + 1..], shape, &row[1..]) {
+            rest.insert(0, l);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// Coalesce the row loops, run them in parallel when the kernel does
+/// enough work, and vectorize the innermost loop of each output store.
+fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
+    let mut directives = Vec::new();
+    let mut outer = match row_vars.first() {
+        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
+        _ => return Schedule::default(),
+    };
+    for v in &row_vars[1..] {
+        directives.push(Directive::Fuse {
+            outer: outer.clone(),
+            inner: v.clone(),
+        });
+        outer = fused_name(&outer, v);
+    }
+    if work(&k.body) >= PARALLEL_MIN_WORK {
+        directives.push(Directive::Parallel(outer));
+    }
+    let mut inner_loops = Vec::new();
+    for s in &k.body {
+        innermost_store_loops(s, &mut inner_loops);
+    }
+    directives.extend(inner_loops.into_iter().map(Directive::Vectorize));
+    Schedule(directives)
+}
+
+fn loop_named(s: &Stmt, v: &str) -> bool {
+    matches!(s, Stmt::Loop(l) if l.var == v)
+}
+
+/// Variables of the innermost `j` loops whose body is one store.
+fn innermost_store_loops(s: &Stmt, out: &mut Vec<String>) {
+    if let Stmt::Loop(l) = s {
+        if l.var.starts_with('j') && matches!(l.body.as_slice(), [Stmt::Store { .. }]) {
+            out.push(l.var.clone());
+        }
+        l.body.iter().for_each(|s| innermost_store_loops(s, out));
+    }
+}
