@@ -117,7 +117,7 @@ impl Primitive for Reshape {
 /// (`[2, 3, 4] → [2, 12]` is `{2} → {2}`, `{3, 4} → {12}`); inside a group,
 /// input dim `j` is `(group's linear output index / stride j) mod dim j`,
 /// so splits and merges of neighbouring dims get the simplest maps.
-fn reshape_index(input: &[usize], out: &[usize]) -> Vec<IndexExpr> {
+pub fn reshape_index(input: &[usize], out: &[usize]) -> Vec<IndexExpr> {
     if numel(input) == 0 {
         // No element is read.
         return vec![IndexExpr::constant(0); input.len()];

@@ -288,6 +288,26 @@ impl fmt::Display for MappingType {
     }
 }
 
+/// Whether `te` reads its one input in row-major order as another shape
+/// (a reshape): the output is the input's bytes, so backends may alias the
+/// two instead of copying.
+pub fn is_view(te: &TensorExpr) -> bool {
+    let [access] = te.accesses.as_slice() else {
+        return false;
+    };
+    let input = te.access_shape(0);
+    if te.reduction.is_some()
+        || te.body != Expr::Load(0)
+        || input.iter().product::<usize>() != te.shape.iter().product::<usize>()
+    {
+        return false;
+    }
+    let mut canonical = te.clone();
+    canonical.accesses[0].index = crate::ops::shape::reshape_index(input, &te.shape);
+    let canonical = canonical.simplified();
+    access.index == canonical.accesses[0].index
+}
+
 /// The classes of `node`, a node of `g`: from its tensor expression when
 /// its op is primitive and the expression can be built (static shapes,
 /// constant shape inputs); a library op otherwise.
