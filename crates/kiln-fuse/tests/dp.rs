@@ -221,3 +221,46 @@ fn budgets_keep_the_best_plan_found_and_say_so() {
     assert!(planned.notes[0].starts_with("state budget hit after"));
     assert_eq!(planned.plan.kernels(), 7);
 }
+
+/// A transformer-like block after `optimize` (LayerNorm and Softmax
+/// opened): the dp plan applies (its groups are convex, `apply` verifies
+/// the fused graph), no group holds two many-to-many ops (Table 1), and it
+/// fuses.
+#[test]
+fn transformer_block_plan_applies() {
+    let mut g = parse(
+        r#"graph "g" opsets [""=17] {
+  input %x: f32[2,4,8]
+  input %w: f32[8,8]
+  input %gamma: f32[8]
+  input %beta: f32[8]
+  node "ln" %n: f32[2,4,8] = LayerNormalization(%x, %gamma, %beta) {axis=-1, epsilon=1e-5}
+  node "q" %q: f32[2,4,8] = MatMul(%n, %w)
+  node "qb" %qb: f32[2,4,8] = Add(%q, %beta)
+  node "t" %t: f32[2,8,4] = Transpose(%n) {perm=[0,2,1]}
+  node "s" %s: f32[2,4,4] = MatMul(%qb, %t)
+  node "sm" %p: f32[2,4,4] = Softmax(%s) {axis=-1}
+  node "o" %o: f32[2,4,8] = MatMul(%p, %n)
+  node "res" %r: f32[2,4,8] = Add(%o, %x)
+  output %r
+}"#,
+    );
+    kiln_passes::optimize(&mut g, &Default::default()).unwrap();
+    let planned = plan(&g, PlannerKind::Dp, &AcceptAll, &PlanOptions::default()).unwrap();
+    kiln_fuse::apply::apply(&g, &planned.plan).unwrap();
+    let fg = FusionGraph::new(&g).unwrap();
+    for group in &planned.plan.groups {
+        let many = group
+            .nodes
+            .iter()
+            .filter(|&&n| fg.nodes[n].mapping() == MappingType::ManyToMany)
+            .count();
+        assert!(many <= 1, "group {:?} holds {many} many-to-many ops", group.nodes);
+    }
+    assert!(
+        planned.plan.kernels() * 2 <= g.nodes.len(),
+        "{} nodes, {} kernels",
+        g.nodes.len(),
+        planned.plan.kernels()
+    );
+}

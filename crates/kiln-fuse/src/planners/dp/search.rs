@@ -1,8 +1,8 @@
 //! The mapping-rules paper's Algorithm 2 "融合方案搜索算法" (fusion plan
 //! search, §3.3.2 part 2), with its pruning.
 //!
-//! Needs: the rule types (`rules.rs`) and candidates (`candidates.rs`, Algorithm
-//! 1) of a [`FusionGraph`].
+//! Needs: the rule types (`rules.rs`) and the candidates of Algorithm 1
+//! (`candidates.rs`) of a [`FusionGraph`].
 //! Guarantees: the returned partition is the cheapest (eq. (8), `cost.rs`)
 //! of the complete plans explored; every merge was checked with
 //! [`Partition::can_merge`], so its groups are convex; every group obeys
