@@ -255,7 +255,11 @@ fn transformer_block_plan_applies() {
             .iter()
             .filter(|&&n| fg.nodes[n].mapping() == MappingType::ManyToMany)
             .count();
-        assert!(many <= 1, "group {:?} holds {many} many-to-many ops", group.nodes);
+        assert!(
+            many <= 1,
+            "group {:?} holds {many} many-to-many ops",
+            group.nodes
+        );
     }
     assert!(
         planned.plan.kernels() * 2 <= g.nodes.len(),
