@@ -19,8 +19,8 @@
 use crate::plan::Plan;
 use kiln_ir::{bail, Attr, Graph, Node, Result, ValueId};
 use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
-use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::cmp::Reverse;
 
 /// Constants up to this many elements are copied into fused bodies.
 pub const INLINED_CONSTANT_ELEMS: usize = 16;
@@ -83,9 +83,7 @@ fn fused_node(
                 None => {
                     let m = body.add_value(g.name(v), g.ty(v).clone());
                     match g.constant(v) {
-                        Some(init)
-                            if g.ty(v).numel().unwrap_or(usize::MAX) <= INLINED_CONSTANT_ELEMS =>
-                        {
+                        Some(init) if g.ty(v).numel().unwrap_or(usize::MAX) <= INLINED_CONSTANT_ELEMS => {
                             body.initializers.insert(m, init.clone());
                         }
                         _ => {
@@ -102,11 +100,7 @@ fn fused_node(
         for (slot, output) in copy.outputs.iter_mut().zip(&node.outputs) {
             let Some(v) = *output else { continue };
             if map.contains_key(&v) {
-                bail!(
-                    "{}: output '{}' is defined twice in a group",
-                    node.describe(),
-                    g.name(v)
-                );
+                bail!("{}: output '{}' is defined twice in a group", node.describe(), g.name(v));
             }
             let m = body.add_value(g.name(v), g.ty(v).clone());
             map.insert(v, m);
@@ -126,10 +120,7 @@ fn fused_node(
         }
     }
     if body.outputs.is_empty() {
-        bail!(
-            "fused group {index} ({}) computes nothing that is used",
-            first.describe()
-        );
+        bail!("fused group {index} ({}) computes nothing that is used", first.describe());
     }
     let mut attrs = std::collections::BTreeMap::new();
     attrs.insert("body".to_string(), Attr::Graph(Box::new(body)));

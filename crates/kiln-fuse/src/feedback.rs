@@ -72,11 +72,7 @@ pub fn apply_feedback(
     let parallel = plan
         .parallel
         .iter()
-        .map(|set| {
-            set.iter()
-                .filter_map(|&i| kept.get(i).copied().flatten())
-                .collect()
-        })
+        .map(|set| set.iter().filter_map(|&i| kept.get(i).copied().flatten()).collect())
         .collect();
     let plan = Plan {
         planner: plan.planner,

@@ -106,11 +106,7 @@ impl FusionGraph {
                 classes,
                 producers: ps,
                 consumers: Vec::new(),
-                graph_output: node
-                    .outputs
-                    .iter()
-                    .flatten()
-                    .any(|v| outputs.contains(&v.index())),
+                graph_output: node.outputs.iter().flatten().any(|v| outputs.contains(&v.index())),
                 out_bytes,
                 const_in_bytes,
             });

@@ -68,9 +68,7 @@ impl FromStr for PlannerKind {
         PlannerKind::ALL
             .into_iter()
             .find(|k| k.name() == s)
-            .ok_or_else(|| {
-                format!("unknown fusion planner '{s}' (expected none, tvm, apollo or dp)")
-            })
+            .ok_or_else(|| format!("unknown fusion planner '{s}' (expected none, tvm, apollo or dp)"))
     }
 }
 

@@ -125,9 +125,8 @@ impl Plan {
         let numbers = |s: &str| -> Result<Vec<usize>> {
             s.split_whitespace()
                 .map(|t| {
-                    t.parse::<usize>().map_err(|_| {
-                        kiln_ir::Error::new(format!("bad number '{t}' in fusion plan"))
-                    })
+                    t.parse::<usize>()
+                        .map_err(|_| kiln_ir::Error::new(format!("bad number '{t}' in fusion plan")))
                 })
                 .collect()
         };
