@@ -96,8 +96,13 @@ impl GroupCheck for AcceptAll {
 pub struct PlanOptions {
     /// `dp`: stop searching after this long and keep the best plan found.
     pub dp_time_budget: std::time::Duration,
-    /// `dp`: cost weights α (bytes on edges between groups) and β
-    /// (variance of group sizes), eq. 6.
+    /// `dp`: stop searching after this many states (groups assigned)
+    /// and keep the best plan found.
+    pub dp_state_budget: usize,
+    /// `dp`: cost weights of eq. (8): α per byte on edges between groups
+    /// (eq. 6), β per unit of variance of group sizes (eq. 7). The default
+    /// α = 1e-6 weighs one MB between kernels like one unit of variance
+    /// (bytes are ~10^6 times larger numbers than the variance).
     pub dp_alpha: f64,
     pub dp_beta: f64,
 }
@@ -106,7 +111,8 @@ impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
             dp_time_budget: std::time::Duration::from_secs(5),
-            dp_alpha: 1.0,
+            dp_state_budget: 10_000_000,
+            dp_alpha: 1e-6,
             dp_beta: 1.0,
         }
     }
