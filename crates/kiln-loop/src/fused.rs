@@ -29,7 +29,7 @@
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::contraction_gemm;
-use crate::group::{Env, GroupExpr, Inliner, Src};
+use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
 use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
@@ -97,6 +97,13 @@ fn refuse_prologues(group: &GroupExpr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn is_contraction(node: &GroupNode) -> bool {
+    matches!(
+        classify(&node.te).apollo,
+        ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
+    )
 }
 
 fn reductions(group: &GroupExpr) -> Vec<usize> {
@@ -261,6 +268,12 @@ fn real_dims(shape: &[usize]) -> Vec<usize> {
 /// The row program (memory stitching; see the module doc).
 fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
     let reds = reductions(group);
+    if let Some(&c) = reds.iter().find(|&&r| is_contraction(&group.nodes[r])) {
+        bail!(
+            "{}: a matmul/convolution whose result is read other than element by element (only element-wise epilogues are fused)",
+            group.nodes[c].label
+        );
+    }
     let first = &group.nodes[reds[0]].te;
     let row_extents: Vec<usize> = real_dims(&first.shape)
         .into_iter()
