@@ -16,8 +16,9 @@ use crate::Planned;
 use kiln_ir::Graph;
 use std::fmt::Write;
 
-const STYLE: &str = "body{font-family:sans-serif;margin:16px}\
-svg{border:1px solid #ccc}\
+const PAGE_STYLE: &str = "body{font-family:sans-serif;margin:16px}svg{border:1px solid #ccc}";
+/// Inside the `<svg>`, so that the drawing also stands alone.
+const SVG_STYLE: &str = "text{font-family:sans-serif}\
 .node rect{fill:#fff;stroke:#444}\
 .node text{font-size:11px;text-anchor:middle;dominant-baseline:middle}\
 .group{fill-opacity:0.25;stroke:#333;stroke-width:1.2}\
@@ -37,7 +38,7 @@ pub fn html(g: &Graph, planned: &Planned, profile: &[(usize, f64)]) -> String {
     let _ = write!(
         page,
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{title}</title>\
-         <style>{STYLE}</style></head><body>\n<h1>{title}</h1>\n<p>{} primitive nodes → {} kernels \
+         <style>{PAGE_STYLE}</style></head><body>\n<h1>{title}</h1>\n<p>{} primitive nodes → {} kernels \
          (fusion ratio {:.2}), {} between kernels, planned in {:.3} s.</p>\n",
         m.primitive_nodes,
         m.kernels,
@@ -63,7 +64,7 @@ fn svg(g: &Graph, planned: &Planned, profile: &[(usize, f64)]) -> String {
     let summaries = summarize(g, &planned.plan, profile);
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0}\" height=\"{:.0}\">\n\
-         <defs><marker id=\"arrow\" viewBox=\"0 0 6 6\" refX=\"6\" refY=\"3\" markerWidth=\"6\" \
+         <style>{SVG_STYLE}</style><defs><marker id=\"arrow\" viewBox=\"0 0 6 6\" refX=\"6\" refY=\"3\" markerWidth=\"6\" \
          markerHeight=\"6\" orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" fill=\"#777\"/></marker></defs>\n",
         l.width, l.height
     );

@@ -5,7 +5,7 @@
 //! partition the nodes with an acyclic group graph (every plan's).
 //! Guarantees: a group's band is the longest path to it in the group
 //! graph, so every edge between groups points down to a later band;
-//! inside a block a node's row is the longest path to it within its
+//! inside a block (at least [`MIN_BLOCK_W`] wide) a node's row is the longest path to it within its
 //! group, so edges inside a group point down too. Blocks never overlap,
 //! and each group's rectangle bounds exactly its own nodes' boxes, so
 //! fused groups can be outlined. Bands wider than [`MAX_WIDTH`] wrap.
@@ -18,6 +18,8 @@ const GAP_X: f64 = 12.0;
 const GAP_Y: f64 = 22.0;
 const PAD: f64 = 8.0;
 const MARGIN: f64 = 16.0;
+/// Narrowest block: room for its label (kind, bytes in/out, time).
+const MIN_BLOCK_W: f64 = 280.0;
 /// Bands wrap to a new line of blocks beyond this width.
 pub const MAX_WIDTH: f64 = 1400.0;
 
@@ -131,7 +133,7 @@ fn block_size(members: &[usize], rows: &[usize]) -> (f64, f64) {
         .map(|r| members.iter().filter(|&&n| rows[n] == r).count())
         .max()
         .unwrap_or(1);
-    let w = 2.0 * PAD + widest as f64 * (BOX_W + GAP_X) - GAP_X;
+    let w = (2.0 * PAD + widest as f64 * (BOX_W + GAP_X) - GAP_X).max(MIN_BLOCK_W);
     let h = HEADER + PAD + row_count as f64 * (BOX_H + GAP_Y) - GAP_Y + PAD;
     (w, h)
 }
