@@ -1,7 +1,7 @@
 //! `kiln explain`'s reports on a small text-IR graph: the JSON keys and
 //! their consistency, the text summary and the HTML drawing.
 
-use kiln_fuse::{plan, report, AcceptAll, PlanOptions, PlannerKind};
+use kiln_fuse::{plan, report, AcceptAll, GroupCheck, PlanOptions, PlannerKind};
 
 const GRAPH: &str = r#"graph "g<&>" opsets [""=18] {
   input %x: f32[8,16]
@@ -68,4 +68,31 @@ fn html_is_one_page_with_an_escaped_svg_drawing() {
     assert_eq!(h.matches("class=\"node\"").count(), 3);
     assert_eq!(h.matches("class=\"edge\"").count(), 2);
     assert!(h.contains("0.500 ms"));
+}
+
+/// A backend that refuses every group holding a Relu.
+struct NoRelu;
+
+impl GroupCheck for NoRelu {
+    fn check(&self, g: &kiln_ir::Graph, nodes: &[usize]) -> Result<(), String> {
+        match nodes.iter().any(|&n| g.nodes[n].op == "Relu") {
+            true => Err("no relu epilogue".into()),
+            false => Ok(()),
+        }
+    }
+}
+
+#[test]
+fn refused_groups_are_reported_with_reason_and_split() {
+    let g = kiln_ir::text::parse(GRAPH).unwrap();
+    let p = plan(&g, PlannerKind::Tvm, &NoRelu, &PlanOptions::default()).unwrap();
+    let v = report::json(&g, &p);
+    assert_eq!(v["kernels"], 2);
+    let f = &v["feedback"][0];
+    assert_eq!(f["pattern"], "MatMul+Add+Relu");
+    assert_eq!(f["reason"], "no relu epilogue");
+    assert_eq!(f["split"], serde_json::json!([["mm<1>", "bias"], ["relu"]]));
+    let t = report::feedback_text(&g, &p);
+    assert!(t.contains("MatMul+Add+Relu: no relu epilogue"), "{t}");
+    assert!(t.contains("split into: MatMul+Add | Relu"), "{t}");
 }

@@ -8,9 +8,11 @@
 //! post-dominator tree with a virtual sink for graph outputs, `fuse.rs`
 //! runs phases 0 and 1 of `GraphPartitioner`. Groups are convex (every
 //! merge passed [`crate::Partition::can_merge`]). A group's kind is its
-//! most complex member's TVM pattern in words (`element-wise`, `broadcast`, `injective`,
-//! `reduction`), the anchor's kind (`matmul`, `conv`) for a group grown
-//! from one, and the node's own kind for a single node.
+//! most complex member's TVM pattern in words (`element-wise`,
+//! `broadcast`, `injective`, `reduction`), the anchor's kind (`matmul`,
+//! `conv`) for a group grown from one, and the node's own kind for a
+//! single node. Differences from TVM: pooling is opaque here (TVM
+//! registers it out-element-wise-fusable), and there is no tuple phase.
 
 mod fuse;
 mod pattern;
