@@ -167,6 +167,28 @@ enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Plan operator fusion and report the kernels: a text summary (or
+    /// JSON) and, with -o, an HTML page drawing the graph with each fused
+    /// group outlined.
+    Explain {
+        model: PathBuf,
+        /// Fusion planner.
+        #[arg(long, default_value = "apollo", value_name = "none|tvm|apollo|dp")]
+        fusion: kiln_fuse::PlannerKind,
+        /// Write the HTML report (graph drawing) to FILE.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Print one JSON object instead of the text summary.
+        #[arg(long)]
+        json: bool,
+        /// List the groups the backend refused, why, and how they were split.
+        #[arg(long)]
+        explain_feedback: bool,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
     /// Print the imported graph in kiln's textual IR.
     Print {
         model: PathBuf,
@@ -249,6 +271,25 @@ fn main() {
             }
             Ok(())
         }
+        Command::Explain {
+            model,
+            fusion,
+            output,
+            json,
+            explain_feedback,
+            args,
+            passes,
+        } => explain(
+            &model,
+            fusion,
+            &ExplainOutput {
+                html: output.as_deref(),
+                json,
+                feedback: explain_feedback,
+            },
+            &args,
+            &passes,
+        ),
         Command::Print {
             model,
             elide,
@@ -576,4 +617,56 @@ fn summary(t: &Tensor) -> String {
     let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let mean = v.iter().sum::<f64>() / v.len() as f64;
     format!("min {min:.6} max {max:.6} mean {mean:.6}")
+}
+
+/// What `kiln explain` prints and writes.
+struct ExplainOutput<'a> {
+    /// Where to write the HTML report.
+    html: Option<&'a Path>,
+    /// JSON instead of the text summary.
+    json: bool,
+    /// Also list the feedback entries (text output).
+    feedback: bool,
+}
+
+/// `kiln explain`: import and optimize as `kiln run` does, plan, report.
+fn explain(
+    model: &Path,
+    fusion: kiln_fuse::PlannerKind,
+    out: &ExplainOutput,
+    args: &ModelArgs,
+    passes: &PassArgs,
+) -> Result<()> {
+    if !model.is_file() {
+        bail!("model file {} does not exist", model.display());
+    }
+    let mut g = load(model, args)?;
+    optimize(&mut g, passes)?;
+    let planned = plan_for_explain(&g, fusion, &kiln_fuse::AcceptAll)?;
+    if let Some(path) = out.html {
+        std::fs::write(path, kiln_fuse::report::html(&g, &planned, &[]))
+            .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    }
+    if out.json {
+        println!("{}", kiln_fuse::report::json(&g, &planned));
+        return Ok(());
+    }
+    print!("{}", kiln_fuse::report::text(&g, &planned, &[]));
+    if out.feedback {
+        print!("{}", kiln_fuse::report::feedback_text(&g, &planned));
+    }
+    if let Some(path) = out.html {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Plans `g` with planner `kind`; `check` is the backend's judgement of
+/// which groups can become one kernel.
+fn plan_for_explain(
+    g: &Graph,
+    kind: kiln_fuse::PlannerKind,
+    check: &dyn kiln_fuse::GroupCheck,
+) -> Result<kiln_fuse::Planned> {
+    kiln_fuse::plan(g, kind, check, &kiln_fuse::PlanOptions::default())
 }

@@ -102,6 +102,7 @@ fn errors_are_one_line_with_nonzero_status() {
         vec!["info", "/no/such/model.onnx"],
         vec!["run", "-i", "/no/such/input.npy"],
         vec!["run", "-i", "x.txt"],
+        vec!["explain", "/no/such/model.onnx"],
     ] {
         let o = kiln(&args);
         assert!(!o.status.success(), "{args:?} should fail");
@@ -116,4 +117,84 @@ fn errors_are_one_line_with_nonzero_status() {
     let o = kiln(&["info", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("bad.onnx"), "{err}");
+}
+
+#[test]
+fn explain_reports_consistent_json_and_draws_the_graph() {
+    let model = assets().join("default.onnx");
+    let html = tmp("explain").join("report.html");
+    for planner in ["tvm", "apollo"] {
+        let o = kiln(&[
+            "explain",
+            model.to_str().unwrap(),
+            "--fusion",
+            planner,
+            "--json",
+            "-o",
+            html.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for key in [
+            "planner",
+            "primitive_nodes",
+            "kernels",
+            "fusion_ratio",
+            "intermediate_bytes",
+            "groups",
+            "feedback",
+            "planning_s",
+        ] {
+            assert!(v.get(key).is_some(), "missing {key}: {v}");
+        }
+        assert_eq!(v["planner"], planner);
+        let primitive = v["primitive_nodes"].as_u64().unwrap();
+        let kernels = v["kernels"].as_u64().unwrap();
+        assert!(kernels >= 1 && kernels <= primitive, "{v}");
+        let ratio = v["fusion_ratio"].as_f64().unwrap();
+        assert!((ratio - primitive as f64 / kernels as f64).abs() < 1e-9);
+        let groups = v["groups"].as_array().unwrap();
+        assert_eq!(groups.len() as u64, kernels);
+        let grouped: usize = groups
+            .iter()
+            .map(|g| g["nodes"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(grouped as u64, primitive);
+        let page = std::fs::read_to_string(&html).unwrap();
+        assert!(page.contains("<svg") && page.contains("</html>"));
+    }
+    // tvm fuses the conv epilogues of MobileNetV2.
+    let o = kiln(&[
+        "explain",
+        model.to_str().unwrap(),
+        "--fusion",
+        "tvm",
+        "--explain-feedback",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.starts_with("planner tvm: "),
+        "{text}"
+    );
+    assert!(
+        text.contains("conv") && text.contains("feedback:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn explain_to_an_unwritable_path_is_an_error() {
+    let model = assets().join("default.onnx");
+    let o = kiln(&[
+        "explain",
+        model.to_str().unwrap(),
+        "-o",
+        "/no/such/dir/report.html",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "should fail");
+    assert!(
+        err.starts_with("error: cannot write /no/such/dir/report.html"),
+        "{err}"
+    );
 }

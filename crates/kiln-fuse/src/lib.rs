@@ -18,6 +18,7 @@ pub mod graph;
 pub mod metrics;
 pub mod plan;
 pub mod planners;
+pub mod report;
 
 use kiln_ir::{bail, Graph, Result};
 use std::fmt;
