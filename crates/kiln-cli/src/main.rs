@@ -642,7 +642,7 @@ fn explain(
     }
     let mut g = load(model, args)?;
     optimize(&mut g, passes)?;
-    let planned = plan_for_explain(&g, fusion, &kiln_fuse::AcceptAll)?;
+    let planned = plan_for_explain(&g, fusion, &kiln_cpu::select::CpuGroupCheck)?;
     if let Some(path) = out.html {
         std::fs::write(path, kiln_fuse::report::html(&g, &planned, &[]))
             .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
