@@ -33,7 +33,10 @@ fn main() -> kiln_ir::Result<()> {
             println!("{count:>5}  {key}");
         }
         for set in &planned.plan.parallel {
-            let kinds: Vec<&str> = set.iter().map(|&i| planned.plan.groups[i].kind.as_str()).collect();
+            let kinds: Vec<&str> = set
+                .iter()
+                .map(|&i| planned.plan.groups[i].kind.as_str())
+                .collect();
             println!("parallel: {}", kinds.join(" | "));
         }
     }

@@ -18,8 +18,12 @@
 //! - A broadcast consumer of a matmul/conv is treated like an
 //!   element-wise one for rule 6: a bias add whose operand is `[N]` or
 //!   `[C,1,1]` is classified broadcast, and groups made by rules 2/3
-//!   (bias add + activation) are broadcast. Prologues stay element-wise
-//!   only, as in Table 1.
+//!   (bias add + activation) are broadcast. A broadcast producer
+//!   (prologue) is accepted too when it broadcasts only scalars (`q *
+//!   scale` before an attention matmul is classified broadcast), so the
+//!   backend applies it element by element while packing the operand; a
+//!   broadcast of a computed row (Softmax's final `Div`) is left for
+//!   Layer II to stitch to its reduction.
 //! - Two contractions never share a group: rule 6 joins a contraction
 //!   group only with an element-wise/broadcast group, which holds none.
 //! - The epilogue restriction is enforced here, not left to the feedback
@@ -34,7 +38,7 @@
 use super::micro::{elements, MicroGraphs};
 use super::rules::{apply_to_fixed_point, Rule, Side};
 use crate::graph::FusionGraph;
-use kiln_ops::te::classify::{ApolloType, OpaqueKind};
+use kiln_ops::te::classify::{relation, ApolloType, OpaqueKind, Relation};
 use std::collections::BTreeSet;
 
 const EW: ApolloType = ApolloType::ElementWise;
@@ -50,15 +54,19 @@ pub const TABLE_1: &[&[Rule]] = &[
     &[/* 2 */ Rule::new(Side::BCAST, Side::EW, BCAST)],
     &[/* 3 */ Rule::new(Side::BCAST, Side::BCAST, BCAST)],
     &[/* 4 */ Rule::new(Side::EW, Side::REDUCTION, REDUCTION)],
-    &[/* 5 */ Rule::new(Side::BCAST, Side::REDUCTION, REDUCTION)],
-    &[/* 6-transpose */ Rule::new(Side::EwOrBcast, Side::TRANSPOSE, TRANSPOSE)],
+    &[
+        /* 5 */ Rule::new(Side::BCAST, Side::REDUCTION, REDUCTION),
+    ],
+    &[
+        /* 6-transpose */ Rule::new(Side::EwOrBcast, Side::TRANSPOSE, TRANSPOSE),
+    ],
     &[
         /* 6-matmul */ Rule::new(Side::MATMUL, Side::EwOrBcast, MATMUL),
-        /* 6-matmul */ Rule::new(Side::EW, Side::MATMUL, MATMUL),
+        /* 6-matmul */ Rule::new(Side::EwOrBcast, Side::MATMUL, MATMUL),
     ],
     &[
         /* 6-conv */ Rule::new(Side::CONV, Side::EwOrBcast, CONV),
-        /* 6-conv */ Rule::new(Side::EW, Side::CONV, CONV),
+        /* 6-conv */ Rule::new(Side::EwOrBcast, Side::CONV, CONV),
     ],
 ];
 
@@ -77,13 +85,40 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
 /// Whether groups `p` and `c` (one of them a contraction group) make a
 /// contraction with a prologue/epilogue the backend can apply in place.
 fn contraction_fusable(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
-    let union: BTreeSet<usize> = mg.part.members(p).iter().chain(mg.part.members(c)).copied().collect();
-    let leaving = union.iter().filter(|&&n| read_outside(fg, &union, n)).count();
+    let union: BTreeSet<usize> = mg
+        .part
+        .members(p)
+        .iter()
+        .chain(mg.part.members(c))
+        .copied()
+        .collect();
+    let leaving = union
+        .iter()
+        .filter(|&&n| read_outside(fg, &union, n))
+        .count();
     let Some(&contraction) = union.iter().find(|&&n| fg.nodes[n].is_contraction()) else {
         return false;
     };
     let size = elements(fg, contraction);
-    leaving <= 1 && downstream(fg, &union, contraction).all(|n| elements(fg, n) == size)
+    let prologue_ok = mg.ty(p) != BCAST || scalar_broadcasts_only(fg, mg.part.members(p));
+    prologue_ok
+        && leaving <= 1
+        && downstream(fg, &union, contraction).all(|n| elements(fg, n) == size)
+}
+
+/// Every broadcast (injective) read of `nodes` reads a one-element input.
+fn scalar_broadcasts_only(fg: &FusionGraph, nodes: &[usize]) -> bool {
+    nodes.iter().all(|&n| {
+        let Some(te) = &fg.nodes[n].te else {
+            return false;
+        };
+        te.accesses.iter().enumerate().all(|(k, access)| {
+            relation(te, k) != Relation::Injective
+                || te.inputs[access.input]
+                    .as_ref()
+                    .is_some_and(|shape| shape.iter().product::<usize>() == 1)
+        })
+    })
 }
 
 /// Node `n`'s values are graph outputs or read by a node outside `inside`.

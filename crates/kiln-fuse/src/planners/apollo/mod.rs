@@ -40,3 +40,6 @@ pub fn plan(fg: &FusionGraph) -> Plan {
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests;

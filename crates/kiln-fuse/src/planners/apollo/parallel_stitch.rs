@@ -97,11 +97,20 @@ impl GroupDag {
     /// Algo. 3, lines 1–2: the candidate sets of every pattern.
     fn candidate_sets(&self) -> Vec<Vec<Vec<usize>>> {
         let heads = self.order.iter().filter(|&&g| self.producers[g].len() >= 2);
-        let multi_head = heads.map(|&g| self.producers[g].iter().map(|&p| self.backward(p)).collect());
+        let multi_head = heads.map(|&g| {
+            self.producers[g]
+                .iter()
+                .map(|&p| self.backward(p))
+                .collect()
+        });
         let tails = self.order.iter().filter(|&&g| self.consumers[g].len() >= 2);
-        let multi_tail = tails.map(|&g| self.consumers[g].iter().map(|&c| self.forward(c)).collect());
+        let multi_tail =
+            tails.map(|&g| self.consumers[g].iter().map(|&c| self.forward(c)).collect());
         let sinks = self.order.iter().filter(|&&g| self.consumers[g].is_empty());
-        let independent: Vec<Vec<usize>> = sinks.take(MAX_INDEPENDENT).map(|&g| self.backward(g)).collect();
+        let independent: Vec<Vec<usize>> = sinks
+            .take(MAX_INDEPENDENT)
+            .map(|&g| self.backward(g))
+            .collect();
         multi_head.chain(multi_tail).chain([independent]).collect()
     }
 }
