@@ -6,7 +6,8 @@
 //! `NodeInfo::apollo()` (Algo. 1, lines 1–3); [`MicroGraphs::merge`]
 //! merges only when `Partition::can_merge` holds, so the groups stay
 //! convex (no cycle between groups), and gives the merged group the type
-//! the caller's rule names (Algo. 1, line 7).
+//! the caller's rule names (Algo. 1, line 7). [`elements`] and [`space`]
+//! give the element counts the rules' dimension checks compare.
 
 use crate::graph::{FusionGraph, Partition};
 use kiln_ops::te::classify::ApolloType;
