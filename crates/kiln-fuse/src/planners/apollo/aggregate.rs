@@ -1,0 +1,146 @@
+//! APOLLO Layer I partitioning: rule-based aggregation of micro-graphs
+//! (§3.3, Table 1, Algo. 1 in Appendix A).
+//!
+//! Needs: a [`FusionGraph`] whose nodes carry APOLLO types
+//! (`NodeInfo::apollo()`).
+//! Guarantees: starting from one micro-graph per primitive op, Table 1's
+//! rules are applied in Algo. 1's priority order
+//! {1, 2, 3, 4, 5, 6-transpose, {6-matmul}, {6-conv}}, each priority
+//! level to a fixed point, merging a producer/consumer pair only when
+//! `Partition::can_merge` holds; the merged group gets the rule's result
+//! type. Ops of any other opaque kind (reshape, gather, layout, window,
+//! library, …) match no rule and stay alone.
+//!
+//! Decisions kiln makes where the paper leaves room:
+//! - Within {6-matmul} and {6-conv} (equal priority in the paper) every
+//!   sweep tries the epilogue rule (contraction producer → consumer)
+//!   before the prologue rule (element-wise producer → contraction).
+//! - A broadcast consumer of a matmul/conv is treated like an
+//!   element-wise one for rule 6: a bias add whose operand is `[N]` or
+//!   `[C,1,1]` is classified broadcast, and groups made by rules 2/3
+//!   (bias add + activation) are broadcast. A broadcast producer
+//!   (prologue) is accepted too when it broadcasts only scalars (`q *
+//!   scale` before an attention matmul is classified broadcast), so the
+//!   backend applies it element by element while packing the operand; a
+//!   broadcast of a computed row (Softmax's final `Div`) is left for
+//!   Layer II to stitch to its reduction.
+//! - Two contractions never share a group: rule 6 joins a contraction
+//!   group only with an element-wise/broadcast group, which holds none.
+//! - The epilogue restriction is enforced here, not left to the feedback
+//!   step: a contraction group may have only one node whose values are
+//!   read outside the group (or are graph outputs), so prologue values
+//!   are consumed inside and the epilogue is one chain (a DAG such as a
+//!   decomposed GELU is fine) whose intermediate values are not read
+//!   elsewhere; and every node downstream of the contraction has the
+//!   contraction's output element count, so the backend can apply the
+//!   epilogue to each result element before it is stored.
+
+use super::micro::{elements, MicroGraphs};
+use super::rules::{apply_to_fixed_point, Rule, Side};
+use crate::graph::FusionGraph;
+use kiln_ops::te::classify::{relation, ApolloType, OpaqueKind, Relation};
+use std::collections::BTreeSet;
+
+const EW: ApolloType = ApolloType::ElementWise;
+const BCAST: ApolloType = ApolloType::Broadcast;
+const REDUCTION: ApolloType = ApolloType::Reduction;
+const TRANSPOSE: ApolloType = ApolloType::Opaque(OpaqueKind::Transpose);
+const MATMUL: ApolloType = ApolloType::Opaque(OpaqueKind::Matmul);
+const CONV: ApolloType = ApolloType::Opaque(OpaqueKind::Conv);
+
+/// Table 1, one slice per priority level of Algo. 1, line 4.
+pub const TABLE_1: &[&[Rule]] = &[
+    &[/* 1 */ Rule::new(Side::EW, Side::EW, EW)],
+    &[/* 2 */ Rule::new(Side::BCAST, Side::EW, BCAST)],
+    &[/* 3 */ Rule::new(Side::BCAST, Side::BCAST, BCAST)],
+    &[/* 4 */ Rule::new(Side::EW, Side::REDUCTION, REDUCTION)],
+    &[
+        /* 5 */ Rule::new(Side::BCAST, Side::REDUCTION, REDUCTION),
+    ],
+    &[
+        /* 6-transpose */ Rule::new(Side::EwOrBcast, Side::TRANSPOSE, TRANSPOSE),
+    ],
+    &[
+        /* 6-matmul */ Rule::new(Side::MATMUL, Side::EwOrBcast, MATMUL),
+        /* 6-matmul */ Rule::new(Side::EwOrBcast, Side::MATMUL, MATMUL),
+    ],
+    &[
+        /* 6-conv */ Rule::new(Side::CONV, Side::EwOrBcast, CONV),
+        /* 6-conv */ Rule::new(Side::EwOrBcast, Side::CONV, CONV),
+    ],
+];
+
+/// Algo. 1: the micro-graphs after Layer I aggregation.
+pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
+    let mut mg = MicroGraphs::new(fg);
+    let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| {
+        !matches!(rule.result, MATMUL | CONV) || contraction_fusable(fg, mg, p, c)
+    };
+    for level in TABLE_1 {
+        apply_to_fixed_point(fg, &mut mg, level, &condition);
+    }
+    mg
+}
+
+/// Whether groups `p` and `c` (one of them a contraction group) make a
+/// contraction with a prologue/epilogue the backend can apply in place.
+fn contraction_fusable(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
+    let union: BTreeSet<usize> = mg
+        .part
+        .members(p)
+        .iter()
+        .chain(mg.part.members(c))
+        .copied()
+        .collect();
+    let leaving = union
+        .iter()
+        .filter(|&&n| read_outside(fg, &union, n))
+        .count();
+    let Some(&contraction) = union.iter().find(|&&n| fg.nodes[n].is_contraction()) else {
+        return false;
+    };
+    let size = elements(fg, contraction);
+    let prologue_ok = mg.ty(p) != BCAST || scalar_broadcasts_only(fg, mg.part.members(p));
+    prologue_ok
+        && leaving <= 1
+        && downstream(fg, &union, contraction).all(|n| elements(fg, n) == size)
+}
+
+/// Every broadcast (injective) read of `nodes` reads a one-element input.
+fn scalar_broadcasts_only(fg: &FusionGraph, nodes: &[usize]) -> bool {
+    nodes.iter().all(|&n| {
+        let Some(te) = &fg.nodes[n].te else {
+            return false;
+        };
+        te.accesses.iter().enumerate().all(|(k, access)| {
+            relation(te, k) != Relation::Injective
+                || te.inputs[access.input]
+                    .as_ref()
+                    .is_some_and(|shape| shape.iter().product::<usize>() == 1)
+        })
+    })
+}
+
+/// Node `n`'s values are graph outputs or read by a node outside `inside`.
+fn read_outside(fg: &FusionGraph, inside: &BTreeSet<usize>, n: usize) -> bool {
+    let info = &fg.nodes[n];
+    info.graph_output || info.consumers.iter().any(|c| !inside.contains(c))
+}
+
+/// The nodes of `inside` reachable from `from` inside it (excluding `from`).
+fn downstream<'a>(
+    fg: &'a FusionGraph,
+    inside: &'a BTreeSet<usize>,
+    from: usize,
+) -> impl Iterator<Item = usize> + 'a {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![from];
+    while let Some(n) = stack.pop() {
+        for &c in &fg.nodes[n].consumers {
+            if inside.contains(&c) && seen.insert(c) {
+                stack.push(c);
+            }
+        }
+    }
+    seen.into_iter()
+}
