@@ -7,9 +7,10 @@
 //! `kiln_ops::ops::control::FUSED_OP`) whose graph attribute `body` holds
 //! the group's nodes unchanged and whose string attribute `kind` is the
 //! group's kind. The body's inputs are the values the group reads from
-//! outside (in order of first use) except small constants (at most
-//! [`INLINED_CONSTANT_ELEMS`] elements), which are copied into the body so
-//! that ops reading shapes, axes or scalars still see their values; its
+//! outside (in order of first use) except scalars and small integer
+//! constants (at most [`INLINED_CONSTANT_ELEMS`] elements: shapes, axes,
+//! slice bounds), which are copied into the body so that ops reading them
+//! as parameters still see their values; its
 //! outputs are the group's values read outside it or returned by the
 //! graph. Single-node groups stay as they are. Nodes are re-ordered
 //! topologically, keeping the original order where it is free. Values
@@ -56,6 +57,16 @@ pub fn group_node(g: &Graph, members: &[usize]) -> Result<Node> {
     fused_node(g, 0, "group", &members, &readers(g), &graph_outputs)
 }
 
+/// A constant that ops read as a parameter rather than as data: a scalar,
+/// or a short integer list.
+fn is_parameter(ty: &kiln_ir::TensorType) -> bool {
+    match ty.numel() {
+        Some(1) => true,
+        Some(n) => n <= INLINED_CONSTANT_ELEMS && !ty.dtype.is_float(),
+        None => false,
+    }
+}
+
 /// The nodes reading each value.
 fn readers(g: &Graph) -> Vec<Vec<usize>> {
     let mut r = vec![Vec::new(); g.values.len()];
@@ -92,9 +103,7 @@ fn fused_node(
                 None => {
                     let m = body.add_value(g.name(v), g.ty(v).clone());
                     match g.constant(v) {
-                        Some(init)
-                            if g.ty(v).numel().unwrap_or(usize::MAX) <= INLINED_CONSTANT_ELEMS =>
-                        {
+                        Some(init) if is_parameter(g.ty(v)) => {
                             body.initializers.insert(m, init.clone());
                         }
                         _ => {

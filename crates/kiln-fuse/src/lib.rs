@@ -95,6 +95,10 @@ impl GroupCheck for AcceptAll {
 /// Planner settings.
 #[derive(Debug, Clone)]
 pub struct PlanOptions {
+    /// Whether the backend can fuse producers in front of a matmul or
+    /// convolution (compute them while packing an operand). kiln's CPU
+    /// backend cannot; the `dp` planner's rules then keep them apart.
+    pub contraction_prologues: bool,
     /// `dp`: stop searching after this long and keep the best plan found.
     pub dp_time_budget: std::time::Duration,
     /// `dp`: stop searching after this many states (groups assigned)
@@ -111,6 +115,7 @@ pub struct PlanOptions {
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
+            contraction_prologues: false,
             dp_time_budget: std::time::Duration::from_secs(5),
             dp_state_budget: 10_000_000,
             dp_alpha: 1e-6,

@@ -1,9 +1,22 @@
 //! What a plan does to a graph, in numbers: kernels, fusion ratio (the
 //! DP paper's metric: primitive ops before / kernels after) and the bytes
 //! written to memory between kernels.
+//!
+//! A reshape on its own (a view: `kiln_ops::te::classify::is_view`) is no
+//! kernel: backends alias its output to its input, so it neither runs nor
+//! writes memory.
 
 use crate::plan::Plan;
 use kiln_ir::Graph;
+use kiln_ops::te::classify::{is_view, node_expr};
+
+/// Whether node `n` of `g` is a view (a reshape).
+pub fn is_view_node(g: &Graph, n: usize) -> bool {
+    g.nodes
+        .get(n)
+        .and_then(|node| node_expr(g, node).ok().flatten())
+        .is_some_and(|te| is_view(&te))
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metrics {
@@ -15,6 +28,11 @@ pub struct Metrics {
 }
 
 pub fn metrics(g: &Graph, plan: &Plan) -> Metrics {
+    let views: Vec<bool> = plan
+        .groups
+        .iter()
+        .map(|grp| matches!(grp.nodes[..], [n] if is_view_node(g, n)))
+        .collect();
     let mut group_of = vec![usize::MAX; g.nodes.len()];
     for (i, grp) in plan.groups.iter().enumerate() {
         for &n in &grp.nodes {
@@ -28,7 +46,8 @@ pub fn metrics(g: &Graph, plan: &Plan) -> Metrics {
     for (n, node) in g.nodes.iter().enumerate() {
         for v in node.inputs.iter().flatten() {
             if let Some(p) = producers[v.index()] {
-                if group_of[p] != group_of[n] {
+                let written = !views.get(group_of[p]).copied().unwrap_or(false);
+                if written && group_of[p] != group_of[n] {
                     crossing[v.index()] = true;
                 }
             }
@@ -43,7 +62,7 @@ pub fn metrics(g: &Graph, plan: &Plan) -> Metrics {
             ty.numel().unwrap_or(0) as u64 * ty.dtype.size() as u64
         })
         .sum();
-    let kernels = plan.kernels();
+    let kernels = views.iter().filter(|v| !**v).count();
     Metrics {
         primitive_nodes: g.nodes.len(),
         kernels,

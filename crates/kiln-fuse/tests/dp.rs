@@ -11,9 +11,17 @@ fn parse(text: &str) -> Graph {
     kiln_ir::text::parse(text).unwrap()
 }
 
-/// The dp plan's groups (node lists, in order).
+/// The paper's setting: producers may fuse in front of contractions.
+fn paper() -> PlanOptions {
+    PlanOptions {
+        contraction_prologues: true,
+        ..PlanOptions::default()
+    }
+}
+
+/// The dp plan's groups (node lists, in order), with the paper's rules.
 fn dp_groups(g: &Graph) -> Vec<Vec<usize>> {
-    let planned = plan(g, PlannerKind::Dp, &AcceptAll, &PlanOptions::default()).unwrap();
+    let planned = plan(g, PlannerKind::Dp, &AcceptAll, &paper()).unwrap();
     planned.plan.groups.into_iter().map(|g| g.nodes).collect()
 }
 
@@ -65,7 +73,7 @@ fn fig4_fused_array_is_the_papers() {
     let fg = FusionGraph::new(&g).unwrap();
     let types: Vec<_> = fg.nodes.iter().map(rules::node_type).collect();
     let cands = candidates::build(&fg, &types);
-    let opts = PlanOptions::default();
+    let opts = paper();
     let out = search::search(&fg, &types, &cands, &opts);
     assert_eq!(out.stopped, None);
     let fused = search::fused_array(fg.len(), &out.partition);
@@ -214,7 +222,7 @@ fn budgets_keep_the_best_plan_found_and_say_so() {
     let g = parse(FIG4);
     let opts = PlanOptions {
         dp_state_budget: 1,
-        ..PlanOptions::default()
+        ..paper()
     };
     let planned = plan(&g, PlannerKind::Dp, &AcceptAll, &opts).unwrap();
     assert_eq!(planned.notes.len(), 1, "{:?}", planned.notes);

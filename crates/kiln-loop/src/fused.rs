@@ -31,10 +31,11 @@ use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::contraction_gemm;
 use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
 use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
-use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over};
+use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
 use kiln_ir::{bail, DType, Result};
-use kiln_ops::te::classify::{classify, ApolloType, OpaqueKind};
+use kiln_ops::te::classify::{classify, is_view, ApolloType, OpaqueKind};
+use kiln_ops::te::Var;
 
 /// A lowered group.
 #[derive(Debug, Clone)]
@@ -68,6 +69,9 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
     }
     if let [r] = read_inside[..] {
         if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r)? {
+            return Ok(lowered);
+        }
+        if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r)? {
             return Ok(lowered);
         }
     }
@@ -202,11 +206,13 @@ fn gemm_with_epilogue(
     let Some(buffer_of) = input_buffers_of(group, r) else {
         return Ok(None);
     };
-    let [v] = group.outputs[..] else {
+    let [output] = group.outputs[..] else {
         return Ok(None);
     };
+    // A trailing view has its producer's bytes: compute the producer.
+    let v = strip_views(group, output);
     let te = &group.nodes[r].te;
-    if v == r || group.nodes[v].te.shape != te.shape {
+    if real_dims_of(&group.nodes[v].te.shape) != real_dims_of(&te.shape) {
         return Ok(None);
     }
     let out = output_buffer(group, 0);
@@ -220,12 +226,15 @@ fn gemm_with_epilogue(
     }
     inliner
         .computed
-        .insert(r, ("acc".to_string(), c.out_index.clone()));
-    let epilogue = inliner.read(&Src::Node(v), &c.out_index)?;
-    if reads_data_index(&epilogue) {
-        bail!("a gather in a matmul/convolution epilogue");
+        .insert(r, (Val::Local("acc".to_string()), c.out_index.clone()));
+    if v != r {
+        let at = reindex(&c.out_index, &te.shape, &group.nodes[v].te.shape);
+        let epilogue = inliner.read(&Src::Node(v), &at)?;
+        if reads_data_index(&epilogue) {
+            bail!("a gather in a matmul/convolution epilogue");
+        }
+        gemm.epilogue = Some(epilogue);
     }
-    gemm.epilogue = Some(epilogue);
     Ok(Some(LoweredGroup {
         kernel: Kernel {
             name: name.to_string(),
@@ -235,6 +244,75 @@ fn gemm_with_epilogue(
         form: "gemm",
         schedule: Schedule::default(),
     }))
+}
+
+/// Reduction `r` into the output buffer, then the group's one output
+/// computed in place from it element by element (a second, vectorized
+/// pass): for reductions that are not gemms (depthwise convolutions,
+/// matrix-vector products) with an element-wise epilogue. `None` unless
+/// the output has `r`'s shape and type.
+fn reduce_then_epilogue(
+    group: &GroupExpr,
+    name: &str,
+    buffers: &[Buffer],
+    r: usize,
+) -> Result<Option<LoweredGroup>> {
+    let [output] = group.outputs[..] else {
+        return Ok(None);
+    };
+    let v = strip_views(group, output);
+    let (rt, vt) = (&group.nodes[r].te, &group.nodes[v].te);
+    if v == r || real_dims_of(&vt.shape) != real_dims_of(&rt.shape) || vt.dtype != rt.dtype {
+        return Ok(None);
+    }
+    let out = output_buffer(group, 0);
+    let mut body = Vec::new();
+    let mut schedule = Schedule::default();
+    let mut first = Inliner::new(group);
+    let reduce = node_nest(&mut first, r, out, "acc")?;
+    let mut second = Inliner::new(group);
+    let own: Vec<Idx> = (0..vt.shape.len())
+        .map(|l| Idx::var(&var_name(Var::Out(l))))
+        .collect();
+    let point = reindex(&own, &vt.shape, &rt.shape);
+    let stored = Val::Load {
+        buf: out,
+        offset: flatten(&point, &rt.shape),
+        guard: Vec::new(),
+    };
+    second.computed.insert(r, (stored, point));
+    let epilogue = node_nest(&mut second, v, out, "acc")?;
+    for nest in [reduce, epilogue] {
+        let k = Kernel {
+            name: name.to_string(),
+            buffers: buffers.to_vec(),
+            body: nest,
+        };
+        let s = default_schedule(&k);
+        body.extend(apply(&k, &s)?.body);
+        schedule.0.extend(s.0);
+    }
+    Ok(Some(LoweredGroup {
+        kernel: Kernel {
+            name: name.to_string(),
+            buffers: buffers.to_vec(),
+            body,
+        },
+        form: "reduce+epilogue",
+        schedule,
+    }))
+}
+
+/// The node whose bytes `n` has: `n` itself, or for a chain of views
+/// (reshapes) the node they reshape.
+fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
+    while is_view(&group.nodes[n].te) {
+        match group.nodes[n].args.first() {
+            Some(Some(Src::Node(p))) => n = *p,
+            _ => break,
+        }
+    }
+    n
 }
 
 fn reads_data_index(v: &Val) -> bool {
@@ -258,6 +336,24 @@ fn has_data(a: &Atom) -> bool {
         Atom::Div(i, _) | Atom::Mod(i, _) => i.terms.iter().any(|(a, _)| has_data(a)),
         Atom::Var(_) => false,
     }
+}
+
+/// The extents of the dimensions of extent > 1.
+fn real_dims_of(shape: &[usize]) -> Vec<usize> {
+    shape.iter().copied().filter(|&e| e != 1).collect()
+}
+
+/// An index into a tensor of shape `from` as an index into the same
+/// element of shape `to`, for shapes that differ only in dimensions of
+/// extent 1 (those hold 0).
+fn reindex(index: &[Idx], from: &[usize], to: &[usize]) -> Vec<Idx> {
+    let mut real = real_dims(from).into_iter().map(|l| index[l].clone());
+    to.iter()
+        .map(|&e| match e {
+            1 => Idx::constant(0),
+            _ => real.next().unwrap_or_else(|| Idx::constant(0)),
+        })
+        .collect()
 }
 
 /// Dimensions of extent > 1.
@@ -379,7 +475,7 @@ fn row_reduction(
             value: Val::Local(local.clone()),
         });
     }
-    inliner.computed.insert(r, (local, point));
+    inliner.computed.insert(r, (Val::Local(local), point));
     Ok(stmts)
 }
 

@@ -9,8 +9,9 @@
 //! inputs become loads (guarded where the index may leave the buffer, by
 //! the ranges of the loop variables in scope); a node without reduction
 //! is inlined (its body with its output indices replaced by the index
-//! read); a reduction node is a local scalar, and only at the index it was
-//! computed at ([`Inliner::computed`]). Reading a reduction anywhere else
+//! read); a node computed earlier in the kernel (a reduction's register,
+//! or a result already stored) is read only at the index it was computed
+//! at ([`Inliner::computed`]). Reading a reduction anywhere else
 //! is an error naming the node: the caller then cannot fuse the group.
 //! Padded reads of an inlined node (`Where(InBounds, Load, 0)`) keep the
 //! `Where`, so the zero outside is exact whatever the node computes there.
@@ -79,8 +80,9 @@ pub struct Inliner<'a> {
     pub group: &'a GroupExpr,
     /// Value range of each loop variable in scope.
     pub ranges: HashMap<String, (i64, i64)>,
-    /// Reductions computed so far: node → (local name, index computed at).
-    pub computed: HashMap<usize, (String, Vec<Idx>)>,
+    /// Values computed so far: node → (how to read it: a local, or a load
+    /// of the buffer it was stored in; the index it was computed at).
+    pub computed: HashMap<usize, (Val, Vec<Idx>)>,
 }
 
 impl<'a> Inliner<'a> {
@@ -124,9 +126,9 @@ impl<'a> Inliner<'a> {
 
     fn read_node(&self, n: usize, idx: &[Idx]) -> Result<Val> {
         let node = &self.group.nodes[n];
-        if let Some((local, at)) = self.computed.get(&n) {
+        if let Some((value, at)) = self.computed.get(&n) {
             if same_point(idx, at, &node.te.shape) {
-                return Ok(Val::Local(local.clone()));
+                return Ok(value.clone());
             }
             bail!(
                 "{} is read at another index than the one it is computed at",

@@ -131,8 +131,14 @@ fn every_primitive_op_has_a_classified_example() {
 #[test]
 fn reshapes_are_views_and_transposes_are_not() {
     let view = |e: Example| kiln_ops::te::classify::is_view(&e.expr().unwrap());
-    assert!(view(Example::new("Reshape", "r").f32(&[2, 6]).ints(&[3, 4])));
-    assert!(view(Example::new("Reshape", "r").f32(&[1, 128, 768]).ints(&[1, 128, 12, 64])));
+    assert!(view(
+        Example::new("Reshape", "r").f32(&[2, 6]).ints(&[3, 4])
+    ));
+    assert!(view(
+        Example::new("Reshape", "r")
+            .f32(&[1, 128, 768])
+            .ints(&[1, 128, 12, 64])
+    ));
     assert!(view(Example::new("Reshape", "r").f32(&[6]).ints(&[1, 6])));
     assert!(!view(
         Example::new("Transpose", "t")
@@ -140,5 +146,7 @@ fn reshapes_are_views_and_transposes_are_not() {
             .attr("perm", Attr::Ints(vec![0, 2, 1]))
     ));
     assert!(!view(Example::new("Relu", "r").f32(&[4])));
-    assert!(!view(Example::new("Slice", "s").f32(&[8]).ints(&[0]).ints(&[4])));
+    assert!(!view(
+        Example::new("Slice", "s").f32(&[8]).ints(&[0]).ints(&[4])
+    ));
 }

@@ -24,7 +24,11 @@ use crate::PlanOptions;
 use rules::FuseType;
 
 pub fn plan(fg: &FusionGraph, opts: &PlanOptions) -> (Plan, Vec<String>) {
-    let types: Vec<FuseType> = fg.nodes.iter().map(rules::node_type).collect();
+    let types: Vec<FuseType> = fg
+        .nodes
+        .iter()
+        .map(|n| rules::node_type(n).with_prologues(opts.contraction_prologues))
+        .collect();
     let cands = candidates::build(fg, &types);
     let out = search::search(fg, &types, &cands, opts);
     let mut notes = Vec::new();

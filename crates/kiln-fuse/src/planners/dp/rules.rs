@@ -19,7 +19,12 @@
 //!   one-to-many (no row of Table 1).
 //! - Supplement 1 (reorganize/shuffle + one-to-many/many-to-many, "fuse
 //!   unless the second op must read its input contiguously", §3.2.1
-//!   analysis 2): refused when a reorganize/shuffle group feeds a
+//!   analysis 2): when `PlanOptions::contraction_prologues` is false (the
+//!   CPU backend, whose gemm packs its operands from memory) no group
+//!   fuses in front of a contraction, one-to-one producers included
+//!   (rule 1 would allow them; the backend's feedback refused every such
+//!   group); with it true, as in the paper, only refused when a
+//!   reorganize/shuffle group feeds a
 //!   contraction (matmul, conv: their kernels pack their operands and read
 //!   them in memory order); allowed for expands and many-to-one ops
 //!   (reductions, pooling), which read through any index map. In the other
@@ -50,6 +55,9 @@ pub struct FuseType {
     /// Many-to-many that is many-to-one (reduction, pooling), not a
     /// contraction (matmul, conv).
     pub many_to_one: bool,
+    /// A contraction that must read its operands from memory (the
+    /// backend cannot fuse producers in front of it).
+    pub operands_in_memory: bool,
 }
 
 impl FuseType {
@@ -85,6 +93,16 @@ pub fn node_type(info: &NodeInfo) -> FuseType {
     FuseType {
         mapping,
         many_to_one: mapping == MappingType::ManyToMany && !info.is_contraction(),
+        operands_in_memory: false,
+    }
+}
+
+impl FuseType {
+    /// This type for a backend that fuses prologues into contractions or
+    /// not.
+    pub fn with_prologues(mut self, allowed: bool) -> FuseType {
+        self.operands_in_memory = self.contraction() && !allowed;
+        self
     }
 }
 
@@ -97,6 +115,7 @@ pub fn group_type(types: &[FuseType], members: &[usize]) -> FuseType {
         .unwrap_or(FuseType {
             mapping: MappingType::OneToOne,
             many_to_one: false,
+            operands_in_memory: false,
         })
 }
 
@@ -107,6 +126,9 @@ pub fn fuse(producer: FuseType, consumer: FuseType) -> Option<FuseType> {
     let fused = producer.most_complex(consumer);
     let allowed = match (producer.mapping, consumer.mapping) {
         (NotFusable, _) | (_, NotFusable) => false,
+        // Supplement 1 as kiln's CPU backend needs it: its contractions
+        // read their operands from memory, so nothing fuses in front.
+        _ if consumer.contraction() && consumer.operands_in_memory => false,
         // Rule 1, either order.
         (OneToOne, _) | (_, OneToOne) => true,
         // Rules 2 and 3.
@@ -131,6 +153,7 @@ mod tests {
         FuseType {
             mapping,
             many_to_one: false,
+            operands_in_memory: false,
         }
     }
 
@@ -138,6 +161,7 @@ mod tests {
         FuseType {
             mapping: ManyToMany,
             many_to_one: true,
+            operands_in_memory: false,
         }
     }
 
@@ -147,6 +171,14 @@ mod tests {
             assert_eq!(fuse(t(OneToOne), t(m)), Some(t(m)));
             assert_eq!(fuse(t(m), t(OneToOne)), Some(t(m)));
         }
+        // A backend without prologues: nothing fuses in front of a
+        // contraction, reductions still take their producers.
+        let memory = |m| t(m).with_prologues(false);
+        assert_eq!(fuse(t(OneToOne), memory(ManyToMany)), None);
+        assert_eq!(
+            fuse(t(OneToOne), reduction().with_prologues(false)),
+            Some(reduction())
+        );
         assert_eq!(fuse(t(OneToOne), t(NotFusable)), None);
         assert_eq!(fuse(t(NotFusable), t(OneToOne)), None);
     }
