@@ -62,6 +62,8 @@ enum Step {
         args: Vec<Loc>,
     },
     Interp,
+    /// A view whose output shares its input's memory: nothing to do.
+    Alias,
 }
 
 /// Time spent in one node over the profiled runs.
@@ -92,7 +94,7 @@ pub struct CompiledModel {
 /// What compilation did.
 #[derive(Debug, Clone)]
 pub struct CompileSummary {
-    /// Nodes compiled to C kernels.
+    /// Nodes run as C kernels (views aliased to their input are not).
     pub kernels: usize,
     /// Nodes left to the interpreter: (node, why).
     pub interpreted: Vec<(String, String)>,
@@ -182,8 +184,9 @@ impl CompiledModel {
         let loc_plan = Layout::new(graph, &kernels)?;
         let (library, compile) = build(&kernels, opts)?;
         let mut steps = Vec::new();
-        for (node, k) in graph.nodes.iter().zip(&kernels) {
+        for ((node, k), &aliased) in graph.nodes.iter().zip(&kernels).zip(&loc_plan.aliased) {
             steps.push(match (k, &library) {
+                _ if aliased => Step::Alias,
                 (Some(k), Some(lib)) => {
                     // SAFETY: every kernel is printed as `int NAME(void* const*)`.
                     let func: KernelFn = unsafe { lib.symbol(&k.kernel.name)? };
@@ -206,6 +209,10 @@ impl CompiledModel {
                 _ => Step::Interp,
             });
         }
+        let kernel_steps = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel { .. }))
+            .count();
         let set_threads = match &library {
             // SAFETY: the prelude defines `void kiln_set_threads(int)`.
             Some(lib) => Some(unsafe { lib.symbol::<SetThreadsFn>("kiln_set_threads")? }),
@@ -218,7 +225,7 @@ impl CompiledModel {
             weights: loc_plan.weights,
             boxed_count: loc_plan.boxed,
             report: CompileSummary {
-                kernels: kernels.iter().flatten().count(),
+                kernels: kernel_steps,
                 interpreted,
                 compile,
                 fusion: planned,
@@ -249,7 +256,7 @@ impl CompiledModel {
             .map(|((n, s), time)| NodeTime {
                 node: n.name.clone(),
                 op: op_label(n),
-                compiled: matches!(s, Step::Kernel { .. }),
+                compiled: !matches!(s, Step::Interp),
                 time,
             })
             .collect();
@@ -293,6 +300,7 @@ impl CompiledModel {
                         );
                     }
                 }
+                Step::Alias => {}
                 Step::Interp => {
                     let ins: Vec<Option<Tensor>> = node
                         .inputs
@@ -397,6 +405,8 @@ impl CompiledModel {
 /// Storage decisions for every value.
 struct Layout {
     loc: Vec<Option<Loc>>,
+    /// Nodes whose output is their input's memory (views).
+    aliased: Vec<bool>,
     weights: Vec<Tensor>,
     boxed: usize,
     plan: MemoryPlan,
@@ -422,10 +432,33 @@ impl Layout {
         let mut index_of: HashMap<ValueId, usize> = HashMap::new();
         let mut lifetimes: Vec<Lifetime> = Vec::new();
         let mut values = Vec::new();
+        let mut aliases = Vec::new();
+        let mut aliased = vec![false; g.nodes.len()];
         for (step, node) in g.nodes.iter().enumerate() {
             for &i in node.inputs.iter().flatten() {
                 if let Some(&l) = index_of.get(&i) {
                     lifetimes[l].last = step;
+                }
+            }
+            let view = kernels[step].as_ref().and_then(|k| k.view);
+            if let (Some(p), [Some(o)]) = (view, node.outputs.as_slice()) {
+                if let Some(Some(i)) = node.inputs.get(p) {
+                    // The output is the input's bytes: share its storage.
+                    match (loc[i.index()], index_of.get(i).copied()) {
+                        (Some(l @ (Loc::Input(_) | Loc::Weight(_))), _) => {
+                            loc[o.index()] = Some(l);
+                            aliased[step] = true;
+                        }
+                        (_, Some(l)) => {
+                            index_of.insert(*o, l);
+                            aliases.push((*o, l));
+                            aliased[step] = true;
+                        }
+                        _ => {}
+                    }
+                    if aliased[step] {
+                        continue;
+                    }
                 }
             }
             for &o in node.outputs.iter().flatten() {
@@ -480,8 +513,12 @@ impl Layout {
         for (l, v) in values.iter().enumerate() {
             loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
         }
+        for (v, l) in aliases {
+            loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
         Ok(Layout {
             loc,
+            aliased,
             weights,
             boxed,
             plan,

@@ -16,7 +16,7 @@ use kiln_loop::group::{GroupExpr, GroupNode, Src};
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{default_schedule, Buffer, Kernel, Schedule, Stmt, Val};
 use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
-use kiln_ops::te::classify::node_expr;
+use kiln_ops::te::classify::{is_view, node_expr};
 
 /// A node compiled to one C function.
 #[derive(Debug, Clone)]
@@ -28,6 +28,9 @@ pub struct NodeKernel {
     pub inputs: Vec<usize>,
     /// Input position whose buffer the output may overwrite in place.
     pub in_place: Option<usize>,
+    /// Input position whose bytes the output is (a reshape): the executor
+    /// may alias the two and skip the kernel.
+    pub view: Option<usize>,
 }
 
 /// The C-backend element types.
@@ -67,6 +70,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
             schedule: Schedule::default(),
             inputs,
             in_place: None,
+            view: None,
         });
     }
     let inputs: Vec<usize> = (0..te.inputs.len())
@@ -84,6 +88,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
         c,
         in_place: alias.map(|b| inputs[b]),
         inputs,
+        view: is_view(&te).then(|| te.accesses[0].input),
     })
 }
 
@@ -100,6 +105,7 @@ pub fn fused_kernel(node: &Node, name: &str) -> Result<NodeKernel> {
         schedule: lowered.schedule,
         inputs: (0..node.inputs.len()).collect(),
         in_place: None,
+        view: None,
     })
 }
 
