@@ -294,10 +294,12 @@ static inline float kiln_erff(float x) {
   float y = a < 0.5f ? small : big;
   return x < 0 ? -y : (x != x ? x : y);
 }
-static inline float kiln_maxf(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b); }
-static inline float kiln_minf(float a, float b) { return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b); }
-static inline double kiln_max(double a, double b) { return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b); }
-static inline double kiln_min(double a, double b) { return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b); }
+/* NaN-propagating max/min without branches (a + b is NaN when either is),
+   so loops and gemm epilogues using them vectorize. */
+static inline float kiln_maxf(float a, float b) { float m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+static inline float kiln_minf(float a, float b) { float m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+static inline double kiln_max(double a, double b) { double m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+static inline double kiln_min(double a, double b) { double m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
 static inline float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
 static inline double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
 static inline float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }

@@ -292,6 +292,9 @@ fn reduce_then_epilogue(
         body.extend(apply(&k, &s)?.body);
         schedule.0.extend(s.0);
     }
+    if vt.shape == rt.shape {
+        body = merge_outer_loops(body);
+    }
     Ok(Some(LoweredGroup {
         kernel: Kernel {
             name: name.to_string(),
@@ -301,6 +304,25 @@ fn reduce_then_epilogue(
         form: "reduce+epilogue",
         schedule,
     }))
+}
+
+/// Two nests over the same output whose outermost loops are the same
+/// (variable, extent, kind) become one loop running both bodies: the
+/// epilogue of each slice then runs while the slice is in cache. Legal
+/// because the second nest reads, at each point, only what the first
+/// wrote at that point, and one outer iteration covers the same points in
+/// both (same variable of the same shape).
+fn merge_outer_loops(body: Vec<Stmt>) -> Vec<Stmt> {
+    match <[Stmt; 2]>::try_from(body) {
+        Ok([Stmt::Loop(mut a), Stmt::Loop(b)])
+            if a.var == b.var && a.extent == b.extent && a.kind == b.kind =>
+        {
+            a.body.extend(b.body);
+            vec![Stmt::Loop(a)]
+        }
+        Ok(pair) => pair.into(),
+        Err(body) => body,
+    }
 }
 
 /// The node whose bytes `n` has: `n` itself, or for a chain of views
