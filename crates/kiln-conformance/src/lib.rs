@@ -110,24 +110,44 @@ impl Backend for Optimized {
 /// nodes it compiled and the ones left to the interpreter, with why.
 #[derive(Default)]
 pub struct Cpu {
+    /// The fusion planner the backend uses (default: `apollo`).
+    pub fusion: kiln_fuse::PlannerKind,
+    /// Primitive nodes run by compiled kernels (fused or not).
     pub compiled: std::sync::atomic::AtomicUsize,
     pub interpreted: std::sync::Mutex<Vec<(String, String)>>,
 }
 
+impl Cpu {
+    pub fn with_fusion(fusion: kiln_fuse::PlannerKind) -> Cpu {
+        Cpu {
+            fusion,
+            ..Cpu::default()
+        }
+    }
+}
+
 impl Backend for Cpu {
     fn name(&self) -> &str {
-        "cpu"
+        match self.fusion {
+            kiln_fuse::PlannerKind::None => "cpu (fusion none)",
+            kiln_fuse::PlannerKind::Tvm => "cpu (fusion tvm)",
+            kiln_fuse::PlannerKind::Apollo => "cpu (fusion apollo)",
+            kiln_fuse::PlannerKind::Dp => "cpu (fusion dp)",
+        }
     }
     fn run(&self, model: &Path, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut g = import(model, inputs)?;
         kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
         let opts = kiln_cpu::CpuOptions {
             threads: 1,
+            fusion: self.fusion,
             ..Default::default()
         };
         let m = kiln_cpu::CompiledModel::compile(&g, &opts)?;
-        self.compiled
-            .fetch_add(m.report.kernels, std::sync::atomic::Ordering::Relaxed);
+        self.compiled.fetch_add(
+            m.report.compiled_nodes,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if let Ok(mut v) = self.interpreted.lock() {
             v.extend(m.report.interpreted.iter().cloned());
         }

@@ -5,6 +5,7 @@
 //! prints why each fails.
 
 use kiln_conformance::{case_op, cases, run_case, test_dir, Backend, Cpu, Optimized, Reference};
+use kiln_fuse::PlannerKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -83,7 +84,8 @@ fn onnx_node_tests_after_passes() {
     check(&Optimized, false);
 }
 
-/// Every case the reference interpreter passes must pass on the CPU backend.
+/// Every case the reference interpreter passes must pass on the CPU
+/// backend, with the default fusion planner (apollo).
 #[test]
 fn onnx_node_tests_cpu() {
     let cpu = Cpu::default();
@@ -108,6 +110,14 @@ fn onnx_node_tests_cpu() {
             "only {compiled} nodes became C kernels (at least {MIN_COMPILED_NODES} did before): \
              the CPU backend is falling back to the interpreter more"
         );
+    }
+}
+
+/// ... and with every other fusion planner.
+#[test]
+fn onnx_node_tests_cpu_other_planners() {
+    for fusion in [PlannerKind::None, PlannerKind::Tvm, PlannerKind::Dp] {
+        check(&Cpu::with_fusion(fusion), false);
     }
 }
 

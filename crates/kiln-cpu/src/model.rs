@@ -96,6 +96,9 @@ pub struct CompiledModel {
 pub struct CompileSummary {
     /// Nodes run as C kernels (views aliased to their input are not).
     pub kernels: usize,
+    /// Primitive nodes computed by kernels or aliased (a fused kernel
+    /// counts its body's nodes).
+    pub compiled_nodes: usize,
     /// Nodes left to the interpreter: (node, why).
     pub interpreted: Vec<(String, String)>,
     /// What the JIT did (`None`: no kernel to compile).
@@ -213,6 +216,16 @@ impl CompiledModel {
             .iter()
             .filter(|s| matches!(s, Step::Kernel { .. }))
             .count();
+        let compiled_nodes = graph
+            .nodes
+            .iter()
+            .zip(&steps)
+            .filter(|(_, s)| !matches!(s, Step::Interp))
+            .map(|(n, _)| match n.attr_graph("body") {
+                Ok(Some(body)) => body.nodes.len(),
+                _ => 1,
+            })
+            .sum();
         let set_threads = match &library {
             // SAFETY: the prelude defines `void kiln_set_threads(int)`.
             Some(lib) => Some(unsafe { lib.symbol::<SetThreadsFn>("kiln_set_threads")? }),
@@ -226,6 +239,7 @@ impl CompiledModel {
             boxed_count: loc_plan.boxed,
             report: CompileSummary {
                 kernels: kernel_steps,
+                compiled_nodes,
                 interpreted,
                 compile,
                 fusion: planned,
@@ -358,6 +372,14 @@ impl CompiledModel {
         })
     }
 
+    /// `t` with value `v`'s declared shape (they differ for views).
+    fn as_declared(&self, v: ValueId, t: Tensor) -> Result<Tensor> {
+        match &self.graph.ty(v).shape {
+            Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
+            _ => Ok(t),
+        }
+    }
+
     fn read(
         &self,
         v: ValueId,
@@ -366,8 +388,10 @@ impl CompiledModel {
         boxed: &[Option<Tensor>],
     ) -> Result<Tensor> {
         Ok(match self.location(v)? {
-            Loc::Input(i) => inputs[i].clone(),
-            Loc::Weight(w) => self.weights[w].clone(),
+            // A view of an input or weight shares its memory: same data,
+            // the view's shape.
+            Loc::Input(i) => self.as_declared(v, inputs[i].clone())?,
+            Loc::Weight(w) => self.as_declared(v, self.weights[w].clone())?,
             Loc::Boxed(b) => boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", self.graph.name(v)))
             })?,
