@@ -13,9 +13,12 @@
 //! holds that kernel's form and scheduled loop IR; the fused model is run
 //! against the interpreter the same way.
 
+mod common;
+
+use common::{assert_close, inputs};
 use kiln_cpu::{select::node_kernel, CompiledModel, CpuOptions};
 use kiln_fuse::{Group, Plan};
-use kiln_ir::{Data, Graph, Result, Tensor};
+use kiln_ir::{Graph, Result};
 use std::path::{Path, PathBuf};
 
 fn load(src: &str) -> Result<Graph> {
@@ -45,37 +48,6 @@ fn lowered_text(g: &Graph) -> String {
     out
 }
 
-/// Inputs: floats in [-2, 2), integer indices in [-2, 2) (negative ones
-/// count from the end, as Gather allows).
-fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
-    let mut state = 12345u64;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (state >> 33) as f64 / (1u64 << 31) as f64
-    };
-    g.inputs
-        .iter()
-        .map(|&id| {
-            let ty = g.ty(id);
-            let shape = ty.shape.clone().unwrap_or_default();
-            let n: usize = shape.iter().product();
-            let v: Vec<f64> = (0..n)
-                .map(|_| {
-                    let r = next() * 4.0 - 2.0;
-                    if ty.dtype.is_float() {
-                        r
-                    } else {
-                        r.floor()
-                    }
-                })
-                .collect();
-            Tensor::new(shape, Data::from_f64(ty.dtype, &v)?)
-        })
-        .collect()
-}
-
 fn check_against_interpreter(g: &Graph, name: &str, plan: Option<Plan>) -> Result<()> {
     let ins = inputs(g)?;
     let want = kiln_interp::run(g, &ins)?;
@@ -88,16 +60,7 @@ fn check_against_interpreter(g: &Graph, name: &str, plan: Option<Plan>) -> Resul
         None => CompiledModel::compile(g, &opts)?,
     };
     let got = model.run(&ins)?;
-    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(a.shape, b.shape, "{name}: output {k} shape");
-        let (x, y) = (a.data.to_f64_vec()?, b.data.to_f64_vec()?);
-        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
-            assert!(
-                (p - q).abs() <= 1e-5 + 1e-4 * q.abs(),
-                "{name}: output {k} element {i}: cpu {p} vs interpreter {q}"
-            );
-        }
-    }
+    assert_close(&got, &want, name)?;
     Ok(())
 }
 

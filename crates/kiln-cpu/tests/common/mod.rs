@@ -1,0 +1,50 @@
+//! Helpers shared by the CPU backend's integration tests.
+
+use kiln_ir::{Data, Graph, Result, Tensor};
+
+/// Inputs: floats in [-2, 2), integer indices in [-2, 2) (negative ones
+/// count from the end, as Gather allows).
+pub fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
+    let mut state = 12345u64;
+    let mut next = move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    };
+    g.inputs
+        .iter()
+        .map(|&id| {
+            let ty = g.ty(id);
+            let shape = ty.shape.clone().unwrap_or_default();
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n)
+                .map(|_| {
+                    let r = next() * 4.0 - 2.0;
+                    if ty.dtype.is_float() {
+                        r
+                    } else {
+                        r.floor()
+                    }
+                })
+                .collect();
+            Tensor::new(shape, Data::from_f64(ty.dtype, &v)?)
+        })
+        .collect()
+}
+
+/// Asserts `got` equals `want` (the interpreter's) up to float rounding.
+pub fn assert_close(got: &[Tensor], want: &[Tensor], name: &str) -> Result<()> {
+    assert_eq!(got.len(), want.len(), "{name}: output count");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert_eq!(a.shape, b.shape, "{name}: output {k} shape");
+        let (x, y) = (a.data.to_f64_vec()?, b.data.to_f64_vec()?);
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 + 1e-4 * q.abs() || (p.is_nan() && q.is_nan()),
+                "{name}: output {k} element {i}: cpu {p} vs interpreter {q}"
+            );
+        }
+    }
+    Ok(())
+}
