@@ -24,11 +24,17 @@ pub fn prelude() -> String {
     let mut s = String::from(
         "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n#include <stdlib.h>\n",
     );
+    // Scalar helpers must inline into every kernel's loops (to vectorize
+    // them), even in a file of many kernels where the compiler's growth
+    // limits would stop plain `inline`.
+    s.push_str(
+        "#if defined(__GNUC__)\n#define KILN_INLINE static inline __attribute__((always_inline))\n#else\n#define KILN_INLINE static inline\n#endif\n",
+    );
     s.push_str(
         r#"
-static inline int64_t kiln_fdiv(int64_t a, int64_t d) { int64_t q = a / d; return (a % d != 0 && a < 0) ? q - 1 : q; }
-static inline int64_t kiln_fmod(int64_t a, int64_t d) { int64_t r = a % d; return r < 0 ? r + d : r; }
-static inline int64_t kiln_idx(int64_t v, int64_t n, int* err) {
+KILN_INLINE int64_t kiln_fdiv(int64_t a, int64_t d) { int64_t q = a / d; return (a % d != 0 && a < 0) ? q - 1 : q; }
+KILN_INLINE int64_t kiln_fmod(int64_t a, int64_t d) { int64_t r = a % d; return r < 0 ? r + d : r; }
+KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
   if (v < 0) v += n;
   if (v < 0 || v >= n) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); return 0; }
   return v;
@@ -216,6 +222,44 @@ fn operand(k: &Kernel, o: &GemmOperand, extents: [i64; 3]) -> Result<Operand> {
     Ok(Operand::Expr(read))
 }
 
+/// For a vectorized loop that sums or multiplies into locals declared
+/// outside it: the OpenMP clause that lets those updates run in lanes
+/// (partial results combined at the end). Other combiners are never
+/// vectorized by the schedules.
+fn reduction_clause(l: &kiln_loop::Loop) -> String {
+    if l.kind != LoopKind::Vectorized {
+        return String::new();
+    }
+    let mut declared = Vec::new();
+    let mut updates = Vec::new();
+    collect_updates(&l.body, &mut declared, &mut updates);
+    let clauses: Vec<String> = updates
+        .into_iter()
+        .filter(|(name, _)| !declared.contains(name))
+        .filter_map(|(name, c)| match c {
+            Combiner::Sum => Some(format!(" reduction(+:{name})")),
+            Combiner::Prod => Some(format!(" reduction(*:{name})")),
+            _ => None,
+        })
+        .collect();
+    clauses.concat()
+}
+
+fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => collect_updates(&l.body, declared, out),
+            Stmt::Let { name, .. } => declared.push(name.clone()),
+            Stmt::Update { name, combiner, .. } => {
+                if !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.clone(), *combiner));
+                }
+            }
+            Stmt::Store { .. } | Stmt::Gemm(_) => {}
+        }
+    }
+}
+
 struct Printer<'a> {
     k: &'a Kernel,
     out: String,
@@ -237,7 +281,7 @@ impl Printer<'_> {
                     LoopKind::Unrolled => Some("KILN_UNROLL"),
                 };
                 if let Some(p) = pragma {
-                    writeln!(self.out, "{pad}{p}").ok();
+                    writeln!(self.out, "{pad}{p}{}", reduction_clause(l)).ok();
                 }
                 let bound = match &l.extent {
                     Extent::Const(n) => n.to_string(),

@@ -255,7 +255,7 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// 7.1.26 (absolute error ≤ 1.5e-7) above 0.5 and its Taylor series to
 /// x¹¹ below, odd-extended.
 pub const PRELUDE: &str = r#"
-static inline float kiln_expf(float x) {
+KILN_INLINE float kiln_expf(float x) {
   float c = x > 88.3762626647949f ? 88.3762626647949f : (x < -87.0f ? -87.0f : x);
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -274,7 +274,7 @@ static inline float kiln_expf(float x) {
   y = x < -103.972076416015625f ? 0.0f : y;
   return x != x ? x : y;
 }
-static inline float kiln_tanhf(float x) {
+KILN_INLINE float kiln_tanhf(float x) {
   float a = x < 0 ? -x : x;
   float e = kiln_expf(-2.0f * a);
   float big = (1.0f - e) / (1.0f + e);
@@ -283,7 +283,7 @@ static inline float kiln_tanhf(float x) {
   float t = a < 0.125f ? small : big;
   return x < 0 ? -t : (x != x ? x : t);
 }
-static inline float kiln_erff(float x) {
+KILN_INLINE float kiln_erff(float x) {
   float a = x < 0 ? -x : x;
   float t = 1.0f / (1.0f + 0.3275911f * a);
   float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
@@ -296,20 +296,20 @@ static inline float kiln_erff(float x) {
 }
 /* NaN-propagating max/min without branches (a + b is NaN when either is),
    so loops and gemm epilogues using them vectorize. */
-static inline float kiln_maxf(float a, float b) { float m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-static inline float kiln_minf(float a, float b) { float m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-static inline double kiln_max(double a, double b) { double m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-static inline double kiln_min(double a, double b) { double m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-static inline float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
-static inline double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
-static inline float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
-static inline double kiln_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
-static inline float kiln_floor_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline double kiln_floor_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-static inline int64_t kiln_sdiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0 - (uint64_t)a); return a / b; }
-static inline int64_t kiln_srem(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; return a % b; }
-static inline int64_t kiln_floor_mod_i(int64_t a, int64_t b) { int64_t r = kiln_srem(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
-#define KILN_F2I(name, T, LO, HI) static inline T name(double v) { if (isnan(v)) return 0; if (v <= (double)(LO)) return LO; if (v >= (double)(HI)) return HI; return (T)v; }
+KILN_INLINE float kiln_maxf(float a, float b) { float m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+KILN_INLINE float kiln_minf(float a, float b) { float m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+KILN_INLINE double kiln_max(double a, double b) { double m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+KILN_INLINE double kiln_min(double a, double b) { double m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+KILN_INLINE float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
+KILN_INLINE double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
+KILN_INLINE float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }
+KILN_INLINE double kiln_softplus(double x) { return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)); }
+KILN_INLINE float kiln_floor_modf(float a, float b) { float r = fmodf(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+KILN_INLINE double kiln_floor_mod(double a, double b) { double r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+KILN_INLINE int64_t kiln_sdiv(int64_t a, int64_t b) { if (b == 0) return 0; if (b == -1) return (int64_t)(0 - (uint64_t)a); return a / b; }
+KILN_INLINE int64_t kiln_srem(int64_t a, int64_t b) { if (b == 0 || b == -1) return 0; return a % b; }
+KILN_INLINE int64_t kiln_floor_mod_i(int64_t a, int64_t b) { int64_t r = kiln_srem(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+#define KILN_F2I(name, T, LO, HI) KILN_INLINE T name(double v) { if (isnan(v)) return 0; if (v <= (double)(LO)) return LO; if (v >= (double)(HI)) return HI; return (T)v; }
 KILN_F2I(kiln_f2i8, int8_t, INT8_MIN, INT8_MAX)
 KILN_F2I(kiln_f2i16, int16_t, INT16_MIN, INT16_MAX)
 KILN_F2I(kiln_f2i32, int32_t, INT32_MIN, INT32_MAX)

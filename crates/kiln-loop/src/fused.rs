@@ -35,7 +35,7 @@ use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
 use kiln_ir::{bail, DType, Result};
 use kiln_ops::te::classify::{classify, is_view, ApolloType, OpaqueKind};
-use kiln_ops::te::Var;
+use kiln_ops::te::{Combiner, Var};
 
 /// A lowered group.
 #[derive(Debug, Clone)]
@@ -71,8 +71,13 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
         if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r)? {
             return Ok(lowered);
         }
-        if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r)? {
-            return Ok(lowered);
+        // Windows and matrix-vector products keep their own (vectorized,
+        // y-reduce) loop order; plain reductions stitch into rows.
+        let opaque = matches!(classify(&group.nodes[r].te).apollo, ApolloType::Opaque(_));
+        if opaque {
+            if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r)? {
+                return Ok(lowered);
+            }
         }
     }
     rows(group, name, buffers)
@@ -603,6 +608,7 @@ fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
     let mut inner_loops = Vec::new();
     for s in &k.body {
         innermost_store_loops(s, &mut inner_loops);
+        innermost_sum_loops(s, &mut inner_loops);
     }
     directives.extend(inner_loops.into_iter().map(Directive::Vectorize));
     Schedule(directives)
@@ -610,6 +616,20 @@ fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
     matches!(s, Stmt::Loop(l) if l.var == v)
+}
+
+/// Variables of the innermost reduction loops whose body is one sum or
+/// product update (vectorized with partial sums per lane; min/max stay
+/// serial so NaNs propagate exactly).
+fn innermost_sum_loops(s: &Stmt, out: &mut Vec<String>) {
+    if let Stmt::Loop(l) = s {
+        if let [Stmt::Update { combiner, .. }] = l.body.as_slice() {
+            if matches!(combiner, Combiner::Sum | Combiner::Prod) {
+                out.push(l.var.clone());
+            }
+        }
+        l.body.iter().for_each(|s| innermost_sum_loops(s, out));
+    }
 }
 
 /// Variables of the innermost `j` loops whose body is one store.

@@ -115,7 +115,8 @@ impl<'a> Inliner<'a> {
                 let shape = &self.group.inputs[*j].shape;
                 Ok(Val::Load {
                     buf: *j,
-                    offset: flatten(idx, shape),
+                    // Reading through reshapes leaves `d*(v floordiv d) + (v mod d)`.
+                    offset: flatten(idx, shape).merge_div_mod(),
                     guard: self.guard(idx, shape),
                 })
             }
