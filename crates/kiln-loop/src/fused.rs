@@ -32,8 +32,9 @@ use crate::contraction::contraction_gemm;
 use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
 use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
+use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
-use kiln_ir::{bail, DType, Result};
+use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::classify::{classify, is_view, ApolloType, OpaqueKind};
 use kiln_ops::te::{Combiner, Var};
 
@@ -49,7 +50,6 @@ pub struct LoweredGroup {
 }
 
 pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
-    refuse_prologues(group)?;
     let mut buffers = group.inputs.clone();
     for (i, &n) in group.outputs.iter().enumerate() {
         let te = &group.nodes[n].te;
@@ -60,6 +60,10 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
             output: true,
         });
     }
+    if let Some(lowered) = scaled_gemm(group, name, &buffers)? {
+        return Ok(lowered);
+    }
+    refuse_prologues(group)?;
     let read_inside: Vec<usize> = reductions(group)
         .into_iter()
         .filter(|&r| is_read_inside(group, r))
@@ -68,7 +72,7 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
         return nests(group, name, buffers);
     }
     if let [r] = read_inside[..] {
-        if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r)? {
+        if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r, &[])? {
             return Ok(lowered);
         }
         // Windows and matrix-vector products keep their own (vectorized,
@@ -83,22 +87,34 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
     rows(group, name, buffers)
 }
 
-/// A matmul or convolution must read its operands from memory: an
-/// operand computed inside the group would turn the gemm into scalar
-/// loops (prologue fusion while packing is not implemented).
+/// A gemm whose operands were scaled by constants inside the group
+/// (`operand_scale.rs`), the factors applied in its epilogue; `None` when
+/// the group has no such contraction or it is not a gemm with the group's
+/// one output as epilogue (the other forms then see the group unchanged).
+fn scaled_gemm(group: &GroupExpr, name: &str, buffers: &[Buffer]) -> Result<Option<LoweredGroup>> {
+    let (hoisted, scales) = hoist_scales(group);
+    let [(&r, factors)] = scales.iter().collect::<Vec<_>>()[..] else {
+        return Ok(None);
+    };
+    if reductions(&hoisted).len() != 1 {
+        return Ok(None);
+    }
+    gemm_with_epilogue(&hoisted, name, buffers, r, factors)
+}
+
+/// A matmul or convolution lowered as a gemm must read its operands from
+/// memory: an operand computed inside the group would turn it into
+/// scalar loops (prologue fusion while packing is not implemented).
+/// Contractions too small for the gemm (matrix-vector products) are loop
+/// nests anyway, which read a computed operand by inlining it.
 fn refuse_prologues(group: &GroupExpr) -> Result<()> {
-    for node in &group.nodes {
-        let contraction = matches!(
-            classify(&node.te).apollo,
-            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
-        );
-        if contraction
-            && node
-                .args
-                .iter()
-                .flatten()
-                .any(|a| matches!(a, Src::Node(_)))
-        {
+    for (n, node) in group.nodes.iter().enumerate() {
+        let computed_operand = node
+            .args
+            .iter()
+            .flatten()
+            .any(|a| matches!(a, Src::Node(_)));
+        if is_contraction(node) && computed_operand && becomes_gemm(group, n)? {
             bail!(
                 "{}: an operand is computed inside the group (prologue fusion into a matmul/convolution is not supported)",
                 node.label
@@ -106,6 +122,26 @@ fn refuse_prologues(group: &GroupExpr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether node `n` would be lowered as a gemm were its operands in memory.
+fn becomes_gemm(group: &GroupExpr, n: usize) -> Result<bool> {
+    let node = &group.nodes[n];
+    let dtypes: Vec<Option<DType>> = node
+        .args
+        .iter()
+        .map(|a| {
+            a.as_ref().map(|src| match src {
+                Src::Input(j) => group.inputs[*j].dtype,
+                Src::Node(p) => group.nodes[*p].te.dtype,
+                Src::Const(t) => t.dtype(),
+            })
+        })
+        .collect();
+    let buffer_of: Vec<Option<usize>> = (0..node.args.len())
+        .map(|i| node.args[i].as_ref().map(|_| i))
+        .collect();
+    Ok(contraction_gemm(&node.te, &dtypes, &buffer_of, node.args.len())?.is_some())
 }
 
 fn is_contraction(node: &GroupNode) -> bool {
@@ -207,6 +243,7 @@ fn gemm_with_epilogue(
     name: &str,
     buffers: &[Buffer],
     r: usize,
+    factors: &[Factor],
 ) -> Result<Option<LoweredGroup>> {
     let Some(buffer_of) = input_buffers_of(group, r) else {
         return Ok(None);
@@ -229,9 +266,20 @@ fn gemm_with_epilogue(
     for (var, n) in [("b", gemm.batch), ("r", gemm.m), ("c", gemm.n)] {
         inliner.bind(var, n);
     }
+    let product = factors
+        .iter()
+        .map(|(op, s)| Ok((op, Tensor::new(vec![], s.data.clone())?)))
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .fold(Val::Local("acc".to_string()), |acc, (op, s)| {
+            Val::Call(op.clone(), vec![acc, Val::Const(s)])
+        });
     inliner
         .computed
-        .insert(r, (Val::Local("acc".to_string()), c.out_index.clone()));
+        .insert(r, (product.clone(), c.out_index.clone()));
+    if v == r && !factors.is_empty() {
+        gemm.epilogue = Some(product);
+    }
     if v != r {
         let at = reindex(&c.out_index, &te.shape, &group.nodes[v].te.shape);
         let epilogue = inliner.read(&Src::Node(v), &at)?;

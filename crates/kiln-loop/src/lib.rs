@@ -9,6 +9,7 @@ pub mod guards;
 pub mod inline_constants;
 pub mod ir;
 pub mod lower;
+pub mod operand_scale;
 mod parse;
 pub mod schedule;
 mod text;
