@@ -5,6 +5,9 @@ For each model, every selected engine runs in the same invocation, each in its
 own subprocess with the same thread count:
 
     kiln           KILN bench models/<m>/model.onnx --threads T --json --runs N --warmup W
+                   (default fusion planner, apollo)
+    kiln_none      the same with --fusion none (one kernel per op), for the
+                   fusion speed-up in the same run
     ort            onnxruntime InferenceSession (scripts/bench/engines.py)
     openvino       OpenVINO compile_model(..., "CPU") (engines.py)
     torch          PyTorch eager, the module export.py builds (engines.py)
@@ -45,8 +48,10 @@ sys.path.insert(0, str(HERE))
 from engines import RESULT_TAG, CpuMeter  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v2", "bert", "gpt2", "vit"]
-ENGINES = ["kiln", "ort", "openvino", "torch", "torch_compile"]
+ENGINES = ["kiln", "kiln_none", "ort", "openvino", "torch", "torch_compile"]
 PEERS = [e for e in ENGINES if e != "kiln"]
+# kiln engines and their fusion planner.
+KILN_ENGINES = {"kiln": "apollo", "kiln_none": "none"}
 PEER_PACKAGES = ["onnxruntime", "openvino", "torch", "torchvision", "transformers", "numpy"]
 FLOPS_CACHE = HERE / "flops.json"
 
@@ -223,9 +228,10 @@ def run_engine(engine: str, model: str, args) -> dict:
     model_dir = args.models_dir / model
     if not (model_dir / "model.onnx").exists():
         return {"error": f"missing {model_dir / 'model.onnx'} (run scripts/models/export.py)"}
-    if engine == "kiln":
+    if engine in KILN_ENGINES:
         cmd = [args.kiln, "bench", str(model_dir / "model.onnx"), "--threads", str(args.threads),
-               "--json", "--runs", str(args.runs), "--warmup", str(args.warmup)]
+               "--json", "--runs", str(args.runs), "--warmup", str(args.warmup),
+               "--fusion", KILN_ENGINES[engine]]
     else:
         cmd = [args.python, str(HERE / "engines.py"), engine, str(model_dir),
                "--model-name", model, "--threads", str(args.threads),
@@ -248,7 +254,7 @@ def run_engine(engine: str, model: str, args) -> dict:
 
 
 def parse_result(engine: str, proc: subprocess.CompletedProcess) -> dict:
-    if engine == "kiln":
+    if engine in KILN_ENGINES:
         if proc.returncode != 0:
             return {"error": first_line(proc.stderr or proc.stdout) or f"exit {proc.returncode}"}
         try:

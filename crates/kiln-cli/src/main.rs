@@ -3,7 +3,7 @@
 use clap::{Parser, Subcommand};
 use kiln_cli::{bench, classes_doc, flops, npy};
 use kiln_ir::{bail, DType, Data, Error, Graph, Result, Tensor};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -184,6 +184,10 @@ enum Command {
         /// List the groups the backend refused, why, and how they were split.
         #[arg(long)]
         explain_feedback: bool,
+        /// Compile and run the model (random inputs) and label each kernel
+        /// with its time.
+        #[arg(long)]
+        profile: bool,
         #[command(flatten)]
         args: ModelArgs,
         #[command(flatten)]
@@ -277,6 +281,7 @@ fn main() {
             output,
             json,
             explain_feedback,
+            profile,
             args,
             passes,
         } => explain(
@@ -286,6 +291,7 @@ fn main() {
                 html: output.as_deref(),
                 json,
                 feedback: explain_feedback,
+                profile,
             },
             &args,
             &passes,
@@ -620,6 +626,45 @@ fn summary(t: &Tensor) -> String {
 }
 
 /// What `kiln explain` prints and writes.
+/// Mean time in ms of each group's kernel (by group index) over a few
+/// profiled runs of `g` compiled with `planned`'s plan on random inputs.
+fn group_times(g: &Graph, planned: &kiln_fuse::Planned) -> Result<Vec<(usize, f64)>> {
+    const RUNS: usize = 3;
+    let model = kiln_cpu::CompiledModel::compile_with_plan(
+        g,
+        planned.plan.clone(),
+        &kiln_cpu::CpuOptions::default(),
+    )?;
+    let mut seed = 0;
+    let inputs: Vec<Tensor> = g
+        .inputs
+        .iter()
+        .map(|&id| random_input(g.ty(id), g.name(id), &mut seed))
+        .collect::<Result<_>>()?;
+    model.run(&inputs)?;
+    // Fused nodes are named `fused<group>_<first node>` by the apply step.
+    let mut group_of: HashMap<String, usize> = HashMap::new();
+    for (gi, group) in planned.plan.groups.iter().enumerate() {
+        let first = &g.nodes[group.nodes[0]].name;
+        let name = match group.nodes.len() {
+            1 => first.clone(),
+            _ => format!("fused{gi}_{first}"),
+        };
+        group_of.insert(name, gi);
+    }
+    let mut ms: HashMap<usize, f64> = HashMap::new();
+    for _ in 0..RUNS {
+        for t in model.run_profiled(&inputs)?.1 {
+            if let Some(&gi) = group_of.get(&t.node) {
+                *ms.entry(gi).or_default() += t.time.as_secs_f64() * 1e3 / RUNS as f64;
+            }
+        }
+    }
+    let mut times: Vec<(usize, f64)> = ms.into_iter().collect();
+    times.sort_by_key(|t| t.0);
+    Ok(times)
+}
+
 struct ExplainOutput<'a> {
     /// Where to write the HTML report.
     html: Option<&'a Path>,
@@ -627,6 +672,8 @@ struct ExplainOutput<'a> {
     json: bool,
     /// Also list the feedback entries (text output).
     feedback: bool,
+    /// Time every kernel.
+    profile: bool,
 }
 
 /// `kiln explain`: import and optimize as `kiln run` does, plan, report.
@@ -643,15 +690,20 @@ fn explain(
     let mut g = load(model, args)?;
     optimize(&mut g, passes)?;
     let planned = plan_for_explain(&g, fusion, &kiln_cpu::select::CpuGroupCheck)?;
+    let times = if out.profile {
+        group_times(&g, &planned)?
+    } else {
+        Vec::new()
+    };
     if let Some(path) = out.html {
-        std::fs::write(path, kiln_fuse::report::html(&g, &planned, &[]))
+        std::fs::write(path, kiln_fuse::report::html(&g, &planned, &times))
             .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
     }
     if out.json {
-        println!("{}", kiln_fuse::report::json(&g, &planned));
+        println!("{}", kiln_fuse::report::json_profiled(&g, &planned, &times));
         return Ok(());
     }
-    print!("{}", kiln_fuse::report::text(&g, &planned, &[]));
+    print!("{}", kiln_fuse::report::text(&g, &planned, &times));
     if out.feedback {
         print!("{}", kiln_fuse::report::feedback_text(&g, &planned));
     }
