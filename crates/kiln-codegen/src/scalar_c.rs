@@ -256,7 +256,8 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// x¹¹ below, odd-extended.
 pub const PRELUDE: &str = r#"
 KILN_INLINE float kiln_expf(float x) {
-  float c = x > 88.3762626647949f ? 88.3762626647949f : (x < -87.0f ? -87.0f : x);
+  /* NaN clamps to -87 (the result is x itself below): no NaN reaches the int conversion */
+  float c = x > 88.3762626647949f ? 88.3762626647949f : (x >= -87.0f ? x : -87.0f);
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;

@@ -1,4 +1,5 @@
-//! The generated C of every node-test kernel under AddressSanitizer and
+//! The generated C of every node-test kernel (each node's, and each fused
+//! group's under the default planner) under AddressSanitizer and
 //! UndefinedBehaviorSanitizer: each kernel is called from a C driver with
 //! every buffer in its own exactly-sized heap block (so a read or write
 //! one element outside is caught) holding random values (random integers
@@ -40,8 +41,31 @@ fn all_kernels() -> Vec<(Kernel, String)> {
                 out.push((k.kernel, k.c));
             }
         }
+        for (i, node) in fused_nodes(&g).iter().enumerate() {
+            if let Ok(k) = node_kernel(&g, node, &format!("c{c}_f{i}")) {
+                out.push((k.kernel, k.c));
+            }
+        }
     }
     out
+}
+
+/// The fused nodes of `g` under the default planner (apollo).
+fn fused_nodes(g: &kiln_ir::Graph) -> Vec<kiln_ir::Node> {
+    let planned = kiln_fuse::plan(
+        g,
+        kiln_fuse::PlannerKind::Apollo,
+        &kiln_cpu::select::CpuGroupCheck,
+        &Default::default(),
+    );
+    let Ok(fused) = planned.and_then(|p| kiln_fuse::apply::apply(g, &p.plan)) else {
+        return Vec::new();
+    };
+    fused
+        .nodes
+        .into_iter()
+        .filter(|n| n.op == kiln_ops::ops::control::FUSED_OP)
+        .collect()
 }
 
 /// A C program calling each kernel on fresh random buffers.
