@@ -91,20 +91,12 @@ impl FusionGraph {
                 .filter(|v| producers[v.index()].is_none())
                 .map(|&v| bytes(v))
                 .sum();
-            let mut ps: Vec<usize> = node
-                .inputs
-                .iter()
-                .flatten()
-                .filter_map(|v| producers[v.index()])
-                .collect();
-            ps.sort_unstable();
-            ps.dedup();
             nodes.push(NodeInfo {
                 op: node.op.clone(),
                 flops: te.as_ref().map(flops).unwrap_or(0),
                 te,
                 classes,
-                producers: ps,
+                producers: producer_nodes(node, &producers),
                 consumers: Vec::new(),
                 graph_output: node
                     .outputs
@@ -154,6 +146,20 @@ impl FusionGraph {
         }
         (flops as f64 / 100.0).max(bytes as f64 / 20.0)
     }
+}
+
+/// The nodes producing `node`'s inputs (deduplicated, ascending), given
+/// each value's producer.
+pub fn producer_nodes(node: &kiln_ir::Node, producers: &[Option<usize>]) -> Vec<usize> {
+    let mut ps: Vec<usize> = node
+        .inputs
+        .iter()
+        .flatten()
+        .filter_map(|v| producers[v.index()])
+        .collect();
+    ps.sort_unstable();
+    ps.dedup();
+    ps
 }
 
 /// Estimated floating-point operations of one tensor expression.

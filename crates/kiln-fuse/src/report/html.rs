@@ -88,17 +88,7 @@ fn node_producers(g: &Graph) -> Vec<Vec<usize>> {
     let producers = g.producers();
     g.nodes
         .iter()
-        .map(|node| {
-            let mut ps: Vec<usize> = node
-                .inputs
-                .iter()
-                .flatten()
-                .filter_map(|v| producers[v.index()])
-                .collect();
-            ps.sort_unstable();
-            ps.dedup();
-            ps
-        })
+        .map(|node| crate::graph::producer_nodes(node, &producers))
         .collect()
 }
 
