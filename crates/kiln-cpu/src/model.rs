@@ -14,6 +14,7 @@
 //! interpreter's up to float rounding; errors name the node.
 
 use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use kiln_fuse::apply::Applied;
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{bail, with_dtype, DType, Elem, Error, Graph, Result, Tensor, ValueId};
 use kiln_runtime::jit::{self, CompileReport, CompilerConfig, Library};
@@ -52,6 +53,19 @@ enum Loc {
 }
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+type BlockFn = unsafe extern "C" fn(*const *const *mut u8) -> i32;
+
+/// One entry of the execution order.
+enum Exec {
+    Step(usize),
+    /// Kernel steps run at the same time (APOLLO's parallelism stitching):
+    /// one generated function runs each as an OpenMP section, so each gets
+    /// one thread of the team (nested regions inside run on it alone).
+    Concurrent {
+        func: BlockFn,
+        steps: Vec<usize>,
+    },
+}
 type SetThreadsFn = unsafe extern "C" fn(i32);
 
 enum Step {
@@ -78,6 +92,8 @@ pub struct NodeTime {
 pub struct CompiledModel {
     graph: Graph,
     steps: Vec<Step>,
+    /// The execution order.
+    exec: Vec<Exec>,
     loc: Vec<Option<Loc>>,
     weights: Vec<Tensor>,
     boxed_count: usize,
@@ -99,6 +115,8 @@ pub struct CompileSummary {
     /// Primitive nodes computed by kernels or aliased (a fused kernel
     /// counts its body's nodes).
     pub compiled_nodes: usize,
+    /// Blocks of kernels run concurrently (parallelism stitching).
+    pub concurrent_blocks: usize,
     /// Nodes left to the interpreter: (node, why).
     pub interpreted: Vec<(String, String)>,
     /// What the JIT did (`None`: no kernel to compile).
@@ -139,8 +157,8 @@ impl CompiledModel {
     /// the plan, and compiles the fused graph.
     pub fn compile(graph: &Graph, opts: &CpuOptions) -> Result<CompiledModel> {
         let planned = kiln_fuse::plan(graph, opts.fusion, &CpuGroupCheck, &PlanOptions::default())?;
-        let fused = kiln_fuse::apply::apply(graph, &planned.plan)?;
-        Self::compile_fused(&fused, planned, opts)
+        let applied = kiln_fuse::apply::apply_plan(graph, &planned.plan)?;
+        Self::compile_fused(&applied, planned, opts)
     }
 
     /// Compiles `graph` fused by a given plan (no planner, no feedback).
@@ -149,17 +167,22 @@ impl CompiledModel {
         plan: Plan,
         opts: &CpuOptions,
     ) -> Result<CompiledModel> {
-        let fused = kiln_fuse::apply::apply(graph, &plan)?;
+        let applied = kiln_fuse::apply::apply_plan(graph, &plan)?;
         let planned = Planned {
             plan,
             feedback: Vec::new(),
             notes: Vec::new(),
             seconds: 0.0,
         };
-        Self::compile_fused(&fused, planned, opts)
+        Self::compile_fused(&applied, planned, opts)
     }
 
-    fn compile_fused(graph: &Graph, planned: Planned, opts: &CpuOptions) -> Result<CompiledModel> {
+    fn compile_fused(
+        applied: &Applied,
+        planned: Planned,
+        opts: &CpuOptions,
+    ) -> Result<CompiledModel> {
+        let graph = &applied.graph;
         let mut kernels: Vec<Option<NodeKernel>> = Vec::new();
         let mut interpreted = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
@@ -184,8 +207,15 @@ impl CompiledModel {
                 }
             }
         }
-        let loc_plan = Layout::new(graph, &kernels)?;
-        let (library, compile) = build(&kernels, opts)?;
+        let blocks = execution_blocks(graph.nodes.len(), &applied.parallel, &kernels);
+        let loc_plan = Layout::new(graph, &kernels, &blocks)?;
+        let blocks_c: String = blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() > 1)
+            .map(|(n, b)| block_c(n, b, &kernels))
+            .collect();
+        let (library, compile) = build(&kernels, &blocks_c, opts)?;
         let mut steps = Vec::new();
         for ((node, k), &aliased) in graph.nodes.iter().zip(&kernels).zip(&loc_plan.aliased) {
             steps.push(match (k, &library) {
@@ -231,15 +261,32 @@ impl CompiledModel {
             Some(lib) => Some(unsafe { lib.symbol::<SetThreadsFn>("kiln_set_threads")? }),
             None => None,
         };
+        let mut exec = Vec::with_capacity(blocks.len());
+        for (n, block) in blocks.into_iter().enumerate() {
+            exec.push(match (&library, block.len()) {
+                (Some(lib), k) if k > 1 => Exec::Concurrent {
+                    // SAFETY: `block_c` prints `int NAME(void* const* const*)`.
+                    func: unsafe { lib.symbol(&block_name(n))? },
+                    steps: block,
+                },
+                _ => Exec::Step(block[0]),
+            });
+        }
+        let concurrent_blocks = exec
+            .iter()
+            .filter(|e| matches!(e, Exec::Concurrent { .. }))
+            .count();
         Ok(CompiledModel {
             graph: graph.clone(),
             steps,
+            exec,
             loc: loc_plan.loc,
             weights: loc_plan.weights,
             boxed_count: loc_plan.boxed,
             report: CompileSummary {
                 kernels: kernel_steps,
                 compiled_nodes,
+                concurrent_blocks,
                 interpreted,
                 compile,
                 fusion: planned,
@@ -296,49 +343,112 @@ impl CompiledModel {
         }
         let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
         let mut ptrs: Vec<*mut u8> = Vec::new();
-        for (i, (node, step)) in g.nodes.iter().zip(&self.steps).enumerate() {
+        for e in &self.exec {
             let start = Instant::now();
-            match step {
-                Step::Kernel { func, args } => {
-                    ptrs.clear();
-                    for &l in args {
-                        ptrs.push(self.pointer(l, inputs, arena)?);
-                    }
-                    // SAFETY: the arguments are the kernel's buffers, each
-                    // as large as its declared shape, as the kernel expects.
-                    let rc = unsafe { func(ptrs.as_ptr()) };
-                    if rc != 0 {
-                        bail!(
-                            "{}: an index read from data is out of range",
-                            node.describe()
-                        );
-                    }
-                }
-                Step::Alias => {}
-                Step::Interp => {
-                    let ins: Vec<Option<Tensor>> = node
-                        .inputs
-                        .iter()
-                        .map(|v| v.map(|v| self.read(v, inputs, arena, &boxed)).transpose())
-                        .collect::<Result<_>>()?;
-                    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-                    let scope = self.scope(node, inputs, arena, &boxed)?;
-                    let outs = kiln_interp::eval_node(g, node, &refs, &scope)?;
-                    for (o, t) in node.outputs.iter().zip(outs) {
-                        if let Some(o) = o {
-                            self.write(*o, t, arena, &mut boxed)?;
-                        }
-                    }
+            match e {
+                Exec::Step(i) => self.run_step(*i, inputs, arena, &mut boxed, &mut ptrs)?,
+                Exec::Concurrent { func, steps } => {
+                    self.run_concurrent(*func, steps, inputs, arena)?
                 }
             }
             if let Some(t) = times.as_deref_mut() {
-                t[i] += start.elapsed();
+                let steps: &[usize] = match e {
+                    Exec::Step(i) => std::slice::from_ref(i),
+                    Exec::Concurrent { steps, .. } => steps,
+                };
+                // Concurrent kernels share the block's time equally.
+                for &i in steps {
+                    t[i] += start.elapsed() / steps.len() as u32;
+                }
             }
         }
         g.outputs
             .iter()
             .map(|&o| self.read(o, inputs, arena, &boxed))
             .collect()
+    }
+
+    /// Runs step `i` (a kernel, an alias or an interpreted node).
+    fn run_step(
+        &self,
+        i: usize,
+        inputs: &[Tensor],
+        arena: &mut AlignedBytes,
+        boxed: &mut [Option<Tensor>],
+        ptrs: &mut Vec<*mut u8>,
+    ) -> Result<()> {
+        let node = &self.graph.nodes[i];
+        match &self.steps[i] {
+            Step::Kernel { func, args } => {
+                ptrs.clear();
+                for &l in args {
+                    ptrs.push(self.pointer(l, inputs, arena)?);
+                }
+                // SAFETY: the arguments are the kernel's buffers, each
+                // as large as its declared shape, as the kernel expects.
+                let rc = unsafe { func(ptrs.as_ptr()) };
+                if rc != 0 {
+                    bail!(
+                        "{}: an index read from data is out of range",
+                        node.describe()
+                    );
+                }
+            }
+            Step::Alias => {}
+            Step::Interp => {
+                let ins: Vec<Option<Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.map(|v| self.read(v, inputs, arena, boxed)).transpose())
+                    .collect::<Result<_>>()?;
+                let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+                let scope = self.scope(node, inputs, arena, boxed)?;
+                let outs = kiln_interp::eval_node(&self.graph, node, &refs, &scope)?;
+                for (o, t) in node.outputs.iter().zip(outs) {
+                    if let Some(o) = o {
+                        self.write(*o, t, arena, boxed)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the kernel steps `steps` through their block function.
+    fn run_concurrent(
+        &self,
+        func: BlockFn,
+        steps: &[usize],
+        inputs: &[Tensor],
+        arena: &mut AlignedBytes,
+    ) -> Result<()> {
+        let mut args: Vec<Vec<*mut u8>> = Vec::with_capacity(steps.len());
+        for &i in steps {
+            let Step::Kernel { args: locs, .. } = &self.steps[i] else {
+                bail!("internal error: a concurrent block holds a step that is not a kernel");
+            };
+            args.push(
+                locs.iter()
+                    .map(|&l| self.pointer(l, inputs, arena))
+                    .collect::<Result<_>>()?,
+            );
+        }
+        let arrays: Vec<*const *mut u8> = args.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: each array holds its kernel's buffers (as for one step);
+        // the kernels of a block write disjoint buffers, which the memory
+        // plan keeps apart (their lifetimes overlap).
+        let rc = unsafe { func(arrays.as_ptr()) };
+        if rc != 0 {
+            let names: Vec<String> = steps
+                .iter()
+                .map(|&i| self.graph.nodes[i].describe())
+                .collect();
+            bail!(
+                "{}: an index read from data is out of range",
+                names.join(" or ")
+            );
+        }
+        Ok(())
     }
 
     /// Values the subgraphs of `node` read by name.
@@ -437,7 +547,18 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(g: &Graph, kernels: &[Option<NodeKernel>]) -> Result<Layout> {
+    /// `blocks`: the execution order, nodes of one block running
+    /// concurrently (their lifetimes then start and end together, and none
+    /// runs in place).
+    fn new(g: &Graph, kernels: &[Option<NodeKernel>], blocks: &[Vec<usize>]) -> Result<Layout> {
+        let mut time = vec![0usize; g.nodes.len()];
+        let mut concurrent = vec![false; g.nodes.len()];
+        for (t, block) in blocks.iter().enumerate() {
+            for &n in block {
+                time[n] = t;
+                concurrent[n] = block.len() > 1;
+            }
+        }
         let mut loc: Vec<Option<Loc>> = vec![None; g.values.len()];
         let mut weights = Vec::new();
         let mut boxed = 0;
@@ -461,7 +582,7 @@ impl Layout {
         for (step, node) in g.nodes.iter().enumerate() {
             for &i in node.inputs.iter().flatten() {
                 if let Some(&l) = index_of.get(&i) {
-                    lifetimes[l].last = step;
+                    lifetimes[l].last = lifetimes[l].last.max(time[step]);
                 }
             }
             let view = kernels[step].as_ref().and_then(|k| k.view);
@@ -499,8 +620,8 @@ impl Layout {
                 values.push(o);
                 lifetimes.push(Lifetime {
                     size: ty.numel().unwrap_or(0) * ty.dtype.size(),
-                    first: step,
-                    last: step,
+                    first: time[step],
+                    last: time[step],
                     inplace_of: None,
                 });
             }
@@ -515,7 +636,7 @@ impl Layout {
         for (step, node) in g.nodes.iter().enumerate() {
             for name in kiln_interp::subgraph_reads(node) {
                 if let Some(l) = g.find(&name).and_then(|v| index_of.get(&v)) {
-                    lifetimes[*l].last = lifetimes[*l].last.max(step);
+                    lifetimes[*l].last = lifetimes[*l].last.max(time[step]);
                 }
             }
         }
@@ -528,7 +649,7 @@ impl Layout {
                 continue;
             };
             if let (Some(&src), Some(&dst)) = (index_of.get(input), index_of.get(out)) {
-                if lifetimes[src].last == step {
+                if lifetimes[src].last == time[step] && !concurrent[step] {
                     lifetimes[dst].inplace_of = Some(src);
                 }
             }
@@ -551,8 +672,10 @@ impl Layout {
 }
 
 /// Compiles every kernel into one library (pieces in parallel).
+/// `blocks_c`: the C of the concurrent blocks (in the first unit).
 fn build(
     kernels: &[Option<NodeKernel>],
+    blocks_c: &str,
     opts: &CpuOptions,
 ) -> Result<(Option<Library>, Option<CompileReport>)> {
     let sources: Vec<&str> = kernels.iter().flatten().map(|k| k.c.as_str()).collect();
@@ -567,7 +690,7 @@ fn build(
         .map(|(i, chunk)| {
             // The thread-count setter is defined once, in the first unit.
             let mut s = if i == 0 {
-                file_prelude()
+                file_prelude() + blocks_c
             } else {
                 kiln_codegen::c::prelude()
             };
@@ -580,6 +703,64 @@ fn build(
         .collect();
     let (lib, report) = jit::compile(&opts.compiler, &units, opts.threads.max(1))?;
     Ok((Some(lib), Some(report)))
+}
+
+fn block_name(n: usize) -> String {
+    format!("kiln_block{n}")
+}
+
+/// The C function running block `n`'s kernels (all compiled, named
+/// `kiln_k<step>`) as OpenMP sections: `int NAME(void* const* const* args)`,
+/// `args[j]` the arguments of the `j`-th kernel; nonzero when any failed.
+fn block_c(n: usize, steps: &[usize], kernels: &[Option<NodeKernel>]) -> String {
+    let names: Vec<&str> = steps
+        .iter()
+        .filter_map(|&i| kernels[i].as_ref().map(|k| k.kernel.name.as_str()))
+        .collect();
+    let mut c = String::new();
+    for name in &names {
+        c += &format!("int {name}(void* const* restrict args);\n");
+    }
+    c += &format!(
+        "int {}(void* const* const* args) {{\n  int rc = 0;\n#ifdef _OPENMP\n#pragma omp parallel sections num_threads({}) reduction(|:rc)\n#endif\n  {{\n",
+        block_name(n),
+        names.len()
+    );
+    for (j, name) in names.iter().enumerate() {
+        c +=
+            &format!("#ifdef _OPENMP\n#pragma omp section\n#endif\n    rc |= {name}(args[{j}]);\n");
+    }
+    c += "  }\n  return rc;\n}\n";
+    c
+}
+
+/// The execution order: the plan's parallel sets (node positions) whose
+/// members are all compiled kernels (not views), each as one block;
+/// every other node alone.
+fn execution_blocks(
+    nodes: usize,
+    parallel: &[Vec<usize>],
+    kernels: &[Option<NodeKernel>],
+) -> Vec<Vec<usize>> {
+    let mut block_at: Vec<Option<usize>> = vec![None; nodes];
+    let runnable = |n: usize| kernels[n].as_ref().is_some_and(|k| k.view.is_none());
+    for (b, set) in parallel.iter().enumerate() {
+        if set.len() > 1 && set.iter().all(|&n| n < nodes && runnable(n)) {
+            set.iter().for_each(|&n| block_at[n] = Some(b));
+        }
+    }
+    let mut blocks: Vec<Vec<usize>> = Vec::new();
+    for n in 0..nodes {
+        match block_at[n] {
+            Some(b) if n > 0 && block_at[n - 1] == Some(b) => {
+                if let Some(last) = blocks.last_mut() {
+                    last.push(n);
+                }
+            }
+            _ => blocks.push(vec![n]),
+        }
+    }
+    blocks
 }
 
 /// A zeroed, 64-byte aligned byte buffer.

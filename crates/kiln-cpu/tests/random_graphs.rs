@@ -233,6 +233,7 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
     let mut fused_groups = 0;
+    let mut concurrent_blocks = 0;
     for seed in 0..count {
         let text = random_graph(seed);
         let original = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
@@ -267,9 +268,41 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
         }
     }
     // The test must exercise fusion, not only single-node kernels.
-    eprintln!("{count} graphs, {fused_groups} fused groups over all planners");
+    eprintln!(
+        "{count} graphs, {fused_groups} fused groups and {concurrent_blocks} concurrent blocks over all planners"
+    );
     assert!(
         fused_groups > count as usize,
         "only {fused_groups} fused groups"
     );
+}
+
+/// APOLLO's parallelism stitching on the CPU: the independent transposes
+/// of a multi-head pattern run as one concurrent block, with the same
+/// results as the interpreter.
+#[test]
+fn parallel_branches_run_concurrently() {
+    let text = r#"graph "heads" opsets [""=18] {
+  input %x: f32[8,16,32]
+  node "t1" %a: f32[32,16,8] = Transpose(%x) {perm=[2,1,0]}
+  node "t2" %b: f32[16,8,32] = Transpose(%x) {perm=[1,0,2]}
+  node "t3" %c: f32[8,32,16] = Transpose(%x) {perm=[0,2,1]}
+  output %a, %b, %c
+}"#;
+    let g = load(text).unwrap();
+    let ins = inputs(&g).unwrap();
+    let want = kiln_interp::run(&g, &ins).unwrap();
+    let opts = CpuOptions {
+        threads: 2,
+        fusion: PlannerKind::Apollo,
+        ..Default::default()
+    };
+    let model = CompiledModel::compile(&g, &opts).unwrap();
+    assert_eq!(
+        model.report.concurrent_blocks, 1,
+        "{:?}",
+        model.report.fusion.plan
+    );
+    let got = model.run(&ins).unwrap();
+    assert_close(&got, &want, "heads").unwrap();
 }

@@ -27,12 +27,30 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 pub const INLINED_CONSTANT_ELEMS: usize = 16;
 
 pub fn apply(g: &Graph, plan: &Plan) -> Result<Graph> {
+    Ok(apply_plan(g, plan)?.graph)
+}
+
+/// A plan applied: the fused graph, and the plan's parallel sets as
+/// positions of consecutive nodes in it.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    pub graph: Graph,
+    /// Each set's nodes, consecutive in `graph.nodes`; independent of one
+    /// another, so a backend may run them concurrently.
+    pub parallel: Vec<Vec<usize>>,
+}
+
+/// [`apply`], keeping the plan's parallel sets: each set's nodes are
+/// placed next to each other (contracting a set of mutually independent
+/// groups keeps the graph acyclic). Sets that are not independent are
+/// dropped.
+pub fn apply_plan(g: &Graph, plan: &Plan) -> Result<Applied> {
     plan.check_partition(g.nodes.len())?;
     let mut out = g.clone();
     out.opsets.entry(FUSED_DOMAIN.to_string()).or_insert(1);
     let readers = readers(g);
     let graph_outputs: BTreeSet<ValueId> = g.outputs.iter().copied().collect();
-    // (rank = first member, node)
+    // (rank = first member, node); unit i is group i.
     let mut units: Vec<(usize, Node)> = Vec::new();
     for (gi, group) in plan.groups.iter().enumerate() {
         if group.nodes.len() == 1 {
@@ -43,9 +61,37 @@ pub fn apply(g: &Graph, plan: &Plan) -> Result<Graph> {
         let node = fused_node(g, gi, &group.kind, &group.nodes, &readers, &graph_outputs)?;
         units.push((group.nodes[0], node));
     }
-    out.nodes = topological(g, units)?;
+    let stitched = blocks(units.len(), &plan.parallel);
+    let (nodes, parallel) = match topological(g, &units, &stitched) {
+        Ok(order) => order,
+        Err(_) => topological(g, &units, &blocks(units.len(), &[]))?,
+    };
+    out.nodes = nodes;
     kiln_ir::verify::verify(&out)?;
-    Ok(out)
+    Ok(Applied {
+        graph: out,
+        parallel,
+    })
+}
+
+/// The units ordered as blocks: each parallel set one block, every other
+/// unit alone.
+fn blocks(units: usize, parallel: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    let mut in_set = vec![false; units];
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for set in parallel {
+        let members: Vec<usize> = set
+            .iter()
+            .copied()
+            .filter(|&u| u < units && !in_set[u])
+            .collect();
+        if members.len() > 1 {
+            members.iter().for_each(|&u| in_set[u] = true);
+            out.push(members);
+        }
+    }
+    out.extend((0..units).filter(|&u| !in_set[u]).map(|u| vec![u]));
+    out
 }
 
 /// The fused node of one group of `g` (what [`apply`] puts in its place),
@@ -162,54 +208,69 @@ fn fused_node(
     })
 }
 
-/// Orders `units` so every value is defined before it is read, taking the
-/// unit of smallest rank among those ready.
-fn topological(g: &Graph, units: Vec<(usize, Node)>) -> Result<Vec<Node>> {
+/// Orders the blocks of `units` so every value is defined before it is
+/// read, taking the ready block of smallest rank (its first member's) and
+/// placing a block's units consecutively. Returns the nodes and the
+/// positions of the multi-unit blocks.
+fn topological(
+    g: &Graph,
+    units: &[(usize, Node)],
+    blocks: &[Vec<usize>],
+) -> Result<(Vec<Node>, Vec<Vec<usize>>)> {
+    let mut block_of = vec![0usize; units.len()];
+    for (b, members) in blocks.iter().enumerate() {
+        members.iter().for_each(|&u| block_of[u] = b);
+    }
     let mut producer: HashMap<ValueId, usize> = HashMap::new();
     for (u, (_, node)) in units.iter().enumerate() {
         for v in node.outputs.iter().flatten() {
-            producer.insert(*v, u);
+            producer.insert(*v, block_of[u]);
         }
     }
-    let mut waiting = vec![0usize; units.len()];
-    let mut dependents = vec![Vec::new(); units.len()];
-    for (u, (_, node)) in units.iter().enumerate() {
-        let mut deps: Vec<usize> = node
-            .inputs
+    let mut waiting = vec![0usize; blocks.len()];
+    let mut dependents = vec![Vec::new(); blocks.len()];
+    for (b, members) in blocks.iter().enumerate() {
+        let mut deps: Vec<usize> = members
             .iter()
-            .flatten()
+            .flat_map(|&u| units[u].1.inputs.iter().flatten())
             .filter_map(|v| producer.get(v).copied())
-            .filter(|&p| p != u)
+            .filter(|&p| p != b)
             .collect();
         deps.sort_unstable();
         deps.dedup();
-        waiting[u] = deps.len();
+        waiting[b] = deps.len();
         for d in deps {
-            dependents[d].push(u);
+            dependents[d].push(b);
         }
     }
-    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = units
-        .iter()
-        .enumerate()
-        .filter(|(u, _)| waiting[*u] == 0)
-        .map(|(u, (rank, _))| Reverse((*rank, u)))
+    let rank = |b: usize| blocks[b].iter().map(|&u| units[u].0).min().unwrap_or(0);
+    let mut ready: BinaryHeap<Reverse<(usize, usize)>> = (0..blocks.len())
+        .filter(|&b| waiting[b] == 0)
+        .map(|b| Reverse((rank(b), b)))
         .collect();
-    let mut order = Vec::with_capacity(units.len());
-    while let Some(Reverse((_, u))) = ready.pop() {
-        order.push(u);
-        for &d in &dependents[u] {
+    let mut nodes = Vec::with_capacity(units.len());
+    let mut parallel = Vec::new();
+    let mut emitted = 0;
+    while let Some(Reverse((_, b))) = ready.pop() {
+        emitted += 1;
+        let mut members = blocks[b].clone();
+        members.sort_by_key(|&u| units[u].0);
+        if members.len() > 1 {
+            parallel.push((nodes.len()..nodes.len() + members.len()).collect());
+        }
+        nodes.extend(members.iter().map(|&u| units[u].1.clone()));
+        for &d in &dependents[b] {
             waiting[d] -= 1;
             if waiting[d] == 0 {
-                ready.push(Reverse((units[d].0, d)));
+                ready.push(Reverse((rank(d), d)));
             }
         }
     }
-    if order.len() != units.len() {
+    if emitted != blocks.len() {
         bail!(
-            "fusion plan for graph '{}' makes a cycle between groups (a group is not convex)",
+            "fusion plan for graph '{}' makes a cycle between groups (a group is not convex, or a parallel set not independent)",
             g.name
         );
     }
-    let mut slots: Vec<Option<Node>> = units.into_iter().map(|(_, n)| Some(n)).collect();
-    Ok(order.into_iter().filter_map(|u| slots[u].take()).collect())
+    Ok((nodes, parallel))
 }
