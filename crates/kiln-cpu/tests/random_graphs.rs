@@ -258,6 +258,7 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
                 .iter()
                 .filter(|g| g.nodes.len() > 1)
                 .count();
+            concurrent_blocks += model.report.concurrent_blocks;
             let got = model
                 .run(&ins)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
