@@ -28,7 +28,9 @@ pub fn compile_line(m: &CompiledModel) -> String {
         None => "nothing to compile".into(),
     };
     format!(
-        "backend: cpu   kernels: {}   interpreted nodes: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
+        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
+        r.fusion.plan.planner,
+        (r.fusion.seconds * 1e3).round(),
         r.kernels,
         r.interpreted.len(),
         r.arena_bytes,
@@ -100,6 +102,7 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         arena_bytes: m.report.arena_bytes,
         intermediate_bytes: m.report.intermediate_bytes,
         kernels: m.report.kernels,
+        fusion: m.report.fusion.plan.planner.clone(),
         interpreted: m.report.interpreted.len(),
         threads: cpu.threads,
     };
@@ -113,6 +116,8 @@ struct Extra {
     arena_bytes: usize,
     intermediate_bytes: usize,
     kernels: usize,
+    /// The fusion planner.
+    fusion: String,
     interpreted: usize,
     threads: usize,
 }
@@ -140,6 +145,7 @@ fn report(
             j["arena_bytes"] = e.arena_bytes.into();
             j["intermediate_bytes"] = e.intermediate_bytes.into();
             j["kernels"] = e.kernels.into();
+            j["fusion"] = e.fusion.clone().into();
             j["interpreted_nodes"] = e.interpreted.into();
             j["threads"] = e.threads.into();
         }
