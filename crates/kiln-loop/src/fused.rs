@@ -466,8 +466,23 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
             &row_extents,
         )?);
     }
+    // Outputs that read no reduction are plain nests before the rows.
+    let mut before = Vec::new();
+    let mut before_schedule = Vec::new();
     for (k, &n) in group.outputs.iter().enumerate() {
-        if group.nodes[n].te.reduction.is_none() {
+        if group.nodes[n].te.reduction.is_none() && !depends_on_reduction(group, n) {
+            let nest = Kernel {
+                name: name.to_string(),
+                buffers: buffers.clone(),
+                body: node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?,
+            };
+            let s = default_schedule(&nest);
+            before.extend(apply(&nest, &s)?.body);
+            before_schedule.extend(s.0);
+        }
+    }
+    for (k, &n) in group.outputs.iter().enumerate() {
+        if group.nodes[n].te.reduction.is_none() && depends_on_reduction(group, n) {
             row_body.extend(row_output(
                 &mut inliner,
                 group,
@@ -488,10 +503,22 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
         body,
     };
     let schedule = row_schedule(&kernel, &row_vars);
+    let mut kernel = apply(&kernel, &schedule)?;
+    kernel.body.splice(0..0, before);
+    before_schedule.extend(schedule.0);
     Ok(LoweredGroup {
-        kernel: apply(&kernel, &schedule)?,
+        kernel,
         form: "rows",
-        schedule,
+        schedule: Schedule(before_schedule),
+    })
+}
+
+/// Whether node `n` reads a reduction of the group, directly or through
+/// other nodes.
+fn depends_on_reduction(group: &GroupExpr, n: usize) -> bool {
+    group.nodes[n].args.iter().flatten().any(|a| match a {
+        Src::Node(p) => group.nodes[*p].te.reduction.is_some() || depends_on_reduction(group, *p),
+        _ => false,
     })
 }
 
