@@ -6,7 +6,8 @@
 //! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
 //! inputs then its outputs, computing exactly what the nodes compute, in
 //! one of three forms, or an error saying why the group cannot be one
-//! kernel (the planner's feedback):
+//! kernel (the planner's feedback). The forms, tried in this order after
+//! the scaled-operand gemm of `operand_scale.rs`:
 //! - **nests** — no reduction is read inside the group: each output is one
 //!   loop nest with every producer inlined (element-wise, broadcast and
 //!   data-movement chains; a reduction with its element-wise prologue,
@@ -22,8 +23,9 @@
 //!   order into a register (later ones may read earlier ones: LayerNorm's
 //!   variance reads the mean), then each output over the rest of its
 //!   dimensions reading those registers (Softmax, LayerNorm, RMSNorm). All
-//!   reductions must have the same output space; each output must place
-//!   the row's dimensions on some of its own. Element-wise values are
+//!   reductions must have the same output space; each output that reads
+//!   one must place the row's dimensions on some of its own (outputs that
+//!   read none run as plain nests before the rows). Element-wise values are
 //!   recomputed where read rather than stored (they are cheap next to the
 //!   memory they would cost).
 
