@@ -5,7 +5,7 @@
 //! inputs, scalar constants and each other).
 //! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
 //! inputs then its outputs, computing exactly what the nodes compute, in
-//! one of three forms, or an error saying why the group cannot be one
+//! one of four forms, or an error saying why the group cannot be one
 //! kernel (the planner's feedback). The forms, tried in this order after
 //! the scaled-operand gemm of `operand_scale.rs`:
 //! - **nests** — no reduction is read inside the group: each output is one
@@ -16,7 +16,14 @@
 //! - **gemm + epilogue** — one contraction (matmul/conv) whose operands are
 //!   kernel inputs, and one output computed from it element by element:
 //!   the output's expression becomes the gemm's epilogue, applied to each
-//!   result before it is stored (bias, activation, residual, scale).
+//!   result before it is stored (bias, activation, residual, scale). A
+//!   trailing reshape stores the same bytes. A computed operand is refused
+//!   when the contraction is a gemm (matrix-vector products are loops and
+//!   inline it).
+//! - **reduce + epilogue** — a window or matrix-vector reduction (not a
+//!   gemm) with one element-wise output: the reduction into the output
+//!   buffer in its own vectorized loop order, then the epilogue in place,
+//!   both under one outer loop where they share it.
 //! - **rows** (memory stitching, APOLLO Table 2) — reductions whose
 //!   results are read by later nodes: loops over the first reduction's
 //!   output space (the rows), and inside each row, every reduction in
