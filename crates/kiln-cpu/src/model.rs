@@ -343,12 +343,13 @@ impl CompiledModel {
         }
         let mut boxed: Vec<Option<Tensor>> = vec![None; self.boxed_count];
         let mut ptrs: Vec<*mut u8> = Vec::new();
+        let mut block_args: Vec<Vec<*mut u8>> = Vec::new();
         for e in &self.exec {
             let start = Instant::now();
             match e {
                 Exec::Step(i) => self.run_step(*i, inputs, arena, &mut boxed, &mut ptrs)?,
                 Exec::Concurrent { func, steps } => {
-                    self.run_concurrent(*func, steps, inputs, arena)?
+                    self.run_concurrent(*func, steps, inputs, arena, &mut block_args)?
                 }
             }
             if let Some(t) = times.as_deref_mut() {
@@ -414,26 +415,29 @@ impl CompiledModel {
         Ok(())
     }
 
-    /// Runs the kernel steps `steps` through their block function.
+    /// Runs the kernel steps `steps` through their block function;
+    /// `args` holds one reused pointer array per kernel.
     fn run_concurrent(
         &self,
         func: BlockFn,
         steps: &[usize],
         inputs: &[Tensor],
         arena: &mut AlignedBytes,
+        args: &mut Vec<Vec<*mut u8>>,
     ) -> Result<()> {
-        let mut args: Vec<Vec<*mut u8>> = Vec::with_capacity(steps.len());
-        for &i in steps {
+        if args.len() < steps.len() {
+            args.resize_with(steps.len(), Vec::new);
+        }
+        for (&i, ptrs) in steps.iter().zip(args.iter_mut()) {
             let Step::Kernel { args: locs, .. } = &self.steps[i] else {
                 bail!("internal error: a concurrent block holds a step that is not a kernel");
             };
-            args.push(
-                locs.iter()
-                    .map(|&l| self.pointer(l, inputs, arena))
-                    .collect::<Result<_>>()?,
-            );
+            ptrs.clear();
+            for &l in locs {
+                ptrs.push(self.pointer(l, inputs, arena)?);
+            }
         }
-        let arrays: Vec<*const *mut u8> = args.iter().map(|a| a.as_ptr()).collect();
+        let arrays: Vec<*const *mut u8> = args[..steps.len()].iter().map(|a| a.as_ptr()).collect();
         // SAFETY: each array holds its kernel's buffers (as for one step);
         // the kernels of a block write disjoint buffers, which the memory
         // plan keeps apart (their lifetimes overlap).

@@ -11,7 +11,7 @@
 //! one group and re-enters the other).
 
 use kiln_ir::{Graph, Result};
-use kiln_ops::te::classify::{classify, ApolloType, Classes, MappingType, OpaqueKind};
+use kiln_ops::te::classify::{classify, ApolloType, Classes, MappingType};
 use kiln_ops::te::{classify::node_expr, TensorExpr};
 use std::collections::BTreeSet;
 
@@ -58,10 +58,7 @@ impl NodeInfo {
 
     /// Matmul or convolution (compute-bound).
     pub fn is_contraction(&self) -> bool {
-        matches!(
-            self.apollo(),
-            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
-        )
+        self.apollo().is_contraction()
     }
 }
 

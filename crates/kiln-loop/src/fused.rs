@@ -38,13 +38,13 @@
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::contraction_gemm;
-use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
+use crate::group::{Env, GroupExpr, Inliner, Src};
 use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_ops::te::classify::{classify, is_view, ApolloType, OpaqueKind};
+use kiln_ops::te::classify::{classify, is_view, ApolloType};
 use kiln_ops::te::{Combiner, Var};
 
 /// A lowered group.
@@ -123,7 +123,7 @@ fn refuse_prologues(group: &GroupExpr) -> Result<()> {
             .iter()
             .flatten()
             .any(|a| matches!(a, Src::Node(_)));
-        if is_contraction(node) && computed_operand && becomes_gemm(group, n)? {
+        if node.is_contraction() && computed_operand && becomes_gemm(group, n)? {
             bail!(
                 "{}: an operand is computed inside the group (prologue fusion into a matmul/convolution is not supported)",
                 node.label
@@ -151,13 +151,6 @@ fn becomes_gemm(group: &GroupExpr, n: usize) -> Result<bool> {
         .map(|i| node.args[i].as_ref().map(|_| i))
         .collect();
     Ok(contraction_gemm(&node.te, &dtypes, &buffer_of, node.args.len())?.is_some())
-}
-
-fn is_contraction(node: &GroupNode) -> bool {
-    matches!(
-        classify(&node.te).apollo,
-        ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
-    )
 }
 
 fn reductions(group: &GroupExpr) -> Vec<usize> {
@@ -400,11 +393,7 @@ fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
 }
 
 fn reads_data_index(v: &Val) -> bool {
-    let idx_has = |i: &Idx| {
-        i.terms.iter().any(|(a, _)| {
-            matches!(a, Atom::Data { .. } | Atom::Div(..) | Atom::Mod(..)) && has_data(a)
-        })
-    };
+    let idx_has = |i: &Idx| i.terms.iter().any(|(a, _)| has_data(a));
     match v {
         Val::Load { offset, guard, .. } => idx_has(offset) || guard.iter().any(|(i, _)| idx_has(i)),
         Val::Index(i) => idx_has(i),
@@ -448,7 +437,7 @@ fn real_dims(shape: &[usize]) -> Vec<usize> {
 /// The row program (memory stitching; see the module doc).
 fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
     let reds = reductions(group);
-    if let Some(&c) = reds.iter().find(|&&r| is_contraction(&group.nodes[r])) {
+    if let Some(&c) = reds.iter().find(|&&r| group.nodes[r].is_contraction()) {
         bail!(
             "{}: a matmul/convolution whose result is read other than element by element (only element-wise epilogues are fused)",
             group.nodes[c].label
@@ -476,10 +465,11 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
         )?);
     }
     // Outputs that read no reduction are plain nests before the rows.
+    let after_reduction = reads_reductions(group);
     let mut before = Vec::new();
     let mut before_schedule = Vec::new();
     for (k, &n) in group.outputs.iter().enumerate() {
-        if group.nodes[n].te.reduction.is_none() && !depends_on_reduction(group, n) {
+        if group.nodes[n].te.reduction.is_none() && !after_reduction[n] {
             let nest = Kernel {
                 name: name.to_string(),
                 buffers: buffers.clone(),
@@ -491,7 +481,7 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
         }
     }
     for (k, &n) in group.outputs.iter().enumerate() {
-        if group.nodes[n].te.reduction.is_none() && depends_on_reduction(group, n) {
+        if group.nodes[n].te.reduction.is_none() && after_reduction[n] {
             row_body.extend(row_output(
                 &mut inliner,
                 group,
@@ -522,13 +512,17 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
     })
 }
 
-/// Whether node `n` reads a reduction of the group, directly or through
-/// other nodes.
-fn depends_on_reduction(group: &GroupExpr, n: usize) -> bool {
-    group.nodes[n].args.iter().flatten().any(|a| match a {
-        Src::Node(p) => group.nodes[*p].te.reduction.is_some() || depends_on_reduction(group, *p),
-        _ => false,
-    })
+/// For each node, whether it reads a reduction of the group, directly or
+/// through other nodes (one pass: nodes are in topological order).
+fn reads_reductions(group: &GroupExpr) -> Vec<bool> {
+    let mut reads = vec![false; group.nodes.len()];
+    for (n, node) in group.nodes.iter().enumerate() {
+        reads[n] = node.args.iter().flatten().any(|a| match a {
+            Src::Node(p) => group.nodes[*p].te.reduction.is_some() || reads[*p],
+            _ => false,
+        });
+    }
+    reads
 }
 
 /// Reduction `r` (the `j`-th) of a row program: accumulate into a local,

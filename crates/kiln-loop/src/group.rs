@@ -43,6 +43,15 @@ pub struct GroupNode {
     pub label: String,
 }
 
+impl GroupNode {
+    /// A matmul or convolution.
+    pub fn is_contraction(&self) -> bool {
+        kiln_ops::te::classify::classify(&self.te)
+            .apollo
+            .is_contraction()
+    }
+}
+
 /// A group of nodes to become one kernel.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupExpr {

@@ -11,7 +11,7 @@
 
 use crate::group::{GroupExpr, Src};
 use kiln_ir::Tensor;
-use kiln_ops::te::classify::{classify, is_view, ApolloType, OpaqueKind};
+use kiln_ops::te::classify::is_view;
 use kiln_ops::te::{Expr, IndexExpr, Scalar};
 use std::collections::HashMap;
 
@@ -22,11 +22,7 @@ pub fn hoist_scales(group: &GroupExpr) -> (GroupExpr, HashMap<usize, Vec<Factor>
     let mut out = group.clone();
     let mut scales: HashMap<usize, Vec<Factor>> = HashMap::new();
     for (c, node) in group.nodes.iter().enumerate() {
-        let contraction = matches!(
-            classify(&node.te).apollo,
-            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
-        );
-        if !contraction {
+        if !node.is_contraction() {
             continue;
         }
         for (pos, arg) in node.args.iter().enumerate() {

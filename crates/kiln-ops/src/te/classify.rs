@@ -248,6 +248,16 @@ fn is_read(e: &Expr) -> bool {
     }
 }
 
+impl ApolloType {
+    /// A matmul or convolution (compute-bound; fused ops can only follow it).
+    pub fn is_contraction(self) -> bool {
+        matches!(
+            self,
+            ApolloType::Opaque(OpaqueKind::Matmul | OpaqueKind::Conv)
+        )
+    }
+}
+
 impl fmt::Display for ApolloType {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match self {
