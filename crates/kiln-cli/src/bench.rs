@@ -169,34 +169,42 @@ fn report(
     Ok(())
 }
 
-/// Time per node over a few runs, slowest first (the first 15, or
+/// Time per node: the median over a few runs (robust to a run that another
+/// process interrupted), slowest first (the first 15, or
 /// `$KILN_PROFILE_TOP`), and per op type.
 fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
-    let reps = 5;
-    let mut total: Vec<(String, String, bool, Duration)> = Vec::new();
+    let reps = 11;
+    let mut samples: Vec<(String, String, bool, Vec<Duration>)> = Vec::new();
     for _ in 0..reps {
         let (_, times) = m.run_profiled(inputs)?;
-        if total.is_empty() {
-            total = times
+        if samples.is_empty() {
+            samples = times
                 .iter()
-                .map(|t| (t.node.clone(), t.op.clone(), t.compiled, Duration::ZERO))
+                .map(|t| (t.node.clone(), t.op.clone(), t.compiled, Vec::new()))
                 .collect();
         }
-        for (acc, t) in total.iter_mut().zip(&times) {
-            acc.3 += t.time;
+        for (acc, t) in samples.iter_mut().zip(&times) {
+            acc.3.push(t.time);
         }
     }
-    let all: f64 = total.iter().map(|t| t.3.as_secs_f64()).sum::<f64>() / reps as f64;
+    let mut total: Vec<(String, String, bool, Duration)> = samples
+        .into_iter()
+        .map(|(node, op, compiled, mut ts)| {
+            ts.sort();
+            (node, op, compiled, ts[ts.len() / 2])
+        })
+        .collect();
+    let all: f64 = total.iter().map(|t| t.3.as_secs_f64()).sum::<f64>();
     let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
     for t in &total {
         let e = by_op.entry(&t.1).or_default();
-        e.0 += t.3.as_secs_f64() / reps as f64;
+        e.0 += t.3.as_secs_f64();
         e.1 += 1;
     }
     let mut ops: Vec<_> = by_op.into_iter().collect();
     ops.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
     println!(
-        "profile (mean of {reps} runs, {:.3} ms in kernels):",
+        "profile (per-node median of {reps} runs, {:.3} ms in kernels):",
         all * 1e3
     );
     println!("{:>10} {:>6} {:>6}  op", "ms", "%", "nodes");
@@ -210,7 +218,7 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(15);
     for (node, op, compiled, d) in total.iter().take(shown) {
-        let ms = d.as_secs_f64() * 1e3 / reps as f64;
+        let ms = d.as_secs_f64() * 1e3;
         let how = if *compiled { "kernel" } else { "interpreter" };
         println!(
             "{ms:>10.3} {:>6.1}  {op} {node} ({how})",

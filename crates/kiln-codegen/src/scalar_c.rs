@@ -295,12 +295,18 @@ KILN_INLINE float kiln_erff(float x) {
   float y = a < 0.5f ? small : big;
   return x < 0 ? -y : (x != x ? x : y);
 }
-/* NaN-propagating max/min without branches (a + b is NaN when either is),
-   so loops and gemm epilogues using them vectorize. */
-KILN_INLINE float kiln_maxf(float a, float b) { float m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-KILN_INLINE float kiln_minf(float a, float b) { float m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-KILN_INLINE double kiln_max(double a, double b) { double m = a > b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
-KILN_INLINE double kiln_min(double a, double b) { double m = a < b ? a : b; return ((a != a) | (b != b)) ? a + b : m; }
+/* NaN-propagating max/min without branches: the NaN operand (if any) is
+   selected with integer masks, which compilers keep branch-free in scalar
+   code too. A ternary on `a != a` became a compare-and-jump in the scalar
+   remainders of vectorized loops, and its comparison with 0 in ReLU/Clip
+   mispredicts on real data (a fused depthwise convolution ran 2.7x slower
+   on fresh inputs than on repeated ones). */
+KILN_INLINE float kiln_nan_orf(float a, float m) { uint32_t ia, im; memcpy(&ia, &a, 4); memcpy(&im, &m, 4); uint32_t k = 0u - (uint32_t)(a != a); uint32_t r = (ia & k) | (im & ~k); float f; memcpy(&f, &r, 4); return f; }
+KILN_INLINE double kiln_nan_or(double a, double m) { uint64_t ia, im; memcpy(&ia, &a, 8); memcpy(&im, &m, 8); uint64_t k = 0u - (uint64_t)(a != a); uint64_t r = (ia & k) | (im & ~k); double f; memcpy(&f, &r, 8); return f; }
+KILN_INLINE float kiln_maxf(float a, float b) { return kiln_nan_orf(b, kiln_nan_orf(a, a > b ? a : b)); }
+KILN_INLINE float kiln_minf(float a, float b) { return kiln_nan_orf(b, kiln_nan_orf(a, a < b ? a : b)); }
+KILN_INLINE double kiln_max(double a, double b) { return kiln_nan_or(b, kiln_nan_or(a, a > b ? a : b)); }
+KILN_INLINE double kiln_min(double a, double b) { return kiln_nan_or(b, kiln_nan_or(a, a < b ? a : b)); }
 KILN_INLINE float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
 KILN_INLINE double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
 KILN_INLINE float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }

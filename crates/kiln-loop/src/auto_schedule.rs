@@ -150,7 +150,7 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
 /// bounds check on `var` in `body` holds whatever the other loops' values:
 /// the interior of a padded window, which `peel` separates so it runs
 /// without checks. `None` when there is no such check or no interior.
-fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
+pub(crate) fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
     let mut ranges = std::collections::HashMap::new();
     loop_ranges(body, &mut ranges);
     let mut guards = Vec::new();
@@ -208,7 +208,7 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
 
 /// Whether some load in `body` walks memory with stride 1 or 2 along
 /// `var` (so making `var` the innermost loop reads contiguous rows).
-fn reads_along(body: &[Stmt], var: &str) -> bool {
+pub(crate) fn reads_along(body: &[Stmt], var: &str) -> bool {
     fn val(v: &Val, var: &str) -> bool {
         match v {
             Val::Load { offset, .. } => offset

@@ -40,9 +40,10 @@ use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::contraction_gemm;
 use crate::group::{Env, GroupExpr, Inliner, Src};
 use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
-use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
+use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
+use crate::window::window_in_registers;
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::classify::{classify, is_view, ApolloType};
 use kiln_ops::te::{Combiner, Var};
@@ -52,7 +53,8 @@ use kiln_ops::te::{Combiner, Var};
 pub struct LoweredGroup {
     /// The scheduled kernel.
     pub kernel: Kernel,
-    /// Which form it took: `nests`, `gemm`, `rows`.
+    /// Which form it took: `nests`, `gemm`, `reduce+epilogue`, `window`
+    /// (`window.rs`) or `rows`.
     pub form: &'static str,
     /// The schedules applied (one per nest).
     pub schedule: Schedule,
@@ -88,6 +90,9 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
         // y-reduce) loop order; plain reductions stitch into rows.
         let opaque = matches!(classify(&group.nodes[r].te).apollo, ApolloType::Opaque(_));
         if opaque {
+            if let Some(lowered) = window_in_registers(group, name, &buffers, r)? {
+                return Ok(lowered);
+            }
             if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r)? {
                 return Ok(lowered);
             }
@@ -153,7 +158,7 @@ fn becomes_gemm(group: &GroupExpr, n: usize) -> Result<bool> {
     Ok(contraction_gemm(&node.te, &dtypes, &buffer_of, node.args.len())?.is_some())
 }
 
-fn reductions(group: &GroupExpr) -> Vec<usize> {
+pub(crate) fn reductions(group: &GroupExpr) -> Vec<usize> {
     (0..group.nodes.len())
         .filter(|&n| group.nodes[n].te.reduction.is_some())
         .collect()
@@ -192,7 +197,7 @@ fn input_buffers_of(group: &GroupExpr, n: usize) -> Option<Vec<Option<usize>>> {
         .collect()
 }
 
-fn output_buffer(group: &GroupExpr, k: usize) -> usize {
+pub(crate) fn output_buffer(group: &GroupExpr, k: usize) -> usize {
     group.inputs.len() + k
 }
 
@@ -382,7 +387,7 @@ fn merge_outer_loops(body: Vec<Stmt>) -> Vec<Stmt> {
 
 /// The node whose bytes `n` has: `n` itself, or for a chain of views
 /// (reshapes) the node they reshape.
-fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
+pub(crate) fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
     while is_view(&group.nodes[n].te) {
         match group.nodes[n].args.first() {
             Some(Some(Src::Node(p))) => n = *p,
@@ -566,7 +571,8 @@ fn row_reduction(
     };
     let value = inliner.body(r, &env)?;
     let acc = format!("acc{j}");
-    let mut stmts = reduce_over(&acc, te.dtype, &red, value, &var)?;
+    let acc_type = accumulator_type(te.dtype, red.combiner);
+    let mut stmts = reduce_over(&acc, acc_type, &red, value, &var)?;
     let local = format!("v{j}");
     stmts.push(Stmt::Let {
         name: local.clone(),

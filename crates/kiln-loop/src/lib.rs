@@ -13,6 +13,7 @@ pub mod operand_scale;
 mod parse;
 pub mod schedule;
 mod text;
+pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{

@@ -116,18 +116,19 @@ pub(crate) fn reduce_into(
     r: &kiln_ops::te::Reduction,
     value: Val,
 ) -> Result<Vec<Stmt>> {
-    reduce_over(acc, dtype, r, value, &|k| var_name(Var::Red(k)))
+    let acc_type = accumulator_type(dtype, r.combiner);
+    reduce_over(acc, acc_type, r, value, &|k| var_name(Var::Red(k)))
 }
 
-/// [`reduce_into`] with the reduction loop variables named by `name`.
+/// [`reduce_into`] with an accumulator of type `acc_type` and the
+/// reduction loop variables named by `name`.
 pub(crate) fn reduce_over(
     acc: &str,
-    dtype: DType,
+    acc_type: DType,
     r: &kiln_ops::te::Reduction,
     value: Val,
     name: &dyn Fn(usize) -> String,
 ) -> Result<Vec<Stmt>> {
-    let acc_type = accumulator_type(dtype, r.combiner);
     let mut update = vec![Stmt::Update {
         name: acc.into(),
         combiner: r.combiner,
@@ -167,7 +168,7 @@ pub fn serial(var: &str, extent: i64, body: Vec<Stmt>) -> Stmt {
 }
 
 /// The accumulator type of a reduction producing `dtype`.
-fn accumulator_type(dtype: DType, combiner: Combiner) -> DType {
+pub(crate) fn accumulator_type(dtype: DType, combiner: Combiner) -> DType {
     let widens = matches!(combiner, Combiner::Sum | Combiner::Prod);
     if widens && dtype.is_float() && dtype != DType::BF16 {
         DType::F64

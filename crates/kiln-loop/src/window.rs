@@ -1,0 +1,195 @@
+//! Fused form *window in registers*: a small window reduction (depthwise
+//! convolution, pooling) and the element-wise epilogue after it as one
+//! loop nest, each output point accumulated in a register ("x-reduce").
+//!
+//! Needs: a [`GroupExpr`] whose only reduction is `r`, read inside the
+//! group; its single output `v` (through trailing views) has `r`'s shape;
+//! `r` is f32 with at most [`MAX_TAPS`] reduction steps per point, and its
+//! loads walk the innermost output dimension with stride 1 or 2.
+//! Guarantees: one kernel computing the group: per output point, the
+//! reduction into a local f32 accumulator over fully unrolled reduction
+//! loops, then the epilogue applied to it and stored once. The schedule
+//! (data) runs the outer output loops in parallel (coalescing the ones that
+//! stay affine), vectorizes the innermost output loop and peels the padded
+//! borders of the loops inside the parallel one, so the interior runs
+//! without bounds checks.
+//!
+//! Why: the *reduce + epilogue* form (y-reduce, `fused.rs`) adds each tap
+//! into the output buffer, a read-modify-write pass over the output row per
+//! tap and a last pass for the epilogue; here each output is written once.
+//! The f32 accumulator rounds like the y-reduce form, which sums in the f32
+//! output buffer (the interpreter sums in double; a window has few terms).
+
+use crate::auto_schedule::{interior, reads_along, work, PARALLEL_MIN_WORK};
+use crate::fused::{output_buffer, reductions, strip_views, LoweredGroup};
+use crate::group::{Env, GroupExpr, Inliner};
+use crate::ir::{Buffer, Idx, Kernel, Loop, Stmt, Val};
+use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
+use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
+use kiln_ir::{DType, Result};
+use kiln_ops::te::Var;
+
+/// Most reduction steps per output point (a 7x7 window is 49).
+pub const MAX_TAPS: usize = 64;
+
+/// The group as a window in registers; `None` when it does not have the
+/// shape the module doc needs (the caller then tries the other forms).
+pub fn window_in_registers(
+    group: &GroupExpr,
+    name: &str,
+    buffers: &[Buffer],
+    r: usize,
+) -> Result<Option<LoweredGroup>> {
+    let [output] = group.outputs[..] else {
+        return Ok(None);
+    };
+    let v = strip_views(group, output);
+    let (rt, vt) = (&group.nodes[r].te, &group.nodes[v].te);
+    let Some(red) = &rt.reduction else {
+        return Ok(None);
+    };
+    let taps: usize = red.extents.iter().product();
+    if v == r
+        || reductions(group) != [r]
+        || vt.shape != rt.shape
+        || rt.dtype != DType::F32
+        || taps > MAX_TAPS
+    {
+        return Ok(None);
+    }
+    let mut inliner = Inliner::new(group);
+    let outs: Vec<Idx> = (0..rt.shape.len())
+        .map(|l| Idx::var(&var_name(Var::Out(l))))
+        .collect();
+    for (l, &e) in rt.shape.iter().enumerate() {
+        inliner.bind(&var_name(Var::Out(l)), e as i64);
+    }
+    for (k, &e) in red.extents.iter().enumerate() {
+        inliner.bind(&var_name(Var::Red(k)), e as i64);
+    }
+    let env = Env {
+        out: outs.clone(),
+        red: (0..red.extents.len())
+            .map(|k| Idx::var(&var_name(Var::Red(k))))
+            .collect(),
+    };
+    let value = inliner.body(r, &env)?;
+    let mut point = reduce_over("acc", DType::F32, red, value, &|k| var_name(Var::Red(k)))?;
+    inliner
+        .computed
+        .insert(r, (Val::Local("acc".into()), outs.clone()));
+    let epilogue = inliner.body(
+        v,
+        &Env {
+            out: outs.clone(),
+            red: Vec::new(),
+        },
+    )?;
+    point.push(Stmt::Store {
+        buf: output_buffer(group, 0),
+        offset: flatten(&outs, &vt.shape),
+        value: epilogue,
+    });
+    let mut body = point;
+    for (l, &e) in rt.shape.iter().enumerate().rev() {
+        body = loop_or_zero(&var_name(Var::Out(l)), e as i64, body);
+    }
+    let kernel = Kernel {
+        name: name.to_string(),
+        buffers: buffers.to_vec(),
+        body,
+    };
+    let Some(schedule) = register_schedule(&kernel) else {
+        return Ok(None);
+    };
+    Ok(Some(LoweredGroup {
+        kernel: apply(&kernel, &schedule)?,
+        form: "window",
+        schedule,
+    }))
+}
+
+/// The schedule of the module doc; `None` when the nest has fewer than
+/// two output loops or the innermost one is not read along (then
+/// vectorizing it would gather).
+fn register_schedule(k: &Kernel) -> Option<Schedule> {
+    let (outputs, reductions) = loop_vars(&k.body);
+    let [.., innermost] = &outputs[..] else {
+        return None;
+    };
+    if outputs.len() < 2 || !reads_along(&k.body, innermost) {
+        return None;
+    }
+    let mut schedule = Schedule::default();
+    let mut current = k.clone();
+    let mut outer = outputs[0].clone();
+    let mut fused_count = 1;
+    for next in &outputs[1..outputs.len() - 1] {
+        let d = Directive::Fuse {
+            outer: outer.clone(),
+            inner: next.clone(),
+        };
+        let fused = apply(&current, &Schedule(vec![d.clone()])).ok()?;
+        let name = fused_name(&outer, next);
+        if has_div_mod_of(&fused.body, &name) {
+            break;
+        }
+        schedule.0.push(d);
+        current = fused;
+        outer = name;
+        fused_count += 1;
+    }
+    if work(&k.body) >= PARALLEL_MIN_WORK {
+        schedule.0.push(Directive::Parallel(outer));
+    }
+    for r in reductions {
+        schedule.0.push(Directive::Unroll(r));
+    }
+    schedule.0.push(Directive::Vectorize(innermost.clone()));
+    // Padded borders of every serial output loop: the interior rows and
+    // columns then read without bounds checks.
+    for var in &outputs[fused_count..] {
+        let extent = loop_extent(&current.body, var)?;
+        if let Some((lo, hi)) = interior(&current.body, var, extent) {
+            schedule.0.push(Directive::Peel {
+                var: var.clone(),
+                lo,
+                hi,
+            });
+        }
+    }
+    Some(schedule)
+}
+
+/// The output loops (outermost first) of the perfect nest at the top of
+/// `body`, and the reduction loops inside it.
+fn loop_vars(body: &[Stmt]) -> (Vec<String>, Vec<String>) {
+    let (mut outputs, mut reductions) = (Vec::new(), Vec::new());
+    let mut todo: Vec<&Loop> = body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Loop(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    while let Some(l) = todo.pop() {
+        if l.var.starts_with('i') {
+            outputs.push(l.var.clone());
+        } else {
+            reductions.push(l.var.clone());
+        }
+        todo.extend(l.body.iter().filter_map(|s| match s {
+            Stmt::Loop(l) => Some(l),
+            _ => None,
+        }));
+    }
+    (outputs, reductions)
+}
+
+fn loop_extent(body: &[Stmt], var: &str) -> Option<i64> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.var == var => Some(l.extent.max()),
+        Stmt::Loop(l) => loop_extent(&l.body, var),
+        _ => None,
+    })
+}
