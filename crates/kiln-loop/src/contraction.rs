@@ -234,7 +234,8 @@ pub fn contraction_gemm(
 /// The geometry of B when it reads an NCHW image window by window:
 /// `X[0, r0, s_h·oh + d_h·r1 − p_h, s_w·ow + d_w·r2 − p_w]` with N = (oh, ow)
 /// and K = (r0, r1, r2) in that order (a kernel dimension of size 1 has no
-/// reduction variable).
+/// reduction variable). `None` for a 1x1 window of stride 1 without
+/// padding: that B is a plain strided matrix.
 fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
     let access = &te.accesses[kb];
     let shape = te.inputs.get(access.input)?.as_ref()?;
@@ -276,6 +277,12 @@ fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<
     let (sh, dh, ph) = spatial(e2, lh, 1)?;
     let (sw, dw, pw) = spatial(e3, lw, 2)?;
     let n = |l: usize| te.shape[l] as i64;
+    if red.extents[1] == 1 && red.extents[2] == 1 && (sh, sw, ph, pw) == (1, 1, 0, 0) {
+        // A pointwise convolution reads B as a plain row-major matrix: the
+        // strided packer copies whole panels (the window packer copies by
+        // image rows, measured 10% slower on MobileNetV2).
+        return None;
+    }
     Some(ConvWindow {
         channels: channels as i64,
         size: [h as i64, w as i64],
