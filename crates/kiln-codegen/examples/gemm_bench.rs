@@ -143,6 +143,7 @@ fn spec(args: &Args) -> GemmSpec {
         },
         c: strided("C", m * n, n),
         epilogue: None,
+        prepacked: None,
     }
 }
 

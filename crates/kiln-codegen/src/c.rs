@@ -11,7 +11,9 @@
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
-use crate::gemm::{gemm_c, GemmSpec, Operand, Param, Window};
+use crate::gemm::{
+    gemm_c, gemm_prepack_c, prepack_name, Factor, GemmSpec, Operand, Param, Prepacked, Window,
+};
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
@@ -51,11 +53,19 @@ KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
     s
 }
 
+/// Suffix of a gemm kernel's prepacking entry points: `int NAME_prepack(void* const* args)`
+/// (the kernel's buffers, then where to write the packing) and `long NAME_prepack_floats(void)`
+/// (its size). Present when `kernel_c` chose to prepack a constant factor; the kernel itself
+/// then takes the packing as one more argument after its buffers.
+pub const PREPACK_SUFFIX: &str = "_prepack";
+
 /// Prints `k` as a C function. `alias`: an input buffer the output may
-/// share (in-place execution); neither gets `restrict`.
-pub fn kernel_c(k: &Kernel, alias: Option<usize>) -> Result<String> {
+/// share (in-place execution); neither gets `restrict`. `constants`: input
+/// buffers whose values are known before any run (weights), which a gemm
+/// may pack once ([`PREPACK_SUFFIX`]).
+pub fn kernel_c(k: &Kernel, alias: Option<usize>, constants: &[usize]) -> Result<KernelSource> {
     if let [Stmt::Gemm(g)] = k.body.as_slice() {
-        return gemm_kernel_c(k, g);
+        return gemm_kernel_c(k, g, constants);
     }
     let mut p = Printer {
         k,
@@ -84,14 +94,28 @@ pub fn kernel_c(k: &Kernel, alias: Option<usize>) -> Result<String> {
         p.stmt(s, 1)?;
     }
     writeln!(p.out, "  return err;\n}}").ok();
-    Ok(p.out)
+    Ok(KernelSource {
+        c: p.out,
+        prepacked: false,
+    })
+}
+
+/// A kernel's C source.
+#[derive(Debug, Clone)]
+pub struct KernelSource {
+    pub c: String,
+    /// It has the [`PREPACK_SUFFIX`] entry points and takes the packing
+    /// after its buffers.
+    pub prepacked: bool,
 }
 
 /// A kernel that is one matrix product: the gemm template instantiated on
 /// the operands (strided when their offsets are, window expressions
-/// otherwise), and the entry point calling it.
-fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
-    let params: Vec<Param> = k
+/// otherwise), and the entry point calling it. A strided factor among
+/// `constants` of an unbatched product is prepacked (B preferred: a
+/// weight right of the activations).
+fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSource> {
+    let mut params: Vec<Param> = k
         .buffers
         .iter()
         .map(|b| {
@@ -105,6 +129,23 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
     let rows_cols = |o: &GemmOperand, rows: i64, cols: i64| -> Result<Operand> {
         operand(k, o, [g.batch, rows, cols])
     };
+    let a = rows_cols(&g.a, g.m, g.k)?;
+    let b = match &g.window {
+        Some(w) => Operand::Window(window(&k.buffers[g.b.buf].name, w)),
+        None => rows_cols(&g.b, g.k, g.n)?,
+    };
+    let prepacked = [(Factor::B, &b, g.b.buf), (Factor::A, &a, g.a.buf)]
+        .into_iter()
+        .find(|(_, o, buf)| {
+            g.batch == 1 && constants.contains(buf) && matches!(o, Operand::Strided { .. })
+        })
+        .map(|(factor, ..)| Prepacked {
+            factor,
+            param: PACKED_PARAM.into(),
+        });
+    if prepacked.is_some() {
+        params.push(Param::new("const float* restrict", PACKED_PARAM));
+    }
     let spec = GemmSpec {
         name: format!("{}_gemm", k.name),
         params,
@@ -112,35 +153,71 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm) -> Result<String> {
         m: g.m as usize,
         n: g.n as usize,
         k: g.k as usize,
-        a: rows_cols(&g.a, g.m, g.k)?,
-        b: match &g.window {
-            Some(w) => Operand::Window(window(&k.buffers[g.b.buf].name, w)),
-            None => rows_cols(&g.b, g.k, g.n)?,
-        },
+        a,
+        b,
         c: rows_cols(&g.c, g.m, g.n)?,
         epilogue: match &g.epilogue {
             Some(e) => Some(epilogue(k, g, e)?),
             None => None,
         },
+        prepacked,
     };
     let mut out = gemm_c(&spec)?;
-    let args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
-    writeln!(out, "int {}(void* const* restrict args) {{", k.name).ok();
-    for (i, b) in k.buffers.iter().enumerate() {
-        let ty = c_type(b.dtype)?;
-        let konst = if b.output { "" } else { "const " };
-        writeln!(out, "  {konst}{ty}* {} = ({konst}{ty}*)args[{i}];", b.name).ok();
+    let mut args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
+    let unpack = buffer_arguments(k)?;
+    writeln!(
+        out,
+        "int {}(void* const* restrict args) {{\n{unpack}",
+        k.name
+    )
+    .ok();
+    if spec.prepacked.is_some() {
+        let n = k.buffers.len();
+        writeln!(
+            out,
+            "  const float* {PACKED_PARAM} = (const float*)args[{n}];"
+        )
+        .ok();
+        args.push(PACKED_PARAM.into());
     }
     writeln!(
         out,
-        "  {}({});
-  return 0;
-}}",
+        "  {}({});\n  return 0;\n}}",
         spec.name,
         args.join(", ")
     )
     .ok();
-    Ok(out)
+    if spec.prepacked.is_some() {
+        out.push_str(&gemm_prepack_c(&spec)?);
+        let packing = prepack_name(&spec);
+        let name = format!("{}{PREPACK_SUFFIX}", k.name);
+        let n = k.buffers.len();
+        args.pop();
+        writeln!(
+            out,
+            "long {name}_floats(void) {{\n  return {packing}_floats();\n}}\nint {name}(void* const* restrict args) {{\n{unpack}  {packing}({}, 0, (float*)args[{n}]);\n  return 0;\n}}",
+            args.join(", ")
+        )
+        .ok();
+    }
+    Ok(KernelSource {
+        c: out,
+        prepacked: spec.prepacked.is_some(),
+    })
+}
+
+/// The name of the prepacked factor's parameter in a gemm kernel.
+const PACKED_PARAM: &str = "packed";
+
+/// `T* NAME = (T*)args[i];` for each of `k`'s buffers.
+fn buffer_arguments(k: &Kernel) -> Result<String> {
+    let mut s = String::new();
+    for (i, b) in k.buffers.iter().enumerate() {
+        let ty = c_type(b.dtype)?;
+        let konst = if b.output { "" } else { "const " };
+        writeln!(s, "  {konst}{ty}* {} = ({konst}{ty}*)args[{i}];", b.name).ok();
+    }
+    Ok(s)
 }
 
 /// The C expression of a gemm epilogue: the product is the float `acc`,

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning, Window,
+    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
+    Operand, Param, Prepacked, Tuning, Window,
 };
 
 /// Largest accepted error, relative to the largest reference magnitude of the case.
@@ -84,6 +85,8 @@ struct Matmul {
     b: (isize, isize, isize),
     c: (isize, isize, isize),
     bias: bool,
+    /// The factor packed once before the call (read from parameter `packed`).
+    prepack: Option<Factor>,
 }
 
 impl Matmul {
@@ -99,6 +102,7 @@ impl Matmul {
             b: (k_ * n_, n_, 1),
             c: (m_ * n_, n_, 1),
             bias: false,
+            prepack: None,
         }
     }
 
@@ -134,10 +138,14 @@ impl Matmul {
             });
             names.push("bias");
         }
+        let mut params = params(&names, "C");
+        if self.prepack.is_some() {
+            params.push(Param::new("const float* restrict", "packed"));
+        }
         Case {
             spec: GemmSpec {
                 name: self.name.into(),
-                params: params(&names, "C"),
+                params,
                 batch,
                 m,
                 n,
@@ -146,6 +154,10 @@ impl Matmul {
                 b: strided("B", self.b.0, self.b.1, self.b.2),
                 c: strided("C", self.c.0, self.c.1, self.c.2),
                 epilogue: self.bias.then(|| "fmaxf(acc + bias[c], 0.0f)".to_string()),
+                prepacked: self.prepack.map(|factor| Prepacked {
+                    factor,
+                    param: "packed".into(),
+                }),
             },
             tuning,
             inputs,
@@ -293,6 +305,7 @@ impl Conv {
                 b: self.operand(),
                 c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
                 epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
+                prepacked: None,
             },
             tuning,
             inputs: vec![
@@ -390,6 +403,36 @@ fn cases() -> Vec<Case> {
             ..small_blocks(Some(KernelShape { mr: 8, nr: 48 }), Some(false))
         };
         cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
+    }
+    // A weight packed once before the call, on either side, in both orientations, with several
+    // K blocks and partial panels (the packing must match what the matmul reads).
+    for (index, (factor, transposed)) in [Factor::A, Factor::B]
+        .into_iter()
+        .flat_map(|f| [(f, false), (f, true)])
+        .enumerate()
+    {
+        let name: &'static str =
+            Box::leak(format!("mm_prepacked_{factor:?}_t{}", transposed as u8).into_boxed_str());
+        for (blocks, tuning) in [
+            (
+                "",
+                Tuning {
+                    transposed: Some(transposed),
+                    ..Tuning::default()
+                },
+            ),
+            ("_small", small_blocks(None, Some(transposed))),
+        ] {
+            let name: &'static str = Box::leak(format!("{name}{blocks}").into_boxed_str());
+            cases.push(
+                Matmul {
+                    bias: true,
+                    prepack: Some(factor),
+                    ..Matmul::plain(name, 61, 137, 129)
+                }
+                .case(24 + index as u64, tuning),
+            );
+        }
     }
     let conv = Conv {
         images: 2,
@@ -499,6 +542,22 @@ fn program(cases: &[Case]) -> String {
             case.output
         ));
         let args: Vec<&str> = case.spec.params.iter().map(|p| p.name.as_str()).collect();
+        if let Some(prepacked) = &case.spec.prepacked {
+            source.push_str(&gemm_prepack_c_tuned(&case.spec, &case.tuning).expect("valid spec"));
+            let pack = prepack_name(&case.spec);
+            let param = &prepacked.param;
+            main.push_str(&format!(
+                "        float* {param} = malloc(sizeof(float) * (size_t){pack}_floats());\n"
+            ));
+            let unpacked: Vec<&str> = args
+                .iter()
+                .map(|a| if a == param { "0" } else { a })
+                .collect();
+            main.push_str(&format!(
+                "        {pack}({}, {param});\n",
+                unpacked.join(", ")
+            ));
+        }
         main.push_str(&format!("        {name}({});\n", args.join(", ")));
         main.push_str(&format!(
             "        test_store(dir, \"{name}.out\", {}, {out_len});\n",

@@ -50,9 +50,13 @@ enum Loc {
     Arena(usize),
     /// A tensor held by the executor (types or shapes the arena cannot hold).
     Boxed(usize),
+    /// Not a value: a weight packed for a gemm before the first run
+    /// (`packed[i]`), passed after the kernel's buffers.
+    Packed(usize),
 }
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+type FloatsFn = unsafe extern "C" fn() -> std::ffi::c_long;
 type BlockFn = unsafe extern "C" fn(*const *const *mut u8) -> i32;
 
 /// One entry of the execution order.
@@ -96,6 +100,8 @@ pub struct CompiledModel {
     exec: Vec<Exec>,
     loc: Vec<Option<Loc>>,
     weights: Vec<Tensor>,
+    /// Weights packed for their gemms at compile time.
+    packed: Vec<AlignedBytes>,
     boxed_count: usize,
     arena: std::sync::Mutex<AlignedBytes>,
     /// Sets the OpenMP team size of the calling thread (set per run: the
@@ -117,6 +123,8 @@ pub struct CompileSummary {
     pub compiled_nodes: usize,
     /// Blocks of kernels run concurrently (parallelism stitching).
     pub concurrent_blocks: usize,
+    /// Weights packed for their gemms at compile time.
+    pub prepacked_weights: usize,
     /// Nodes left to the interpreter: (node, why).
     pub interpreted: Vec<(String, String)>,
     /// What the JIT did (`None`: no kernel to compile).
@@ -217,6 +225,7 @@ impl CompiledModel {
             .collect();
         let (library, compile) = build(&kernels, &blocks_c, opts)?;
         let mut steps = Vec::new();
+        let mut packed = Vec::new();
         for ((node, k), &aliased) in graph.nodes.iter().zip(&kernels).zip(&loc_plan.aliased) {
             steps.push(match (k, &library) {
                 _ if aliased => Step::Alias,
@@ -226,7 +235,7 @@ impl CompiledModel {
                     let mut values: Vec<ValueId> =
                         k.inputs.iter().filter_map(|&p| node.inputs[p]).collect();
                     values.extend(node.outputs.iter().flatten().copied());
-                    let args = values
+                    let mut args: Vec<Loc> = values
                         .iter()
                         .map(|&v| match loc_plan.loc[v.index()] {
                             Some(Loc::Boxed(_)) | None => bail!(
@@ -237,6 +246,12 @@ impl CompiledModel {
                             Some(l) => Ok(l),
                         })
                         .collect::<Result<_>>()?;
+                    if k.prepacked {
+                        let packing = prepack(lib, &k.kernel.name, &args, &loc_plan.weights)
+                            .map_err(|e| Error::new(format!("{}: {e}", node.describe())))?;
+                        args.push(Loc::Packed(packed.len()));
+                        packed.push(packing);
+                    }
                     Step::Kernel { func, args }
                 }
                 _ => Step::Interp,
@@ -287,6 +302,7 @@ impl CompiledModel {
                 kernels: kernel_steps,
                 compiled_nodes,
                 concurrent_blocks,
+                prepacked_weights: packed.len(),
                 interpreted,
                 compile,
                 fusion: planned,
@@ -294,6 +310,7 @@ impl CompiledModel {
                 intermediate_bytes: loc_plan.plan.total_bytes,
             },
             arena: std::sync::Mutex::new(AlignedBytes::new(loc_plan.plan.arena_bytes)),
+            packed,
             set_threads,
             threads: opts.threads.max(1),
             _library: library,
@@ -482,6 +499,7 @@ impl CompiledModel {
             Loc::Input(i) => data_ptr(&inputs[i])?,
             Loc::Weight(w) => data_ptr(&self.weights[w])?,
             Loc::Arena(off) => arena.ptr(off),
+            Loc::Packed(p) => self.packed[p].ptr_const(0) as *mut u8,
             Loc::Boxed(_) => bail!("a kernel argument is not in memory a kernel can read"),
         })
     }
@@ -514,6 +532,7 @@ impl CompiledModel {
                 let shape = ty.shape.clone().unwrap_or_default();
                 from_bytes(ty.dtype, shape, arena.ptr_const(off))?
             }
+            Loc::Packed(_) => bail!("value '{}' has no tensor storage", self.graph.name(v)),
         })
     }
 
@@ -532,7 +551,7 @@ impl CompiledModel {
                 // SAFETY: the planner sized this slot for the value's type.
                 unsafe { std::ptr::copy_nonoverlapping(src, arena.ptr(off), n) };
             }
-            Loc::Input(_) | Loc::Weight(_) => {
+            Loc::Input(_) | Loc::Weight(_) | Loc::Packed(_) => {
                 bail!("value '{}' is written twice", self.graph.name(v))
             }
         }
@@ -765,6 +784,40 @@ fn execution_blocks(
         }
     }
     blocks
+}
+
+/// Runs kernel `name`'s prepacking entry point on its weight: the packing
+/// it then reads after its buffers. Only the weights among `args` are
+/// read; the other buffers are passed as null.
+fn prepack(lib: &Library, name: &str, args: &[Loc], weights: &[Tensor]) -> Result<AlignedBytes> {
+    let suffix = kiln_codegen::c::PREPACK_SUFFIX;
+    // SAFETY: a prepacked kernel's source defines both entry points
+    // (`long NAME_prepack_floats(void)`, `int NAME_prepack(void* const*)`).
+    let (floats, pack): (FloatsFn, KernelFn) = unsafe {
+        (
+            lib.symbol(&format!("{name}{suffix}_floats"))?,
+            lib.symbol(&format!("{name}{suffix}"))?,
+        )
+    };
+    // SAFETY: no arguments; returns a size.
+    let n = usize::try_from(unsafe { floats() })
+        .map_err(|_| Error::new("negative weight packing size"))?;
+    let mut packing = AlignedBytes::new(n * 4);
+    let mut ptrs = Vec::with_capacity(args.len() + 1);
+    for &l in args {
+        ptrs.push(match l {
+            Loc::Weight(w) => data_ptr(&weights[w])?,
+            _ => std::ptr::null_mut(),
+        });
+    }
+    ptrs.push(packing.ptr(0));
+    // SAFETY: the weight pointers hold the kernel's declared shapes and the
+    // packing has the size the kernel asked for; nothing else is read.
+    let rc = unsafe { pack(ptrs.as_ptr()) };
+    if rc != 0 {
+        bail!("packing a weight failed");
+    }
+    Ok(packing)
 }
 
 /// A zeroed, 64-byte aligned byte buffer.

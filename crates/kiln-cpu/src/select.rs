@@ -31,6 +31,9 @@ pub struct NodeKernel {
     /// Input position whose bytes the output is (a reshape): the executor
     /// may alias the two and skip the kernel.
     pub view: Option<usize>,
+    /// The kernel packs a weight once, before the first run, and takes the
+    /// packing after its buffers (`kiln_codegen::c::PREPACK_SUFFIX`).
+    pub prepacked: bool,
 }
 
 /// The C-backend element types.
@@ -41,7 +44,8 @@ pub fn has_c_type(dtype: DType) -> bool {
 /// The kernel for `node` (named `name`), or why there is none.
 pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
     if node.domain == FUSED_DOMAIN && node.op == FUSED_OP {
-        return fused_kernel(node, name);
+        let all: Vec<usize> = (0..node.inputs.len()).collect();
+        return fused_kernel(node, name, &constant_buffers(g, node, &all));
     }
     let outputs: Vec<_> = node.outputs.iter().flatten().collect();
     if outputs.len() != 1 || node.outputs.len() != 1 {
@@ -60,12 +64,14 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
             bail!("{} on {d} tensors", node.op);
         }
     }
+    let inputs: Vec<usize> = (0..te.inputs.len())
+        .filter(|&i| te.inputs[i].is_some())
+        .collect();
     if let Some(kernel) = kiln_loop::contraction::lower_contraction(&te, name, &dtypes)? {
-        let inputs = (0..te.inputs.len())
-            .filter(|&i| te.inputs[i].is_some())
-            .collect();
+        let source = kernel_c(&kernel, None, &constant_buffers(g, node, &inputs))?;
         return Ok(NodeKernel {
-            c: kernel_c(&kernel, None)?,
+            c: source.c,
+            prepacked: source.prepacked,
             kernel,
             schedule: Schedule::default(),
             inputs,
@@ -73,34 +79,43 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
             view: None,
         });
     }
-    let inputs: Vec<usize> = (0..te.inputs.len())
-        .filter(|&i| te.inputs[i].is_some())
-        .collect();
     let kernel = kiln_loop::lower(&te, name, &dtypes)?;
     let kernel = inline_constants(&kernel, &scalar_constants(g, node, &inputs)?);
     let alias = in_place_input(&kernel);
     let schedule = default_schedule(&kernel);
     let scheduled = kiln_loop::apply(&kernel, &schedule)?;
-    let c = kernel_c(&scheduled, alias)?;
+    let c = kernel_c(&scheduled, alias, &[])?.c;
     Ok(NodeKernel {
         kernel: scheduled,
         schedule,
         c,
+        prepacked: false,
         in_place: alias.map(|b| inputs[b]),
         inputs,
         view: is_view(&te).then(|| te.accesses[0].input),
     })
 }
 
+/// The kernel buffers (numbered by `inputs`, the node input positions
+/// passed as buffers) that hold a weight: an initializer of `g`.
+fn constant_buffers(g: &Graph, node: &Node, inputs: &[usize]) -> Vec<usize> {
+    (0..inputs.len())
+        .filter(|&j| node.inputs[inputs[j]].is_some_and(|v| g.initializers.contains_key(&v)))
+        .collect()
+}
+
 /// The kernel of a fused node: its body's nodes lowered as one group.
-pub fn fused_kernel(node: &Node, name: &str) -> Result<NodeKernel> {
+/// `constants`: its inputs that hold weights (see `kernel_c`).
+pub fn fused_kernel(node: &Node, name: &str, constants: &[usize]) -> Result<NodeKernel> {
     let Some(body) = node.attr_graph("body")? else {
         bail!("fused node {} has no body", node.name);
     };
     let group = group_expr(body)?;
     let lowered = kiln_loop::fused::lower_group(&group, name)?;
+    let source = kernel_c(&lowered.kernel, None, constants)?;
     Ok(NodeKernel {
-        c: kernel_c(&lowered.kernel, None)?,
+        c: source.c,
+        prepacked: source.prepacked,
         kernel: lowered.kernel,
         schedule: lowered.schedule,
         inputs: (0..node.inputs.len()).collect(),
@@ -196,7 +211,7 @@ impl GroupCheck for CpuGroupCheck {
     fn check(&self, g: &Graph, nodes: &[usize]) -> std::result::Result<(), String> {
         let attempt = || -> Result<()> {
             let node = kiln_fuse::apply::group_node(g, nodes)?;
-            fused_kernel(&node, "check").map(|_| ())
+            fused_kernel(&node, "check", &[]).map(|_| ())
         };
         attempt().map_err(|e| e.to_string())
     }

@@ -104,7 +104,7 @@ fn fused_cases() {
             return Ok("no body".into());
         };
         let ops: Vec<&str> = body.nodes.iter().map(|n| n.op.as_str()).collect();
-        let k = kiln_cpu::select::fused_kernel(&node, &name)?;
+        let k = kiln_cpu::select::fused_kernel(&node, &name, &[])?;
         let s: Vec<String> = k.schedule.0.iter().map(|d| d.to_string()).collect();
         Ok(format!(
             "# group: {}\n{}\nschedule: [{}]\n",

@@ -5,7 +5,7 @@
 //! inputs, scalar constants and each other).
 //! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
 //! inputs then its outputs, computing exactly what the nodes compute, in
-//! one of four forms, or an error saying why the group cannot be one
+//! one of five forms, or an error saying why the group cannot be one
 //! kernel (the planner's feedback). The forms, tried in this order after
 //! the scaled-operand gemm of `operand_scale.rs`:
 //! - **nests** — no reduction is read inside the group: each output is one
@@ -20,6 +20,9 @@
 //!   trailing reshape stores the same bytes. A computed operand is refused
 //!   when the contraction is a gemm (matrix-vector products are loops and
 //!   inline it).
+//! - **window** (`window.rs`) — a small f32 window reduction (depthwise
+//!   convolution, pooling) with one element-wise output of its shape: each
+//!   output point accumulated in a register, then the epilogue, stored once.
 //! - **reduce + epilogue** — a window or matrix-vector reduction (not a
 //!   gemm) with one element-wise output: the reduction into the output
 //!   buffer in its own vectorized loop order, then the epilogue in place,

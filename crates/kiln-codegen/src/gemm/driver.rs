@@ -75,19 +75,18 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.open("");
     // Read in place, A needs a buffer for its partial last panel only.
     // Buffers for the largest block: blocks have at most ceil(panels / blocks) panels.
-    let a_panels = if plan.pack_a {
-        "(kiln_mpan + kiln_mb - 1) / kiln_mb"
-    } else {
-        "1"
+    // A prepacked factor needs no buffer (one float keeps the allocation check uniform).
+    let a_floats = match (plan.prepacked, plan.pack_a) {
+        (Some(Side::A), _) => "1".to_string(),
+        (_, true) => format!("(kiln_mpan + kiln_mb - 1) / kiln_mb * {}", mr * kc),
+        (_, false) => (mr * kc).to_string(),
     };
-    w.line(format!(
-        "float* kiln_ap = kiln_gemm_alloc({a_panels} * {});",
-        mr * kc
-    ));
-    w.line(format!(
-        "float* kiln_bp = kiln_gemm_alloc((kiln_npan + kiln_nb - 1) / kiln_nb * {});",
-        nr * kc
-    ));
+    let b_floats = match plan.prepacked {
+        Some(Side::B) => "1".to_string(),
+        _ => format!("(kiln_npan + kiln_nb - 1) / kiln_nb * {}", nr * kc),
+    };
+    w.line(format!("float* kiln_ap = kiln_gemm_alloc({a_floats});"));
+    w.line(format!("float* kiln_bp = kiln_gemm_alloc({b_floats});"));
     w.directive("#pragma omp for schedule(static)");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
@@ -117,22 +116,31 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     ));
     w.line(format!("const int kiln_last = kiln_k0 + kiln_kc == {k};"));
     w.line("(void)kiln_last;");
-    emit_pack(
-        w,
-        &PackJob {
-            view: &views.b,
-            side: Side::B,
-            width: nr,
-            extent: plan.n,
-            buffer: "kiln_bp",
-            first: "kiln_pb0",
-            end: "kiln_pb1",
-        },
-    );
+    let prepacked = |side| {
+        spec.prepacked
+            .as_ref()
+            .filter(|_| plan.prepacked == Some(side))
+            .map(|p| p.param.as_str())
+    };
+    if prepacked(Side::B).is_none() {
+        emit_pack(
+            w,
+            &PackJob {
+                view: &views.b,
+                side: Side::B,
+                width: nr,
+                extent: plan.n,
+                buffer: "kiln_bp",
+                first: "kiln_pb0",
+                end: "kiln_pb1",
+            },
+        );
+    }
     let full_panels = plan.m / mr;
     let partial = !plan.m.is_multiple_of(mr);
     // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
     let pe = match (plan.pack_a, partial) {
+        _ if prepacked(Side::A).is_some() => "kiln_pa0".to_string(),
         (true, _) => "kiln_pa0".to_string(),
         (false, false) => "kiln_pa1".to_string(),
         (false, true) => format!(
@@ -141,7 +149,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     };
     w.line(format!("const long kiln_pe = {pe};"));
     w.line("(void)kiln_pe;");
-    if plan.pack_a || partial {
+    if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
         emit_pack(
             w,
             &PackJob {
@@ -156,20 +164,33 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
         );
     }
     w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
-    w.line(format!(
-        "const float* kiln_bpanel = kiln_bp + (kiln_q - kiln_pb0) * kiln_kc * {nr};"
-    ));
+    w.line(match prepacked(Side::B) {
+        Some(param) => format!(
+            "const float* kiln_bpanel = {param} + kiln_k0 * {} + kiln_q * kiln_kc * {nr};",
+            plan.n_panels() * nr
+        ),
+        None => {
+            format!("const float* kiln_bpanel = kiln_bp + (kiln_q - kiln_pb0) * kiln_kc * {nr};")
+        }
+    });
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
     w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
     ));
     let packed = |w: &mut CWriter| {
-        w.line(format!(
-            "const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pe) * kiln_kc * {mr};"
-        ));
+        w.line(match prepacked(Side::A) {
+            Some(param) => format!(
+                "const float* kiln_apanel = {param} + kiln_k0 * {} + kiln_s * kiln_kc * {mr};",
+                plan.m_panels() * mr
+            ),
+            None => {
+                format!("const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pe) * kiln_kc * {mr};")
+            }
+        });
         emit_tile(w, spec, plan, views, &KernelCall::packed(plan));
     };
     match (plan.pack_a, rows_call(plan, views)) {
+        _ if prepacked(Side::A).is_some() => packed(w),
         (false, Some((pointer, call))) => {
             let rows = |w: &mut CWriter| {
                 w.line(format!("const float* kiln_apanel = {pointer};"));
@@ -190,6 +211,54 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     }
     w.close();
     w.close();
+    w.close();
+}
+
+/// Floats in the packing of the plan's prepacked factor: every K block's panels, each
+/// `kc x width` (the last block as deep as it is).
+pub(crate) fn prepacked_floats(spec: &GemmSpec, plan: &Plan) -> usize {
+    match plan.prepacked {
+        Some(Side::A) => plan.m_panels() * plan.shape.mr * spec.k,
+        Some(Side::B) => plan.n_panels() * plan.shape.nr * spec.k,
+        None => 0,
+    }
+}
+
+/// The body of the prepacking function: every K block of the prepacked factor packed as the
+/// matmul reads it (block at `kiln_k0 * panels * width`, panel `t` at `t * kiln_kc * width`).
+pub(crate) fn emit_prepack_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
+    let views = Views::new(spec, plan.transposed);
+    let (view, side, width, extent, panels) = match plan.prepacked {
+        Some(Side::A) => (&views.a, Side::A, plan.shape.mr, plan.m, plan.m_panels()),
+        Some(Side::B) => (&views.b, Side::B, plan.shape.nr, plan.n, plan.n_panels()),
+        None => return,
+    };
+    let (k, kc) = (spec.k, plan.kc);
+    w.line("const long b = 0;");
+    w.line("(void)b;");
+    w.open(format!(
+        "for (long kiln_k0 = 0; kiln_k0 < {k}; kiln_k0 += {kc})"
+    ));
+    w.line(format!(
+        "const long kiln_kc = {k} - kiln_k0 < {kc} ? {k} - kiln_k0 : {kc};"
+    ));
+    w.line(format!(
+        "float* restrict kiln_block = kiln_out + kiln_k0 * {};",
+        panels * width
+    ));
+    let end = panels.to_string();
+    emit_pack(
+        w,
+        &PackJob {
+            view,
+            side,
+            width,
+            extent,
+            buffer: "kiln_block",
+            first: "0",
+            end: &end,
+        },
+    );
     w.close();
 }
 

@@ -48,6 +48,22 @@ pub enum Operand {
     Window(Window),
 }
 
+/// One of the two factors of a [`GemmSpec`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Factor {
+    A,
+    B,
+}
+
+/// A factor whose values are known before the first call (a weight): [`gemm_prepack_c`] writes
+/// the function that packs it once into the panels the micro-kernel reads, and the matmul reads
+/// them from parameter `param` instead of packing that factor on every call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepacked {
+    pub factor: Factor,
+    pub param: String,
+}
+
 /// One C function parameter, e.g. `("const float* restrict", "A")`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
@@ -85,6 +101,8 @@ pub struct GemmSpec {
     /// Optional C expression computing the stored value from `acc` (float) and `b`, `r`, `c`,
     /// e.g. `"acc + bias[r]"` or `"fmaxf(acc + bias[r], 0.0f)"`; `None` stores `acc`.
     pub epilogue: Option<String>,
+    /// A strided factor (batch 1) read from its packing instead (see [`Prepacked`]).
+    pub prepacked: Option<Prepacked>,
 }
 
 impl GemmSpec {
@@ -139,6 +157,50 @@ pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String>
     for_each_target(&mut w, |w, target| {
         let plan = plan::plan(spec, target, tuning);
         driver::emit_body(w, spec, &plan);
+    });
+    w.close();
+    Ok(w.finish())
+}
+
+/// Name of the function [`gemm_prepack_c`] writes for `spec`; `NAME_floats()` gives the size
+/// of its output in floats.
+pub fn prepack_name(spec: &GemmSpec) -> String {
+    format!("{}_prepack", spec.name)
+}
+
+/// For a spec with a [`Prepacked`] factor: `static long NAME_floats(void)` (the packing's size
+/// in floats) and `static void NAME(params..., float* restrict kiln_out)` writing the packing
+/// (every K block's panels, zero-padded, in the order the matmul reads them), both for the
+/// vector width the C is compiled for. Only the prepacked factor's parameter is read.
+pub fn gemm_prepack_c(spec: &GemmSpec) -> kiln_ir::Result<String> {
+    gemm_prepack_c_tuned(spec, &Tuning::default())
+}
+
+/// `gemm_prepack_c` for the plan `gemm_c_tuned(spec, tuning)` makes.
+pub fn gemm_prepack_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String> {
+    validate::validate(spec)?;
+    let name = prepack_name(spec);
+    let mut w = CWriter::new();
+    w.open(format!("static long {name}_floats(void)"));
+    for_each_target(&mut w, |w, target| {
+        let plan = plan::plan(spec, target, tuning);
+        w.line(format!("return {};", driver::prepacked_floats(spec, &plan)));
+    });
+    w.close();
+    let mut params: Vec<String> = spec
+        .params
+        .iter()
+        .map(|p| format!("{} {}", p.c_type, p.name))
+        .collect();
+    params.push("float* restrict kiln_out".into());
+    w.open(format!("static void {name}({})", params.join(", ")));
+    for p in &spec.params {
+        // Only the prepacked factor is read.
+        w.line(format!("(void){};", p.name));
+    }
+    for_each_target(&mut w, |w, target| {
+        let plan = plan::plan(spec, target, tuning);
+        driver::emit_prepack_body(w, spec, &plan);
     });
     w.close();
     Ok(w.finish())

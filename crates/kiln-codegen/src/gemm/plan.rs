@@ -11,8 +11,9 @@
 //! block. The thread split is decided at run time in C (`kiln_gemm_split`), from these sizes.
 
 use super::kernel::{KernelShape, VectorTarget};
+use super::pack::Side;
 use super::view::{Axis, View};
-use super::{GemmSpec, Tuning};
+use super::{Factor, GemmSpec, Tuning};
 
 /// How one matmul is computed on one vector target.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +32,8 @@ pub(crate) struct Plan {
     /// Pack A into panels; otherwise the micro-kernel reads A's rows in place (only when A is
     /// strided and contiguous along K; a partial last panel is still packed).
     pub pack_a: bool,
+    /// The kernel-orientation factor read from its prepacked panels (never packed per call).
+    pub prepacked: Option<Side>,
 }
 
 impl Plan {
@@ -109,7 +112,12 @@ fn candidate(
     transposed: bool,
     pack_a: bool,
 ) -> Option<Plan> {
+    let prepacked = prepacked_side(spec, transposed);
     let in_place_possible = a_rows_stride(spec, transposed).is_some();
+    if prepacked == Some(Side::A) {
+        // Packed once before any call: A is always read from panels.
+        return pack_a.then(|| blocked(spec, target, tuning, shape, transposed, true, prepacked));
+    }
     let allowed = match tuning.pack_a {
         Some(forced) => pack_a == forced || (!forced && pack_a && !in_place_possible),
         None => pack_a || (in_place_possible && shape.mr <= IN_PLACE_MAX_ROWS),
@@ -117,6 +125,30 @@ fn candidate(
     if !allowed || (!pack_a && !in_place_possible) {
         return None;
     }
+    Some(blocked(
+        spec, target, tuning, shape, transposed, pack_a, prepacked,
+    ))
+}
+
+/// The kernel-orientation side of the spec's prepacked factor.
+fn prepacked_side(spec: &GemmSpec, transposed: bool) -> Option<Side> {
+    let factor = spec.prepacked.as_ref()?.factor;
+    Some(match (factor, transposed) {
+        (Factor::A, false) | (Factor::B, true) => Side::A,
+        (Factor::B, false) | (Factor::A, true) => Side::B,
+    })
+}
+
+/// The cache blocking of one (shape, orientation, A packing) choice.
+fn blocked(
+    spec: &GemmSpec,
+    target: &VectorTarget,
+    tuning: &Tuning,
+    shape: KernelShape,
+    transposed: bool,
+    pack_a: bool,
+    prepacked: Option<Side>,
+) -> Plan {
     let (m, n) = if transposed {
         (spec.n, spec.m)
     } else {
@@ -126,7 +158,7 @@ fn candidate(
     let kc = spec.k.div_ceil(spec.k.div_ceil(kc_max));
     let mc_max = tuning.mc.unwrap_or(target.l2_bytes * 3 / 4 / (kc * 4));
     let nc_max = tuning.nc.unwrap_or(NC_MAX);
-    Some(Plan {
+    Plan {
         shape,
         transposed,
         m,
@@ -135,7 +167,8 @@ fn candidate(
         mc_panels: (mc_max / shape.mr).max(1),
         nc_panels: (nc_max / shape.nr).max(1),
         pack_a,
-    })
+        prepacked,
+    }
 }
 
 /// A's row stride (in kernel orientation) when A is strided with unit stride along K, so the
@@ -171,14 +204,18 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
     } else {
         (&spec.a, &spec.b)
     };
-    let pack_a = if plan.pack_a {
+    let pack_a = if plan.pack_a && plan.prepacked != Some(Side::A) {
         let per_element = pack_cost(&View::new(a, plan.transposed), Axis::Row);
         batch * (plan.m * spec.k * plan.n_blocks()) as f64 * per_element
     } else {
         0.0
     };
-    let per_element = pack_cost(&View::new(b, plan.transposed), Axis::Col);
-    let pack_b = batch * (spec.k * plan.n * plan.m_blocks()) as f64 * per_element;
+    let pack_b = if plan.prepacked == Some(Side::B) {
+        0.0
+    } else {
+        let per_element = pack_cost(&View::new(b, plan.transposed), Axis::Col);
+        batch * (spec.k * plan.n * plan.m_blocks()) as f64 * per_element
+    };
     kernel + copy + pack_a + pack_b
 }
 
@@ -230,6 +267,7 @@ mod tests {
             b: strided("B", n),
             c: strided("C", n),
             epilogue: None,
+            prepacked: None,
         }
     }
 

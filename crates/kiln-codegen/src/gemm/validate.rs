@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use kiln_ir::{bail, Result};
 
-use super::{GemmSpec, Operand, Window};
+use super::{Factor, GemmSpec, Operand, Window};
 
 /// Names the generated code declares itself.
 const RESERVED: &[&str] = &["b", "r", "c", "acc"];
@@ -64,7 +64,34 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
             _ => {}
         }
     }
+    check_prepacked(spec, &seen)?;
     check_output(spec)
+}
+
+/// A prepacked factor is a strided operand of a single matmul (the packing has no batch
+/// dimension), and its packing is a parameter of its own.
+fn check_prepacked(spec: &GemmSpec, params: &HashSet<&str>) -> Result<()> {
+    let Some(prepacked) = &spec.prepacked else {
+        return Ok(());
+    };
+    let operand = match prepacked.factor {
+        Factor::A => &spec.a,
+        Factor::B => &spec.b,
+    };
+    if !matches!(operand, Operand::Strided { .. }) || spec.batch != 1 {
+        bail!(
+            "gemm {}: only a strided factor of an unbatched matmul can be prepacked",
+            spec.name
+        );
+    }
+    if !params.contains(prepacked.param.as_str()) || base_param(operand) == Some(&prepacked.param) {
+        bail!(
+            "gemm {}: the packing `{}` must be a parameter of its own",
+            spec.name,
+            prepacked.param
+        );
+    }
+    Ok(())
 }
 
 /// The pointer parameter a strided or window operand reads.
@@ -173,6 +200,7 @@ mod tests {
             b: strided("B", 5, 1),
             c: strided("C", 5, 1),
             epilogue: None,
+            prepacked: None,
         }
     }
 

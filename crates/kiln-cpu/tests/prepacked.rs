@@ -1,0 +1,99 @@
+//! Weights packed once at compile time for their gemms (`kernel_c`'s
+//! prepacking): matmuls and convolutions whose weight is an initializer,
+//! on either side of the gemm, alone and with fused epilogues, with K cut
+//! into several blocks and partial panels, against the reference
+//! interpreter.
+
+mod common;
+
+use common::{assert_close, inputs};
+use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Graph, Result};
+
+/// `count` deterministic values in [-1, 1), printed for the text form.
+fn values(count: usize, seed: u64) -> String {
+    let mut state = seed.wrapping_mul(6364136223846793005) | 1;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            format!("{:.6}", (state >> 40) as f64 / (1u64 << 23) as f64 - 1.0)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn load(src: &str) -> Result<Graph> {
+    let mut g = kiln_ir::text::parse(src)?;
+    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
+    kiln_ir::verify::verify(&g)?;
+    Ok(g)
+}
+
+/// Runs `src` under every planner; returns the weights packed (apollo).
+fn check(src: &str, name: &str) -> Result<usize> {
+    let g = load(src)?;
+    let ins = inputs(&g)?;
+    let want = kiln_interp::run(&g, &ins)?;
+    let mut packed = 0;
+    for fusion in [PlannerKind::None, PlannerKind::Apollo] {
+        let opts = CpuOptions {
+            threads: 2,
+            fusion,
+            ..Default::default()
+        };
+        let model = CompiledModel::compile(&g, &opts)?;
+        assert_close(&model.run(&ins)?, &want, name)?;
+        packed = model.report.prepacked_weights;
+    }
+    Ok(packed)
+}
+
+#[test]
+fn matmul_weights_are_packed_once_and_give_the_interpreters_results() -> Result<()> {
+    // K = 300: two K blocks; N = 70, M = 37: partial panels.
+    let src = format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[1,37,300]
+  init %w: f32[300,70] = [{}]
+  init %b: f32[70] = [{}]
+  init %zero: f32[] = [0.0]
+  node "mm" %y: f32[1,37,70] = MatMul(%x, %w)
+  node "bias" %z: f32[1,37,70] = Add(%y, %b)
+  node "relu" %o: f32[1,37,70] = Max(%z, %zero)
+  node "mm2" %p: f32[1,37,70] = MatMul(%x, %w)
+  output %o, %p
+}}"#,
+        values(300 * 70, 1),
+        values(70, 2)
+    );
+    let packed = check(&src, "matmul")?;
+    assert_eq!(packed, 2, "both matmuls read a packed weight");
+    Ok(())
+}
+
+#[test]
+fn convolution_weights_are_packed_once_and_give_the_interpreters_results() -> Result<()> {
+    // A 3x3 window (K = 8*9 = 72) and a 1x1 convolution with K = 280.
+    let src = format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[1,8,11,9]
+  input %h: f32[1,280,6,5]
+  init %w: f32[20,8,3,3] = [{}]
+  init %b: f32[20,1,1] = [{}]
+  init %v: f32[33,280,1,1] = [{}]
+  node "conv" %y: f32[1,20,11,9] = Conv(%x, %w) {{pads=[1,1,1,1]}}
+  node "bias" %o: f32[1,20,11,9] = Add(%y, %b)
+  node "pointwise" %p: f32[1,33,6,5] = Conv(%h, %v)
+  output %o, %p
+}}"#,
+        values(20 * 8 * 9, 3),
+        values(20, 4),
+        values(33 * 280, 5)
+    );
+    let packed = check(&src, "conv")?;
+    assert_eq!(packed, 2, "both convolutions read a packed weight");
+    Ok(())
+}
