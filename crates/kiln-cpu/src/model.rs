@@ -225,7 +225,8 @@ impl CompiledModel {
             .collect();
         let (library, compile) = build(&kernels, &blocks_c, opts)?;
         let mut steps = Vec::new();
-        let mut packed = Vec::new();
+        // (step, kernel, arguments) of the kernels whose weight is packed.
+        let mut to_pack: Vec<(usize, String, Vec<Loc>)> = Vec::new();
         for ((node, k), &aliased) in graph.nodes.iter().zip(&kernels).zip(&loc_plan.aliased) {
             steps.push(match (k, &library) {
                 _ if aliased => Step::Alias,
@@ -235,7 +236,7 @@ impl CompiledModel {
                     let mut values: Vec<ValueId> =
                         k.inputs.iter().filter_map(|&p| node.inputs[p]).collect();
                     values.extend(node.outputs.iter().flatten().copied());
-                    let mut args: Vec<Loc> = values
+                    let args: Vec<Loc> = values
                         .iter()
                         .map(|&v| match loc_plan.loc[v.index()] {
                             Some(Loc::Boxed(_)) | None => bail!(
@@ -247,15 +248,21 @@ impl CompiledModel {
                         })
                         .collect::<Result<_>>()?;
                     if k.prepacked {
-                        let packing = prepack(lib, &k.kernel.name, &args, &loc_plan.weights)
-                            .map_err(|e| Error::new(format!("{}: {e}", node.describe())))?;
-                        args.push(Loc::Packed(packed.len()));
-                        packed.push(packing);
+                        to_pack.push((steps.len(), k.kernel.name.clone(), args.clone()));
                     }
                     Step::Kernel { func, args }
                 }
                 _ => Step::Interp,
             });
+        }
+        let packed = match &library {
+            Some(lib) => prepack_all(lib, &to_pack, &loc_plan.weights, opts.threads.max(1))?,
+            None => Vec::new(),
+        };
+        for (p, (step, ..)) in to_pack.iter().enumerate() {
+            if let Step::Kernel { args, .. } = &mut steps[*step] {
+                args.push(Loc::Packed(p));
+            }
         }
         let kernel_steps = steps
             .iter()
@@ -786,6 +793,54 @@ fn execution_blocks(
     blocks
 }
 
+/// The packings of `jobs` (step, kernel, arguments), in order, made by
+/// `threads` threads (packing is bound by first touches of fresh memory;
+/// BERT-base packs 340 MB).
+fn prepack_all(
+    lib: &Library,
+    jobs: &[(usize, String, Vec<Loc>)],
+    weights: &[Tensor],
+    threads: usize,
+) -> Result<Vec<AlignedBytes>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<Result<Vec<(usize, AlignedBytes)>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(jobs.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((_, name, args)) = jobs.get(i) else {
+                            return Ok(mine);
+                        };
+                        mine.push((i, prepack(lib, name, args, weights)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(Error::new("a weight-packing thread panicked")))
+            })
+            .collect()
+    });
+    let mut packed: Vec<Option<AlignedBytes>> = (0..jobs.len()).map(|_| None).collect();
+    for (i, packing) in done
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+    {
+        packed[i] = Some(packing);
+    }
+    packed
+        .into_iter()
+        .map(|p| p.ok_or_else(|| Error::new("a weight was not packed")))
+        .collect()
+}
+
 /// Runs kernel `name`'s prepacking entry point on its weight: the packing
 /// it then reads after its buffers. Only the weights among `args` are
 /// read; the other buffers are passed as null.
@@ -815,7 +870,7 @@ fn prepack(lib: &Library, name: &str, args: &[Loc], weights: &[Tensor]) -> Resul
     // packing has the size the kernel asked for; nothing else is read.
     let rc = unsafe { pack(ptrs.as_ptr()) };
     if rc != 0 {
-        bail!("packing a weight failed");
+        bail!("kernel {name}: packing its weight failed");
     }
     Ok(packing)
 }
