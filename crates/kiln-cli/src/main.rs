@@ -118,7 +118,7 @@ enum Command {
         /// Compile into a fresh, empty cache (measures a cold compile).
         #[arg(long)]
         cold: bool,
-        /// Print the time per node (kernel) of one run, slowest first.
+        /// Print the time per node (kernel), the median of 11 runs, slowest first.
         #[arg(long)]
         profile: bool,
         /// Print one JSON object.

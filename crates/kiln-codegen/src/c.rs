@@ -299,27 +299,44 @@ fn operand(k: &Kernel, o: &GemmOperand, extents: [i64; 3]) -> Result<Operand> {
     Ok(Operand::Expr(read))
 }
 
-/// For a vectorized loop that sums or multiplies into locals declared
-/// outside it: the OpenMP clause that lets those updates run in lanes
-/// (partial results combined at the end). Other combiners are never
-/// vectorized by the schedules.
-fn reduction_clause(l: &kiln_loop::Loop) -> String {
+/// For a vectorized loop that updates locals declared outside it: the
+/// OpenMP clause that lets those updates run in lanes (partial results
+/// combined at the end). `local_type` gives each local's type. Float
+/// max/min use kiln's NaN-propagating reductions (`kiln_rmaxf`, ...);
+/// a combiner without a clause is an error rather than a wrong vector loop.
+fn reduction_clause(
+    l: &kiln_loop::Loop,
+    local_type: &dyn Fn(&str) -> Option<DType>,
+) -> Result<String> {
     if l.kind != LoopKind::Vectorized {
-        return String::new();
+        return Ok(String::new());
     }
     let mut declared = Vec::new();
     let mut updates = Vec::new();
     collect_updates(&l.body, &mut declared, &mut updates);
-    let clauses: Vec<String> = updates
+    let mut clauses = String::new();
+    for (name, c) in updates
         .into_iter()
         .filter(|(name, _)| !declared.contains(name))
-        .filter_map(|(name, c)| match c {
-            Combiner::Sum => Some(format!(" reduction(+:{name})")),
-            Combiner::Prod => Some(format!(" reduction(*:{name})")),
-            _ => None,
-        })
-        .collect();
-    clauses.concat()
+    {
+        let dtype = local_type(&name);
+        let op = match (c, dtype) {
+            (Combiner::Sum, _) => "+",
+            (Combiner::Prod, _) => "*",
+            (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
+            (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
+            (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
+            (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
+            (Combiner::Max, Some(d)) if !d.is_float() => "max",
+            (Combiner::Min, Some(d)) if !d.is_float() => "min",
+            _ => bail!(
+                "loop '{}' is vectorized over a {c:?} reduction of '{name}' ({dtype:?}) that has no vector form",
+                l.var
+            ),
+        };
+        clauses.push_str(&format!(" reduction({op}:{name})"));
+    }
+    Ok(clauses)
 }
 
 fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
@@ -358,7 +375,9 @@ impl Printer<'_> {
                     LoopKind::Unrolled => Some("KILN_UNROLL"),
                 };
                 if let Some(p) = pragma {
-                    writeln!(self.out, "{pad}{p}{}", reduction_clause(l)).ok();
+                    let locals = &self.locals;
+                    let clause = reduction_clause(l, &|n| locals.get(n).copied())?;
+                    writeln!(self.out, "{pad}{p}{clause}").ok();
                 }
                 let bound = match &l.extent {
                     Extent::Const(n) => n.to_string(),

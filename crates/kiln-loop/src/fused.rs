@@ -695,7 +695,7 @@ fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
     let mut inner_loops = Vec::new();
     for s in &k.body {
         innermost_store_loops(s, &mut inner_loops);
-        innermost_sum_loops(s, &mut inner_loops);
+        innermost_reduction_loops(s, &mut inner_loops);
     }
     directives.extend(inner_loops.into_iter().map(Directive::Vectorize));
     Schedule(directives)
@@ -705,17 +705,23 @@ fn loop_named(s: &Stmt, v: &str) -> bool {
     matches!(s, Stmt::Loop(l) if l.var == v)
 }
 
-/// Variables of the innermost reduction loops whose body is one sum or
-/// product update (vectorized with partial sums per lane; min/max stay
-/// serial so NaNs propagate exactly).
-fn innermost_sum_loops(s: &Stmt, out: &mut Vec<String>) {
+/// Variables of the innermost reduction loops whose body is one sum,
+/// product, max or min update (vectorized with partial results per lane;
+/// the C printer's max/min reductions propagate NaN as the serial loop
+/// does).
+fn innermost_reduction_loops(s: &Stmt, out: &mut Vec<String>) {
     if let Stmt::Loop(l) = s {
         if let [Stmt::Update { combiner, .. }] = l.body.as_slice() {
-            if matches!(combiner, Combiner::Sum | Combiner::Prod) {
+            if matches!(
+                combiner,
+                Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
+            ) {
                 out.push(l.var.clone());
             }
         }
-        l.body.iter().for_each(|s| innermost_sum_loops(s, out));
+        l.body
+            .iter()
+            .for_each(|s| innermost_reduction_loops(s, out));
     }
 }
 
