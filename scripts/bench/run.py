@@ -294,6 +294,21 @@ def measure(engine: str, model: str, args) -> dict:
     return best
 
 
+def combine_rounds(results: list) -> dict:
+    """One engine's rounds on one model as one result: the round with the
+    median of the per-round medians (its fields, e.g. compile time), the
+    minimum over all rounds, and every round's median. Interleaving the
+    engines round by round and taking the median round keeps a slow spell
+    of the (shared, virtual) machine from landing on one engine only."""
+    ok = sorted((r for r in results if "error" not in r), key=lambda r: r["median_ms"])
+    if not ok:
+        return results[0]
+    combined = dict(ok[(len(ok) - 1) // 2])
+    combined["min_ms"] = min(r["min_ms"] for r in ok)
+    combined["round_medians_ms"] = [round(r["median_ms"], 3) for r in results if "error" not in r]
+    return combined
+
+
 # ------------------------------------------------------------------ table ---
 
 def fmt_ms(result: dict | None) -> str:
@@ -377,7 +392,9 @@ def header_lines(report: dict) -> list:
         f"date: {h['date']}",
         f"CPU: {h['cpu']}",
         f"threads: {report['threads']} per engine; warm-up {report['warmup']}, "
-        f"timed runs {report['runs']} (median and min of per-run time.perf_counter)",
+        f"timed runs {report['runs']} (median and min of per-run time.perf_counter)"
+        + (f"; {report['rounds']} interleaved rounds, the median round reported"
+           if report.get("rounds", 1) > 1 else ""),
         f"command: `{h['command']}`",
         f"versions: {versions}",
         f"fp32 FMA peak: {peak_text}",
@@ -432,6 +449,9 @@ def parse_args(argv):
     p.add_argument("--wait-max", type=float, default=1200,
                    help="seconds of waiting for --quiet in the whole run")
     p.add_argument("--retries", type=int, default=2, help="re-measurements with --quiet")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every engine this many times per model, interleaved round by "
+                        "round; report the median round (see combine_rounds)")
     p.add_argument("--json", type=Path, default=None, help="also write all results here")
     p.add_argument("--markdown", action="store_true", help="print tables as BENCHMARKS.md does")
     args = p.parse_args(argv)
@@ -440,8 +460,8 @@ def parse_args(argv):
     bad = [e for e in args.engines if e not in ENGINES]
     if bad:
         p.error(f"unknown engine(s) {', '.join(bad)}; known: {', '.join(ENGINES)}")
-    if args.runs < 1 or args.warmup < 0 or args.threads < 1:
-        p.error("need --runs >= 1, --warmup >= 0, --threads >= 1")
+    if args.runs < 1 or args.warmup < 0 or args.threads < 1 or args.rounds < 1:
+        p.error("need --runs >= 1, --warmup >= 0, --threads >= 1, --rounds >= 1")
     if os.sep in args.kiln or not shutil.which(args.kiln):
         args.kiln = str(Path(args.kiln).resolve())
     return args
@@ -462,14 +482,19 @@ def main(argv=None) -> int:
             "load_start": load_average(),
         },
         "threads": args.threads, "runs": args.runs, "warmup": args.warmup,
+        "rounds": args.rounds,
         "engines": args.engines,
         "peak": measure_peak(args.kiln, args.threads, args.quiet, args.wait_deadline),
         "flops": model_flops(args.models, args.models_dir),
         "results": {},
     }
     for model in args.models:
+        rounds = {engine: [] for engine in args.engines}
+        for _ in range(args.rounds):
+            for engine in args.engines:
+                rounds[engine].append(measure(engine, model, args))
         report["results"][model] = {
-            engine: measure(engine, model, args) for engine in args.engines
+            engine: combine_rounds(results) for engine, results in rounds.items()
         }
     report["header"]["load_end"] = load_average()
     if args.json:
