@@ -28,11 +28,12 @@ pub fn compile_line(m: &CompiledModel) -> String {
         None => "nothing to compile".into(),
     };
     format!(
-        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
+        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   prepacked weights: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
         r.fusion.plan.planner,
         (r.fusion.seconds * 1e3).round(),
         r.kernels,
         r.interpreted.len(),
+        r.prepacked_weights,
         r.arena_bytes,
         r.intermediate_bytes
     )

@@ -207,7 +207,20 @@ enum Command {
     },
 }
 
+/// Output piped into a reader that exits early (`kiln bench ... | head`)
+/// ends kiln quietly, as it does other Unix tools, instead of panicking on
+/// the failed write (Rust ignores SIGPIPE by default).
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: sets the default disposition of one signal before any thread
+    // starts; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    restore_sigpipe();
     let cli = Cli::parse();
     let res = match cli.command {
         Command::Info {
