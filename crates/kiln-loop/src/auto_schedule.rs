@@ -209,21 +209,33 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
 /// Whether some load in `body` walks memory with stride 1 or 2 along
 /// `var` (so making `var` the innermost loop reads contiguous rows).
 pub(crate) fn reads_along(body: &[Stmt], var: &str) -> bool {
-    fn val(v: &Val, var: &str) -> bool {
+    load_strides(body, var).iter().any(|c| c.abs() <= 2)
+}
+
+/// The element stride along `var` of every load in `body` that uses it.
+pub(crate) fn load_strides(body: &[Stmt], var: &str) -> Vec<i64> {
+    fn val(v: &Val, var: &str, out: &mut Vec<i64>) {
         match v {
-            Val::Load { offset, .. } => offset
-                .terms
-                .iter()
-                .any(|(a, c)| matches!(a, Atom::Var(x) if x == var) && c.abs() <= 2),
-            Val::Call(_, args) => args.iter().any(|a| val(a, var)),
-            _ => false,
+            Val::Load { offset, .. } => out.extend(
+                offset
+                    .terms
+                    .iter()
+                    .filter(|(a, _)| matches!(a, Atom::Var(x) if x == var))
+                    .map(|(_, c)| *c),
+            ),
+            Val::Call(_, args) => args.iter().for_each(|a| val(a, var, out)),
+            _ => {}
         }
     }
-    body.iter().any(|s| match s {
-        Stmt::Loop(l) => reads_along(&l.body, var),
-        Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
-            val(value, var)
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Loop(l) => out.extend(load_strides(&l.body, var)),
+            Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
+                val(value, var, &mut out)
+            }
+            Stmt::Gemm(_) => {}
         }
-        Stmt::Gemm(_) => false,
-    })
+    }
+    out
 }

@@ -258,11 +258,9 @@ fn gemm_with_epilogue(
     let Some(buffer_of) = input_buffers_of(group, r) else {
         return Ok(None);
     };
-    let [output] = group.outputs[..] else {
+    let Some(v) = single_output(group) else {
         return Ok(None);
     };
-    // A trailing view has its producer's bytes: compute the producer.
-    let v = strip_views(group, output);
     let te = &group.nodes[r].te;
     if real_dims_of(&group.nodes[v].te.shape) != real_dims_of(&te.shape) {
         return Ok(None);
@@ -320,10 +318,9 @@ fn reduce_then_epilogue(
     buffers: &[Buffer],
     r: usize,
 ) -> Result<Option<LoweredGroup>> {
-    let [output] = group.outputs[..] else {
+    let Some(v) = single_output(group) else {
         return Ok(None);
     };
-    let v = strip_views(group, output);
     let (rt, vt) = (&group.nodes[r].te, &group.nodes[v].te);
     if v == r || real_dims_of(&vt.shape) != real_dims_of(&rt.shape) || vt.dtype != rt.dtype {
         return Ok(None);
@@ -388,9 +385,19 @@ fn merge_outer_loops(body: Vec<Stmt>) -> Vec<Stmt> {
     }
 }
 
+/// The node computing a group's one output: the output node, or the node
+/// a trailing chain of views reshapes (it has the output's bytes).
+/// `None` for a group of several outputs.
+pub(crate) fn single_output(group: &GroupExpr) -> Option<usize> {
+    match group.outputs[..] {
+        [output] => Some(strip_views(group, output)),
+        _ => None,
+    }
+}
+
 /// The node whose bytes `n` has: `n` itself, or for a chain of views
 /// (reshapes) the node they reshape.
-pub(crate) fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
+fn strip_views(group: &GroupExpr, mut n: usize) -> usize {
     while is_view(&group.nodes[n].te) {
         match group.nodes[n].args.first() {
             Some(Some(Src::Node(p))) => n = *p,

@@ -21,10 +21,10 @@
 //! The f32 accumulator rounds like the y-reduce form, which sums in the f32
 //! output buffer (the interpreter sums in double; a window has few terms).
 
-use crate::auto_schedule::{interior, reads_along, work, PARALLEL_MIN_WORK};
-use crate::fused::{output_buffer, reductions, strip_views, LoweredGroup};
+use crate::auto_schedule::{interior, load_strides, reads_along, work, PARALLEL_MIN_WORK};
+use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
 use crate::group::{Env, GroupExpr, Inliner};
-use crate::ir::{Atom, Buffer, Idx, Kernel, Loop, Stmt, Val};
+use crate::ir::{Buffer, Idx, Kernel, Loop, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
 use kiln_ir::{DType, Result};
@@ -41,10 +41,9 @@ pub fn window_in_registers(
     buffers: &[Buffer],
     r: usize,
 ) -> Result<Option<LoweredGroup>> {
-    let [output] = group.outputs[..] else {
+    let Some(v) = single_output(group) else {
         return Ok(None);
     };
-    let v = strip_views(group, output);
     let (rt, vt) = (&group.nodes[r].te, &group.nodes[v].te);
     let Some(red) = &rt.reduction else {
         return Ok(None);
@@ -183,28 +182,7 @@ fn scalar_remainder(n: i64) -> i64 {
 /// stride-1 reads make cheap (stride 2 unpeeled measured 3x slower).
 fn peel_pays(body: &[Stmt], var: &str, extent: i64, interior: i64) -> bool {
     let peeled = extent - interior + scalar_remainder(interior);
-    !unit_stride(body, var) || peeled <= scalar_remainder(extent)
-}
-
-/// Whether every load in `body` that walks `var` does so with stride 1.
-fn unit_stride(body: &[Stmt], var: &str) -> bool {
-    fn val(v: &Val, var: &str) -> bool {
-        match v {
-            Val::Load { offset, .. } => offset
-                .terms
-                .iter()
-                .all(|(a, c)| !matches!(a, Atom::Var(x) if x == var) || c.abs() == 1),
-            Val::Call(_, args) => args.iter().all(|a| val(a, var)),
-            _ => true,
-        }
-    }
-    body.iter().all(|s| match s {
-        Stmt::Loop(l) => unit_stride(&l.body, var),
-        Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
-            val(value, var)
-        }
-        Stmt::Gemm(_) => true,
-    })
+    load_strides(body, var).iter().any(|c| c.abs() != 1) || peeled <= scalar_remainder(extent)
 }
 
 /// The output loops (outermost first) of the perfect nest at the top of

@@ -164,29 +164,25 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
         );
     }
     w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
-    w.line(match prepacked(Side::B) {
-        Some(param) => format!(
-            "const float* kiln_bpanel = {param} + kiln_k0 * {} + kiln_q * kiln_kc * {nr};",
-            plan.n_panels() * nr
-        ),
-        None => {
-            format!("const float* kiln_bpanel = kiln_bp + (kiln_q - kiln_pb0) * kiln_kc * {nr};")
-        }
-    });
+    w.line(panel_pointer(
+        "kiln_bpanel",
+        prepacked(Side::B),
+        ("kiln_bp", "kiln_q", "kiln_pb0"),
+        nr,
+        plan.n_panels(),
+    ));
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
     w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
     ));
     let packed = |w: &mut CWriter| {
-        w.line(match prepacked(Side::A) {
-            Some(param) => format!(
-                "const float* kiln_apanel = {param} + kiln_k0 * {} + kiln_s * kiln_kc * {mr};",
-                plan.m_panels() * mr
-            ),
-            None => {
-                format!("const float* kiln_apanel = kiln_ap + (kiln_s - kiln_pe) * kiln_kc * {mr};")
-            }
-        });
+        w.line(panel_pointer(
+            "kiln_apanel",
+            prepacked(Side::A),
+            ("kiln_ap", "kiln_s", "kiln_pe"),
+            mr,
+            plan.m_panels(),
+        ));
         emit_tile(w, spec, plan, views, &KernelCall::packed(plan));
     };
     match (plan.pack_a, rows_call(plan, views)) {
@@ -212,6 +208,28 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     w.close();
     w.close();
     w.close();
+}
+
+/// `const float* NAME = ...;`: micro-panel `index` (of `width` floats per
+/// depth step) of this K block, in the prepacked factor `prepacked` (all
+/// `panels` of every block, block by block) or else in this task's packing
+/// buffer (`buffer`, `index`, `first`: panels from `first` on).
+fn panel_pointer(
+    name: &str,
+    prepacked: Option<&str>,
+    (buffer, index, first): (&str, &str, &str),
+    width: usize,
+    panels: usize,
+) -> String {
+    match prepacked {
+        Some(param) => format!(
+            "const float* {name} = {param} + kiln_k0 * {} + {index} * kiln_kc * {width};",
+            panels * width
+        ),
+        None => {
+            format!("const float* {name} = {buffer} + ({index} - {first}) * kiln_kc * {width};")
+        }
+    }
 }
 
 /// Floats in the packing of the plan's prepacked factor: every K block's panels, each

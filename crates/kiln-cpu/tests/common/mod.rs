@@ -1,5 +1,8 @@
 //! Helpers shared by the CPU backend's integration tests.
 
+// Each test binary uses some of these helpers.
+#![allow(dead_code)]
+
 use kiln_ir::{Data, Graph, Result, Tensor};
 
 /// Inputs: floats in [-2, 2), integer indices in [-2, 2) (negative ones
