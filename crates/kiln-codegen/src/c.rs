@@ -73,22 +73,15 @@ pub fn kernel_c(k: &Kernel, alias: Option<usize>, constants: &[usize]) -> Result
         ranges: HashMap::new(),
         locals: HashMap::new(),
     };
-    writeln!(p.out, "int {}(void* const* restrict args) {{", k.name).ok();
-    for (i, b) in k.buffers.iter().enumerate() {
-        let ty = c_type(b.dtype)?;
-        let konst = if b.output { "" } else { "const " };
-        let restrict = if alias.is_some() && (b.output || alias == Some(i)) {
-            ""
-        } else {
-            "restrict "
-        };
-        writeln!(
-            p.out,
-            "  {konst}{ty}* {restrict}{} = ({konst}{ty}*)args[{i}];",
-            b.name
-        )
-        .ok();
-    }
+    // An in-place pair may alias: neither gets `restrict`.
+    let restrict = |i: usize| alias.is_none() || !(k.buffers[i].output || alias == Some(i));
+    let args = buffer_arguments(k, &restrict)?;
+    write!(
+        p.out,
+        "int {}(void* const* restrict args) {{\n{args}",
+        k.name
+    )
+    .ok();
     writeln!(p.out, "  int err = 0;").ok();
     for s in &k.body {
         p.stmt(s, 1)?;
@@ -164,8 +157,8 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     };
     let mut out = gemm_c(&spec)?;
     let mut args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
-    let unpack = buffer_arguments(k)?;
-    writeln!(
+    let unpack = buffer_arguments(k, &|_| false)?;
+    write!(
         out,
         "int {}(void* const* restrict args) {{\n{unpack}",
         k.name
@@ -209,13 +202,20 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
 /// The name of the prepacked factor's parameter in a gemm kernel.
 const PACKED_PARAM: &str = "packed";
 
-/// `T* NAME = (T*)args[i];` for each of `k`'s buffers.
-fn buffer_arguments(k: &Kernel) -> Result<String> {
+/// `T* NAME = (T*)args[i];` for each of `k`'s buffers (inputs `const`;
+/// `restrict` where `restrict(i)`).
+fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<String> {
     let mut s = String::new();
     for (i, b) in k.buffers.iter().enumerate() {
         let ty = c_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
-        writeln!(s, "  {konst}{ty}* {} = ({konst}{ty}*)args[{i}];", b.name).ok();
+        let qualifier = if restrict(i) { "restrict " } else { "" };
+        writeln!(
+            s,
+            "  {konst}{ty}* {qualifier}{} = ({konst}{ty}*)args[{i}];",
+            b.name
+        )
+        .ok();
     }
     Ok(s)
 }

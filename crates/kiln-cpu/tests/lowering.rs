@@ -15,18 +15,11 @@
 
 mod common;
 
-use common::{assert_close, inputs};
+use common::{assert_close, inputs, load};
 use kiln_cpu::{select::node_kernel, CompiledModel, CpuOptions};
 use kiln_fuse::{Group, Plan};
 use kiln_ir::{Graph, Result};
 use std::path::{Path, PathBuf};
-
-fn load(src: &str) -> Result<Graph> {
-    let mut g = kiln_ir::text::parse(src)?;
-    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
-    kiln_ir::verify::verify(&g)?;
-    Ok(g)
-}
 
 fn lowered_text(g: &Graph) -> String {
     let mut out = String::new();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::assert_close;
+use common::{assert_close, load};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_ir::{Data, Result, Tensor};
 
@@ -24,9 +24,7 @@ const GRAPH: &str = r#"graph "g" opsets [""=17] {
 
 #[test]
 fn max_and_min_rows_propagate_nan_like_the_interpreter() -> Result<()> {
-    let mut g = kiln_ir::text::parse(GRAPH)?;
-    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
-    kiln_ir::verify::verify(&g)?;
+    let g = load(GRAPH)?;
     // Rows 1 and 3 hold a NaN (element 5: the vector body; element 35:
     // the remainder).
     let values: Vec<f64> = (0..4 * 37)

@@ -6,10 +6,10 @@
 
 mod common;
 
-use common::{assert_close, inputs};
+use common::{assert_close, inputs, load};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
-use kiln_ir::{Graph, Result};
+use kiln_ir::Result;
 
 /// `count` deterministic values in [-1, 1), printed for the text form.
 fn values(count: usize, seed: u64) -> String {
@@ -23,13 +23,6 @@ fn values(count: usize, seed: u64) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-fn load(src: &str) -> Result<Graph> {
-    let mut g = kiln_ir::text::parse(src)?;
-    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
-    kiln_ir::verify::verify(&g)?;
-    Ok(g)
 }
 
 /// Runs `src` under every planner; returns the weights packed (apollo).

@@ -8,10 +8,9 @@
 
 mod common;
 
-use common::{assert_close, inputs};
+use common::{assert_close, inputs, load};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
-use kiln_ir::{Graph, Result};
 
 /// A small deterministic generator (64-bit LCG).
 struct Rng(u64);
@@ -217,13 +216,6 @@ fn random_graph(seed: u64) -> String {
         g.lines.join("\n"),
         outputs.join(", ")
     )
-}
-
-fn load(text: &str) -> Result<Graph> {
-    let mut g = kiln_ir::text::parse(text)?;
-    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
-    kiln_ir::verify::verify(&g)?;
-    Ok(g)
 }
 
 #[test]

@@ -5,6 +5,14 @@
 
 use kiln_ir::{Data, Graph, Result, Tensor};
 
+/// Parses the textual IR, infers types and verifies.
+pub fn load(src: &str) -> Result<Graph> {
+    let mut g = kiln_ir::text::parse(src)?;
+    kiln_ops::infer::infer_graph(&mut g, &|_| None)?;
+    kiln_ir::verify::verify(&g)?;
+    Ok(g)
+}
+
 /// Inputs: floats in [-2, 2), integer indices in [-2, 2) (negative ones
 /// count from the end, as Gather allows).
 pub fn inputs(g: &Graph) -> Result<Vec<Tensor>> {

@@ -90,6 +90,14 @@ impl PostDomTree {
 mod tests {
     use super::*;
 
+    /// A diamond: `a` feeds `b` and a reduction `s`, which meet in `d`.
+    const DIAMOND: &str = r#"input %x: f32[4,8]
+        init %axes: i64[1] = [1]
+        node "a" %a: f32[4,8] = Exp(%x)
+        node "b" %b: f32[4,8] = Neg(%a)
+        node "s" %s: f32[4,1] = ReduceSum(%a, %axes)
+        node "d" %d: f32[4,8] = Sub(%b, %s)"#;
+
     fn tree(body: &str) -> PostDomTree {
         let src = format!("graph \"g\" opsets [\"\"=18] {{\n{body}\n}}");
         let g = kiln_ir::text::parse(&src).unwrap();
@@ -98,15 +106,7 @@ mod tests {
 
     #[test]
     fn diamond_is_post_dominated_by_its_join_and_outputs_by_the_sink() {
-        let t = tree(
-            r#"input %x: f32[4,8]
-            init %axes: i64[1] = [1]
-            node "a" %a: f32[4,8] = Exp(%x)
-            node "b" %b: f32[4,8] = Neg(%a)
-            node "s" %s: f32[4,1] = ReduceSum(%a, %axes)
-            node "d" %d: f32[4,8] = Sub(%b, %s)
-            output %d, %b"#,
-        );
+        let t = tree(&format!("{DIAMOND}\noutput %d, %b"));
         // b is a graph output: only the sink post-dominates it, so a's
         // paths meet at the sink too.
         assert_eq!(t.parent, vec![None, None, Some(3), None]);
@@ -116,15 +116,7 @@ mod tests {
 
     #[test]
     fn path_pattern_is_the_most_complex_op_crossed() {
-        let t = tree(
-            r#"input %x: f32[4,8]
-            init %axes: i64[1] = [1]
-            node "a" %a: f32[4,8] = Exp(%x)
-            node "b" %b: f32[4,8] = Neg(%a)
-            node "s" %s: f32[4,1] = ReduceSum(%a, %axes)
-            node "d" %d: f32[4,8] = Sub(%b, %s)
-            output %d"#,
-        );
+        let t = tree(&format!("{DIAMOND}\noutput %d"));
         assert_eq!(t.parent, vec![Some(3), Some(3), Some(3), None]);
         assert_eq!(t.pattern[0], Pattern::CommReduce);
         assert_eq!(t.pattern[1], Pattern::ElemWise);
