@@ -44,6 +44,12 @@ struct PassArgs {
     /// Print a table of pass run times and node counts.
     #[arg(long)]
     time_passes: bool,
+    /// Data layout of convolutions and pooling on the CPU backend: `auto`
+    /// (channels-last when the model has a depthwise convolution), `nchw`
+    /// or `nhwc`. The reference backend always runs the graph as ONNX
+    /// defines it (nchw).
+    #[arg(long, default_value = "auto")]
+    layout: kiln_passes::Layout,
 }
 
 /// How nodes are grouped into kernels.
@@ -241,7 +247,7 @@ fn main() {
             output_dir.as_deref(),
             &exec,
             &args,
-            &passes,
+            &layout_for_backend(passes, &exec),
         ),
         Command::Bench {
             model,
@@ -253,7 +259,14 @@ fn main() {
             exec,
             args,
             passes,
-        } => prepare(model.as_deref(), &exec.inputs, exec.seed, &args, &passes).and_then(|p| {
+        } => prepare(
+            model.as_deref(),
+            &exec.inputs,
+            exec.seed,
+            &args,
+            &layout_for_backend(passes, &exec),
+        )
+        .and_then(|p| {
             let opts = bench::BenchOptions {
                 runs,
                 warmup,
@@ -354,6 +367,15 @@ fn load(path: &Path, args: &ModelArgs) -> Result<Graph> {
     Ok(kiln_onnx::load(path, &import_options(args)?)?.graph)
 }
 
+/// The reference backend runs the graph as ONNX defines it: the layout
+/// choice is the CPU backend's.
+fn layout_for_backend(mut passes: PassArgs, exec: &ExecArgs) -> PassArgs {
+    if exec.backend == "reference" {
+        passes.layout = kiln_passes::Layout::ChannelsFirst;
+    }
+    passes
+}
+
 /// Runs the graph passes as `p` asks, printing graphs (`--print-after`)
 /// and the timing table (`--time-passes`) to stderr.
 fn optimize(g: &mut Graph, p: &PassArgs) -> Result<()> {
@@ -363,6 +385,7 @@ fn optimize(g: &mut Graph, p: &PassArgs) -> Result<()> {
     let opts = kiln_passes::Options {
         verify_each: p.verify_each,
         print_after: p.print_after.clone(),
+        layout: p.layout,
         ..Default::default()
     };
     let report = kiln_passes::optimize_to(g, &opts, &mut std::io::stderr())?;

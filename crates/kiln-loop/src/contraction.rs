@@ -11,7 +11,9 @@
 //! computes is exactly the expression: strided matmuls get affine offsets,
 //! convolutions window reads (`floordiv`/`mod` of the flattened K and N
 //! indices, with the padding guard). A's reads must stay in bounds (B's
-//! may be guarded). Anything else returns `None` and is lowered as loops.
+//! may be guarded): the product is oriented so the output's contiguous
+//! axis is N unless that puts a padded read on A. Anything else returns
+//! `None` and is lowered as loops.
 
 use crate::ir::{ConvWindow, Gemm, GemmOperand, Idx, Kernel, Stmt};
 use crate::lower::{flatten, input_buffers, push_output};
@@ -78,13 +80,42 @@ pub fn contraction_gemm(
             std::mem::swap(&mut ka, &mut kb);
         }
     }
+    // A's reads must stay in bounds: a padded image read (a convolution
+    // whose output is channels-last) takes the other side.
+    match oriented(te, ka, kb, input_dtypes, buffer_of, out)? {
+        Oriented::GuardedA => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
+            Oriented::Gemm(c) => Ok(Some(c)),
+            _ => Ok(None),
+        },
+        Oriented::Gemm(c) => Ok(Some(c)),
+        Oriented::No => Ok(None),
+    }
+}
+
+/// What one orientation of a product gives.
+enum Oriented {
+    Gemm(Contraction),
+    /// A contraction whose A operand would read outside its input.
+    GuardedA,
+    No,
+}
+
+/// The gemm computing `te` as `A = access ka`, `B = access kb`.
+fn oriented(
+    te: &TensorExpr,
+    ka: usize,
+    kb: usize,
+    input_dtypes: &[Option<DType>],
+    buffer_of: &[Option<usize>],
+    out: usize,
+) -> Result<Oriented> {
     let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
     let affine = te
         .accesses
         .iter()
         .all(|a| a.index.iter().all(|e| e.as_affine().is_some()));
     if !all_f32 || !affine {
-        return Ok(None);
+        return Ok(Oriented::No);
     }
     let (a_in, b_in) = (te.accesses[ka].input, te.accesses[kb].input);
     let reads = |k: usize, v: Var| {
@@ -122,7 +153,7 @@ pub fn contraction_gemm(
         // Too small to pay for packing, or a matrix-vector product
         // (depthwise convolution, M = 1): plain loops in the y-reduce form
         // stream the data once and vectorize along the output row.
-        return Ok(None);
+        return Ok(Oriented::No);
     }
     // Each expression variable as a function of its axis' flat index.
     let value_of = |v: Var, frame: &[(Axis, &str)]| -> Idx {
@@ -141,7 +172,8 @@ pub fn contraction_gemm(
             .filter(later)
             .map(|a| a.2)
             .product();
-        let outermost = !axes[..position].iter().any(|a| a.1 == axis);
+        // (Variables of extent 1 before it, like a 1x1 window's taps, are 0.)
+        let outermost = !axes[..position].iter().any(|a| a.1 == axis && a.2 > 1);
         let q = Idx::var(flat).floordiv(inner);
         // The outermost variable of a group is below its extent already.
         if outermost {
@@ -187,7 +219,7 @@ pub fn contraction_gemm(
     let c_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::N, "c")];
     let (a_off, a_guard) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
     if !a_guard.is_empty() {
-        return Ok(None);
+        return Ok(Oriented::GuardedA);
     }
     let (b_off, b_guard) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
@@ -199,7 +231,7 @@ pub fn contraction_gemm(
         buffer_of.get(a_in).copied().flatten(),
         buffer_of.get(b_in).copied().flatten(),
     ) else {
-        return Ok(None);
+        return Ok(Oriented::No);
     };
     let gemm = Gemm {
         batch,
@@ -228,7 +260,7 @@ pub fn contraction_gemm(
         },
         epilogue: None,
     };
-    Ok(Some(Contraction { gemm, out_index }))
+    Ok(Oriented::Gemm(Contraction { gemm, out_index }))
 }
 
 /// The geometry of B when it reads an NCHW image window by window:

@@ -26,4 +26,5 @@ pub mod report;
 
 pub use manager::{optimize, optimize_to, Options, PassManager};
 pub use pass::Pass;
+pub use passes::channels_last::Layout;
 pub use report::{PassStats, Report};

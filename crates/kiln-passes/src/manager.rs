@@ -12,6 +12,7 @@
 
 use crate::pass::Pass;
 use crate::passes;
+use crate::passes::channels_last::{self, Layout};
 use crate::report::{PassStats, Printout, Report};
 use kiln_ir::{bail, Attr, Error, Graph, Result};
 use std::io::Write;
@@ -32,6 +33,10 @@ pub struct Options {
     pub print_elide: Option<usize>,
     /// Upper bound on fixed-point rounds.
     pub max_rounds: usize,
+    /// The data layout of convolutions and pooling, applied after the
+    /// pipeline ([`channels_last`]). Channels-first (the graph as ONNX
+    /// defines it) unless a caller asks.
+    pub layout: Layout,
 }
 
 impl Default for Options {
@@ -42,6 +47,7 @@ impl Default for Options {
             print_after: None,
             print_elide: None,
             max_rounds: 8,
+            layout: Layout::ChannelsFirst,
         }
     }
 }
@@ -149,14 +155,39 @@ impl PassManager {
     }
 }
 
-/// Runs the pipeline `opts` selects on `g`; printouts land in the report.
+/// Runs the pipeline `opts` selects on `g`, then applies the layout
+/// choice (`opts.layout`); printouts land in the report.
 pub fn optimize(g: &mut Graph, opts: &Options) -> Result<Report> {
-    PassManager::from_options(opts)?.run(g, opts, None)
+    optimize_with_layout(g, opts, None)
 }
 
 /// Like [`optimize`], writing printouts to `out` as they happen.
 pub fn optimize_to(g: &mut Graph, opts: &Options, out: &mut dyn Write) -> Result<Report> {
-    PassManager::from_options(opts)?.run(g, opts, Some(out))
+    optimize_with_layout(g, opts, Some(out))
+}
+
+/// The pipeline; then, when the layout choice picks channels-last, the
+/// [`channels_last`] rewrite and the pipeline once more, which cancels the
+/// layout changes that meet and folds the permuted constants. The report
+/// is the first pipeline run's, with `channels_last` set.
+fn optimize_with_layout(
+    g: &mut Graph,
+    opts: &Options,
+    mut out: Option<&mut dyn Write>,
+) -> Result<Report> {
+    let pm = PassManager::from_options(opts)?;
+    // `&mut W` writes through to `W`: a reborrow for the first run.
+    let mut report = pm.run(g, opts, out.as_mut().map(|w| w as &mut dyn Write))?;
+    if opts.layout.channels_last_for(g) {
+        report.channels_last =
+            channels_last::to_channels_last(g).map_err(|e| e.context("pass 'channels_last'"))?;
+        if report.channels_last {
+            let cleanup = pm.run(g, opts, out)?;
+            report.printed.extend(cleanup.printed);
+            report.nodes_after = cleanup.nodes_after;
+        }
+    }
+    Ok(report)
 }
 
 fn new_stats(name: &'static str) -> PassStats {

@@ -298,6 +298,7 @@ pub(crate) mod kernel_check {
     /// Runs `f` with the primitive `op`, a context for a node with `attrs`
     /// and `inputs`.
     fn with_primitive<R>(
+        domain: &str,
         op: &str,
         attrs: &[(&str, Attr)],
         inputs: &[&Tensor],
@@ -319,7 +320,7 @@ pub(crate) mod kernel_check {
             opset: 22,
             subgraphs: &NoSubgraphs,
         };
-        let p = registry::lookup("", op)
+        let p = registry::lookup(domain, op)
             .and_then(|o| o.primitive())
             .expect("a registered primitive");
         let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
@@ -329,7 +330,17 @@ pub(crate) mod kernel_check {
     /// (kernel output, expression output) of the registered op `op` with
     /// `attrs` on `inputs`.
     pub fn both(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> (Tensor, Tensor) {
-        with_primitive(op, attrs, inputs, |p, cx, ins| {
+        both_in("", op, attrs, inputs)
+    }
+
+    /// [`both`] for an op of `domain`.
+    pub fn both_in(
+        domain: &str,
+        op: &str,
+        attrs: &[(&str, Attr)],
+        inputs: &[&Tensor],
+    ) -> (Tensor, Tensor) {
+        with_primitive(domain, op, attrs, inputs, |p, cx, ins| {
             let kernel = p.kernel(cx, ins).expect("a direct kernel").unwrap();
             let te = define_for_inputs(p, cx, ins).unwrap();
             (kernel, evaluate(&te, ins).unwrap())
@@ -338,7 +349,17 @@ pub(crate) mod kernel_check {
 
     /// "APOLLO type / mapping type" of `op` with `attrs` on `inputs`.
     pub fn classes(op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> String {
-        with_primitive(op, attrs, inputs, |p, cx, ins| {
+        classes_in("", op, attrs, inputs)
+    }
+
+    /// [`classes`] for an op of `domain`.
+    pub fn classes_in(
+        domain: &str,
+        op: &str,
+        attrs: &[(&str, Attr)],
+        inputs: &[&Tensor],
+    ) -> String {
+        with_primitive(domain, op, attrs, inputs, |p, cx, ins| {
             let c = classify(&define_for_inputs(p, cx, ins).unwrap());
             format!("{} / {}", c.apollo, c.mapping)
         })

@@ -5,6 +5,7 @@ use crate::registry::Registry;
 pub mod basic;
 pub mod binary;
 pub mod cast;
+pub mod channels_last;
 pub(crate) mod compose;
 pub mod control;
 pub mod conv;
@@ -26,6 +27,7 @@ pub fn register_all(r: &mut Registry) {
     basic::register(r);
     binary::register(r);
     cast::register(r);
+    channels_last::register(r);
     control::register(r);
     conv::register(r);
     generate::register(r);

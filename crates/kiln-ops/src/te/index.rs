@@ -124,6 +124,27 @@ impl IndexExpr {
         }
     }
 
+    /// The same expression over variables renamed by `f`.
+    pub fn renamed(&self, f: &dyn Fn(Var) -> Var) -> IndexExpr {
+        match self {
+            IndexExpr::Affine(a) => IndexExpr::Affine(Affine::from_terms(
+                a.terms.iter().map(|&(v, c)| (f(v), c)),
+                a.constant,
+            )),
+            IndexExpr::Div(e, d) => IndexExpr::Div(Box::new(e.renamed(f)), *d),
+            IndexExpr::Mod(e, d) => IndexExpr::Mod(Box::new(e.renamed(f)), *d),
+            IndexExpr::Data {
+                input,
+                index,
+                extent,
+            } => IndexExpr::Data {
+                input: *input,
+                index: index.iter().map(|e| e.renamed(f)).collect(),
+                extent: *extent,
+            },
+        }
+    }
+
     /// True for the floordiv/mod forms (anywhere inside).
     pub fn is_quasi_affine(&self) -> bool {
         match self {

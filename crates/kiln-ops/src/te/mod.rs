@@ -19,6 +19,7 @@ pub mod classify;
 pub mod eval;
 pub mod examples;
 pub mod index;
+pub mod layout;
 pub mod primitive;
 
 pub use index::{Affine, IndexExpr, Var};
@@ -209,6 +210,18 @@ impl Expr {
                 _ => None,
             },
             _ => None,
+        }
+    }
+
+    /// The same expression with the variables of its index values renamed
+    /// by `f`.
+    pub fn renamed(&self, f: &dyn Fn(Var) -> Var) -> Expr {
+        match self {
+            Expr::Index(i) => Expr::Index(i.renamed(f)),
+            Expr::Call(s, args) => {
+                Expr::Call(s.clone(), args.iter().map(|a| a.renamed(f)).collect())
+            }
+            e => e.clone(),
         }
     }
 

@@ -13,6 +13,7 @@ use crate::pass::Pass;
 use kiln_ir::{bail, Result};
 
 pub mod canonicalize_layout;
+pub mod channels_last;
 pub mod cse;
 pub mod dce;
 pub mod fold_affine;

@@ -1,0 +1,271 @@
+//! `kiln.ChannelsLast`: a convolution or pooling op computed on
+//! channels-last data. Attribute `op` names the wrapped op of the default
+//! domain (`Conv`, `MaxPool`, …); every other attribute is the wrapped
+//! op's. Input 0 and the output are `[N, spatial…, C]`; other inputs of
+//! the same rank (a convolution's weights) are `[k…, C/group, M]` (HWIO),
+//! the rest as the wrapped op reads them. With `channels_last_input=0`
+//! only the output is channels-last: every input is read as the wrapped
+//! op reads it (a first convolution over a channels-first model input).
+//!
+//! The op is defined by the wrapped op's tensor expression made
+//! channels-last ([`crate::te::layout::channels_last`]), so shape
+//! inference, classification and lowering come from that one definition.
+//! The interpreter's kernel transposes input 0 to channels-first, runs the
+//! wrapped op and transposes the result back (tests check it equals the
+//! expression). The layout pass (`kiln-passes`, `channels_last`) creates
+//! these nodes.
+
+use crate::registry::{self, Registry};
+use crate::te::layout::{channels_last, to_channels_first, to_channels_last, to_weights_last};
+use crate::te::primitive::{Prim, Primitive};
+use crate::te::{TensorExpr, SCALAR_OPSET};
+use crate::util::transpose;
+use crate::{arg, EvalCx, InferCx, InputInfo, Op};
+use kiln_ir::{bail, DType, Node, Result, Tensor, TensorType};
+
+/// Domain and op type of a channels-last node.
+pub const CHANNELS_LAST_DOMAIN: &str = "kiln";
+pub const CHANNELS_LAST_OP: &str = "ChannelsLast";
+
+pub fn register(r: &mut Registry) {
+    r.add_in(CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP, Prim(ChannelsLast));
+}
+
+struct ChannelsLast;
+
+/// The wrapped op and a node for it: `node` without the `op` attribute,
+/// in the default domain.
+fn wrapped(node: &Node) -> Result<(&'static dyn Op, Node)> {
+    let Some(name) = node.attr_string("op")? else {
+        bail!("{} needs the attribute 'op'", node.describe());
+    };
+    let Some(op) = registry::lookup("", name) else {
+        bail!("{}: unknown wrapped op '{name}'", node.describe());
+    };
+    let mut inner = node.clone();
+    inner.op = name.to_string();
+    inner.domain = String::new();
+    inner.attrs.remove("op");
+    inner.attrs.remove("channels_last_input");
+    Ok((op, inner))
+}
+
+/// Whether input 0 and the weights are channels-last too (attribute
+/// `channels_last_input`, default 1).
+fn inputs_channels_last(node: &Node) -> Result<bool> {
+    Ok(node.attr_int_or("channels_last_input", 1)? != 0)
+}
+
+/// `perm` taking a rank-`r` tensor from channels-first to channels-last.
+pub fn channels_last_perm(r: usize) -> Vec<usize> {
+    to_channels_last(&(0..r).collect::<Vec<_>>())
+}
+
+/// `perm` taking a rank-`r` tensor from channels-last to channels-first.
+pub fn channels_first_perm(r: usize) -> Vec<usize> {
+    to_channels_first(&(0..r).collect::<Vec<_>>())
+}
+
+/// `perm` taking rank-`r` weights from `[M, C, k…]` to `[k…, C, M]`.
+pub fn weights_last_perm(r: usize) -> Vec<usize> {
+    to_weights_last(&(0..r).collect::<Vec<_>>())
+}
+
+/// `perm` taking rank-`r` weights from `[k…, C, M]` back to `[M, C, k…]`.
+fn weights_first_perm(r: usize) -> Vec<usize> {
+    let mut p = vec![r - 1, r - 2];
+    p.extend(0..r - 2);
+    p
+}
+
+impl Primitive for ChannelsLast {
+    fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
+        let (op, inner) = wrapped(cx.node)?;
+        let Some(p) = op.primitive() else {
+            bail!(
+                "{}: the wrapped op '{}' has no tensor expression",
+                cx.node.describe(),
+                inner.op
+            );
+        };
+        let x = cx.input(0)?;
+        let Some(shape) = &x.ty.shape else {
+            return Ok(None);
+        };
+        if shape.len() < 3 {
+            bail!(
+                "{}: input 0 has rank {}, a channels-last op needs at least 3",
+                cx.node.describe(),
+                shape.len()
+            );
+        }
+        let rank = shape.len();
+        let permuted = inputs_channels_last(cx.node)?;
+        let mut inputs = Vec::new();
+        for (k, input) in cx.inputs.iter().enumerate() {
+            if !permuted {
+                inputs.push(input.clone());
+                continue;
+            }
+            inputs.push(
+                match (k, input, input.as_ref().and_then(|i| i.ty.shape.as_ref())) {
+                    (0, _, _) => Some(InputInfo {
+                        ty: TensorType::new(x.ty.dtype, to_channels_first(shape)),
+                        value: None,
+                    }),
+                    (_, Some(i), Some(s)) if s.len() == rank => Some(InputInfo {
+                        ty: TensorType::new(i.ty.dtype, permute(s, &weights_first_perm(rank))),
+                        value: None,
+                    }),
+                    (_, input, _) => input.clone(),
+                },
+            );
+        }
+        let icx = InferCx {
+            node: &inner,
+            opset: SCALAR_OPSET,
+            inputs,
+            scope: cx.scope,
+        };
+        match p.define(&icx)? {
+            Some(te) => channels_last(te, permuted).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn dtype(&self, cx: &InferCx) -> Result<DType> {
+        Ok(cx.input(0)?.ty.dtype)
+    }
+
+    /// Transposes to channels-first, runs the wrapped op, transposes back.
+    fn kernel(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Option<Result<Tensor>> {
+        Some(run_wrapped(cx, inputs))
+    }
+}
+
+/// `shape` permuted: entry `i` is `shape[perm[i]]`.
+fn permute(shape: &[usize], perm: &[usize]) -> Vec<usize> {
+    perm.iter().map(|&p| shape[p]).collect()
+}
+
+fn run_wrapped(cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
+    let (op, inner) = wrapped(cx.node)?;
+    let rank = arg(inputs, 0)?.rank();
+    let permuted = inputs_channels_last(cx.node)?;
+    let firsts = inputs
+        .iter()
+        .enumerate()
+        .map(|(k, t)| match t {
+            _ if !permuted => Ok(None),
+            Some(t) if k == 0 => transpose(t, &channels_first_perm(rank)).map(Some),
+            Some(t) if t.rank() == rank => transpose(t, &weights_first_perm(rank)).map(Some),
+            _ => Ok(None),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ins: Vec<Option<&Tensor>> = inputs
+        .iter()
+        .zip(&firsts)
+        .map(|(t, first)| first.as_ref().or(*t))
+        .collect();
+    let icx = EvalCx {
+        node: &inner,
+        opset: SCALAR_OPSET,
+        subgraphs: cx.subgraphs,
+    };
+    let Some(y) = op.eval(&icx, &ins)?.into_iter().next() else {
+        bail!("{}: the wrapped op gave no output", cx.node.describe());
+    };
+    transpose(&y, &channels_last_perm(y.rank()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::linalg::kernel_check::{assert_close, both_in, classes_in, random};
+    use kiln_ir::Attr;
+
+    fn ints(v: &[i64]) -> Attr {
+        Attr::Ints(v.to_vec())
+    }
+
+    fn op(name: &str) -> (&'static str, Attr) {
+        ("op", Attr::String(name.into()))
+    }
+
+    /// The expression (the wrapped op's, made channels-last) computes what
+    /// transposing around the wrapped op computes: plain, strided and
+    /// padded, depthwise and grouped convolutions, max pooling.
+    #[test]
+    fn expression_matches_the_transposed_op() {
+        type Case<'a> = (&'a [usize], Option<&'a [usize]>, Vec<(&'a str, Attr)>);
+        let cases: Vec<Case> = vec![
+            (
+                &[1, 7, 6, 3],
+                Some(&[3, 3, 3, 4]),
+                vec![
+                    op("Conv"),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                    ("strides", ints(&[2, 1])),
+                ],
+            ),
+            (
+                &[2, 5, 5, 4],
+                Some(&[3, 3, 1, 4]),
+                vec![
+                    op("Conv"),
+                    ("group", Attr::Int(4)),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                ],
+            ),
+            (
+                &[1, 5, 5, 6],
+                Some(&[2, 2, 3, 4]),
+                vec![op("Conv"), ("group", Attr::Int(2))],
+            ),
+            (&[1, 4, 4, 5], Some(&[1, 1, 5, 3]), vec![op("Conv")]),
+            (
+                &[1, 3, 7, 6],
+                Some(&[4, 3, 3, 3]),
+                vec![
+                    op("Conv"),
+                    ("channels_last_input", Attr::Int(0)),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                    ("strides", ints(&[2, 2])),
+                ],
+            ),
+            (
+                &[1, 6, 7, 3],
+                None,
+                vec![
+                    op("MaxPool"),
+                    ("kernel_shape", ints(&[3, 3])),
+                    ("pads", ints(&[1, 1, 1, 1])),
+                    ("strides", ints(&[2, 2])),
+                ],
+            ),
+        ];
+        let mut seed = 29;
+        for (xs, ws, attrs) in &cases {
+            let x = random(xs, &mut seed);
+            let w = ws.map(|ws| random(ws, &mut seed));
+            let mut ins = vec![&x];
+            ins.extend(w.as_ref());
+            let (got, want) = both_in("kiln", "ChannelsLast", attrs, &ins);
+            assert_close(&got, &want, 1e-5, &format!("{attrs:?} on {xs:?}"));
+        }
+    }
+
+    /// Classification reads the channels-last expression as what it is.
+    #[test]
+    fn channels_last_convolution_is_a_convolution() {
+        let mut seed = 3;
+        let (x, w) = (
+            random(&[1, 6, 6, 4], &mut seed),
+            random(&[3, 3, 4, 8], &mut seed),
+        );
+        let attrs = [op("Conv"), ("pads", ints(&[1, 1, 1, 1]))];
+        assert_eq!(
+            classes_in("kiln", "ChannelsLast", &attrs, &[&x, &w]),
+            "opaque(conv) / many-to-many"
+        );
+    }
+}

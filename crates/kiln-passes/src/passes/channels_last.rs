@@ -1,0 +1,414 @@
+//! Layout choice: convolutions and pooling on channels-last data (NHWC),
+//! with the layout changes placed at graph level.
+//!
+//! Rule ([`prefers_channels_last`]): a graph whose convolutions include a
+//! depthwise one (`group` = input channels > 1) runs channels-last. A
+//! depthwise convolution on NCHW data reduces along short image rows
+//! (7–112 wide) and reads strided rows at stride 2; on NHWC data each
+//! output pixel is a whole vector of channels (every model's channel
+//! counts are multiples of 16), whatever the stride or the image width.
+//! Other convolutional models stay NCHW: their implicit-GEMM kernels read
+//! NCHW images by contiguous rows. [`Layout`] lets a caller force either.
+//!
+//! Rewrite ([`to_channels_last`]), in one walk in graph order:
+//! - `Conv` (no bias: the bias is a separate Add once compounds are
+//!   opened) and single-output `MaxPool` become `kiln.ChannelsLast`
+//!   nodes reading the channels-last twin of their input (a convolution
+//!   of a value without one, like the model's input image, reads it
+//!   channels-first: `channels_last_input=0`);
+//! - element-wise ops (the registry's scalar-rule ops) with an input that
+//!   has a channels-last twin run channels-last: constant operands are
+//!   permuted (after numpy's leading unit axes), other operands of full
+//!   rank get a Transpose;
+//! - `ReduceSum/Max/Min/Prod` with `keepdims=1` and constant axes reduce
+//!   the twin along the permuted axes.
+//!
+//! Every rewritten node's original output stays defined, as a Transpose
+//! of its twin back to channels-first, so nodes the walk leaves alone
+//! (and graph outputs) read what they read before; the cleanup passes
+//! then drop the unused ones (`dce`), merge transposes that meet, and turn
+//! those that move only unit axes into reshapes (`canonicalize_layout`).
+//!
+//! Needs: an optimized graph (compounds opened) with static shapes.
+//! Guarantees: the same outputs (pure data movement around the same
+//! arithmetic); changes only the top-level graph.
+
+use crate::pass::Pass;
+use kiln_ir::{Attr, DType, Graph, Node, Result, Tensor, TensorType, ValueId};
+use kiln_ops::ops::channels_last::{
+    channels_first_perm, channels_last_perm, weights_last_perm, CHANNELS_LAST_DOMAIN,
+    CHANNELS_LAST_OP,
+};
+use kiln_ops::te::layout::to_channels_last as permuted;
+use kiln_ops::util::transpose;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// Which layout convolutions and pooling run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// By [`prefers_channels_last`].
+    #[default]
+    Auto,
+    /// Channels-first (NCHW), as ONNX defines the ops: no rewrite.
+    ChannelsFirst,
+    /// Channels-last (NHWC) wherever the rewrite applies.
+    ChannelsLast,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+
+    /// `auto`, `nchw` or `nhwc`.
+    fn from_str(s: &str) -> std::result::Result<Layout, String> {
+        match s {
+            "auto" => Ok(Layout::Auto),
+            "nchw" => Ok(Layout::ChannelsFirst),
+            "nhwc" => Ok(Layout::ChannelsLast),
+            _ => Err(format!(
+                "unknown layout '{s}' (expected auto, nchw or nhwc)"
+            )),
+        }
+    }
+}
+
+impl Layout {
+    /// Whether `g` runs channels-last under this choice.
+    pub fn channels_last_for(self, g: &Graph) -> bool {
+        match self {
+            Layout::Auto => prefers_channels_last(g),
+            Layout::ChannelsFirst => false,
+            Layout::ChannelsLast => true,
+        }
+    }
+}
+
+/// The rewrite as a pass (for pipelines and `--print-after`).
+pub struct ChannelsLast;
+
+impl Pass for ChannelsLast {
+    fn name(&self) -> &'static str {
+        "channels_last"
+    }
+
+    fn run(&self, g: &mut Graph) -> Result<bool> {
+        to_channels_last(g)
+    }
+}
+
+/// The layout rule: true when some convolution of `g` is depthwise.
+pub fn prefers_channels_last(g: &Graph) -> bool {
+    g.nodes.iter().any(|n| {
+        let channels = n
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .and_then(|x| g.ty(x).shape.as_ref().and_then(|s| s.get(1).copied()));
+        let group = n.attr_int_or("group", 1).unwrap_or(1);
+        n.op == "Conv" && n.domain.is_empty() && group > 1 && channels == Some(group as usize)
+    })
+}
+
+/// Rewrites `g` to run its convolutions and pooling channels-last (see the
+/// module doc); true when anything changed.
+pub fn to_channels_last(g: &mut Graph) -> Result<bool> {
+    let nodes = g.nodes.clone();
+    let mut rw = Rewriter {
+        names: g.values.iter().map(|v| v.name.clone()).collect(),
+        g,
+        twin: HashMap::new(),
+        out: Vec::with_capacity(nodes.len()),
+    };
+    for node in nodes {
+        let what = node.describe();
+        rw.node(node).map_err(|e| e.context(what))?;
+    }
+    let Rewriter { g, out, twin, .. } = rw;
+    if twin.is_empty() {
+        return Ok(false);
+    }
+    g.nodes = out;
+    g.opsets
+        .entry(CHANNELS_LAST_DOMAIN.to_string())
+        .or_insert(1);
+    Ok(true)
+}
+
+struct Rewriter<'g> {
+    g: &'g mut Graph,
+    names: HashSet<String>,
+    /// Channels-first value → its channels-last twin.
+    twin: HashMap<ValueId, ValueId>,
+    out: Vec<Node>,
+}
+
+impl Rewriter<'_> {
+    fn node(&mut self, node: Node) -> Result<()> {
+        if let Some(x) = self.spatial_input(&node) {
+            return self.spatial(node, x);
+        }
+        if self.is_elementwise_on_twins(&node) {
+            if let Some(inputs) = self.elementwise_inputs(&node)? {
+                return self.rebuilt(node, inputs, None);
+            }
+        }
+        if let Some(axes) = self.reduce_axes(&node) {
+            return self.reduce(node, &axes);
+        }
+        self.out.push(node);
+        Ok(())
+    }
+
+    /// Input 0 of a Conv without bias or a single-output MaxPool over a
+    /// static image of rank ≥ 3.
+    fn spatial_input(&self, node: &Node) -> Option<ValueId> {
+        let outputs = node.outputs.iter().flatten().count();
+        let fits = match (node.domain.as_str(), node.op.as_str()) {
+            ("", "Conv") => node.inputs.len() == 2 || node.inputs.get(2) == Some(&None),
+            ("", "MaxPool") => true,
+            _ => false,
+        };
+        let x = node.inputs.first().copied().flatten()?;
+        let rank = self.g.ty(x).shape.as_ref()?.len();
+        (fits && outputs == 1 && node.outputs[0].is_some() && rank >= 3).then_some(x)
+    }
+
+    fn spatial(&mut self, node: Node, x: ValueId) -> Result<()> {
+        let mut attrs = node.attrs.clone();
+        attrs.insert("op".to_string(), Attr::String(node.op.clone()));
+        if node.op == "Conv" && !self.twin.contains_key(&x) {
+            // Read a channels-first image (the model's input) as it is:
+            // the implicit-GEMM kernel packs it by image rows, and no
+            // transpose runs before it.
+            attrs.insert("channels_last_input".to_string(), Attr::Int(0));
+            let inputs = node.inputs.clone();
+            let rebuilt = Node {
+                op: CHANNELS_LAST_OP.to_string(),
+                domain: CHANNELS_LAST_DOMAIN.to_string(),
+                attrs,
+                ..node
+            };
+            return self.rebuilt(rebuilt, inputs, None);
+        }
+        let xl = self.twin_of(x);
+        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
+        let mut inputs = vec![Some(xl)];
+        for &w in &node.inputs[1..] {
+            let same_rank = w.and_then(|w| self.g.ty(w).shape.as_ref().map(|s| s.len() == rank));
+            inputs.push(match (w, same_rank) {
+                (Some(w), Some(true)) => Some(self.weights_last(w, rank)?),
+                _ => w,
+            });
+        }
+        let rebuilt = Node {
+            op: CHANNELS_LAST_OP.to_string(),
+            domain: CHANNELS_LAST_DOMAIN.to_string(),
+            attrs,
+            ..node
+        };
+        self.rebuilt(rebuilt, inputs, None)
+    }
+
+    /// `node` with `inputs`, writing a new channels-last output (of type
+    /// `ty`, else the original's permuted); the original output becomes its
+    /// transpose back.
+    fn rebuilt(
+        &mut self,
+        mut node: Node,
+        inputs: Vec<Option<ValueId>>,
+        ty: Option<TensorType>,
+    ) -> Result<()> {
+        let Some(y) = node.outputs.first().copied().flatten() else {
+            kiln_ir::bail!("expected one output");
+        };
+        let yt = self.g.ty(y).clone();
+        let ty = match (ty, &yt.shape) {
+            (Some(t), _) => t,
+            (None, Some(s)) => TensorType::new(yt.dtype, permuted(s)),
+            (None, None) => kiln_ir::bail!("output shape unknown"),
+        };
+        let rank = ty.shape.as_ref().map_or(0, |s| s.len());
+        let yl = self.value(y, ty);
+        node.inputs = inputs;
+        node.outputs = vec![Some(yl)];
+        self.out.push(node);
+        self.push_transpose(yl, y, &channels_first_perm(rank));
+        self.twin.insert(y, yl);
+        Ok(())
+    }
+
+    /// The channels-last twin of `x`, adding a Transpose when it has none.
+    fn twin_of(&mut self, x: ValueId) -> ValueId {
+        if let Some(&t) = self.twin.get(&x) {
+            return t;
+        }
+        let ty = self.g.ty(x).clone();
+        let shape = ty.shape.clone().unwrap_or_default();
+        let xl = self.value(x, TensorType::new(ty.dtype, permuted(&shape)));
+        self.push_transpose(x, xl, &channels_last_perm(shape.len()));
+        self.twin.insert(x, xl);
+        xl
+    }
+
+    /// Weights `w` stored `[k…, C, M]` as `kiln.ChannelsLast` reads them:
+    /// a permuted constant, or a Transpose of a computed value.
+    fn weights_last(&mut self, w: ValueId, rank: usize) -> Result<ValueId> {
+        let perm = weights_last_perm(rank);
+        if let Some(init) = self.g.constant(w) {
+            let t = transpose(&init.to_tensor()?, &perm)?;
+            return Ok(self.constant(w, t));
+        }
+        let ty = self.g.ty(w).clone();
+        let shape = ty.shape.clone().unwrap_or_default();
+        let permuted: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let wl = self.value(w, TensorType::new(ty.dtype, permuted));
+        self.push_transpose(w, wl, &perm);
+        Ok(wl)
+    }
+
+    /// A new constant `t` named after `like`.
+    fn constant(&mut self, like: ValueId, t: Tensor) -> ValueId {
+        let c = self.value(like, t.ty());
+        self.g
+            .initializers
+            .insert(c, kiln_ir::Initializer::Tensor(t));
+        c
+    }
+
+    /// A new value named after `like`.
+    fn value(&mut self, like: ValueId, ty: TensorType) -> ValueId {
+        let base = format!("{}_nhwc", self.g.name(like));
+        let mut name = base.clone();
+        let mut k = 1;
+        while self.names.contains(&name) {
+            name = format!("{base}_{k}");
+            k += 1;
+        }
+        self.names.insert(name.clone());
+        self.g.add_value(name, ty)
+    }
+
+    fn push_transpose(&mut self, from: ValueId, to: ValueId, perm: &[usize]) {
+        let p = perm.iter().map(|&a| a as i64).collect();
+        self.out.push(Node {
+            name: format!("{}/transpose", self.g.name(to)),
+            op: "Transpose".to_string(),
+            domain: String::new(),
+            inputs: vec![Some(from)],
+            outputs: vec![Some(to)],
+            attrs: BTreeMap::from([("perm".to_string(), Attr::Ints(p))]),
+        });
+    }
+
+    /// An element-wise op (one output) reading a value that has a twin.
+    fn is_elementwise_on_twins(&self, node: &Node) -> bool {
+        let scalar_rule = kiln_ops::registry::lookup(&node.domain, &node.op)
+            .is_some_and(|op| op.scalar_kernel().is_some());
+        scalar_rule
+            && node.outputs.len() == 1
+            && node
+                .inputs
+                .iter()
+                .flatten()
+                .any(|v| self.twin.contains_key(v))
+    }
+
+    /// The operands of element-wise `node` run channels-last, or `None`
+    /// when one of them cannot be (a computed operand of lower rank).
+    fn elementwise_inputs(&mut self, node: &Node) -> Result<Option<Vec<Option<ValueId>>>> {
+        let Some(y) = node.outputs[0] else {
+            return Ok(None);
+        };
+        let Some(rank) = self.g.ty(y).shape.as_ref().map(|s| s.len()) else {
+            return Ok(None);
+        };
+        let mut inputs = Vec::new();
+        for &v in &node.inputs {
+            let Some(v) = v else {
+                return Ok(None);
+            };
+            let Some(shape) = self.g.ty(v).shape.clone() else {
+                return Ok(None);
+            };
+            let converted = if let Some(&t) = self.twin.get(&v) {
+                t
+            } else if shape.iter().all(|&d| d == 1) {
+                v
+            } else if let Some(c) = self.permuted_constant(v, &shape, rank)? {
+                c
+            } else if shape.len() == rank {
+                self.twin_of(v)
+            } else {
+                return Ok(None);
+            };
+            inputs.push(Some(converted));
+        }
+        Ok(Some(inputs))
+    }
+
+    /// Constant `v` broadcast to rank `rank` and permuted channels-last.
+    fn permuted_constant(
+        &mut self,
+        v: ValueId,
+        shape: &[usize],
+        rank: usize,
+    ) -> Result<Option<ValueId>> {
+        let Some(init) = self.g.constant(v) else {
+            return Ok(None);
+        };
+        if shape.len() > rank {
+            return Ok(None);
+        }
+        let mut full = vec![1; rank - shape.len()];
+        full.extend_from_slice(shape);
+        let t = init.to_tensor()?;
+        let t = Tensor::new(full, t.data.clone())?;
+        let t = transpose(&t, &channels_last_perm(rank))?;
+        Ok(Some(self.constant(v, t)))
+    }
+
+    /// The reduced axes of a keepdims reduction over a value with a twin.
+    fn reduce_axes(&self, node: &Node) -> Option<Vec<i64>> {
+        let reduce = matches!(
+            node.op.as_str(),
+            "ReduceSum" | "ReduceMax" | "ReduceMin" | "ReduceProd"
+        );
+        if !reduce || !node.domain.is_empty() || node.attr_int_or("keepdims", 1).ok()? != 1 {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        self.twin.get(&x)?;
+        let axes = node.inputs.get(1).copied().flatten()?;
+        let t = self.g.constant(axes)?.to_tensor().ok()?;
+        (t.dtype() == DType::I64).then(|| t.data.to_i64_vec().ok())?
+    }
+
+    fn reduce(&mut self, node: Node, axes: &[i64]) -> Result<()> {
+        let (Some(x), Some(a), Some(y)) = (node.inputs[0], node.inputs[1], node.outputs[0]) else {
+            kiln_ir::bail!("expected data, axes and one output");
+        };
+        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len()) as i64;
+        // Channels-first axis a sits at this position channels-last.
+        let moved = |a: i64| -> i64 {
+            let a = a.rem_euclid(rank);
+            match a {
+                0 => 0,
+                1 => rank - 1,
+                a => a - 1,
+            }
+        };
+        let new_axes: Vec<i64> = axes.iter().map(|&a| moved(a)).collect();
+        let t = Tensor::from_vec(vec![new_axes.len()], new_axes)?;
+        let al = self.constant(a, t);
+        let xl = self.twin[&x];
+        let yt = self.g.ty(y).clone();
+        let ty = yt
+            .shape
+            .as_ref()
+            .map(|s| TensorType::new(yt.dtype, permuted(s)));
+        let mut inputs = node.inputs.clone();
+        inputs[0] = Some(xl);
+        inputs[1] = Some(al);
+        self.rebuilt(node, inputs, ty)
+    }
+}
