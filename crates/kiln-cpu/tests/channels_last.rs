@@ -8,26 +8,12 @@
 
 mod common;
 
-use common::{assert_close, inputs, load};
+use common::{assert_close, inputs, load, values};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 use kiln_ir::{Graph, Result};
 use kiln_passes::passes::channels_last::prefers_channels_last;
 use kiln_passes::{optimize, Layout, Options};
-
-/// `count` deterministic values in [-0.5, 0.5).
-fn values(count: usize, seed: u64) -> String {
-    let mut state = seed.wrapping_mul(6364136223846793005) | 1;
-    (0..count)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            format!("{:.6}", (state >> 40) as f64 / (1u64 << 24) as f64 - 0.5)
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 fn network() -> String {
     format!(

@@ -6,24 +6,10 @@
 
 mod common;
 
-use common::{assert_close, inputs, load};
+use common::{assert_close, inputs, load, values};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 use kiln_ir::Result;
-
-/// `count` deterministic values in [-1, 1), printed for the text form.
-fn values(count: usize, seed: u64) -> String {
-    let mut state = seed.wrapping_mul(6364136223846793005) | 1;
-    (0..count)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            format!("{:.6}", (state >> 40) as f64 / (1u64 << 23) as f64 - 1.0)
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// Runs `src` under every planner; returns the weights packed (apollo).
 fn check(src: &str, name: &str) -> Result<usize> {

@@ -59,3 +59,17 @@ pub fn assert_close(got: &[Tensor], want: &[Tensor], name: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// `count` deterministic values in [-1, 1), printed for the text form.
+pub fn values(count: usize, seed: u64) -> String {
+    let mut state = seed.wrapping_mul(6364136223846793005) | 1;
+    (0..count)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            format!("{:.6}", (state >> 40) as f64 / (1u64 << 23) as f64 - 1.0)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -182,13 +182,7 @@ impl Rewriter<'_> {
             // transpose runs before it.
             attrs.insert("channels_last_input".to_string(), Attr::Int(0));
             let inputs = node.inputs.clone();
-            let rebuilt = Node {
-                op: CHANNELS_LAST_OP.to_string(),
-                domain: CHANNELS_LAST_DOMAIN.to_string(),
-                attrs,
-                ..node
-            };
-            return self.rebuilt(rebuilt, inputs, None);
+            return self.rebuilt(wrapping(node, attrs), inputs, None);
         }
         let xl = self.twin_of(x);
         let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
@@ -200,13 +194,7 @@ impl Rewriter<'_> {
                 _ => w,
             });
         }
-        let rebuilt = Node {
-            op: CHANNELS_LAST_OP.to_string(),
-            domain: CHANNELS_LAST_DOMAIN.to_string(),
-            attrs,
-            ..node
-        };
-        self.rebuilt(rebuilt, inputs, None)
+        self.rebuilt(wrapping(node, attrs), inputs, None)
     }
 
     /// `node` with `inputs`, writing a new channels-last output (of type
@@ -410,5 +398,15 @@ impl Rewriter<'_> {
         inputs[0] = Some(xl);
         inputs[1] = Some(al);
         self.rebuilt(node, inputs, ty)
+    }
+}
+
+/// `node` as the `kiln.ChannelsLast` node with `attrs` (which name it).
+fn wrapping(node: Node, attrs: BTreeMap<String, Attr>) -> Node {
+    Node {
+        op: CHANNELS_LAST_OP.to_string(),
+        domain: CHANNELS_LAST_DOMAIN.to_string(),
+        attrs,
+        ..node
     }
 }
