@@ -46,8 +46,8 @@ struct PassArgs {
     time_passes: bool,
     /// Data layout of convolutions and pooling on the CPU backend: `auto`
     /// (channels-last when the model has a depthwise convolution), `nchw`
-    /// or `nhwc`. The reference backend always runs the graph as ONNX
-    /// defines it (nchw).
+    /// or `nhwc`. The reference backend and `info` always take the graph as
+    /// ONNX defines it (nchw).
     #[arg(long, default_value = "auto")]
     layout: kiln_passes::Layout,
 }
@@ -235,7 +235,7 @@ fn main() {
             classify,
             args,
             passes,
-        } => info(&model, json, classify, &args, &passes),
+        } => info(&model, json, classify, &args, &as_defined(passes)),
         Command::Run {
             model,
             output_dir,
@@ -369,10 +369,17 @@ fn load(path: &Path, args: &ModelArgs) -> Result<Graph> {
 
 /// The reference backend runs the graph as ONNX defines it: the layout
 /// choice is the CPU backend's.
-fn layout_for_backend(mut passes: PassArgs, exec: &ExecArgs) -> PassArgs {
-    if exec.backend == "reference" {
-        passes.layout = kiln_passes::Layout::ChannelsFirst;
+fn layout_for_backend(passes: PassArgs, exec: &ExecArgs) -> PassArgs {
+    match exec.backend.as_str() {
+        "reference" => as_defined(passes),
+        _ => passes,
     }
+}
+
+/// The passes without a layout change: the graph's ops as ONNX defines
+/// them (`info` reports the model's ops and FLOPs).
+fn as_defined(mut passes: PassArgs) -> PassArgs {
+    passes.layout = kiln_passes::Layout::ChannelsFirst;
     passes
 }
 
