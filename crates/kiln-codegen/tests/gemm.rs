@@ -376,6 +376,7 @@ fn cases() -> Vec<Case> {
         (14, 32),
         (8, 48),
         (6, 64),
+        (28, 16),
         (6, 16),
         (4, 24),
         (6, 8),
@@ -396,11 +397,16 @@ fn cases() -> Vec<Case> {
             );
         }
     }
-    // A packed although it could be read in place, and read in place with a partial panel.
-    for (name, pack_a) in [("mm_8x48_packed_a", true), ("mm_8x48_rows_a", false)] {
+    // A packed although it could be read in place, and read in place with a partial panel
+    // (28 rows: the widest tile read in place).
+    for (name, pack_a, mr, nr) in [
+        ("mm_8x48_packed_a", true, 8, 48),
+        ("mm_8x48_rows_a", false, 8, 48),
+        ("mm_28x16_rows_a", false, 28, 16),
+    ] {
         let tuning = Tuning {
             pack_a: Some(pack_a),
-            ..small_blocks(Some(KernelShape { mr: 8, nr: 48 }), Some(false))
+            ..small_blocks(Some(KernelShape { mr, nr }), Some(false))
         };
         cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
     }

@@ -55,7 +55,12 @@ const fn rated(mr: usize, nr: usize, speed: f64) -> RatedShape {
 
 /// AVX-512: 32 zmm registers. All three ran at the FMA peak (~118 GFLOP/s) with operands in L1
 /// on one Zen 4 core, so padding waste decides between them.
-const AVX512_SHAPES: &[RatedShape] = &[rated(14, 32, 1.0), rated(8, 48, 1.0), rated(6, 64, 1.0)];
+const AVX512_SHAPES: &[RatedShape] = &[
+    rated(14, 32, 1.0),
+    rated(8, 48, 1.0),
+    rated(6, 64, 1.0),
+    rated(28, 16, 0.9),
+];
 /// AVX/AVX2: 16 ymm registers -> 12 accumulators (the classic 6x16 Haswell kernel). Speeds
 /// not measured here (no AVX2-only machine): 4x24 is rated a little lower for its extra loads.
 const AVX_SHAPES: &[RatedShape] = &[rated(6, 16, 1.0), rated(4, 24, 0.97)];

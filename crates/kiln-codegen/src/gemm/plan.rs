@@ -60,9 +60,15 @@ impl Plan {
 /// 67%, 96x12544x16: 62% -> 80%) and 512 was level or better on square and transformer shapes.
 const NC_MAX: usize = 512;
 
-/// Widest A tile read in place: more row streams spill the kernel's address registers
-/// (14x32 reading A in place measured 20% slower on Zen 4).
+/// Widest A tile read in place over several K blocks: more row streams spill the kernel's
+/// address registers (14x32 reading A in place measured 20% slower on Zen 4).
 const IN_PLACE_MAX_ROWS: usize = 8;
+
+/// The micro-kernel's slowdown reading a wider A tile in place (one K block), against reading
+/// panels. Measured with `gemm_bench` on Zen 4, 2 threads: in place and packed run level at
+/// 784x192x32 (83% vs 86%), packed is better at 3136x144x24 (95% vs 87%), and few columns make
+/// packing dominate (12544x16x32: 85% in place vs 33% packed; 3136x24x144: 71% vs 52%).
+const IN_PLACE_SLOWDOWN: f64 = 1.25;
 
 pub(crate) fn plan(spec: &GemmSpec, target: &VectorTarget, tuning: &Tuning) -> Plan {
     let mut best: Option<(f64, Plan)> = None;
@@ -120,7 +126,10 @@ fn candidate(
     }
     let allowed = match tuning.pack_a {
         Some(forced) => pack_a == forced || (!forced && pack_a && !in_place_possible),
-        None => pack_a || (in_place_possible && shape.mr <= IN_PLACE_MAX_ROWS),
+        None => {
+            pack_a
+                || (in_place_possible && (shape.mr <= IN_PLACE_MAX_ROWS || spec.k <= target.kc_max))
+        }
     };
     if !allowed || (!pack_a && !in_place_possible) {
         return None;
@@ -189,7 +198,10 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
     let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     let (k, batch) = (spec.k as f64, spec.batch as f64);
     let padded = (plan.m_panels() * mr * plan.n_panels() * nr) as f64;
-    let kernel = batch * padded * k / target.vector_len() as f64 / speed;
+    let mut kernel = batch * padded * k / target.vector_len() as f64 / speed;
+    if !plan.pack_a && mr > IN_PLACE_MAX_ROWS {
+        kernel *= IN_PLACE_SLOWDOWN;
+    }
     let contiguous_c = View::new(&spec.c, plan.transposed)
         .kernel_strides()
         .is_some_and(|(_, _, col)| col == 1);
