@@ -16,7 +16,9 @@ use crate::gemm::{
 };
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_loop::{Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_loop::{
+    Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+};
 use kiln_ops::te::Combiner;
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -202,11 +204,12 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
 /// The name of the prepacked factor's parameter in a gemm kernel.
 const PACKED_PARAM: &str = "packed";
 
-/// `T* NAME = (T*)args[i];` for each of `k`'s buffers (inputs `const`;
+/// `T* NAME = (T*)args[i];` for each of `k`'s parameters (inputs `const`;
 /// `restrict` where `restrict(i)`).
 fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<String> {
     let mut s = String::new();
-    for (i, b) in k.buffers.iter().enumerate() {
+    let params = k.buffers.iter().filter(|b| b.scope == Scope::Param);
+    for (i, b) in params.enumerate() {
         let ty = c_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
         let qualifier = if restrict(i) { "restrict " } else { "" };
@@ -349,7 +352,7 @@ fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(Str
                     out.push((name.clone(), *combiner));
                 }
             }
-            Stmt::Store { .. } | Stmt::Gemm(_) => {}
+            Stmt::Store { .. } | Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }
 }
@@ -443,6 +446,11 @@ impl Printer<'_> {
                 writeln!(self.out, "{pad}{name} = {e};").ok();
             }
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
+            Stmt::Alloc(b) => {
+                let b = &self.k.buffers[*b];
+                let ty = c_type(b.dtype)?;
+                writeln!(self.out, "{pad}{ty} {}[{}];", b.name, b.numel().max(1)).ok();
+            }
         }
         Ok(())
     }

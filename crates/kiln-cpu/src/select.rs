@@ -14,7 +14,7 @@ use kiln_fuse::GroupCheck;
 use kiln_ir::{bail, DType, Graph, Node, Result, Tensor, ValueId};
 use kiln_loop::group::{GroupExpr, GroupNode, Src};
 use kiln_loop::inline_constants::inline_constants;
-use kiln_loop::{default_schedule, Buffer, Kernel, Schedule, Stmt, Val};
+use kiln_loop::{default_schedule, Buffer, Kernel, Schedule, Scope, Stmt, Val};
 use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
 use kiln_ops::te::classify::{is_view, node_expr};
 
@@ -141,6 +141,7 @@ fn group_expr(body: &Graph) -> Result<GroupExpr> {
             dtype: ty.dtype,
             shape,
             output: false,
+            scope: Scope::Param,
         });
     }
     let producers = body.producers();
@@ -243,6 +244,7 @@ fn in_place_input(k: &Kernel) -> Option<usize> {
     (0..k.buffers.len()).find(|&b| {
         let buf = &k.buffers[b];
         !buf.output
+            && buf.scope == Scope::Param
             && buf.numel() == k.buffers[out].numel()
             && buf.dtype.size() == k.buffers[out].dtype.size()
             && reads_only_at(value, b, store)

@@ -201,7 +201,7 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
                 val(value, out)
             }
-            Stmt::Gemm(_) => {}
+            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }
 }
@@ -234,7 +234,7 @@ pub(crate) fn load_strides(body: &[Stmt], var: &str) -> Vec<i64> {
             Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
                 val(value, var, &mut out)
             }
-            Stmt::Gemm(_) => {}
+            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }
     out

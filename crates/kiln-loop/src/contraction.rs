@@ -84,13 +84,19 @@ pub fn contraction_gemm(
     // whose output is channels-last) takes the other side.
     match oriented(te, ka, kb, input_dtypes, buffer_of, out)? {
         Oriented::GuardedA => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
-            Oriented::Gemm(c) => Ok(Some(c)),
+            // A small window (a first convolution's 3x3x3) is left to the
+            // window form, vectorized along the output's contiguous axis.
+            Oriented::Gemm(c) if c.gemm.k >= SMALL_WINDOW => Ok(Some(c)),
             _ => Ok(None),
         },
         Oriented::Gemm(c) => Ok(Some(c)),
         Oriented::No => Ok(None),
     }
 }
+
+/// Reduction length below which a padded product that cannot be oriented
+/// with the output's contiguous axis as N is not made a gemm.
+const SMALL_WINDOW: i64 = 32;
 
 /// What one orientation of a product gives.
 enum Oriented {

@@ -42,7 +42,7 @@
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::contraction_gemm;
 use crate::group::{Env, GroupExpr, Inliner, Src};
-use crate::ir::{Atom, Buffer, Idx, Kernel, Stmt, Val};
+use crate::ir::{Atom, Buffer, Idx, Kernel, Scope, Stmt, Val};
 use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
@@ -72,6 +72,7 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
             dtype: te.dtype,
             shape: te.shape.clone(),
             output: true,
+            scope: Scope::Param,
         });
     }
     if let Some(lowered) = scaled_gemm(group, name, &buffers)? {

@@ -24,13 +24,28 @@ pub struct Kernel {
     pub body: Vec<Stmt>,
 }
 
-/// A kernel parameter: a dense row-major tensor.
+/// A dense row-major tensor the kernel reads or writes: a parameter, or a
+/// local buffer of its own.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Buffer {
     pub name: String,
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub output: bool,
+    pub scope: Scope,
+}
+
+/// Where a buffer lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// A kernel parameter (the node's inputs, then its outputs). Parameters
+    /// come before every local buffer in [`Kernel::buffers`].
+    Param,
+    /// The kernel's own small buffer, declared by a [`Stmt::Alloc`] in the
+    /// block that uses it: on the stack of the thread running that block
+    /// (a parallel loop's iterations each have their own). Schedules make
+    /// them (`cache.rs`: a cached copy of what a loop reads).
+    Local,
 }
 
 impl Buffer {
@@ -104,6 +119,9 @@ pub enum Stmt {
     },
     /// A matrix product computed by the micro-kernel template.
     Gemm(Box<Gemm>),
+    /// Declares local buffer `buffers[i]` (uninitialised) for the rest of
+    /// the enclosing block.
+    Alloc(usize),
 }
 
 /// `C[b, m, n] = epilogue(Σ_k A[b, m, k] · B[b, k, n])` over flat buffers, each
@@ -466,6 +484,7 @@ impl Stmt {
                 value: f(value, loops),
             },
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
+            Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
     }
 
@@ -500,6 +519,7 @@ impl Stmt {
                 value: value.substitute(name, with),
             },
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
+            Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
     }
 }

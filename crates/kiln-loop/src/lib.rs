@@ -2,6 +2,7 @@
 //! from tensor expressions, rewritten by schedules given as data.
 
 pub mod auto_schedule;
+pub mod cache;
 pub mod contraction;
 pub mod fused;
 pub mod group;
@@ -17,7 +18,8 @@ pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Stmt, Val,
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Scope, Stmt,
+    Val,
 };
 pub use lower::lower;
 pub use parse::parse as parse_kernel;

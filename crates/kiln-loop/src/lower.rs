@@ -15,7 +15,7 @@
 //! No scheduling happens here; see `schedule.rs`.
 
 use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
-use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::{Combiner, TensorExpr, Var};
 
@@ -237,6 +237,7 @@ pub fn push_output(buffers: &mut Vec<Buffer>, te: &TensorExpr) -> usize {
         dtype: te.dtype,
         shape: te.shape.clone(),
         output: true,
+        scope: Scope::Param,
     });
     buffers.len() - 1
 }
@@ -258,6 +259,7 @@ pub fn input_buffers(
                     dtype,
                     shape: shape.clone(),
                     output: false,
+                    scope: Scope::Param,
                 });
             }
             (None, _) => buffer_of.push(None),

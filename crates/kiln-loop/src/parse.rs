@@ -17,6 +17,7 @@
 //! block   := "{" stmt* "}"
 //! stmt    := [kind] "for" name "in" "0.." extent block
 //!          | "let" name ":" dtype "=" val
+//!          | "alloc" name ":" dtype "[" int,* "]"      (local buffer)
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" access "*" access
 //!                ["window" "[" int ("," int)*12 "]"] ["then" val]
@@ -37,7 +38,7 @@
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
 use crate::ir::{
-    Atom, Buffer, Extent, Gemm, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Stmt, Val,
+    Atom, Buffer, Extent, Gemm, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val,
 };
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};
@@ -50,6 +51,7 @@ pub fn parse(src: &str) -> Result<Kernel> {
         src,
         pos: 0,
         buffers: Vec::new(),
+        locals: Vec::new(),
     };
     let k = p.kernel()?;
     if p.peek().is_some() {
@@ -64,8 +66,10 @@ type Access = (usize, Idx, Guard);
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
-    /// The kernel's buffer names, in parameter order.
+    /// The kernel's buffer names: parameters, then locals as declared.
     buffers: Vec<String>,
+    /// The local buffers declared so far.
+    locals: Vec<Buffer>,
 }
 
 fn is_word_char(c: char) -> bool {
@@ -316,11 +320,29 @@ impl Parser<'_> {
         }
         self.buffers = buffers.iter().map(|b| b.name.clone()).collect();
         let body = self.block()?;
+        let mut buffers = buffers;
+        buffers.append(&mut self.locals);
         Ok(Kernel {
             name,
             buffers,
             body,
         })
+    }
+
+    /// After `alloc`: a local buffer's declaration, numbered after the
+    /// parameters and the locals before it.
+    fn alloc(&mut self) -> Result<Stmt> {
+        let mut b = self.param()?;
+        if b.output {
+            return Err(self.error("a local buffer is not an output"));
+        }
+        if self.buffers.contains(&b.name) {
+            return Err(self.error(&format!("buffer {:?} is declared twice", b.name)));
+        }
+        b.scope = Scope::Local;
+        self.buffers.push(b.name.clone());
+        self.locals.push(b);
+        Ok(Stmt::Alloc(self.buffers.len() - 1))
     }
 
     /// `[out] name: dtype[dims]`
@@ -335,6 +357,7 @@ impl Parser<'_> {
             dtype,
             shape,
             output,
+            scope: Scope::Param,
         })
     }
 
@@ -374,6 +397,9 @@ impl Parser<'_> {
         }
         if self.eat_word("gemm") {
             return self.gemm();
+        }
+        if self.eat_word("alloc") {
+            return self.alloc();
         }
         let name = self.name("a statement")?;
         if self.peek() == Some('[') {

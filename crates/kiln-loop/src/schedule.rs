@@ -11,7 +11,8 @@
 //! read plain `buf[v]`); `reorder` interchanges two perfectly nested loops
 //! (legal: loops of an expression's index space are independent, and a
 //! reduction's loops only reorder among themselves); `parallel`,
-//! `vectorize` and `unroll` mark how a loop runs. A directive naming a
+//! `vectorize` and `unroll` mark how a loop runs; `cache_read` copies what
+//! a loop reads of a buffer into local buffers (`cache.rs`). A directive naming a
 //! loop that is not there, or an illegal rewrite, is an error.
 
 use crate::ir::{Atom, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
@@ -47,6 +48,12 @@ pub enum Directive {
         lo: i64,
         hi: i64,
     },
+    /// At the start of loop `at`'s body, copies what it reads of parameter
+    /// `buf` into local buffers and reads those instead (`cache.rs`).
+    CacheRead {
+        buf: String,
+        at: String,
+    },
 }
 
 /// A schedule: directives applied in order.
@@ -64,6 +71,7 @@ impl std::fmt::Display for Directive {
             Directive::Unroll(v) => write!(f, "unroll({v})"),
             Directive::AccumulateOutward(v) => write!(f, "accumulate_outward({v})"),
             Directive::Peel { var, lo, hi } => write!(f, "peel({var}, {lo}, {hi})"),
+            Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
         }
     }
 }
@@ -81,7 +89,10 @@ pub fn fused_name(outer: &str, inner: &str) -> String {
 pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     let mut k = k.clone();
     for d in &schedule.0 {
-        k.body = apply_one(&k.body, d)?;
+        match d {
+            Directive::CacheRead { buf, at } => k = crate::cache::cache_read(&k, buf, at)?,
+            _ => k.body = apply_one(&k.body, d)?,
+        }
     }
     if schedule
         .0
@@ -101,6 +112,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
         | Directive::Peel { var, .. }
+        | Directive::CacheRead { at: var, .. }
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
     };
@@ -166,6 +178,7 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::AccumulateOutward(_) | Directive::Peel { .. } => {
             bail!("schedule: {d} rewrites into several loops")
         }
+        Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
             if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
@@ -363,6 +376,6 @@ pub fn has_div_mod_of(body: &[Stmt], var: &str) -> bool {
         Stmt::Loop(l) => has_div_mod_of(&l.body, var),
         Stmt::Store { offset, value, .. } => idx(offset, var) || val(value, var),
         Stmt::Let { value, .. } | Stmt::Update { value, .. } => val(value, var),
-        Stmt::Gemm(_) => false,
+        Stmt::Gemm(_) | Stmt::Alloc(_) => false,
     })
 }

@@ -20,7 +20,9 @@
 //!   the constant last; a guard `i < 9` means `0 <= i < 9`;
 //! - a split's tail extent prints as `min(f, total - f*outer)`.
 
-use crate::ir::{Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Stmt, Val};
+use crate::ir::{
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+};
 use kiln_ir::Tensor;
 use std::fmt::{self, Write};
 
@@ -73,10 +75,10 @@ impl fmt::Display for Kernel {
         let params: Vec<String> = self
             .buffers
             .iter()
+            .filter(|b| b.scope == Scope::Param)
             .map(|b| {
-                let dims: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
                 let out = if b.output { "out " } else { "" };
-                format!("{out}{}: {}[{}]", Name(&b.name), b.dtype, dims.join(","))
+                format!("{out}{}", Declared(b))
             })
             .collect();
         writeln!(f, "kernel {}({}) {{", Name(&self.name), params.join(", "))?;
@@ -130,6 +132,18 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
             ValText(k, value)
         ),
         Stmt::Gemm(g) => writeln!(out, "{pad}{}", GemmText(k, g)),
+        Stmt::Alloc(b) => writeln!(out, "{pad}alloc {}", Declared(&k.buffers[*b])),
+    }
+}
+
+/// `name: dtype[dims]`
+struct Declared<'a>(&'a Buffer);
+
+impl fmt::Display for Declared<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let b = self.0;
+        let dims: Vec<String> = b.shape.iter().map(|d| d.to_string()).collect();
+        write!(f, "{}: {}[{}]", Name(&b.name), b.dtype, dims.join(","))
     }
 }
 

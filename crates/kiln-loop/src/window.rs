@@ -13,7 +13,9 @@
 //! stay affine), vectorizes the innermost output loop and peels the padded
 //! borders of the loops inside the parallel one, so the interior runs
 //! without bounds checks (the vectorized loop only when that leaves fewer
-//! scalar iterations, see `peel_pays`).
+//! scalar iterations, see `peel_pays`). Padded reads the vector lanes
+//! share are cached per output point (`cache_read` at the loop around the
+//! vectorized one).
 //!
 //! Why: the *reduce + epilogue* form (y-reduce, `fused.rs`) adds each tap
 //! into the output buffer, a read-modify-write pass over the output row per
@@ -146,6 +148,19 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
         schedule.0.push(Directive::Unroll(r));
     }
     schedule.0.push(Directive::Vectorize(innermost.clone()));
+    // Padded taps the vector lanes share (an image read channels-first,
+    // vectorized along output channels): read once per output point into
+    // a local buffer, bounds checks there, instead of a masked load per
+    // lane and tap.
+    if let Some(at) = enclosing_loop(&current.body, innermost) {
+        for buf in shared_padded_reads(&current.body, innermost) {
+            let buf = k.buffers[buf].name.clone();
+            schedule.0.push(Directive::CacheRead {
+                buf,
+                at: at.clone(),
+            });
+        }
+    }
     // Padded borders of every serial output loop: the interior rows and
     // columns then read without bounds checks.
     for var in &outputs[fused_count..] {
@@ -163,6 +178,54 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
         });
     }
     Some(schedule)
+}
+
+/// The loop whose body holds the loop over `var`.
+fn enclosing_loop(body: &[Stmt], var: &str) -> Option<String> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l)
+            if l.body
+                .iter()
+                .any(|s| matches!(s, Stmt::Loop(i) if i.var == var)) =>
+        {
+            Some(l.var.clone())
+        }
+        Stmt::Loop(l) => enclosing_loop(&l.body, var),
+        _ => None,
+    })
+}
+
+/// Buffers read with a guard at offsets that do not depend on `var`.
+fn shared_padded_reads(body: &[Stmt], var: &str) -> Vec<usize> {
+    fn val(v: &Val, var: &str, out: &mut Vec<usize>) {
+        match v {
+            Val::Load { buf, offset, guard } => {
+                let shared = !offset.uses(var) && !guard.iter().any(|(g, _)| g.uses(var));
+                if shared && !guard.is_empty() && !out.contains(buf) {
+                    out.push(*buf);
+                }
+            }
+            Val::Call(_, args) => args.iter().for_each(|a| val(a, var, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Loop(l) => {
+                for b in shared_padded_reads(&l.body, var) {
+                    if !out.contains(&b) {
+                        out.push(b);
+                    }
+                }
+            }
+            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
+                val(value, var, &mut out)
+            }
+            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
+        }
+    }
+    out
 }
 
 /// f32 lanes of the widest vectors the C targets (AVX-512).

@@ -10,7 +10,7 @@ use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
     apply, default_schedule, parse_kernel, Atom, Buffer, ConvWindow, Directive, Extent, Gemm,
-    GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Stmt, Val,
+    GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -31,6 +31,7 @@ fn buf(name: &str, dtype: DType, shape: &[usize], output: bool) -> Buffer {
         dtype,
         shape: shape.to_vec(),
         output,
+        scope: Scope::Param,
     }
 }
 
@@ -212,6 +213,25 @@ fn every_construct() -> Kernel {
     let mut body = vec![nest, gemm];
     body.extend(every_combiner);
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
+    // A local buffer, declared, written and read.
+    body.push(looped(
+        "j",
+        Extent::Const(2),
+        LoopKind::Serial,
+        vec![
+            Stmt::Alloc(4),
+            Stmt::Store {
+                buf: 4,
+                offset: var("j"),
+                value: load(0, var("j")),
+            },
+            Stmt::Store {
+                buf: 3,
+                offset: var("j"),
+                value: load(4, var("j")),
+            },
+        ],
+    ));
     Kernel {
         name: "k0".into(),
         buffers: vec![
@@ -219,6 +239,10 @@ fn every_construct() -> Kernel {
             buf("in1", DType::I64, &[3], false),
             buf("in2", DType::F32, &[], false),
             buf("out0", DType::F32, &[3, 4], true),
+            Buffer {
+                scope: Scope::Local,
+                ..buf("in0_cache", DType::F32, &[2], false)
+            },
         ],
         body,
     }
@@ -522,8 +546,12 @@ fn scheduled_kernels_roundtrip() {
             Directive::Vectorize("i3".into()),
         ],
         vec![split("r0", 2)],
+        vec![Directive::CacheRead {
+            buf: "in0".into(),
+            at: "i0".into(),
+        }],
     ];
-    let mut applied = [0; 6];
+    let mut applied = [0; 7];
     for case in cases() {
         for node in lower_nodes(&load_graph(&case).unwrap()).unwrap() {
             for (n, s) in schedules.iter().enumerate() {

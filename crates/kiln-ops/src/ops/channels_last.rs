@@ -4,8 +4,8 @@
 //! op's. Input 0 and the output are `[N, spatial…, C]`; other inputs of
 //! the same rank (a convolution's weights) are `[k…, C/group, M]` (HWIO),
 //! the rest as the wrapped op reads them. With `channels_last_input=0`
-//! only the output is channels-last: every input is read as the wrapped
-//! op reads it (a first convolution over a channels-first model input).
+//! input 0 is read channels-first, as the wrapped op reads it (a first
+//! convolution over a channels-first model input).
 //!
 //! The op is defined by the wrapped op's tensor expression made
 //! channels-last ([`crate::te::layout::channels_last`]), so shape
@@ -103,7 +103,7 @@ impl Primitive for ChannelsLast {
         let permuted = inputs_channels_last(cx.node)?;
         let mut inputs = Vec::new();
         for (k, input) in cx.inputs.iter().enumerate() {
-            if !permuted {
+            if k == 0 && !permuted {
                 inputs.push(input.clone());
                 continue;
             }
@@ -156,7 +156,7 @@ fn run_wrapped(cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
         .iter()
         .enumerate()
         .map(|(k, t)| match t {
-            _ if !permuted => Ok(None),
+            Some(_) if k == 0 && !permuted => Ok(None),
             Some(t) if k == 0 => transpose(t, &channels_first_perm(rank)).map(Some),
             Some(t) if t.rank() == rank => transpose(t, &weights_first_perm(rank)).map(Some),
             _ => Ok(None),
@@ -224,7 +224,7 @@ mod tests {
             (&[1, 4, 4, 5], Some(&[1, 1, 5, 3]), vec![op("Conv")]),
             (
                 &[1, 3, 7, 6],
-                Some(&[4, 3, 3, 3]),
+                Some(&[3, 3, 3, 4]),
                 vec![
                     op("Conv"),
                     ("channels_last_input", Attr::Int(0)),

@@ -41,9 +41,9 @@ pub fn to_weights_last<T: Clone>(v: &[T]) -> Vec<T> {
     out
 }
 
-/// The expression `te` with its output channels-last and, when `inputs`
-/// is true, input 0 and the weights too (see the module doc); otherwise
-/// the inputs are read as `te` reads them.
+/// The expression `te` with its output and weights channels-last and,
+/// when `inputs` is true, input 0 too (see the module doc); otherwise input
+/// 0 is read as `te` reads it.
 pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
     let rank = te.shape.len();
     let x_rank = te.inputs.first().and_then(|s| s.as_ref()).map(|s| s.len());
@@ -73,7 +73,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         .map(|a| {
             let index: Vec<_> = a.index.iter().map(|e| e.renamed(&rename)).collect();
             let index = match a.input {
-                _ if !inputs => index,
+                0 if !inputs => index,
                 0 => to_channels_last(&index),
                 _ if index.len() == rank => to_weights_last(&index),
                 _ => index,
@@ -90,7 +90,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         .enumerate()
         .map(|(k, shape)| {
             shape.as_deref().map(|s| match k {
-                _ if !inputs => s.to_vec(),
+                0 if !inputs => s.to_vec(),
                 0 => to_channels_last(s),
                 _ if s.len() == rank => to_weights_last(s),
                 _ => s.to_vec(),

@@ -176,17 +176,16 @@ impl Rewriter<'_> {
     fn spatial(&mut self, node: Node, x: ValueId) -> Result<()> {
         let mut attrs = node.attrs.clone();
         attrs.insert("op".to_string(), Attr::String(node.op.clone()));
-        if node.op == "Conv" && !self.twin.contains_key(&x) {
-            // Read a channels-first image (the model's input) as it is:
-            // the implicit-GEMM kernel packs it by image rows, and no
-            // transpose runs before it.
+        // A channels-first image without a twin (the model's input) is
+        // read as it is: no transpose runs before the convolution.
+        let x_read = if node.op == "Conv" && !self.twin.contains_key(&x) {
             attrs.insert("channels_last_input".to_string(), Attr::Int(0));
-            let inputs = node.inputs.clone();
-            return self.rebuilt(wrapping(node, attrs), inputs, None);
-        }
-        let xl = self.twin_of(x);
+            x
+        } else {
+            self.twin_of(x)
+        };
         let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
-        let mut inputs = vec![Some(xl)];
+        let mut inputs = vec![Some(x_read)];
         for &w in &node.inputs[1..] {
             let same_rank = w.and_then(|w| self.g.ty(w).shape.as_ref().map(|s| s.len() == rank));
             inputs.push(match (w, same_rank) {

@@ -1,0 +1,211 @@
+//! `cache_read(buf, at)`: a local copy of what loop `at` reads of a
+//! parameter (TVM's `cache_read` attached at a loop, i.e. computed at it).
+//!
+//! Needs: a kernel whose loop `at` reads parameter `buf` (and does not
+//! write it) at offsets and guards that depend, besides variables bound
+//! outside `at`, only on loops of constant extent inside it.
+//! Guarantees: at the start of `at`'s body, one local buffer per distinct
+//! read (offset and guard) of `buf` is declared ([`Stmt::Alloc`]), indexed
+//! densely by the inner loop variables that read uses (in nesting order),
+//! and filled by a nest over those variables with the read itself (zero
+//! where its guard fails, as the read gives); the read then loads the local
+//! buffer, unguarded. Every value the kernel computes is unchanged.
+//!
+//! What it is for: a window whose taps do not depend on the vectorized
+//! loop (a first convolution reading a channels-first image and writing
+//! channels-last, vectorized along output channels) is read once per
+//! output point into registers-sized storage, bounds checks included,
+//! instead of once per vector lane behind a masked load.
+
+use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use kiln_ir::{bail, Result};
+
+/// One distinct read of the cached buffer.
+type Read = (Idx, Vec<(Idx, i64)>);
+
+/// Applies `cache_read(buf, at)` to `k` (see the module doc).
+pub fn cache_read(k: &Kernel, buf: &str, at: &str) -> Result<Kernel> {
+    let Some(b) = k
+        .buffers
+        .iter()
+        .position(|x| x.name == buf && x.scope == Scope::Param)
+    else {
+        bail!("schedule: cache_read: no parameter '{buf}'");
+    };
+    let mut buffers = k.buffers.clone();
+    let mut found = false;
+    let body = rewrite_at(&k.body, at, &mut |l| {
+        found = true;
+        cache_in_loop(&mut buffers, l, b)
+    })?;
+    if !found {
+        bail!("schedule: cache_read: no loop '{at}'");
+    }
+    Ok(Kernel {
+        name: k.name.clone(),
+        buffers,
+        body,
+    })
+}
+
+/// Rebuilds `body`, replacing loop `at` by `f` of it.
+fn rewrite_at(
+    body: &[Stmt],
+    at: &str,
+    f: &mut dyn FnMut(&Loop) -> Result<Loop>,
+) -> Result<Vec<Stmt>> {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Loop(l) if l.var == at => f(l).map(Stmt::Loop),
+            Stmt::Loop(l) => Ok(Stmt::Loop(Loop {
+                body: rewrite_at(&l.body, at, f)?,
+                ..l.clone()
+            })),
+            other => Ok(other.clone()),
+        })
+        .collect()
+}
+
+/// Loop `l` with its reads of buffer `b` cached in new locals (appended to
+/// `buffers`).
+fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> {
+    let inner = inner_loops(&l.body);
+    let mut reads: Vec<Read> = Vec::new();
+    collect_reads(&l.body, b, &mut reads)?;
+    let mut prologue = Vec::new();
+    let mut locals = Vec::new();
+    for (offset, guard) in &reads {
+        let vars: Vec<(String, i64)> = inner
+            .iter()
+            .filter(|(v, _)| offset.uses(v) || guard.iter().any(|(g, _)| g.uses(v)))
+            .cloned()
+            .collect();
+        let local = buffers.len();
+        buffers.push(Buffer {
+            name: fresh_name(buffers, &format!("{}_cache", buffers[b].name)),
+            dtype: buffers[b].dtype,
+            shape: vars.iter().map(|(_, e)| *e as usize).collect(),
+            output: false,
+            scope: Scope::Local,
+        });
+        let index = dense_index(&vars);
+        prologue.push(Stmt::Alloc(local));
+        let fill = Stmt::Store {
+            buf: local,
+            offset: index.clone(),
+            value: Val::Load {
+                buf: b,
+                offset: offset.clone(),
+                guard: guard.clone(),
+            },
+        };
+        prologue.push(vars.iter().rev().fold(fill, |body, (v, e)| {
+            Stmt::Loop(Loop {
+                var: v.clone(),
+                extent: Extent::Const(*e),
+                kind: LoopKind::Serial,
+                body: vec![body],
+            })
+        }));
+        locals.push(((offset.clone(), guard.clone()), local, index));
+    }
+    let mut body = prologue;
+    body.extend(l.body.iter().map(|s| {
+        s.map_values(&mut |v, _| {
+            replace_reads(v, &|buf, offset, guard| {
+                let (_, local, index) = locals
+                    .iter()
+                    .find(|(read, _, _)| buf == b && read.0 == *offset && read.1 == guard)?;
+                Some(Val::Load {
+                    buf: *local,
+                    offset: index.clone(),
+                    guard: Vec::new(),
+                })
+            })
+        })
+    }));
+    Ok(Loop { body, ..l.clone() })
+}
+
+/// The loops inside `body` (nesting order) with their constant extents;
+/// loops with a tail bound are left out (a read using one is refused).
+fn inner_loops(body: &[Stmt]) -> Vec<(String, i64)> {
+    let mut out = Vec::new();
+    for s in body {
+        if let Stmt::Loop(l) = s {
+            if let Extent::Const(e) = l.extent {
+                if !out.iter().any(|(v, _): &(String, i64)| *v == l.var) {
+                    out.push((l.var.clone(), e));
+                }
+            }
+            for inner in inner_loops(&l.body) {
+                if !out.iter().any(|(v, _)| *v == inner.0) {
+                    out.push(inner);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The distinct reads of buffer `b` in `body`; an error when `body`
+/// writes `b`.
+fn collect_reads(body: &[Stmt], b: usize, out: &mut Vec<Read>) -> Result<()> {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => collect_reads(&l.body, b, out)?,
+            Stmt::Store { buf, .. } if *buf == b => {
+                bail!("schedule: cache_read of a buffer the loop writes")
+            }
+            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
+                reads_in(value, b, out)
+            }
+            Stmt::Gemm(_) => bail!("schedule: cache_read around a gemm"),
+            Stmt::Alloc(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn reads_in(v: &Val, b: usize, out: &mut Vec<Read>) {
+    match v {
+        Val::Load { buf, offset, guard } if *buf == b => {
+            let read = (offset.clone(), guard.clone());
+            if !out.contains(&read) {
+                out.push(read);
+            }
+        }
+        Val::Call(_, args) => args.iter().for_each(|a| reads_in(a, b, out)),
+        _ => {}
+    }
+}
+
+/// `v` with every load that `f` maps replaced by what it gives.
+fn replace_reads(v: &Val, f: &dyn Fn(usize, &Idx, &[(Idx, i64)]) -> Option<Val>) -> Val {
+    match v {
+        Val::Load { buf, offset, guard } => f(*buf, offset, guard).unwrap_or_else(|| v.clone()),
+        Val::Call(s, args) => Val::Call(
+            s.clone(),
+            args.iter().map(|a| replace_reads(a, f)).collect(),
+        ),
+        _ => v.clone(),
+    }
+}
+
+/// Row-major offset of `vars` in a dense array of their extents.
+fn dense_index(vars: &[(String, i64)]) -> Idx {
+    vars.iter().fold(Idx::constant(0), |acc, (v, e)| {
+        acc.scale(*e).plus(&Idx::var(v))
+    })
+}
+
+fn fresh_name(buffers: &[Buffer], base: &str) -> String {
+    let taken = |n: &str| buffers.iter().any(|b| b.name == n);
+    let mut name = base.to_string();
+    let mut i = 1;
+    while taken(&name) {
+        name = format!("{base}{i}");
+        i += 1;
+    }
+    name
+}
