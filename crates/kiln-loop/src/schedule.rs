@@ -325,7 +325,7 @@ fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
 
 /// `for v < E { body }` becomes the loops over `[0, lo)`, `[lo, hi)` and
 /// `[hi, E)`, each counting from 0 with `v` replaced by `v + start`; empty
-/// parts are left out.
+/// parts are left out, and a parallel part of one iteration runs serially.
 fn peel(l: &Loop, lo: i64, hi: i64) -> Result<Vec<Stmt>> {
     let Extent::Const(total) = l.extent else {
         bail!(
@@ -342,9 +342,15 @@ fn peel(l: &Loop, lo: i64, hi: i64) -> Result<Vec<Stmt>> {
         .filter(|(a, b)| b > a)
         .map(|(a, b)| {
             let with = shifted.clone().plus(&Idx::constant(a));
+            // One iteration gains nothing from a parallel loop's fork.
+            let kind = match (l.kind, b - a) {
+                (LoopKind::Parallel, 1) => LoopKind::Serial,
+                (kind, _) => kind,
+            };
             Stmt::Loop(Loop {
                 extent: Extent::Const(b - a),
                 body: l.body.iter().map(|s| s.substitute(&l.var, &with)).collect(),
+                kind,
                 ..l.clone()
             })
         })

@@ -11,8 +11,9 @@
 //! loops, then the epilogue applied to it and stored once. The schedule
 //! (data) runs the outer output loops in parallel (coalescing the ones that
 //! stay affine), vectorizes the innermost output loop and peels the padded
-//! borders of the loops inside the parallel one, so the interior runs
-//! without bounds checks (the vectorized loop only when that leaves fewer
+//! borders of the output loops (the parallel one too when it is a single
+//! output loop: an image's first and last rows run serially apart), so the
+//! interior runs without bounds checks (the vectorized loop only when that leaves fewer
 //! scalar iterations, see `peel_pays`). Padded reads the vector lanes
 //! share are cached per output point (`cache_read` at the loop around the
 //! vectorized one).
@@ -163,7 +164,10 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
     }
     // Padded borders of every serial output loop: the interior rows and
     // columns then read without bounds checks.
-    for var in &outputs[fused_count..] {
+    // The parallel loop too when it is one output loop (an image's rows):
+    // its padded first and last rows become loops of their own.
+    let first = if fused_count == 1 { 0 } else { fused_count };
+    for var in &outputs[first..] {
         let extent = loop_extent(&current.body, var)?;
         let Some((lo, hi)) = interior(&current.body, var, extent) else {
             continue;
