@@ -18,6 +18,7 @@
 //! instead of once per vector lane behind a masked load.
 
 use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use crate::schedule::rewrite;
 use kiln_ir::{bail, Result};
 
 /// One distinct read of the cached buffer.
@@ -34,9 +35,9 @@ pub fn cache_read(k: &Kernel, buf: &str, at: &str) -> Result<Kernel> {
     };
     let mut buffers = k.buffers.clone();
     let mut found = false;
-    let body = rewrite_at(&k.body, at, &mut |l| {
+    let body = rewrite(&k.body, at, &mut |l| {
         found = true;
-        cache_in_loop(&mut buffers, l, b)
+        Ok(vec![Stmt::Loop(cache_in_loop(&mut buffers, l, b)?)])
     })?;
     if !found {
         bail!("schedule: cache_read: no loop '{at}'");
@@ -48,24 +49,6 @@ pub fn cache_read(k: &Kernel, buf: &str, at: &str) -> Result<Kernel> {
     })
 }
 
-/// Rebuilds `body`, replacing loop `at` by `f` of it.
-fn rewrite_at(
-    body: &[Stmt],
-    at: &str,
-    f: &mut dyn FnMut(&Loop) -> Result<Loop>,
-) -> Result<Vec<Stmt>> {
-    body.iter()
-        .map(|s| match s {
-            Stmt::Loop(l) if l.var == at => f(l).map(Stmt::Loop),
-            Stmt::Loop(l) => Ok(Stmt::Loop(Loop {
-                body: rewrite_at(&l.body, at, f)?,
-                ..l.clone()
-            })),
-            other => Ok(other.clone()),
-        })
-        .collect()
-}
-
 /// Loop `l` with its reads of buffer `b` cached in new locals (appended to
 /// `buffers`).
 fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> {
@@ -75,11 +58,16 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
     let mut prologue = Vec::new();
     let mut locals = Vec::new();
     for (offset, guard) in &reads {
-        let vars: Vec<(String, i64)> = inner
-            .iter()
-            .filter(|(v, _)| offset.uses(v) || guard.iter().any(|(g, _)| g.uses(v)))
-            .cloned()
-            .collect();
+        let uses = |v: &str| offset.uses(v) || guard.iter().any(|(g, _)| g.uses(v));
+        let mut vars = Vec::new();
+        for (v, extent) in inner.iter().filter(|(v, _)| uses(v)) {
+            let Some(e) = extent else {
+                bail!(
+                    "schedule: cache_read: the read uses loop '{v}', whose bound is not constant"
+                );
+            };
+            vars.push((v.clone(), *e));
+        }
         let local = buffers.len();
         buffers.push(Buffer {
             name: fresh_name(buffers, &format!("{}_cache", buffers[b].name)),
@@ -127,16 +115,18 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
     Ok(Loop { body, ..l.clone() })
 }
 
-/// The loops inside `body` (nesting order) with their constant extents;
-/// loops with a tail bound are left out (a read using one is refused).
-fn inner_loops(body: &[Stmt]) -> Vec<(String, i64)> {
-    let mut out = Vec::new();
+/// The loops inside `body` (nesting order) with their extents when
+/// constant (`None` for a split's tail).
+fn inner_loops(body: &[Stmt]) -> Vec<(String, Option<i64>)> {
+    let mut out: Vec<(String, Option<i64>)> = Vec::new();
     for s in body {
         if let Stmt::Loop(l) = s {
-            if let Extent::Const(e) = l.extent {
-                if !out.iter().any(|(v, _): &(String, i64)| *v == l.var) {
-                    out.push((l.var.clone(), e));
-                }
+            if !out.iter().any(|(v, _)| *v == l.var) {
+                let extent = match l.extent {
+                    Extent::Const(e) => Some(e),
+                    Extent::Tail { .. } => None,
+                };
+                out.push((l.var.clone(), extent));
             }
             for inner in inner_loops(&l.body) {
                 if !out.iter().any(|(v, _)| *v == inner.0) {
@@ -208,4 +198,67 @@ fn fresh_name(buffers: &[Buffer], base: &str) -> String {
         i += 1;
     }
     name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cache_read;
+    use crate::parse_kernel;
+
+    /// A padded 3-tap window read once per output point: the copy keeps
+    /// the guard, the read loses it.
+    #[test]
+    fn caches_a_padded_window_per_point() {
+        let k = parse_kernel(
+            "kernel k(in0: f32[8], out out0: f32[8,4]) {
+  for i0 in 0..8 {
+    for i1 in 0..4 {
+      let acc: f32 = 0.0:f32
+      for r0 in 0..3 {
+        acc = sum(acc, in0[i0 + r0 - 1 if i0 + r0 - 1 < 8])
+      }
+      out0[4*i0 + i1] = acc
+    }
+  }
+}",
+        )
+        .unwrap();
+        let cached = cache_read(&k, "in0", "i0").unwrap();
+        let want = "kernel k(in0: f32[8], out out0: f32[8,4]) {
+  for i0 in 0..8 {
+    alloc in0_cache: f32[3]
+    for r0 in 0..3 {
+      in0_cache[r0] = in0[i0 + r0 - 1 if i0 + r0 - 1 < 8]
+    }
+    for i1 in 0..4 {
+      let acc: f32 = 0.0:f32
+      for r0 in 0..3 {
+        acc = sum(acc, in0_cache[r0])
+      }
+      out0[4*i0 + i1] = acc
+    }
+  }
+}";
+        assert_eq!(cached.to_string(), want);
+        assert_eq!(parse_kernel(want).unwrap(), cached);
+    }
+
+    #[test]
+    fn refuses_reads_over_a_split_tail() {
+        let k = parse_kernel(
+            "kernel k(in0: f32[10], out out0: f32[10]) {
+  for i0o in 0..3 {
+    for i0i in 0..min(4, 10 - 4*i0o) {
+      out0[4*i0o + i0i] = in0[4*i0o + i0i]
+    }
+  }
+}",
+        )
+        .unwrap();
+        let err = cache_read(&k, "in0", "i0o").unwrap_err().to_string();
+        assert!(err.contains("'i0i'"), "{err}");
+        let err = cache_read(&k, "out0", "i0o").unwrap_err().to_string();
+        assert!(err.contains("writes"), "{err}");
+        assert!(cache_read(&k, "in0", "nope").is_err());
+    }
 }

@@ -128,7 +128,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
 }
 
 /// Rebuilds `body`, replacing the loop over `var` by what `f` makes of it.
-fn rewrite(
+pub(crate) fn rewrite(
     body: &[Stmt],
     var: &str,
     f: &mut dyn FnMut(&Loop) -> Result<Vec<Stmt>>,
