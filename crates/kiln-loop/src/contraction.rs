@@ -171,6 +171,9 @@ fn oriented(
         let Some((_, flat)) = frame.iter().find(|f| f.0 == axis) else {
             return Idx::constant(0);
         };
+        if extent == 1 {
+            return Idx::constant(0);
+        }
         let position = axes.iter().position(|a| a.0 == v).unwrap_or(0);
         let later = |a: &&(Var, Axis, i64)| a.1 == axis;
         let inner: i64 = axes[position + 1..]
@@ -178,7 +181,7 @@ fn oriented(
             .filter(later)
             .map(|a| a.2)
             .product();
-        // (Variables of extent 1 before it, like a 1x1 window's taps, are 0.)
+        // (Variables of extent 1, like a 1x1 window's taps, are 0.)
         let outermost = !axes[..position].iter().any(|a| a.1 == axis && a.2 > 1);
         let q = Idx::var(flat).floordiv(inner);
         // The outermost variable of a group is below its extent already.
