@@ -151,6 +151,12 @@ fn permute(shape: &[usize], perm: &[usize]) -> Vec<usize> {
 fn run_wrapped(cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
     let (op, inner) = wrapped(cx.node)?;
     let rank = arg(inputs, 0)?.rank();
+    if rank < 3 {
+        bail!(
+            "{}: input 0 has rank {rank}, a channels-last op needs at least 3",
+            cx.node.describe()
+        );
+    }
     let permuted = inputs_channels_last(cx.node)?;
     let firsts = inputs
         .iter()
