@@ -364,3 +364,15 @@ impl Graph {
         Ok(())
     }
 }
+
+/// `hint`, or else the first of `hint_1`, `hint_2`, … that `taken` does
+/// not hold: how passes and schedules name what they add.
+pub fn unique_name(hint: &str, taken: &dyn Fn(&str) -> bool) -> String {
+    let mut name = hint.to_string();
+    let mut k = 1;
+    while taken(&name) {
+        name = format!("{hint}_{k}");
+        k += 1;
+    }
+    name
+}

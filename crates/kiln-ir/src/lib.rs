@@ -14,5 +14,5 @@ pub mod verify;
 
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use graph::{Attr, Graph, Initializer, Node, TensorType, ValueId, ValueInfo};
+pub use graph::{unique_name, Attr, Graph, Initializer, Node, TensorType, ValueId, ValueInfo};
 pub use tensor::{Data, Elem, Num, Tensor};

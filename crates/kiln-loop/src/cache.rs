@@ -18,6 +18,7 @@
 //! instead of once per vector lane behind a masked load.
 
 use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use crate::lower::flatten;
 use crate::schedule::rewrite;
 use kiln_ir::{bail, Result};
 
@@ -68,15 +69,21 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
             };
             vars.push((v.clone(), *e));
         }
+        let shape: Vec<usize> = vars.iter().map(|(_, e)| *e as usize).collect();
+        let index = flatten(
+            &vars.iter().map(|(v, _)| Idx::var(v)).collect::<Vec<_>>(),
+            &shape,
+        );
         let local = buffers.len();
         buffers.push(Buffer {
-            name: fresh_name(buffers, &format!("{}_cache", buffers[b].name)),
+            name: kiln_ir::unique_name(&format!("{}_cache", buffers[b].name), &|n| {
+                buffers.iter().any(|x| x.name == n)
+            }),
             dtype: buffers[b].dtype,
-            shape: vars.iter().map(|(_, e)| *e as usize).collect(),
+            shape,
             output: false,
             scope: Scope::Local,
         });
-        let index = dense_index(&vars);
         prologue.push(Stmt::Alloc(local));
         let fill = Stmt::Store {
             buf: local,
@@ -148,26 +155,18 @@ fn collect_reads(body: &[Stmt], b: usize, out: &mut Vec<Read>) -> Result<()> {
                 bail!("schedule: cache_read of a buffer the loop writes")
             }
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                reads_in(value, b, out)
+                value.for_each_load(&mut |buf, offset, guard| {
+                    let read = (offset.clone(), guard.clone());
+                    if buf == b && !out.contains(&read) {
+                        out.push(read);
+                    }
+                })
             }
             Stmt::Gemm(_) => bail!("schedule: cache_read around a gemm"),
             Stmt::Alloc(_) => {}
         }
     }
     Ok(())
-}
-
-fn reads_in(v: &Val, b: usize, out: &mut Vec<Read>) {
-    match v {
-        Val::Load { buf, offset, guard } if *buf == b => {
-            let read = (offset.clone(), guard.clone());
-            if !out.contains(&read) {
-                out.push(read);
-            }
-        }
-        Val::Call(_, args) => args.iter().for_each(|a| reads_in(a, b, out)),
-        _ => {}
-    }
 }
 
 /// `v` with every load that `f` maps replaced by what it gives.
@@ -180,24 +179,6 @@ fn replace_reads(v: &Val, f: &dyn Fn(usize, &Idx, &[(Idx, i64)]) -> Option<Val>)
         ),
         _ => v.clone(),
     }
-}
-
-/// Row-major offset of `vars` in a dense array of their extents.
-fn dense_index(vars: &[(String, i64)]) -> Idx {
-    vars.iter().fold(Idx::constant(0), |acc, (v, e)| {
-        acc.scale(*e).plus(&Idx::var(v))
-    })
-}
-
-fn fresh_name(buffers: &[Buffer], base: &str) -> String {
-    let taken = |n: &str| buffers.iter().any(|b| b.name == n);
-    let mut name = base.to_string();
-    let mut i = 1;
-    while taken(&name) {
-        name = format!("{base}{i}");
-        i += 1;
-    }
-    name
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 //! convolutions window reads (`floordiv`/`mod` of the flattened K and N
 //! indices, with the padding guard). A's reads must stay in bounds (B's
 //! may be guarded): the product is oriented so the output's contiguous
-//! axis is N unless that puts a padded read on A. Anything else returns
+//! axis is N unless that puts a padded read on A; then a window shorter
+//! than `SMALL_WINDOW` is left to the loop forms. Anything else returns
 //! `None` and is lowered as loops.
 
 use crate::ir::{ConvWindow, Gemm, GemmOperand, Idx, Kernel, Stmt};

@@ -431,6 +431,16 @@ impl Val {
         }
     }
 
+    /// Calls `f` with the buffer, offset and guard of every load of the
+    /// value (not those inside data-dependent indices).
+    pub fn for_each_load(&self, f: &mut dyn FnMut(usize, &Idx, &Guard)) {
+        match self {
+            Val::Load { buf, offset, guard } => f(*buf, offset, guard),
+            Val::Call(_, args) => args.iter().for_each(|a| a.for_each_load(f)),
+            _ => {}
+        }
+    }
+
     pub fn vars(&self, out: &mut Vec<String>) {
         match self {
             Val::Load { offset, guard, .. } => {
@@ -520,6 +530,20 @@ impl Stmt {
             },
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
             Stmt::Alloc(b) => Stmt::Alloc(*b),
+        }
+    }
+}
+
+/// Calls `f` on every load of the values `body` stores, declares and
+/// combines, inside loops too (see [`Val::for_each_load`]).
+pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => for_each_load(&l.body, f),
+            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
+                value.for_each_load(f)
+            }
+            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }
 }

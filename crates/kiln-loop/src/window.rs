@@ -12,11 +12,11 @@
 //! (data) runs the outer output loops in parallel (coalescing the ones that
 //! stay affine), vectorizes the innermost output loop and peels the padded
 //! borders of the output loops (the parallel one too when it is a single
-//! output loop: an image's first and last rows run serially apart), so the
-//! interior runs without bounds checks (the vectorized loop only when that leaves fewer
-//! scalar iterations, see `peel_pays`). Padded reads the vector lanes
-//! share are cached per output point (`cache_read` at the loop around the
-//! vectorized one).
+//! output loop: an image's first and last rows run serially apart), so
+//! the interior runs without bounds checks (the vectorized loop only when
+//! that leaves fewer scalar iterations, see `peel_pays`). Padded reads the
+//! vector lanes share are cached per output point (`cache_read` at the
+//! loop around the vectorized one).
 //!
 //! Why: the *reduce + epilogue* form (y-reduce, `fused.rs`) adds each tap
 //! into the output buffer, a read-modify-write pass over the output row per
@@ -27,7 +27,7 @@
 use crate::auto_schedule::{interior, load_strides, reads_along, work, PARALLEL_MIN_WORK};
 use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
 use crate::group::{Env, GroupExpr, Inliner};
-use crate::ir::{Buffer, Idx, Kernel, Loop, Stmt, Val};
+use crate::ir::{for_each_load, Buffer, Idx, Kernel, Loop, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
 use kiln_ir::{DType, Result};
@@ -162,10 +162,9 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
             });
         }
     }
-    // Padded borders of every serial output loop: the interior rows and
-    // columns then read without bounds checks.
-    // The parallel loop too when it is one output loop (an image's rows):
-    // its padded first and last rows become loops of their own.
+    // Padded borders of the output loops inside the parallel one, and of
+    // the parallel one when it is a single output loop (an image's rows):
+    // the interior rows and columns then read without bounds checks.
     let first = if fused_count == 1 { 0 } else { fused_count };
     for var in &outputs[first..] {
         let extent = loop_extent(&current.body, var)?;
@@ -201,34 +200,13 @@ fn enclosing_loop(body: &[Stmt], var: &str) -> Option<String> {
 
 /// Buffers read with a guard at offsets that do not depend on `var`.
 fn shared_padded_reads(body: &[Stmt], var: &str) -> Vec<usize> {
-    fn val(v: &Val, var: &str, out: &mut Vec<usize>) {
-        match v {
-            Val::Load { buf, offset, guard } => {
-                let shared = !offset.uses(var) && !guard.iter().any(|(g, _)| g.uses(var));
-                if shared && !guard.is_empty() && !out.contains(buf) {
-                    out.push(*buf);
-                }
-            }
-            Val::Call(_, args) => args.iter().for_each(|a| val(a, var, out)),
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Loop(l) => {
-                for b in shared_padded_reads(&l.body, var) {
-                    if !out.contains(&b) {
-                        out.push(b);
-                    }
-                }
-            }
-            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                val(value, var, &mut out)
-            }
-            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
+    for_each_load(body, &mut |buf, offset, guard| {
+        let shared = !offset.uses(var) && !guard.iter().any(|(g, _)| g.uses(var));
+        if shared && !guard.is_empty() && !out.contains(&buf) {
+            out.push(buf);
         }
-    }
+    });
     out
 }
 

@@ -344,12 +344,7 @@ impl<'g> Editor<'g> {
         let names = self
             .names
             .get_or_insert_with(|| self.g.values.iter().map(|v| v.name.clone()).collect());
-        let mut name = hint.to_string();
-        let mut k = 1;
-        while names.contains(&name) {
-            name = format!("{hint}_{k}");
-            k += 1;
-        }
+        let name = kiln_ir::unique_name(hint, &|n| names.contains(n));
         names.insert(name.clone());
         name
     }

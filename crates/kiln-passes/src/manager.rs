@@ -169,7 +169,7 @@ pub fn optimize_to(g: &mut Graph, opts: &Options, out: &mut dyn Write) -> Result
 /// The pipeline; then, when the layout choice picks channels-last, the
 /// [`channels_last`] rewrite and the pipeline once more, which cancels the
 /// layout changes that meet and folds the permuted constants. The report
-/// is the first pipeline run's, with `channels_last` set.
+/// is the first pipeline run's, with the second's printouts and node count.
 fn optimize_with_layout(
     g: &mut Graph,
     opts: &Options,
@@ -178,14 +178,12 @@ fn optimize_with_layout(
     let pm = PassManager::from_options(opts)?;
     // `&mut W` writes through to `W`: a reborrow for the first run.
     let mut report = pm.run(g, opts, out.as_mut().map(|w| w as &mut dyn Write))?;
-    if opts.layout.channels_last_for(g) {
-        report.channels_last =
-            channels_last::to_channels_last(g).map_err(|e| e.context("pass 'channels_last'"))?;
-        if report.channels_last {
-            let cleanup = pm.run(g, opts, out)?;
-            report.printed.extend(cleanup.printed);
-            report.nodes_after = cleanup.nodes_after;
-        }
+    if opts.layout.channels_last_for(g)
+        && channels_last::to_channels_last(g).map_err(|e| e.context("pass 'channels_last'"))?
+    {
+        let cleanup = pm.run(g, opts, out)?;
+        report.printed.extend(cleanup.printed);
+        report.nodes_after = cleanup.nodes_after;
     }
     Ok(report)
 }

@@ -43,9 +43,6 @@ pub struct Report {
     pub nodes_after: usize,
     /// Graphs printed after the `print_after` pass (when no writer was given).
     pub printed: Vec<Printout>,
-    /// Whether the layout choice rewrote convolutions and pooling to
-    /// channels-last (`passes::channels_last`).
-    pub channels_last: bool,
 }
 
 impl Report {

@@ -16,7 +16,7 @@
 //! these nodes.
 
 use crate::registry::{self, Registry};
-use crate::te::layout::{channels_last, to_channels_first, to_channels_last, to_weights_last};
+use crate::te::layout::{channels_last, channels_last_perm, inverse, permuted, stored_perm};
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{TensorExpr, SCALAR_OPSET};
 use crate::util::transpose;
@@ -56,26 +56,30 @@ fn inputs_channels_last(node: &Node) -> Result<bool> {
     Ok(node.attr_int_or("channels_last_input", 1)? != 0)
 }
 
-/// `perm` taking a rank-`r` tensor from channels-first to channels-last.
-pub fn channels_last_perm(r: usize) -> Vec<usize> {
-    to_channels_last(&(0..r).collect::<Vec<_>>())
+/// The permutation taking stored input `k` (of rank `r`) back to the
+/// wrapped op's layout, `None` when it is stored as the op reads it.
+fn wrapped_perm(node: &Node, k: usize, r: usize, rank: usize) -> Result<Option<Vec<usize>>> {
+    let inputs = inputs_channels_last(node)?;
+    Ok(stored_perm(k, r, rank, inputs).map(|p| inverse(&p)))
 }
 
-/// `perm` taking a rank-`r` tensor from channels-last to channels-first.
-pub fn channels_first_perm(r: usize) -> Vec<usize> {
-    to_channels_first(&(0..r).collect::<Vec<_>>())
-}
-
-/// `perm` taking rank-`r` weights from `[M, C, k…]` to `[k…, C, M]`.
-pub fn weights_last_perm(r: usize) -> Vec<usize> {
-    to_weights_last(&(0..r).collect::<Vec<_>>())
-}
-
-/// `perm` taking rank-`r` weights from `[k…, C, M]` back to `[M, C, k…]`.
-fn weights_first_perm(r: usize) -> Vec<usize> {
-    let mut p = vec![r - 1, r - 2];
-    p.extend(0..r - 2);
-    p
+/// Input `k`'s type as the wrapped op sees it.
+fn wrapped_input<'a>(
+    node: &Node,
+    k: usize,
+    i: &InputInfo<'a>,
+    rank: usize,
+) -> Result<InputInfo<'a>> {
+    let Some(s) = &i.ty.shape else {
+        return Ok(i.clone());
+    };
+    Ok(match wrapped_perm(node, k, s.len(), rank)? {
+        Some(p) => InputInfo {
+            ty: TensorType::new(i.ty.dtype, permuted(s, &p)),
+            value: None,
+        },
+        None => i.clone(),
+    })
 }
 
 impl Primitive for ChannelsLast {
@@ -100,27 +104,15 @@ impl Primitive for ChannelsLast {
             );
         }
         let rank = shape.len();
-        let permuted = inputs_channels_last(cx.node)?;
-        let mut inputs = Vec::new();
-        for (k, input) in cx.inputs.iter().enumerate() {
-            if k == 0 && !permuted {
-                inputs.push(input.clone());
-                continue;
-            }
-            inputs.push(
-                match (k, input, input.as_ref().and_then(|i| i.ty.shape.as_ref())) {
-                    (0, _, _) => Some(InputInfo {
-                        ty: TensorType::new(x.ty.dtype, to_channels_first(shape)),
-                        value: None,
-                    }),
-                    (_, Some(i), Some(s)) if s.len() == rank => Some(InputInfo {
-                        ty: TensorType::new(i.ty.dtype, permute(s, &weights_first_perm(rank))),
-                        value: None,
-                    }),
-                    (_, input, _) => input.clone(),
-                },
-            );
-        }
+        let inputs = cx
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(k, input)| {
+                let wrapped = input.as_ref().map(|i| wrapped_input(cx.node, k, i, rank));
+                wrapped.transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
         let icx = InferCx {
             node: &inner,
             opset: SCALAR_OPSET,
@@ -128,7 +120,7 @@ impl Primitive for ChannelsLast {
             scope: cx.scope,
         };
         match p.define(&icx)? {
-            Some(te) => channels_last(te, permuted).map(Some),
+            Some(te) => channels_last(te, inputs_channels_last(cx.node)?).map(Some),
             None => Ok(None),
         }
     }
@@ -143,11 +135,6 @@ impl Primitive for ChannelsLast {
     }
 }
 
-/// `shape` permuted: entry `i` is `shape[perm[i]]`.
-fn permute(shape: &[usize], perm: &[usize]) -> Vec<usize> {
-    perm.iter().map(|&p| shape[p]).collect()
-}
-
 fn run_wrapped(cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
     let (op, inner) = wrapped(cx.node)?;
     let rank = arg(inputs, 0)?.rank();
@@ -157,15 +144,15 @@ fn run_wrapped(cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
             cx.node.describe()
         );
     }
-    let permuted = inputs_channels_last(cx.node)?;
     let firsts = inputs
         .iter()
         .enumerate()
         .map(|(k, t)| match t {
-            Some(_) if k == 0 && !permuted => Ok(None),
-            Some(t) if k == 0 => transpose(t, &channels_first_perm(rank)).map(Some),
-            Some(t) if t.rank() == rank => transpose(t, &weights_first_perm(rank)).map(Some),
-            _ => Ok(None),
+            Some(t) => match wrapped_perm(cx.node, k, t.rank(), rank)? {
+                Some(p) => transpose(t, &p).map(Some),
+                None => Ok(None),
+            },
+            None => Ok(None),
         })
         .collect::<Result<Vec<_>>>()?;
     let ins: Vec<Option<&Tensor>> = inputs

@@ -17,28 +17,58 @@
 use super::{Access, TensorExpr, Var};
 use kiln_ir::{ensure, Result};
 
-/// `v` in channels-last order: `[v0, v2, …, v(r-1), v1]`.
-pub fn to_channels_last<T: Clone>(v: &[T]) -> Vec<T> {
-    let mut out = vec![v[0].clone()];
-    out.extend_from_slice(&v[2..]);
-    out.push(v[1].clone());
-    out
+/// The permutation taking a rank-`r` tensor from channels-first to
+/// channels-last: axis `i` of the result is axis `perm[i]` of the input
+/// (`[0, 2, …, r-1, 1]`, as ONNX's Transpose reads `perm`).
+pub fn channels_last_perm(r: usize) -> Vec<usize> {
+    let mut p = vec![0];
+    p.extend(2..r);
+    p.push(1);
+    p
 }
 
-/// `v` in channels-first order: the inverse of [`to_channels_last`].
-pub fn to_channels_first<T: Clone>(v: &[T]) -> Vec<T> {
-    let r = v.len();
-    let mut out = vec![v[0].clone(), v[r - 1].clone()];
-    out.extend_from_slice(&v[1..r - 1]);
-    out
+/// The permutation taking rank-`r` weights from `[M, C, k…]` to
+/// `[k…, C, M]`.
+pub fn weights_last_perm(r: usize) -> Vec<usize> {
+    let mut p: Vec<usize> = (2..r).collect();
+    p.extend([1, 0]);
+    p
 }
 
-/// Weights `[M, C, k…]` in the order `[k…, C, M]`.
-pub fn to_weights_last<T: Clone>(v: &[T]) -> Vec<T> {
-    let mut out = v[2..].to_vec();
-    out.push(v[1].clone());
-    out.push(v[0].clone());
-    out
+/// The permutation that undoes `perm`.
+pub fn inverse(perm: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    inv
+}
+
+/// `v` permuted by `perm`: entry `i` is `v[perm[i]]`.
+pub fn permuted<T: Clone>(v: &[T], perm: &[usize]) -> Vec<T> {
+    perm.iter().map(|&p| v[p].clone()).collect()
+}
+
+/// How a channels-last expression of output rank `rank` stores input `k`
+/// of rank `r`, as the permutation from the wrapped op's layout: input 0
+/// channels-last when `inputs` says so, inputs of the output's rank (the
+/// weights) `[k…, C, M]`, others unchanged (`None`).
+pub fn stored_perm(k: usize, r: usize, rank: usize, inputs: bool) -> Option<Vec<usize>> {
+    match k {
+        0 if inputs => Some(channels_last_perm(r)),
+        0 => None,
+        _ if r == rank => Some(weights_last_perm(r)),
+        _ => None,
+    }
+}
+
+/// Input `k`'s `v` (its index or shape) in the order it is stored: see
+/// [`stored_perm`].
+fn stored<T: Clone>(k: usize, v: &[T], rank: usize, inputs: bool) -> Vec<T> {
+    match stored_perm(k, v.len(), rank, inputs) {
+        Some(perm) => permuted(v, &perm),
+        None => v.to_vec(),
+    }
 }
 
 /// The expression `te` with its output and weights channels-last and,
@@ -53,11 +83,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         te.shape,
         te.inputs.first()
     );
-    let position_of_out = |l: usize| match l {
-        0 => 0,
-        1 => rank - 1,
-        l => l - 1,
-    };
+    let position_of_out = |l: usize| inverse(&channels_last_perm(rank))[l];
     let red_order = match inputs {
         true => reduction_order(&te),
         false => (0..te.reduction.as_ref().map_or(0, |r| r.extents.len())).collect(),
@@ -72,15 +98,9 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         .iter()
         .map(|a| {
             let index: Vec<_> = a.index.iter().map(|e| e.renamed(&rename)).collect();
-            let index = match a.input {
-                0 if !inputs => index,
-                0 => to_channels_last(&index),
-                _ if index.len() == rank => to_weights_last(&index),
-                _ => index,
-            };
             Access {
                 input: a.input,
-                index,
+                index: stored(a.input, &index, rank, inputs),
             }
         })
         .collect();
@@ -88,14 +108,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         .inputs
         .iter()
         .enumerate()
-        .map(|(k, shape)| {
-            shape.as_deref().map(|s| match k {
-                0 if !inputs => s.to_vec(),
-                0 => to_channels_last(s),
-                _ if s.len() == rank => to_weights_last(s),
-                _ => s.to_vec(),
-            })
-        })
+        .map(|(k, shape)| shape.as_deref().map(|s| stored(k, s, rank, inputs)))
         .collect();
     let reduction = te.reduction.as_ref().map(|r| super::Reduction {
         extents: red_order.iter().map(|&k| r.extents[k]).collect(),
@@ -103,7 +116,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
     });
     Ok(TensorExpr {
         dtype: te.dtype,
-        shape: to_channels_last(&te.shape),
+        shape: permuted(&te.shape, &channels_last_perm(rank)),
         inputs,
         accesses,
         reduction,

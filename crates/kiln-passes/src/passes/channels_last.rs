@@ -33,13 +33,9 @@
 //! Guarantees: the same outputs (pure data movement around the same
 //! arithmetic); changes only the top-level graph.
 
-use crate::pass::Pass;
 use kiln_ir::{Attr, DType, Graph, Node, Result, Tensor, TensorType, ValueId};
-use kiln_ops::ops::channels_last::{
-    channels_first_perm, channels_last_perm, weights_last_perm, CHANNELS_LAST_DOMAIN,
-    CHANNELS_LAST_OP,
-};
-use kiln_ops::te::layout::to_channels_last as permuted;
+use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
+use kiln_ops::te::layout::{channels_last_perm, inverse, permuted, weights_last_perm};
 use kiln_ops::util::transpose;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -79,19 +75,6 @@ impl Layout {
             Layout::ChannelsFirst => false,
             Layout::ChannelsLast => true,
         }
-    }
-}
-
-/// The rewrite as a pass (for pipelines and `--print-after`).
-pub struct ChannelsLast;
-
-impl Pass for ChannelsLast {
-    fn name(&self) -> &'static str {
-        "channels_last"
-    }
-
-    fn run(&self, g: &mut Graph) -> Result<bool> {
-        to_channels_last(g)
     }
 }
 
@@ -149,7 +132,7 @@ impl Rewriter<'_> {
         }
         if self.is_elementwise_on_twins(&node) {
             if let Some(inputs) = self.elementwise_inputs(&node)? {
-                return self.rebuilt(node, inputs, None);
+                return self.rebuilt(node, inputs);
             }
         }
         if let Some(axes) = self.reduce_axes(&node) {
@@ -182,75 +165,68 @@ impl Rewriter<'_> {
             attrs.insert("channels_last_input".to_string(), Attr::Int(0));
             x
         } else {
-            self.twin_of(x)
+            self.twin_of(x)?
         };
         let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
         let mut inputs = vec![Some(x_read)];
         for &w in &node.inputs[1..] {
             let same_rank = w.and_then(|w| self.g.ty(w).shape.as_ref().map(|s| s.len() == rank));
             inputs.push(match (w, same_rank) {
-                (Some(w), Some(true)) => Some(self.weights_last(w, rank)?),
+                (Some(w), Some(true)) => Some(self.transposed(w, &weights_last_perm(rank))?),
                 _ => w,
             });
         }
-        self.rebuilt(wrapping(node, attrs), inputs, None)
+        self.rebuilt(wrapping(node, attrs), inputs)
     }
 
-    /// `node` with `inputs`, writing a new channels-last output (of type
-    /// `ty`, else the original's permuted); the original output becomes its
-    /// transpose back.
-    fn rebuilt(
-        &mut self,
-        mut node: Node,
-        inputs: Vec<Option<ValueId>>,
-        ty: Option<TensorType>,
-    ) -> Result<()> {
+    /// `node` with `inputs`, writing a new channels-last output; the
+    /// original output becomes its transpose back.
+    fn rebuilt(&mut self, mut node: Node, inputs: Vec<Option<ValueId>>) -> Result<()> {
         let Some(y) = node.outputs.first().copied().flatten() else {
             kiln_ir::bail!("expected one output");
         };
-        let yt = self.g.ty(y).clone();
-        let ty = match (ty, &yt.shape) {
-            (Some(t), _) => t,
-            (None, Some(s)) => TensorType::new(yt.dtype, permuted(s)),
-            (None, None) => kiln_ir::bail!("output shape unknown"),
+        let Some(rank) = self.g.ty(y).shape.as_ref().map(|s| s.len()) else {
+            kiln_ir::bail!("output shape unknown");
         };
-        let rank = ty.shape.as_ref().map_or(0, |s| s.len());
-        let yl = self.value(y, ty);
+        let perm = channels_last_perm(rank);
+        let yl = self.value(y, self.permuted_type(y, &perm));
         node.inputs = inputs;
         node.outputs = vec![Some(yl)];
         self.out.push(node);
-        self.push_transpose(yl, y, &channels_first_perm(rank));
+        self.push_transpose(yl, y, &inverse(&perm));
         self.twin.insert(y, yl);
         Ok(())
     }
 
-    /// The channels-last twin of `x`, adding a Transpose when it has none.
-    fn twin_of(&mut self, x: ValueId) -> ValueId {
+    /// The channels-last twin of `x`, made when it has none.
+    fn twin_of(&mut self, x: ValueId) -> Result<ValueId> {
         if let Some(&t) = self.twin.get(&x) {
-            return t;
+            return Ok(t);
         }
-        let ty = self.g.ty(x).clone();
-        let shape = ty.shape.clone().unwrap_or_default();
-        let xl = self.value(x, TensorType::new(ty.dtype, permuted(&shape)));
-        self.push_transpose(x, xl, &channels_last_perm(shape.len()));
+        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
+        let xl = self.transposed(x, &channels_last_perm(rank))?;
         self.twin.insert(x, xl);
-        xl
+        Ok(xl)
     }
 
-    /// Weights `w` stored `[k…, C, M]` as `kiln.ChannelsLast` reads them:
-    /// a permuted constant, or a Transpose of a computed value.
-    fn weights_last(&mut self, w: ValueId, rank: usize) -> Result<ValueId> {
-        let perm = weights_last_perm(rank);
-        if let Some(init) = self.g.constant(w) {
-            let t = transpose(&init.to_tensor()?, &perm)?;
-            return Ok(self.constant(w, t));
+    /// `x` transposed by `perm`: a permuted constant, or a Transpose node.
+    fn transposed(&mut self, x: ValueId, perm: &[usize]) -> Result<ValueId> {
+        if let Some(init) = self.g.constant(x) {
+            let t = transpose(&init.to_tensor()?, perm)?;
+            return Ok(self.constant(x, t));
         }
-        let ty = self.g.ty(w).clone();
-        let shape = ty.shape.clone().unwrap_or_default();
-        let permuted: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
-        let wl = self.value(w, TensorType::new(ty.dtype, permuted));
-        self.push_transpose(w, wl, &perm);
-        Ok(wl)
+        let xl = self.value(x, self.permuted_type(x, perm));
+        self.push_transpose(x, xl, perm);
+        Ok(xl)
+    }
+
+    /// `v`'s type with its shape permuted by `perm`.
+    fn permuted_type(&self, v: ValueId, perm: &[usize]) -> TensorType {
+        let ty = self.g.ty(v);
+        TensorType {
+            dtype: ty.dtype,
+            shape: ty.shape.as_deref().map(|s| permuted(s, perm)),
+        }
     }
 
     /// A new constant `t` named after `like`.
@@ -262,15 +238,11 @@ impl Rewriter<'_> {
         c
     }
 
-    /// A new value named after `like`.
+    /// A new value of type `ty` named after `like`.
     fn value(&mut self, like: ValueId, ty: TensorType) -> ValueId {
-        let base = format!("{}_nhwc", self.g.name(like));
-        let mut name = base.clone();
-        let mut k = 1;
-        while self.names.contains(&name) {
-            name = format!("{base}_{k}");
-            k += 1;
-        }
+        let name = kiln_ir::unique_name(&format!("{}_nhwc", self.g.name(like)), &|n| {
+            self.names.contains(n)
+        });
         self.names.insert(name.clone());
         self.g.add_value(name, ty)
     }
@@ -324,7 +296,7 @@ impl Rewriter<'_> {
             } else if let Some(c) = self.permuted_constant(v, &shape, rank)? {
                 c
             } else if shape.len() == rank {
-                self.twin_of(v)
+                self.twin_of(v)?
             } else {
                 return Ok(None);
             };
@@ -348,8 +320,7 @@ impl Rewriter<'_> {
         }
         let mut full = vec![1; rank - shape.len()];
         full.extend_from_slice(shape);
-        let t = init.to_tensor()?;
-        let t = Tensor::new(full, t.data.clone())?;
+        let t = Tensor::new(full, init.to_tensor()?.data.clone())?;
         let t = transpose(&t, &channels_last_perm(rank))?;
         Ok(Some(self.constant(v, t)))
     }
@@ -371,32 +342,21 @@ impl Rewriter<'_> {
     }
 
     fn reduce(&mut self, node: Node, axes: &[i64]) -> Result<()> {
-        let (Some(x), Some(a), Some(y)) = (node.inputs[0], node.inputs[1], node.outputs[0]) else {
-            kiln_ir::bail!("expected data, axes and one output");
+        let (Some(x), Some(a)) = (node.inputs[0], node.inputs[1]) else {
+            kiln_ir::bail!("expected data and axes");
         };
-        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len()) as i64;
-        // Channels-first axis a sits at this position channels-last.
-        let moved = |a: i64| -> i64 {
-            let a = a.rem_euclid(rank);
-            match a {
-                0 => 0,
-                1 => rank - 1,
-                a => a - 1,
-            }
-        };
-        let new_axes: Vec<i64> = axes.iter().map(|&a| moved(a)).collect();
-        let t = Tensor::from_vec(vec![new_axes.len()], new_axes)?;
-        let al = self.constant(a, t);
-        let xl = self.twin[&x];
-        let yt = self.g.ty(y).clone();
-        let ty = yt
-            .shape
-            .as_ref()
-            .map(|s| TensorType::new(yt.dtype, permuted(s)));
+        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
+        // Where each channels-first axis sits channels-last.
+        let position = inverse(&channels_last_perm(rank));
+        let new_axes: Vec<i64> = axes
+            .iter()
+            .map(|&a| position[a.rem_euclid(rank as i64) as usize] as i64)
+            .collect();
+        let al = self.constant(a, Tensor::from_vec(vec![new_axes.len()], new_axes)?);
         let mut inputs = node.inputs.clone();
-        inputs[0] = Some(xl);
+        inputs[0] = Some(self.twin[&x]);
         inputs[1] = Some(al);
-        self.rebuilt(node, inputs, ty)
+        self.rebuilt(node, inputs)
     }
 }
 
