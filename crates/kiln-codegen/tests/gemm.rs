@@ -333,6 +333,7 @@ fn small_blocks(shape: Option<KernelShape>, transposed: Option<bool>) -> Tuning 
         shape,
         transposed,
         pack_a: None,
+        pack_b: None,
     }
 }
 
@@ -410,6 +411,43 @@ fn cases() -> Vec<Case> {
         };
         cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
     }
+    // B's rows read in place (its partial last panel packed): alone, with A's rows in place
+    // over two batch entries, in the transposed orientation (A column-major), and beside a
+    // prepacked A with an epilogue.
+    let rows_b = |pack_a: Option<bool>, shape: (usize, usize), transposed: bool| Tuning {
+        pack_a,
+        pack_b: Some(false),
+        ..small_blocks(
+            Some(KernelShape {
+                mr: shape.0,
+                nr: shape.1,
+            }),
+            Some(transposed),
+        )
+    };
+    cases.push(Matmul::plain("mm_8x48_rows_b", 61, 100, 77).case(21, rows_b(None, (8, 48), false)));
+    cases.push(
+        Matmul {
+            batch: 2,
+            ..Matmul::plain("mm_8x48_rows_a_rows_b", 61, 100, 77)
+        }
+        .case(22, rows_b(Some(false), (8, 48), false)),
+    );
+    cases.push(
+        Matmul {
+            a: (0, 1, 61),
+            ..Matmul::plain("mm_14x32_rows_b_t1", 61, 100, 77)
+        }
+        .case(23, rows_b(None, (14, 32), true)),
+    );
+    cases.push(
+        Matmul {
+            bias: true,
+            prepack: Some(Factor::A),
+            ..Matmul::plain("mm_prepacked_a_rows_b", 61, 137, 129)
+        }
+        .case(28, rows_b(None, (6, 64), false)),
+    );
     // A weight packed once before the call, on either side, in both orientations, with several
     // K blocks and partial panels (the packing must match what the matmul reads).
     for (index, (factor, transposed)) in [Factor::A, Factor::B]

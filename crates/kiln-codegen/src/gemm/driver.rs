@@ -63,9 +63,10 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         npan.div_ceil(plan.nc_panels)
     ));
     w.line(format!(
-        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, {}, &kiln_mb, &kiln_nb);",
+        "kiln_gemm_split({}, kiln_mpan, kiln_npan, {mr}, {nr}, {}, {}, &kiln_mb, &kiln_nb);",
         spec.batch,
-        u8::from(plan.pack_a)
+        u8::from(plan.pack_a && plan.prepacked != Some(Side::A)),
+        u8::from(plan.pack_b && plan.prepacked != Some(Side::B))
     ));
     w.line(format!(
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
@@ -122,7 +123,19 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             .filter(|_| plan.prepacked == Some(side))
             .map(|p| p.param.as_str())
     };
-    if prepacked(Side::B).is_none() {
+    // B's panels are packed in [kiln_pbe, kiln_pb1); below kiln_pbe the kernel reads B's rows.
+    let b_rows = b_rows(plan, views).filter(|_| prepacked(Side::B).is_none());
+    let full_b_panels = plan.n / nr;
+    let pbe = match (&b_rows, plan.n.is_multiple_of(nr)) {
+        (None, _) => "kiln_pb0".to_string(),
+        (Some(_), true) => "kiln_pb1".to_string(),
+        (Some(_), false) => format!(
+            "(kiln_pb1 > {full_b_panels} ? ({full_b_panels} > kiln_pb0 ? {full_b_panels} : kiln_pb0) : kiln_pb1)"
+        ),
+    };
+    w.line(format!("const long kiln_pbe = {pbe};"));
+    w.line("(void)kiln_pbe;");
+    if prepacked(Side::B).is_none() && (b_rows.is_none() || !plan.n.is_multiple_of(nr)) {
         emit_pack(
             w,
             &PackJob {
@@ -131,7 +144,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 width: nr,
                 extent: plan.n,
                 buffer: "kiln_bp",
-                first: "kiln_pb0",
+                first: "kiln_pbe",
                 end: "kiln_pb1",
             },
         );
@@ -164,13 +177,27 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
         );
     }
     w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
-    w.line(panel_pointer(
+    let packed_b = panel_pointer(
         "kiln_bpanel",
         prepacked(Side::B),
-        ("kiln_bp", "kiln_q", "kiln_pb0"),
+        ("kiln_bp", "kiln_q", "kiln_pbe"),
         nr,
         plan.n_panels(),
-    ));
+    );
+    match &b_rows {
+        None => {
+            w.line(packed_b);
+            w.line(format!("const long kiln_ldb = {nr};"));
+        }
+        Some((pointer, ldb)) => {
+            w.line(format!(
+                "const float* kiln_bpanel = kiln_q < kiln_pbe ? {pointer} : kiln_bp + (kiln_q - kiln_pbe) * kiln_kc * {nr};"
+            ));
+            w.line(format!(
+                "const long kiln_ldb = kiln_q < kiln_pbe ? {ldb} : {nr};"
+            ));
+        }
+    }
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
     w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
@@ -310,6 +337,24 @@ fn rows_call(plan: &Plan, views: &Views) -> Option<(String, KernelCall)> {
     Some((format!("{param} + {offset}"), call))
 }
 
+/// For B read in place (strided, contiguous along N): the C pointer to panel `kiln_q`'s first
+/// element in this K block, and B's row stride.
+fn b_rows(plan: &Plan, views: &Views) -> Option<(String, isize)> {
+    if plan.pack_b {
+        return None;
+    }
+    let (batch, ldb, 1) = views.b.kernel_strides()? else {
+        return None;
+    };
+    let param = views.b.param()?;
+    let offset = linear_index(&[
+        ("b", batch),
+        ("kiln_k0", ldb),
+        ("kiln_q", plan.shape.nr as isize),
+    ]);
+    Some((format!("{param} + {offset}"), ldb))
+}
+
 /// One MR x NR tile: straight into C when C's kernel columns are contiguous and the tile is
 /// whole, else through a local tile and a scalar copy that clips at the edges.
 fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &KernelCall) {
@@ -354,7 +399,7 @@ fn emit_direct_tile(
     let offset = linear_index(&[("b", batch_stride), ("kiln_r0", row_stride), ("kiln_c0", 1)]);
     w.line(format!("float* kiln_cp = {param} + {offset};"));
     w.line(format!(
-        "{}(kiln_kc, {}, kiln_bpanel, kiln_cp, {row_stride}, kiln_k0 > 0);",
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_cp, {row_stride}, kiln_k0 > 0);",
         kernel.name, kernel.a_args
     ));
     let Some(epilogue) = &spec.epilogue else {
@@ -390,7 +435,7 @@ fn emit_copied_tile(
     let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
     w.line(format!(
-        "{}(kiln_kc, {}, kiln_bpanel, kiln_tile, {nr}, 0);",
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_tile, {nr}, 0);",
         kernel.name, kernel.a_args
     ));
     w.line(format!(

@@ -1,9 +1,10 @@
 //! Register-blocked micro-kernels (GotoBLAS/BLIS "micro-kernel", Goto & van de Geijn 2008, §6;
 //! Van Zee & van de Geijn 2015, §3) for each vector width kiln targets.
 //!
-//! Needs: A packed as `kc` columns of `mr` floats (one MR-row panel), B packed as `kc` rows of
-//! `nr` floats (one NR-column panel, 64-byte aligned rows), `nr` a multiple of the vector length.
-//! Guarantees: `c[i*ldc + j] (+)= sum_p a[p*mr + i] * b[p*nr + j]` for the whole `mr x nr` tile,
+//! Needs: A packed as `kc` columns of `mr` floats (one MR-row panel) or A's own rows, B as `kc`
+//! rows of `nr` floats `ldb` apart (a packed panel, `ldb = nr`, 64-byte aligned rows, or B's
+//! own rows read in place), `nr` a multiple of the vector length.
+//! Guarantees: `c[i*ldc + j] (+)= sum_p a[p*mr + i] * b[p*ldb + j]` for the whole `mr x nr` tile,
 //! with `mr x nr/VL` vector accumulators held in registers, one broadcast of an A scalar times one
 //! B vector per fused multiply-add. Loads and stores go through `memcpy`, so no alignment or
 //! aliasing assumption is made about `c`.
@@ -144,10 +145,10 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
         ASource::Rows => ("A rows", ", long lda", " * lda", "1".to_string()),
     };
     w.line(format!(
-        "/* C[{mr} x {nr}] (+)= {a_what} ({mr} x kc) * B panel (kc x {nr}): {mr}x{nv} vector accumulators. */"
+        "/* C[{mr} x {nr}] (+)= {a_what} ({mr} x kc) * B rows (kc x {nr}, ldb apart): {mr}x{nv} vector accumulators. */"
     ));
     w.open(format!(
-        "static inline void {}(long kc, const float* restrict a{a_param}, const float* restrict b, float* restrict c, long ldc, int accumulate)",
+        "static inline void {}(long kc, const float* restrict a{a_param}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate)",
         ukernel_name(shape, source)
     ));
     for i in 0..mr {
@@ -177,7 +178,7 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
         ));
     }
     w.line(format!("a += {a_step};"));
-    w.line(format!("b += {nr};"));
+    w.line("b += ldb;");
     w.close();
     w.open("if (accumulate)");
     for i in 0..mr {

@@ -124,6 +124,8 @@ pub struct Tuning {
     pub transposed: Option<bool>,
     /// Pack A (true) or let the micro-kernel read A's rows in place where A allows (false).
     pub pack_a: Option<bool>,
+    /// Pack B (true) or let the micro-kernel read B's rows in place where B allows (false).
+    pub pack_b: Option<bool>,
 }
 
 /// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).

@@ -50,10 +50,10 @@ static float* kiln_gemm_alloc(long floats)
 /* Chooses how many M and N blocks (*mb, *nb: at least their incoming values, at most mpan and
    npan panels) to cut the batch * mb * nb tasks into, for the OpenMP thread count: the least
    makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
-   panel), then the least repacking (every M block packs its own copy of B, every N block its
-   own copy of A when A is packed), then the fewest tasks. */
+   panel), then the least repacking (every M block packs its own copy of B when B is packed
+   per call, every N block its own copy of A when A is), then the fewest tasks. */
 static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
-                            long* mb, long* nb)
+                            int pack_b, long* mb, long* nb)
 {
     long threads = 1;
 #ifdef _OPENMP
@@ -65,7 +65,7 @@ static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, 
         for (long n = nb0; n <= npan && n <= nb0 + 2 * threads; n++) {
             const long tasks = batch * m * n;
             const long span = (tasks + threads - 1) / threads * ((mpan + m - 1) / m) * ((npan + n - 1) / n);
-            const long repack = (m - 1) * npan * nr + (pack_a ? (n - 1) * mpan * mr : 0);
+            const long repack = (pack_b ? (m - 1) * npan * nr : 0) + (pack_a ? (n - 1) * mpan * mr : 0);
             const int better = best_span < 0 || span < best_span ||
                                (span == best_span && (repack < best_repack ||
                                                       (repack == best_repack && tasks < best_tasks)));
