@@ -1,7 +1,7 @@
 //! Measures one generated matmul against the machine's measured fp32 FMA peak.
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
-//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--reps N]
+//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--reps N]
 //!  [--conv3x3 [--expr]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
@@ -64,6 +64,7 @@ fn parse_args() -> Result<Args, String> {
             "--transposed" => args.tuning.transposed = Some(number(iter.next())? != 0),
             "--pack-a" => args.tuning.pack_a = Some(number(iter.next())? != 0),
             "--pack-b" => args.tuning.pack_b = Some(number(iter.next())? != 0),
+            "--staged" => args.tuning.staged = Some(number(iter.next())? != 0),
             "--shape" => {
                 let text = iter.next().ok_or("missing shape")?;
                 let (mr, nr) = text.split_once('x').ok_or("shape is MRxNR")?;

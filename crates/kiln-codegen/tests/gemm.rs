@@ -334,6 +334,7 @@ fn small_blocks(shape: Option<KernelShape>, transposed: Option<bool>) -> Tuning 
         transposed,
         pack_a: None,
         pack_b: None,
+        staged: None,
     }
 }
 
@@ -524,12 +525,26 @@ fn cases() -> Vec<Case> {
             ..Conv::square("", 3, 8, 23, 7, 2, 3)
         },
     ];
+    // Each through both packers: runs of image rows and gathers from the staged copy.
     for (index, conv) in windows.into_iter().enumerate() {
-        let seed = 40 + 2 * index as u64;
-        cases.push(conv.case(seed, Tuning::default()));
-        let name: &'static str =
-            Box::leak(format!("{}_small_blocks_t", conv.name).into_boxed_str());
-        cases.push(Conv { name, ..conv }.case(seed + 1, small_blocks(None, Some(true))));
+        let seed = 40 + 4 * index as u64;
+        for (packer, staged) in [("runs", false), ("staged", true)] {
+            let named = |suffix: &str| Conv {
+                name: Box::leak(format!("{}_{packer}{suffix}", conv.name).into_boxed_str()),
+                ..conv.clone()
+            };
+            let tuning = Tuning {
+                staged: Some(staged),
+                ..Tuning::default()
+            };
+            let small = Tuning {
+                staged: Some(staged),
+                ..small_blocks(None, Some(true))
+            };
+            let seed = seed + 2 * staged as u64;
+            cases.push(named("").case(seed, tuning));
+            cases.push(named("_small_blocks_t").case(seed + 1, small));
+        }
     }
     cases
 }

@@ -15,7 +15,8 @@ use super::kernel::{ukernel_name, ASource};
 use super::pack::{emit_pack, PackJob, Side};
 use super::plan::Plan;
 use super::view::{linear_index, Axis, View};
-use super::GemmSpec;
+use super::window::{emit_staging, staged_floats, Window, STAGED};
+use super::{GemmSpec, Operand};
 
 /// The operands in kernel orientation.
 struct Views<'a> {
@@ -72,8 +73,20 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
         spec.batch
     ));
+    let staged = staged_window(plan, spec);
+    if let Some(window) = staged {
+        w.line(format!(
+            "float* {STAGED} = kiln_gemm_alloc({});",
+            staged_floats(window, spec.batch)
+        ));
+    }
     w.directive("#pragma omp parallel");
     w.open("");
+    if let Some(window) = staged {
+        w.open(format!("if ({STAGED})"));
+        emit_staging(w, window, spec.batch);
+        w.close();
+    }
     // Read in place, A needs a buffer for its partial last panel only.
     // Buffers for the largest block: blocks have at most ceil(panels / blocks) panels.
     // A prepacked factor needs no buffer (one float keeps the allocation check uniform).
@@ -95,7 +108,11 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
     w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
     w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
-    w.open("if (!kiln_ap || !kiln_bp)");
+    if staged.is_some() {
+        w.open(format!("if (!kiln_ap || !kiln_bp || !{STAGED})"));
+    } else {
+        w.open("if (!kiln_ap || !kiln_bp)");
+    }
     emit_unpacked(w, spec, plan, &views);
     w.line("continue;");
     w.close();
@@ -104,6 +121,17 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.line("free(kiln_ap);");
     w.line("free(kiln_bp);");
     w.close();
+    if staged.is_some() {
+        w.line(format!("free({STAGED});"));
+    }
+}
+
+/// The window operand packed from a staged copy, when the plan stages one.
+fn staged_window<'a>(plan: &Plan, spec: &'a GemmSpec) -> Option<&'a Window> {
+    match &spec.b {
+        Operand::Window(window) if plan.staged => Some(window),
+        _ => None,
+    }
 }
 
 /// The K-block loop of one task: pack, then every tile of the block.
@@ -146,6 +174,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 buffer: "kiln_bp",
                 first: "kiln_pbe",
                 end: "kiln_pb1",
+                staged: plan.staged,
             },
         );
     }
@@ -173,6 +202,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 buffer: "kiln_ap",
                 first: "kiln_pe",
                 end: "kiln_pa1",
+                staged: plan.staged,
             },
         );
     }
@@ -302,6 +332,7 @@ pub(crate) fn emit_prepack_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
             buffer: "kiln_block",
             first: "0",
             end: &end,
+            staged: false,
         },
     );
     w.close();

@@ -126,6 +126,9 @@ pub struct Tuning {
     pub pack_a: Option<bool>,
     /// Pack B (true) or let the micro-kernel read B's rows in place where B allows (false).
     pub pack_b: Option<bool>,
+    /// Pack a convolution window from a zero-padded copy by gathers (true) or by runs of image
+    /// rows (false).
+    pub staged: Option<bool>,
 }
 
 /// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).

@@ -9,7 +9,7 @@
 
 use super::emit::CWriter;
 use super::view::{Axis, View};
-use super::window::emit_window_pack;
+use super::window::{emit_gather_pack, emit_window_pack};
 
 /// Which packed operand: A panels run along kernel rows, B panels along kernel columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub(crate) struct PackJob<'a> {
     pub buffer: &'a str,
     pub first: &'a str,
     pub end: &'a str,
+    /// A window operand is packed from its staged copy (`window::emit_staging`).
+    pub staged: bool,
 }
 
 impl PackJob<'_> {
@@ -43,7 +45,11 @@ impl PackJob<'_> {
 /// Emits the packing loop nest for one K block, in the order that reads the operand best.
 pub(crate) fn emit_pack(w: &mut CWriter, job: &PackJob) {
     if let Some(window) = job.view.window_along(job.panel_axis()) {
-        emit_window_pack(w, job, window);
+        if job.staged {
+            emit_gather_pack(w, job, window);
+        } else {
+            emit_window_pack(w, job, window);
+        }
         return;
     }
     w.line(format!(

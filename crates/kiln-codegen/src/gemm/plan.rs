@@ -13,7 +13,8 @@
 use super::kernel::{KernelShape, VectorTarget};
 use super::pack::Side;
 use super::view::{Axis, View};
-use super::{Factor, GemmSpec, Tuning};
+use super::window::packs_by_gather;
+use super::{Factor, GemmSpec, Operand, Tuning};
 
 /// How one matmul is computed on one vector target.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +36,9 @@ pub(crate) struct Plan {
     /// Pack B into panels; otherwise the micro-kernel reads B's rows in place (only when B is
     /// strided, contiguous along N and not prepacked; a partial last panel is still packed).
     pub pack_b: bool,
+    /// A convolution window operand is packed from a zero-padded copy of its image by per-pixel
+    /// offsets (`window::packs_by_gather`).
+    pub staged: bool,
     /// The kernel-orientation factor read from its prepacked panels (never packed per call).
     pub prepacked: Option<Side>,
 }
@@ -229,8 +233,15 @@ fn blocked(
         nc_panels: (nc_max / shape.nr).max(1),
         pack_a: packing.a,
         pack_b: packing.b,
+        staged: staged(spec, tuning),
         prepacked,
     }
+}
+
+/// Whether the plan packs a window operand from a staged copy. Only B can be a window whose
+/// panels run along its pixels (its columns), in either orientation.
+fn staged(spec: &GemmSpec, tuning: &Tuning) -> bool {
+    matches!(&spec.b, Operand::Window(window) if packs_by_gather(window, tuning.staged))
 }
 
 /// The row stride (in kernel orientation) of A or B when the operand is strided with unit

@@ -74,6 +74,137 @@ pub(crate) fn element_expr(window: &Window) -> String {
     )
 }
 
+/// The C buffer holding the zero-padded copy of a window's image (see [`emit_staging`]).
+pub(crate) const STAGED: &str = "kiln_staged";
+
+/// Rows and columns of one staged plane: every input row and column a window reads, from the
+/// first padding row and column on (so each read lands inside the plane).
+fn staged_plane(window: &Window) -> [usize; 2] {
+    [0, 1].map(|d| {
+        (window.out[d] - 1) * window.stride[d] + (window.kernel[d] - 1) * window.dilation[d] + 1
+    })
+}
+
+/// Floats of the staged copy for `batch` entries.
+pub(crate) fn staged_floats(window: &Window, batch: usize) -> usize {
+    let [hp, wp] = staged_plane(window);
+    batch * window.channels * hp * wp
+}
+
+/// Whether packing reads a zero-padded copy of the image through per-pixel offsets (one gather
+/// per element, no bounds checks) instead of copying runs of image rows with zeros around them.
+/// The runs pay a fixed cost each (bounds, clamps, three loops), so short output rows pack
+/// several times slower: measured with `gemm_bench --conv3x3` on Zen 4 (see BENCHMARKS.md).
+pub(crate) fn packs_by_gather(window: &Window, forced: Option<bool>) -> bool {
+    forced.unwrap_or(window.out[1] < GATHER_BELOW_WIDTH)
+}
+
+/// Output rows narrower than this pack by gathers (see [`packs_by_gather`]).
+const GATHER_BELOW_WIDTH: usize = 20;
+
+/// Fills [`STAGED`] (a buffer of `staged_floats` floats, shared by the team) with every plane of
+/// the window's `batch` entries, zero where the window hangs over the image, one plane per
+/// iteration of a work-shared loop (its implicit barrier makes the copy complete for all).
+pub(crate) fn emit_staging(w: &mut CWriter, window: &Window, batch: usize) {
+    let [hp, wp] = staged_plane(window);
+    let ([h, iw], [ph, pw], channels) = (window.size, window.pad, window.channels);
+    w.line(format!(
+        "/* zero-padded copy of the convolution image: {batch} x {channels} planes of {hp} x {wp} */"
+    ));
+    w.directive("#pragma omp for schedule(static)");
+    w.open(format!(
+        "for (long kiln_pl = 0; kiln_pl < {}; kiln_pl++)",
+        batch * channels
+    ));
+    w.line(format!(
+        "const float* kiln_src = {} + kiln_pl / {channels} * {} + kiln_pl % {channels} * {};",
+        window.param,
+        window.batch,
+        h * iw
+    ));
+    w.line(format!(
+        "float* restrict kiln_dst = {STAGED} + kiln_pl * {};",
+        hp * wp
+    ));
+    w.open(format!("for (long kiln_y = 0; kiln_y < {hp}; kiln_y++)"));
+    w.line(format!(
+        "float* restrict kiln_row = kiln_dst + kiln_y * {wp};"
+    ));
+    w.line(format!("const long kiln_ih = kiln_y - {ph};"));
+    w.open(format!("if (kiln_ih < 0 || kiln_ih >= {h})"));
+    w.line(format!("memset(kiln_row, 0, sizeof(float) * {wp});"));
+    w.line("continue;");
+    w.close();
+    // Columns [pw, pw + copied) come from the image row; the rest are padding.
+    let copied = iw.min(wp.saturating_sub(pw));
+    let pw = pw.min(wp);
+    if pw > 0 {
+        w.line(format!("memset(kiln_row, 0, sizeof(float) * {pw});"));
+    }
+    w.line(format!(
+        "memcpy(kiln_row + {pw}, kiln_src + kiln_ih * {iw}, sizeof(float) * {copied});"
+    ));
+    if pw + copied < wp {
+        w.line(format!(
+            "memset(kiln_row + {}, 0, sizeof(float) * {});",
+            pw + copied,
+            wp - pw - copied
+        ));
+    }
+    w.close();
+    w.close();
+}
+
+/// Packs panels along output pixels from the staged copy: per panel, each pixel's offset in a
+/// staged plane once; per im2col row, its tap's offset, then one read per pixel.
+pub(crate) fn emit_gather_pack(w: &mut CWriter, job: &PackJob, window: &Window) {
+    let [hp, wp] = staged_plane(window);
+    let (width, extent) = (job.width, job.extent);
+    let ([kh, kw], [sh, sw], [dh, dw]) = (window.kernel, window.stride, window.dilation);
+    let ow = window.out[1];
+    let (buffer, first, end) = (job.buffer, job.first, job.end);
+    w.line(format!(
+        "/* pack {:?} from the staged image: panels [{first}, {end}) of {width} output pixels, depth kiln_kc from kiln_k0 */",
+        job.side
+    ));
+    w.open(format!(
+        "for (long kiln_t = {first}; kiln_t < {end}; kiln_t++)"
+    ));
+    w.line(format!(
+        "float* restrict kiln_d = {buffer} + (kiln_t - {first}) * kiln_kc * {width};"
+    ));
+    w.line(format!(
+        "const long kiln_x0 = kiln_t * {width}, kiln_count = {extent} - kiln_x0 < {width} ? {extent} - kiln_x0 : {width};"
+    ));
+    w.open(format!("if (kiln_count < {width})"));
+    w.line(format!(
+        "memset(kiln_d, 0, sizeof(float) * (size_t)kiln_kc * {width});"
+    ));
+    w.close();
+    w.line(format!("int kiln_at[{width}];"));
+    w.open("for (long kiln_x = 0; kiln_x < kiln_count; kiln_x++)");
+    w.line(format!(
+        "kiln_at[kiln_x] = (int)((kiln_x0 + kiln_x) / {ow} * {} + (kiln_x0 + kiln_x) % {ow} * {sw});",
+        sh * wp
+    ));
+    w.close();
+    w.open("for (long kiln_p = 0; kiln_p < kiln_kc; kiln_p++)");
+    w.line("const long kiln_r = kiln_k0 + kiln_p;");
+    w.line(format!(
+        "const float* kiln_tap = {STAGED} + b * {} + kiln_r / {} * {} + kiln_r / {kw} % {kh} * {} + kiln_r % {kw} * {dw};",
+        window.channels * hp * wp,
+        kh * kw,
+        hp * wp,
+        dh * wp
+    ));
+    w.line(format!(
+        "float* restrict kiln_dp = kiln_d + kiln_p * {width};"
+    ));
+    w.line("for (long kiln_x = 0; kiln_x < kiln_count; kiln_x++) kiln_dp[kiln_x] = kiln_tap[kiln_at[kiln_x]];");
+    w.close();
+    w.close();
+}
+
 /// Packs panels that run along output pixels (the operand's columns), depth along im2col rows.
 pub(crate) fn emit_window_pack(w: &mut CWriter, job: &PackJob, window: &Window) {
     let (width, extent) = (job.width, job.extent);
