@@ -2,12 +2,14 @@
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
 //!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--reps N]
-//!  [--conv3x3 [--expr]]`
+//!  [--conv3x3 [--expr | --nhwc]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
 //! over `K/9` input channels of a square `sqrt(N) x sqrt(N)` image (M = output channels), the
 //! way a ResNet layer runs (64 3136 576 is ResNet-50's 3x3 conv of stage 2): a `Window`
-//! operand, or with `--expr` the same read written as an `Operand::Expr`.
+//! operand, or with `--expr` the same read written as an `Operand::Expr`. With `--nhwc` the
+//! image is NHWC and A is the window (M = pixels of a square image, N = output channels), read
+//! through row pointers: `3136 64 576` is the same stage-2 convolution.
 //!
 //! Compiles (with `$CC`, default `cc`, `-O3 -march=native -fopenmp`; `$KILN_CFLAGS` replaces
 //! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
@@ -31,6 +33,7 @@ struct Args {
     reps: usize,
     conv: bool,
     expr: bool,
+    nhwc: bool,
     tuning: Tuning,
 }
 
@@ -45,6 +48,7 @@ fn parse_args() -> Result<Args, String> {
         reps: 0,
         conv: false,
         expr: false,
+        nhwc: false,
         tuning: Tuning::default(),
     };
     let mut iter = std::env::args().skip(1);
@@ -57,6 +61,7 @@ fn parse_args() -> Result<Args, String> {
             "--batch" => args.batch = number(iter.next())?,
             "--conv3x3" => args.conv = true,
             "--expr" => args.expr = true,
+            "--nhwc" => args.nhwc = true,
             "--reps" => args.reps = number(iter.next())?,
             "--kc" => args.tuning.kc = Some(number(iter.next())?),
             "--mc" => args.tuning.mc = Some(number(iter.next())?),
@@ -83,8 +88,9 @@ fn parse_args() -> Result<Args, String> {
         [m, n, k, threads] => (args.m, args.n, args.k, args.threads) = (*m, *n, *k, *threads),
         _ => return Err("usage: gemm_bench [M N K] [threads] [--options]".into()),
     }
-    if args.conv && (!args.k.is_multiple_of(9) || image_side(args.n).is_none()) {
-        return Err("--conv3x3 needs K = 9 * channels and N a square".into());
+    let pixels = if args.nhwc { args.m } else { args.n };
+    if args.conv && (!args.k.is_multiple_of(9) || image_side(pixels).is_none()) {
+        return Err("--conv3x3 needs K = 9 * channels and N (M with --nhwc) a square".into());
     }
     Ok(args)
 }
@@ -127,20 +133,16 @@ fn spec(args: &Args) -> GemmSpec {
         m: args.m,
         n: args.n,
         k: args.k,
-        a: strided("A", m * k, k),
+        a: match image_side(args.m) {
+            Some(side) if args.conv && args.nhwc => {
+                Operand::Window(window3x3("A", side, args, true))
+            }
+            _ => strided("A", m * k, k),
+        },
         b: match image_side(args.n) {
+            _ if args.nhwc => strided("B", k * n, n),
             Some(side) if args.conv && args.expr => Operand::Expr(conv_expr(args.k, side)),
-            Some(side) if args.conv => Operand::Window(Window {
-                param: "B".into(),
-                batch: (args.k / 9 * args.n) as isize,
-                channels: args.k / 9,
-                size: [side, side],
-                out: [side, side],
-                kernel: [3, 3],
-                stride: [1, 1],
-                pad: [1, 1],
-                dilation: [1, 1],
-            }),
+            Some(side) if args.conv => Operand::Window(window3x3("B", side, args, false)),
             _ => strided("B", k * n, n),
         },
         c: strided("C", m * n, n),
@@ -149,8 +151,25 @@ fn spec(args: &Args) -> GemmSpec {
     }
 }
 
+/// A 3x3, stride 1, pad 1 window over `K/9` channels of a `side x side` image in `param`.
+fn window3x3(param: &str, side: usize, args: &Args, channels_last: bool) -> Window {
+    Window {
+        param: param.into(),
+        batch: (args.k / 9 * side * side) as isize,
+        channels: args.k / 9,
+        size: [side, side],
+        out: [side, side],
+        kernel: [3, 3],
+        stride: [1, 1],
+        pad: [1, 1],
+        dilation: [1, 1],
+        channels_last,
+    }
+}
+
 const MAIN: &str = r#"
 #include <stdio.h>
+@A_AT@
 @B_AT@
 static int kiln_cmp(const void* x, const void* y)
 {
@@ -205,7 +224,7 @@ int main(int argc, char** argv)
         const long b = (s >> 4) % BATCH, i = (s >> 8) % M, j = (s >> 16) % N;
         double exact = 0.0, scale = 0.0;
         for (long p = 0; p < K; p++) {
-            const double x = A[b * M * K + i * K + p], y = B_AT(b, p, j);
+            const double x = A_AT(b, i, p), y = B_AT(b, p, j);
             exact += x * y;
             scale += fabs(x * y);
         }
@@ -238,13 +257,21 @@ fn run() -> Result<(), String> {
     let spec = spec(&args);
     let gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
     let b_at = match image_side(args.n) {
-        Some(side) if args.conv => format!(
+        Some(side) if args.conv && !args.nhwc => format!(
             "#define B_IN(b, ci, y, x) ((y) >= 0 && (y) < {side} && (x) >= 0 && (x) < {side} ? B[(b) * K / 9 * N + (ci) * N + (y) * {side} + (x)] : 0.0f)\n\
              #define B_AT(b, p, j) B_IN(b, (p) / 9, (j) / {side} + (p) / 3 % 3 - 1, (j) % {side} + (p) % 3 - 1)\n"
         ),
         _ => "#define B_AT(b, p, j) B[(b) * K * N + (p) * N + (j)]\n".to_string(),
     };
+    let a_at = match image_side(args.m) {
+        Some(side) if args.conv && args.nhwc => format!(
+            "#define A_IN(b, y, x, ci) ((y) >= 0 && (y) < {side} && (x) >= 0 && (x) < {side} ? A[(b) * M * (K / 9) + ((y) * {side} + (x)) * (K / 9) + (ci)] : 0.0f)\n\
+             #define A_AT(b, i, p) A_IN(b, (i) / {side} + (p) / (K / 9) / 3 - 1, (i) % {side} + (p) / (K / 9) % 3 - 1, (p) % (K / 9))\n"
+        ),
+        _ => "#define A_AT(b, i, p) A[(b) * M * K + (i) * K + (p)]\n".to_string(),
+    };
     let main = MAIN
+        .replace("@A_AT@", &a_at)
         .replace("@B_AT@", &b_at)
         .replace(
             "@KIND@",

@@ -124,10 +124,16 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     let rows_cols = |o: &GemmOperand, rows: i64, cols: i64| -> Result<Operand> {
         operand(k, o, [g.batch, rows, cols])
     };
-    let a = rows_cols(&g.a, g.m, g.k)?;
-    let b = match &g.window {
-        Some(w) => Operand::Window(window(&k.buffers[g.b.buf].name, w)),
-        None => rows_cols(&g.b, g.k, g.n)?,
+    let (a, b) = match &g.window {
+        Some(w) if w.channels_last => (
+            Operand::Window(window(&k.buffers[g.a.buf].name, w)),
+            rows_cols(&g.b, g.k, g.n)?,
+        ),
+        Some(w) => (
+            rows_cols(&g.a, g.m, g.k)?,
+            Operand::Window(window(&k.buffers[g.b.buf].name, w)),
+        ),
+        None => (rows_cols(&g.a, g.m, g.k)?, rows_cols(&g.b, g.k, g.n)?),
     };
     let prepacked = [(Factor::B, &b, g.b.buf), (Factor::A, &a, g.a.buf)]
         .into_iter()
@@ -256,6 +262,7 @@ fn window(param: &str, w: &ConvWindow) -> Window {
         stride: pair(w.stride),
         pad: pair(w.pad),
         dilation: pair(w.dilation),
+        channels_last: w.channels_last,
     }
 }
 

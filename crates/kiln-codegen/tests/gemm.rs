@@ -182,6 +182,8 @@ struct Conv {
     pad: [usize; 2],
     dilation: [usize; 2],
     window: bool,
+    /// NHWC image, HWIO weights, NHWC output: the window is A, read through row pointers.
+    channels_last: bool,
 }
 
 impl Conv {
@@ -205,6 +207,7 @@ impl Conv {
             pad: [pad, pad],
             dilation: [1, 1],
             window: false,
+            channels_last: false,
         }
     }
 
@@ -248,7 +251,38 @@ impl Conv {
             stride: self.stride,
             pad: self.pad,
             dilation: self.dilation,
+            channels_last: self.channels_last,
         })
+    }
+
+    /// Element index of image value (img, ci, y, x) in this case's layout.
+    fn x_index(&self, img: usize, ci: usize, y: usize, x: usize) -> usize {
+        let ([h, w], cin) = (self.size, self.cin);
+        if self.channels_last {
+            ((img * h + y) * w + x) * cin + ci
+        } else {
+            ((img * cin + ci) * h + y) * w + x
+        }
+    }
+
+    /// Element index of weight (co, ci, ky, kx) (HWIO when channels-last, else OIHW).
+    fn w_index(&self, co: usize, ci: usize, ky: usize, kx: usize) -> usize {
+        let ([kh, kw], cin, cout) = (self.kernel, self.cin, self.cout);
+        if self.channels_last {
+            ((ky * kw + kx) * cin + ci) * cout + co
+        } else {
+            ((co * cin + ci) * kh + ky) * kw + kx
+        }
+    }
+
+    /// Element index of output (img, co, pixel).
+    fn y_index(&self, img: usize, co: usize, pixel: usize) -> usize {
+        let pixels = self.out(0) * self.out(1);
+        if self.channels_last {
+            (img * pixels + pixel) * self.cout + co
+        } else {
+            (img * self.cout + co) * pixels + pixel
+        }
     }
 
     /// Direct sliding-window reference with bias and ReLU, NCHW output.
@@ -270,14 +304,13 @@ impl Conv {
                                     if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
                                         continue;
                                     }
-                                    let xi =
-                                        ((img * self.cin + ci) * h + iy as usize) * w + ix as usize;
-                                    let wi = ((co * self.cin + ci) * kh + ky) * kw + kx;
+                                    let xi = self.x_index(img, ci, iy as usize, ix as usize);
+                                    let wi = self.w_index(co, ci, ky, kx);
                                     acc += x[xi] as f64 * weights[wi] as f64;
                                 }
                             }
                         }
-                        expected[((img * self.cout + co) * oh + y) * ow + xo] =
+                        expected[self.y_index(img, co, y * ow + xo)] =
                             (acc + bias[co] as f64).max(0.0);
                     }
                 }
@@ -294,18 +327,34 @@ impl Conv {
         let bias = values(self.cout, seed + 2);
         let expected = self.reference(&x, &weights, &bias);
         Case {
-            spec: GemmSpec {
-                name: self.name.into(),
-                params: params(&["X", "W", "bias"], "Y"),
-                batch: self.images,
-                m: self.cout,
-                n: pixels,
-                k: window,
-                a: strided("W", 0, window as isize, 1),
-                b: self.operand(),
-                c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
-                epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
-                prepacked: None,
+            spec: if self.channels_last {
+                GemmSpec {
+                    name: self.name.into(),
+                    params: params(&["X", "W", "bias"], "Y"),
+                    batch: self.images,
+                    m: pixels,
+                    n: self.cout,
+                    k: window,
+                    a: self.operand(),
+                    b: strided("W", 0, self.cout as isize, 1),
+                    c: strided("Y", (self.cout * pixels) as isize, self.cout as isize, 1),
+                    epilogue: Some("fmaxf(acc + bias[c], 0.0f)".into()),
+                    prepacked: None,
+                }
+            } else {
+                GemmSpec {
+                    name: self.name.into(),
+                    params: params(&["X", "W", "bias"], "Y"),
+                    batch: self.images,
+                    m: self.cout,
+                    n: pixels,
+                    k: window,
+                    a: strided("W", 0, window as isize, 1),
+                    b: self.operand(),
+                    c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
+                    epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
+                    prepacked: None,
+                }
             },
             tuning,
             inputs: vec![
@@ -544,6 +593,25 @@ fn cases() -> Vec<Case> {
             let seed = seed + 2 * staged as u64;
             cases.push(named("").case(seed, tuning));
             cases.push(named("_small_blocks_t").case(seed + 1, small));
+        }
+        // NHWC: through row pointers (K blocks within a tap), and packed.
+        for (suffix, pack_a, kc) in [
+            ("_nhwc_pointers", false, Some(4)),
+            ("_nhwc_packed", true, None),
+        ] {
+            let nhwc = Conv {
+                name: Box::leak(format!("{}{suffix}", conv.name).into_boxed_str()),
+                channels_last: true,
+                cin: conv.cin * 4,
+                ..conv.clone()
+            };
+            let tuning = Tuning {
+                pack_a: Some(pack_a),
+                kc,
+                shape: Some(KernelShape { mr: 8, nr: 48 }),
+                ..Tuning::default()
+            };
+            cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning));
         }
     }
     cases

@@ -1,5 +1,6 @@
 //! The layout choice (`kiln_passes::passes::channels_last`): a small
-//! depthwise-separable network (a stride-2 first convolution over the
+//! depthwise-separable network, and its twin with a dense 3x3 convolution
+//! in place of the depthwise one (a stride-2 first convolution over the
 //! channels-first input, bias and clip, a depthwise convolution, a
 //! pointwise one, a residual add, max pooling, a global sum and a
 //! classifier) rewritten to channels-last runs on the CPU backend under
@@ -68,16 +69,18 @@ fn optimized(src: &str, layout: Layout) -> Result<Graph> {
     Ok(g)
 }
 
-#[test]
-fn channels_last_network_gives_the_interpreters_results() -> Result<()> {
-    let original = load(&network())?;
+/// `src` optimized under the automatic layout has four channels-last
+/// spatial ops, and runs with the original graph's interpreter results on
+/// the interpreter and on the CPU backend under every planner.
+fn check_channels_last(src: &str) -> Result<()> {
+    let original = load(src)?;
     assert!(
         prefers_channels_last(&original),
-        "the graph has a depthwise convolution"
+        "the graph has 2-D convolutions"
     );
     let ins = inputs(&original)?;
     let want = kiln_interp::run(&original, &ins)?;
-    let g = optimized(&network(), Layout::Auto)?;
+    let g = optimized(src, Layout::Auto)?;
     // Four spatial ops rewritten; the only layout changes left are the
     // transposes back to the graph's channels-first output and before
     // the classifier (a reshape there: it moves unit axes only).
@@ -97,15 +100,45 @@ fn channels_last_network_gives_the_interpreters_results() -> Result<()> {
 }
 
 #[test]
-fn layout_rule_keeps_models_without_depthwise_convolutions_channels_first() -> Result<()> {
+fn channels_last_network_gives_the_interpreters_results() -> Result<()> {
+    check_channels_last(&network())
+}
+
+/// The network with a dense 3x3 convolution in place of the depthwise
+/// one: a padded NHWC window read by the matmul through row pointers.
+fn dense_network() -> String {
     let src = network().replace("group=24, ", "");
     let src = src.replace("f32[24,1,3,3]", "f32[24,24,3,3]");
-    let src = src.replace(&values(24 * 9, 3), &values(24 * 24 * 9, 3));
-    assert!(!prefers_channels_last(&load(&src)?));
-    let g = optimized(&src, Layout::Auto)?;
-    assert_eq!(count(&g, "ChannelsLast"), 0);
-    // Forced, it rewrites them all the same.
-    let g = optimized(&src, Layout::ChannelsLast)?;
-    assert_eq!(count(&g, "ChannelsLast"), 4);
+    src.replace(&values(24 * 9, 3), &values(24 * 24 * 9, 3))
+}
+
+#[test]
+fn dense_channels_last_network_gives_the_interpreters_results() -> Result<()> {
+    check_channels_last(&dense_network())
+}
+
+#[test]
+fn layout_rule_keeps_models_without_2d_convolutions_channels_first() -> Result<()> {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[1,8,30]
+  input %w: f32[4,8,3]
+  node "conv1d" %y: f32[1,4,28] = Conv(%x, %w)
+  output %y
+}"#;
+    assert!(!prefers_channels_last(&load(src)?));
+    assert_eq!(count(&optimized(src, Layout::Auto)?, "ChannelsLast"), 0);
+    // Forced, the pass rewrites 1-D convolutions all the same.
+    assert_eq!(
+        count(&optimized(src, Layout::ChannelsLast)?, "ChannelsLast"),
+        1
+    );
+    // And a forced channels-first layout leaves 2-D ones alone.
+    assert_eq!(
+        count(
+            &optimized(&dense_network(), Layout::ChannelsFirst)?,
+            "ChannelsLast"
+        ),
+        0
+    );
     Ok(())
 }

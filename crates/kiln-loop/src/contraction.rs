@@ -228,7 +228,14 @@ fn oriented(
     let b_frame = [(Axis::Batch, "b"), (Axis::K, "r"), (Axis::N, "c")];
     let c_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::N, "c")];
     let (a_off, a_guard) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
-    if !a_guard.is_empty() {
+    // A padded read on A is allowed only as an NHWC window, which the code
+    // generator reads through row pointers (zeros for the padding).
+    let a_window = if batch == 1 {
+        conv_window_last(te, ka, &axes)
+    } else {
+        None
+    };
+    if !a_guard.is_empty() && a_window.is_none() {
         return Ok(Oriented::GuardedA);
     }
     let (b_off, b_guard) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
@@ -251,7 +258,7 @@ fn oriented(
         a: GemmOperand {
             buf: a_buf,
             offset: a_off,
-            guard: Vec::new(),
+            guard: a_guard,
         },
         b: GemmOperand {
             buf: b_buf,
@@ -264,7 +271,7 @@ fn oriented(
             guard: Vec::new(),
         },
         window: if batch == 1 {
-            conv_window(te, kb, &axes)
+            a_window.or_else(|| conv_window(te, kb, &axes))
         } else {
             None
         },
@@ -302,22 +309,11 @@ fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<
     let [Var::Out(lh), Var::Out(lw)] = n_vars[..] else {
         return None;
     };
-    // `s·out + d·red − p`: stride, dilation, padding of one spatial axis.
-    let spatial = |e: &IndexExpr, out: usize, red_k: usize| -> Option<(i64, i64, i64)> {
-        let a = e.as_affine()?;
-        let mut stride = 0;
-        let mut dilation = 1;
-        for &(v, c) in &a.terms {
-            match v {
-                Var::Out(l) if l == out => stride = c,
-                Var::Red(k) if k == red_k => dilation = c,
-                _ => return None,
-            }
-        }
-        (stride > 0 && dilation > 0 && a.constant <= 0).then_some((stride, dilation, -a.constant))
-    };
-    let (sh, dh, ph) = spatial(e2, lh, 1)?;
-    let (sw, dw, pw) = spatial(e3, lw, 2)?;
+    let (sh, dh, ph, r1) = spatial_read(e2, lh)?;
+    let (sw, dw, pw, r2) = spatial_read(e3, lw)?;
+    if r1.is_some_and(|k| k != 1) || r2.is_some_and(|k| k != 2) {
+        return None;
+    }
     let n = |l: usize| te.shape[l] as i64;
     if red.extents[1] == 1 && red.extents[2] == 1 && (sh, sw, ph, pw) == (1, 1, 0, 0) {
         // A pointwise convolution reads B as a plain row-major matrix: the
@@ -333,7 +329,88 @@ fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<
         stride: [sh, sw],
         pad: [ph, pw],
         dilation: [dh, dw],
+        channels_last: false,
     })
+}
+
+/// The geometry of A when it reads an NHWC image window by window:
+/// `X[0, s_h·oh + d_h·r_h − p_h, s_w·ow + d_w·r_w − p_w, r_c]` with
+/// M = (oh, ow) and K = (r_h, r_w, r_c) in that order (a kernel dimension
+/// of size 1 may have no reduction variable; the channel one is last).
+/// `None` for a 1x1 window of stride 1 without padding: that A is a plain
+/// strided matrix.
+fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
+    let access = &te.accesses[ka];
+    let shape = te.inputs.get(access.input)?.as_ref()?;
+    let [n, h, w, channels] = shape[..] else {
+        return None;
+    };
+    let [e0, e1, e2, e3] = &access.index[..] else {
+        return None;
+    };
+    let red = te.reduction.as_ref()?;
+    let last = red.extents.len().checked_sub(1)?;
+    if n != 1 || e0.as_constant() != Some(0) {
+        return None;
+    }
+    if e3.as_affine()?.as_var() != Some(Var::Red(last)) || red.extents[last] != channels {
+        return None;
+    }
+    let m_vars: Vec<Var> = axes
+        .iter()
+        .filter(|a| a.1 == Axis::M && a.2 > 1)
+        .map(|a| a.0)
+        .collect();
+    let [Var::Out(lh), Var::Out(lw)] = m_vars[..] else {
+        return None;
+    };
+    let (sh, dh, ph, rh) = spatial_read(e1, lh)?;
+    let (sw, dw, pw, rw) = spatial_read(e2, lw)?;
+    // K must flatten as (r_h, r_w, r_c): taps in order, every other
+    // reduction variable of extent 1.
+    let extent = |r: Option<usize>| r.map_or(1, |k| red.extents[k] as i64);
+    let ordered = match (rh, rw) {
+        (Some(a), Some(b)) => a < b && b < last,
+        (Some(k), None) | (None, Some(k)) => k < last,
+        (None, None) => true,
+    };
+    let others_unit = (0..last)
+        .filter(|&k| Some(k) != rh && Some(k) != rw)
+        .all(|k| red.extents[k] == 1);
+    if !ordered || !others_unit {
+        return None;
+    }
+    let kernel = [extent(rh), extent(rw)];
+    if kernel == [1, 1] && (sh, sw, ph, pw) == (1, 1, 0, 0) {
+        return None;
+    }
+    let n = |l: usize| te.shape[l] as i64;
+    Some(ConvWindow {
+        channels: channels as i64,
+        size: [h as i64, w as i64],
+        out: [n(lh), n(lw)],
+        kernel,
+        stride: [sh, sw],
+        pad: [ph, pw],
+        dilation: [dh, dw],
+        channels_last: true,
+    })
+}
+
+/// `s·out + d·red − p` for one spatial axis read at output variable `out`:
+/// stride, dilation, padding and the reduction variable (none when the
+/// kernel is 1 wide there).
+fn spatial_read(e: &IndexExpr, out: usize) -> Option<(i64, i64, i64, Option<usize>)> {
+    let a = e.as_affine()?;
+    let (mut stride, mut dilation, mut red) = (0, 1, None);
+    for &(v, c) in &a.terms {
+        match v {
+            Var::Out(l) if l == out => stride = c,
+            Var::Red(k) if red.is_none() => (red, dilation) = (Some(k), c),
+            _ => return None,
+        }
+    }
+    (stride > 0 && dilation > 0 && a.constant <= 0).then_some((stride, dilation, -a.constant, red))
 }
 
 /// The two accesses of a `sum_r Mul(load a, load b)` body, where a load

@@ -136,10 +136,13 @@ pub struct Gemm {
     pub a: GemmOperand,
     pub b: GemmOperand,
     pub c: GemmOperand,
-    /// When B is a convolution's input read window by window (NCHW image,
-    /// rows `(channel, kh, kw)`, columns `(oh, ow)`): its geometry, so the
-    /// code generator can copy whole image rows instead of evaluating the
-    /// offset per element. `b.offset` and `b.guard` say the same thing.
+    /// When an operand is a convolution's input read window by window: its
+    /// geometry, so the code generator can copy whole image rows (or point
+    /// at them) instead of evaluating the offset per element. A
+    /// channels-first window is B (NCHW image, rows `(channel, kh, kw)`,
+    /// columns `(oh, ow)`), a channels-last one is A (NHWC image, rows
+    /// `(oh, ow)`, columns `(kh, kw, channel)`). That operand's `offset`
+    /// and `guard` say the same thing.
     pub window: Option<ConvWindow>,
     /// The value stored at `C[b, r, c]`, computed from the product (the
     /// local `acc`, f32) and loads addressed by `b`, `r`, `c`: fused
@@ -161,6 +164,8 @@ pub struct ConvWindow {
     /// Padding before the first row and column.
     pub pad: [i64; 2],
     pub dilation: [i64; 2],
+    /// The image is NHWC (the window is A's) rather than NCHW (B's).
+    pub channels_last: bool,
 }
 
 /// One operand of a [`Gemm`]: the buffer and the offset of its element as

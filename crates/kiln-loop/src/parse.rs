@@ -20,7 +20,7 @@
 //!          | "alloc" name ":" dtype "[" int,* "]"      (local buffer)
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" access "*" access
-//!                ["window" "[" int ("," int)*12 "]"] ["then" val]
+//!                [("window" | "window_nhwc") "[" int ("," int)*12 "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
 //! extent  := int | "min(" f "," total "-" f "*" name ")"
@@ -490,7 +490,10 @@ impl Parser<'_> {
         let a = self.operand()?;
         self.expect("*")?;
         let b = self.operand()?;
-        let window = if self.eat_word("window") {
+        let layout = [false, true]
+            .into_iter()
+            .find(|&last| self.eat_word(crate::text::window_word(last)));
+        let window = if let Some(channels_last) = layout {
             self.expect("[")?;
             let mut n = [0i64; 13];
             for (i, v) in n.iter_mut().enumerate() {
@@ -500,7 +503,7 @@ impl Parser<'_> {
                 *v = self.int("a window number")?;
             }
             self.expect("]")?;
-            Some(crate::text::window_from_numbers(n))
+            Some(crate::text::window_from_numbers(n, channels_last))
         } else {
             None
         };

@@ -318,7 +318,8 @@ impl<'a> fmt::Display for GemmText<'a> {
         if let Some(w) = &g.window {
             write!(
                 f,
-                " window[{}]",
+                " {}[{}]",
+                window_word(w.channels_last),
                 window_numbers(w).map(|n| n.to_string()).join(", ")
             )?;
         }
@@ -341,7 +342,17 @@ pub(crate) fn window_numbers(w: &ConvWindow) -> [i64; 13] {
     [w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw]
 }
 
-pub(crate) fn window_from_numbers(n: [i64; 13]) -> ConvWindow {
+/// The text word introducing a window: `window` (NCHW, B's) or
+/// `window_nhwc` (A's).
+pub(crate) fn window_word(channels_last: bool) -> &'static str {
+    if channels_last {
+        "window_nhwc"
+    } else {
+        "window"
+    }
+}
+
+pub(crate) fn window_from_numbers(n: [i64; 13], channels_last: bool) -> ConvWindow {
     ConvWindow {
         channels: n[0],
         size: [n[1], n[2]],
@@ -350,5 +361,6 @@ pub(crate) fn window_from_numbers(n: [i64; 13]) -> ConvWindow {
         stride: [n[7], n[8]],
         pad: [n[9], n[10]],
         dilation: [n[11], n[12]],
+        channels_last,
     }
 }

@@ -189,6 +189,7 @@ fn every_construct() -> Kernel {
             stride: [2, 2],
             pad: [1, 0],
             dilation: [1, 2],
+            channels_last: false,
         }),
         epilogue: Some(call(
             "Max",
@@ -210,7 +211,14 @@ fn every_construct() -> Kernel {
             value: c0(true),
         })
         .collect();
-    let mut body = vec![nest, gemm];
+    // The same product reading an NHWC window on A.
+    let mut nhwc = gemm.clone();
+    if let Stmt::Gemm(g) = &mut nhwc {
+        if let Some(window) = &mut g.window {
+            window.channels_last = true;
+        }
+    }
+    let mut body = vec![nest, gemm, nhwc];
     body.extend(every_combiner);
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
     // A local buffer, declared, written and read.

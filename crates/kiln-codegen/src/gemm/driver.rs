@@ -15,7 +15,7 @@ use super::kernel::{ukernel_name, ASource};
 use super::pack::{emit_pack, PackJob, Side};
 use super::plan::Plan;
 use super::view::{linear_index, Axis, View};
-use super::window::{emit_staging, staged_floats, Window, STAGED};
+use super::window::{emit_row_pointers, emit_staging, staged_floats, Window, STAGED};
 use super::{GemmSpec, Operand};
 
 /// The operands in kernel orientation.
@@ -73,6 +73,10 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
         spec.batch
     ));
+    if pointer_rows(plan, &views).is_some() {
+        // What a row pointer points at in the padding: zeros, as deep as a K block.
+        w.line(format!("static const float kiln_zeros[{kc}];"));
+    }
     let staged = staged_window(plan, spec);
     if let Some(window) = staged {
         w.line(format!(
@@ -101,6 +105,13 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     };
     w.line(format!("float* kiln_ap = kiln_gemm_alloc({a_floats});"));
     w.line(format!("float* kiln_bp = kiln_gemm_alloc({b_floats});"));
+    let pointers = pointer_rows(plan, &views);
+    if pointers.is_some() {
+        // One row pointer per row of the task's A block.
+        w.line(format!(
+            "const float** kiln_arow = (const float**)malloc(sizeof(const float*) * (size_t)((kiln_mpan + kiln_mb - 1) / kiln_mb * {mr}));"
+        ));
+    }
     w.directive("#pragma omp for schedule(static)");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
@@ -108,11 +119,14 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
     w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
     w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
+    let mut buffers = vec!["!kiln_ap".to_string(), "!kiln_bp".to_string()];
     if staged.is_some() {
-        w.open(format!("if (!kiln_ap || !kiln_bp || !{STAGED})"));
-    } else {
-        w.open("if (!kiln_ap || !kiln_bp)");
+        buffers.push(format!("!{STAGED}"));
     }
+    if pointers.is_some() {
+        buffers.push("!kiln_arow".to_string());
+    }
+    w.open(format!("if ({})", buffers.join(" || ")));
     emit_unpacked(w, spec, plan, &views);
     w.line("continue;");
     w.close();
@@ -120,10 +134,18 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.close();
     w.line("free(kiln_ap);");
     w.line("free(kiln_bp);");
+    if pointers.is_some() {
+        w.line("free((void*)kiln_arow);");
+    }
     w.close();
     if staged.is_some() {
         w.line(format!("free({STAGED});"));
     }
+}
+
+/// The NHWC window A when the plan reads it through row pointers.
+fn pointer_rows<'a>(plan: &Plan, views: &Views<'a>) -> Option<&'a Window> {
+    views.a.rows_window().filter(|_| !plan.pack_a)
 }
 
 /// The window operand packed from a staged copy, when the plan stages one.
@@ -181,8 +203,11 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     let full_panels = plan.m / mr;
     let partial = !plan.m.is_multiple_of(mr);
     // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
+    let pointers = pointer_rows(plan, views);
     let pe = match (plan.pack_a, partial) {
         _ if prepacked(Side::A).is_some() => "kiln_pa0".to_string(),
+        // Rows past the last point at zeros: nothing is packed.
+        _ if pointers.is_some() => "kiln_pa1".to_string(),
         (true, _) => "kiln_pa0".to_string(),
         (false, false) => "kiln_pa1".to_string(),
         (false, true) => format!(
@@ -191,7 +216,14 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     };
     w.line(format!("const long kiln_pe = {pe};"));
     w.line("(void)kiln_pe;");
-    if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
+    if let Some(window) = pointers {
+        emit_row_pointers(
+            w,
+            window,
+            &format!("kiln_pa0 * {mr}"),
+            &format!("(kiln_pa1 - kiln_pa0) * {mr}"),
+        );
+    } else if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
         emit_pack(
             w,
             &PackJob {
@@ -244,6 +276,16 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     };
     match (plan.pack_a, rows_call(plan, views)) {
         _ if prepacked(Side::A).is_some() => packed(w),
+        _ if pointers.is_some() => {
+            w.line(format!(
+                "const float* const* kiln_apanel = kiln_arow + (kiln_s - kiln_pa0) * {mr};"
+            ));
+            let call = KernelCall {
+                name: ukernel_name(plan.shape, ASource::Pointers),
+                a_args: "kiln_apanel".into(),
+            };
+            emit_tile(w, spec, plan, views, &call);
+        }
         (false, Some((pointer, call))) => {
             let rows = |w: &mut CWriter| {
                 w.line(format!("const float* kiln_apanel = {pointer};"));

@@ -106,10 +106,13 @@ pub(crate) enum ASource {
     Packed,
     /// A's own rows, contiguous along K: `a[i*lda + p]` (no packing; extra `lda` argument).
     Rows,
+    /// A row per pointer, contiguous along K: `a[i][p]` (a convolution's NHWC image read in
+    /// place, a pointer to zeros for padding).
+    Pointers,
 }
 
 impl ASource {
-    pub(crate) const ALL: [ASource; 2] = [ASource::Packed, ASource::Rows];
+    pub(crate) const ALL: [ASource; 3] = [ASource::Packed, ASource::Rows, ASource::Pointers];
 }
 
 /// The C name of the micro-kernel for a shape and A source (one per shape and width; only one
@@ -118,6 +121,7 @@ pub(crate) fn ukernel_name(shape: KernelShape, source: ASource) -> String {
     let suffix = match source {
         ASource::Packed => "",
         ASource::Rows => "_rows",
+        ASource::Pointers => "_pointers",
     };
     format!("kiln_gemm_ukernel_{}x{}{suffix}", shape.mr, shape.nr)
 }
@@ -140,15 +144,16 @@ pub(crate) fn for_each_target(w: &mut CWriter, mut body: impl FnMut(&mut CWriter
 pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, source: ASource) {
     let KernelShape { mr, nr } = shape;
     let nv = nr / vl;
-    let (a_what, a_param, a_at, a_step) = match source {
-        ASource::Packed => ("A panel", "", "", mr.to_string()),
-        ASource::Rows => ("A rows", ", long lda", " * lda", "1".to_string()),
+    let (a_what, a_type) = match source {
+        ASource::Packed => ("A panel", "const float* restrict a"),
+        ASource::Rows => ("A rows", "const float* restrict a, long lda"),
+        ASource::Pointers => ("A row pointers", "const float* const* restrict a"),
     };
     w.line(format!(
         "/* C[{mr} x {nr}] (+)= {a_what} ({mr} x kc) * B rows (kc x {nr}, ldb apart): {mr}x{nv} vector accumulators. */"
     ));
     w.open(format!(
-        "static inline void {}(long kc, const float* restrict a{a_param}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate)",
+        "static inline void {}(long kc, {a_type}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate)",
         ukernel_name(shape, source)
     ));
     for i in 0..mr {
@@ -163,6 +168,13 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
             .collect();
         w.line(lines.join(" "));
     }
+    if source == ASource::Pointers {
+        let rows: Vec<String> = (0..mr).map(|i| format!("a{i} = a[{i}]")).collect();
+        w.line(format!(
+            "const float* restrict {};",
+            rows.join(", *restrict ")
+        ));
+    }
     w.open("for (long p = 0; p < kc; p++)");
     let loads: Vec<String> = (0..nv)
         .map(|j| format!("b{j} = kiln_vload(b + {})", j * vl))
@@ -172,12 +184,18 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
         let fmas: Vec<String> = (0..nv)
             .map(|j| format!("c{i}_{j} = b{j} * x + c{i}_{j};"))
             .collect();
-        w.line(format!(
-            "{{ const float x = a[{i}{a_at}]; {} }}",
-            fmas.join(" ")
-        ));
+        let x = match source {
+            ASource::Packed => format!("a[{i}]"),
+            ASource::Rows => format!("a[{i} * lda]"),
+            ASource::Pointers => format!("a{i}[p]"),
+        };
+        w.line(format!("{{ const float x = {x}; {} }}", fmas.join(" ")));
     }
-    w.line(format!("a += {a_step};"));
+    match source {
+        ASource::Packed => w.line(format!("a += {mr};")),
+        ASource::Rows => w.line("a += 1;"),
+        ASource::Pointers => {}
+    }
     w.line("b += ldb;");
     w.close();
     w.open("if (accumulate)");

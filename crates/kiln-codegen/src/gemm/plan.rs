@@ -143,6 +143,16 @@ fn candidate(
     let a_allowed = if prepacked == Some(Side::A) {
         // Packed once before any call: A is always read from panels.
         packing.a
+    } else if let Some(window) = View::new(&spec.a, transposed).rows_window() {
+        // Row pointers: one per kernel row, held in registers, and K blocks within one tap.
+        let in_place_possible =
+            shape.mr <= IN_PLACE_MAX_ROWS && tap_block(window.channels, tuning, target).is_some();
+        choice_allowed(
+            packing.a,
+            tuning.pack_a,
+            in_place_possible,
+            in_place_possible,
+        )
     } else {
         let in_place_possible = in_place_stride(spec, transposed, Side::A).is_some();
         let wide_ok = shape.mr <= IN_PLACE_MAX_ROWS || spec.k <= target.kc_max;
@@ -193,6 +203,17 @@ fn prepacked_side(spec: &GemmSpec, transposed: bool) -> Option<Side> {
     })
 }
 
+/// The K block of an NHWC window read through row pointers: the largest divisor of the
+/// channel count up to the cache-model depth, so no block straddles two taps. `None` when
+/// that is below 8 (few channels: packing pays better), unless the tuning forces the depth.
+fn tap_block(channels: usize, tuning: &Tuning, target: &VectorTarget) -> Option<usize> {
+    let kc_max = tuning.kc.unwrap_or(target.kc_max).max(1);
+    let block = (1..=kc_max.min(channels))
+        .rev()
+        .find(|d| channels.is_multiple_of(*d))?;
+    (block >= 8 || tuning.kc.is_some()).then_some(block)
+}
+
 /// Whether every row of B (kernel orientation) starts on a vector boundary when the operand
 /// does: B's rows read in place ran at 86-95% of peak with rows 64-byte aligned and at 42-65%
 /// with rows 196 or 49 floats apart (`gemm_bench` on Zen 4, 2 threads, against 69-76% packed).
@@ -220,7 +241,13 @@ fn blocked(
         (spec.m, spec.n)
     };
     let kc_max = tuning.kc.unwrap_or(target.kc_max).max(1);
-    let kc = spec.k.div_ceil(spec.k.div_ceil(kc_max));
+    let pointer_rows = View::new(&spec.a, transposed)
+        .rows_window()
+        .filter(|_| !packing.a);
+    let kc = match pointer_rows.and_then(|window| tap_block(window.channels, tuning, target)) {
+        Some(kc) => kc,
+        None => spec.k.div_ceil(spec.k.div_ceil(kc_max)),
+    };
     let mc_max = tuning.mc.unwrap_or(target.l2_bytes * 3 / 4 / (kc * 4));
     let nc_max = tuning.nc.unwrap_or(NC_MAX);
     Plan {
@@ -369,6 +396,28 @@ mod tests {
         assert!(!aligned.pack_b, "{aligned:?}");
         let misaligned = plan(&row_major(256, 196, 1024), &TARGETS[0], &Tuning::default());
         assert!(misaligned.pack_b, "{misaligned:?}");
+    }
+
+    #[test]
+    fn nhwc_windows_are_read_through_row_pointers_in_blocks_within_a_tap() {
+        use crate::gemm::Window;
+        let mut spec = row_major(196, 256, 9 * 384);
+        spec.a = Operand::Window(Window {
+            param: "A".into(),
+            batch: 0,
+            channels: 384,
+            size: [14, 14],
+            out: [14, 14],
+            kernel: [3, 3],
+            stride: [1, 1],
+            pad: [1, 1],
+            dilation: [1, 1],
+            channels_last: true,
+        });
+        let plan = plan(&spec, &TARGETS[0], &Tuning::default());
+        assert!(!plan.pack_a && !plan.transposed, "{plan:?}");
+        assert!(plan.shape.mr <= IN_PLACE_MAX_ROWS, "{plan:?}");
+        assert_eq!(plan.kc, 192, "the largest divisor of 384 up to 256");
     }
 
     #[test]

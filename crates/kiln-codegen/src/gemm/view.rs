@@ -89,11 +89,22 @@ impl<'a> View<'a> {
         }
     }
 
-    /// The convolution window, when the operand is one and `axis` runs along its output pixels
-    /// (its own columns `c`), the layout the window packer handles.
-    pub(crate) fn window_along(&self, axis: Axis) -> Option<&Window> {
+    /// The channels-first convolution window, when the operand is one and `axis` runs along
+    /// its output pixels (its own columns `c`), the layout the window packers handle.
+    pub(crate) fn window_along(&self, axis: Axis) -> Option<&'a Window> {
         match self.operand {
-            Operand::Window(window) if self.name_of(axis) == "c" => Some(window),
+            Operand::Window(window) if !window.channels_last && self.name_of(axis) == "c" => {
+                Some(window)
+            }
+            _ => None,
+        }
+    }
+
+    /// The channels-last convolution window, when the operand is one whose rows (output
+    /// pixels) are kernel rows: A, read by the micro-kernel through row pointers.
+    pub(crate) fn rows_window(&self) -> Option<&'a Window> {
+        match self.operand {
+            Operand::Window(window) if window.channels_last && !self.transposed => Some(window),
             _ => None,
         }
     }

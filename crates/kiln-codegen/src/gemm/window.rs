@@ -33,29 +33,51 @@ pub struct Window {
     /// Padding before the first row and column (after the last is implied by `out`).
     pub pad: [usize; 2],
     pub dilation: [usize; 2],
+    /// The image is NHWC and the operand is the transposed im2col matrix: element (b, r, c)
+    /// with `r = (oh, ow)` and `c = (kh, kw, ci)` is `param[b*batch + (ih*W + iw)*channels + ci]`
+    /// (0 in the padding). As the A operand of `window * weights (KH*KW*Ci x Co)`, it is a
+    /// convolution producing NHWC output; the micro-kernel reads it through row pointers.
+    pub channels_last: bool,
 }
 
 impl Window {
-    /// Rows of the im2col matrix (`channels x kernel window`).
+    /// Rows of the operand (im2col rows `channels x kernel window`; pixels when channels-last).
     pub fn rows(&self) -> usize {
+        if self.channels_last {
+            self.pixels()
+        } else {
+            self.depth()
+        }
+    }
+
+    /// Columns of the operand (output pixels; the window depth when channels-last).
+    pub fn cols(&self) -> usize {
+        if self.channels_last {
+            self.depth()
+        } else {
+            self.pixels()
+        }
+    }
+
+    fn depth(&self) -> usize {
         self.channels * self.kernel[0] * self.kernel[1]
     }
 
-    /// Columns of the im2col matrix (output pixels).
-    pub fn cols(&self) -> usize {
+    fn pixels(&self) -> usize {
         self.out[0] * self.out[1]
     }
 }
 
-/// Input row and column read by element (r, c), as C expressions.
-fn input_coordinates(window: &Window) -> (String, String) {
-    let [kh, kw] = window.kernel;
+/// Input row and column read by element (r, c), as C expressions, given the C expressions of
+/// its output pixel and its tap index (`kh * KW + kw`).
+fn input_coordinates(window: &Window, pixel: &str, tap: &str) -> (String, String) {
+    let [_, kw] = window.kernel;
     let ih = format!(
-        "(c / {} * {} + r / {kw} % {kh} * {} - {})",
+        "({pixel} / {} * {} + {tap} / {kw} * {} - {})",
         window.out[1], window.stride[0], window.dilation[0], window.pad[0]
     );
     let iw = format!(
-        "(c % {} * {} + r % {kw} * {} - {})",
+        "({pixel} % {} * {} + {tap} % {kw} * {} - {})",
         window.out[1], window.stride[1], window.dilation[1], window.pad[1]
     );
     (ih, iw)
@@ -63,15 +85,54 @@ fn input_coordinates(window: &Window) -> (String, String) {
 
 /// The element at (b, r, c) as one C expression of type float.
 pub(crate) fn element_expr(window: &Window) -> String {
-    let (ih, iw) = input_coordinates(window);
     let [h, w] = window.size;
+    let taps = window.kernel[0] * window.kernel[1];
+    let channels = window.channels;
+    let (pixel, tap) = if window.channels_last {
+        ("r".to_string(), format!("(c / {channels})"))
+    } else {
+        ("c".to_string(), format!("(r % {taps})"))
+    };
+    let (ih, iw) = input_coordinates(window, &pixel, &tap);
+    let element = if window.channels_last {
+        format!("({ih} * {w} + {iw}) * {channels} + c % {channels}")
+    } else {
+        format!("r / {taps} * {} + {ih} * {w} + {iw}", h * w)
+    };
     format!(
-        "(({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? {}[b * {} + r / {} * {} + {ih} * {w} + {iw}] : 0.0f)",
-        window.param,
-        window.batch,
-        window.kernel[0] * window.kernel[1],
-        h * w
+        "(({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? {}[b * {} + {element}] : 0.0f)",
+        window.param, window.batch
     )
+}
+
+/// Emits, for one K block from `kiln_k0` (within one tap: `kiln_kc` divides the channels), the
+/// pointers `kiln_arow[i]` to the channel run of output pixel `pixel0 + i` (`i < count`) in an
+/// NHWC window, or to `kiln_zeros` where the tap falls in the padding or the pixel is past the
+/// last one.
+pub(crate) fn emit_row_pointers(w: &mut CWriter, window: &Window, pixel0: &str, count: &str) {
+    let ([h, iw_count], [_, kw], channels) = (window.size, window.kernel, window.channels);
+    let ([sh, sw], [dh, dw], [ph, pw]) = (window.stride, window.dilation, window.pad);
+    let pixels = window.out[0] * window.out[1];
+    let ow = window.out[1];
+    w.line(format!(
+        "const long kiln_tap = kiln_k0 / {channels}, kiln_ci0 = kiln_k0 % {channels};"
+    ));
+    w.line(format!(
+        "const long kiln_dy = kiln_tap / {kw} * {dh} - {ph}, kiln_dx = kiln_tap % {kw} * {dw} - {pw};"
+    ));
+    w.open(format!("for (long kiln_i = 0; kiln_i < {count}; kiln_i++)"));
+    w.line(format!("const long kiln_px = {pixel0} + kiln_i;"));
+    w.line(format!(
+        "const long kiln_ih = kiln_px / {ow} * {sh} + kiln_dy, kiln_iw = kiln_px % {ow} * {sw} + kiln_dx;"
+    ));
+    w.line(format!(
+        "const int kiln_inside = kiln_px < {pixels} && kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw_count};"
+    ));
+    w.line(format!(
+        "kiln_arow[kiln_i] = kiln_inside ? {} + b * {} + (kiln_ih * {iw_count} + kiln_iw) * {channels} + kiln_ci0 : kiln_zeros;",
+        window.param, window.batch
+    ));
+    w.close();
 }
 
 /// The C buffer holding the zero-padded copy of a window's image (see [`emit_staging`]).

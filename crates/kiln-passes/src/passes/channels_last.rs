@@ -1,14 +1,19 @@
 //! Layout choice: convolutions and pooling on channels-last data (NHWC),
 //! with the layout changes placed at graph level.
 //!
-//! Rule ([`prefers_channels_last`]): a graph whose convolutions include a
-//! depthwise one (`group` = input channels > 1) runs channels-last. A
-//! depthwise convolution on NCHW data reduces along short image rows
-//! (7–112 wide) and reads strided rows at stride 2; on NHWC data each
-//! output pixel is a whole vector of channels (every model's channel
-//! counts are multiples of 16), whatever the stride or the image width.
-//! Other convolutional models stay NCHW: their implicit-GEMM kernels read
-//! NCHW images by contiguous rows. [`Layout`] lets a caller force either.
+//! Rule ([`prefers_channels_last`]): a graph with a 2-D convolution runs
+//! channels-last. A depthwise convolution on NCHW data reduces along short
+//! image rows (7–112 wide) and reads strided rows at stride 2; on NHWC data
+//! each output pixel is a whole vector of channels (every model's channel
+//! counts are multiples of 16), whatever the stride or the image width. A
+//! dense convolution on NHWC data is a matmul whose A rows (output pixels)
+//! the micro-kernel reads in place through row pointers, against weights
+//! packed once: no per-call packing, and rows that are pixels fill the
+//! register tiles where 7x7 and 14x14 images leave NCHW panels of pixels
+//! part empty (ResNet-50: 41–51 ms channels-last against 53–65 ms NCHW on
+//! the 2-core Zen 4 VM, alternating runs). Graphs without 2-D
+//! convolutions keep the ONNX layout. [`Layout`] lets a caller force
+//! either.
 //!
 //! Rewrite ([`to_channels_last`]), in one walk in graph order:
 //! - `Conv` (no bias: the bias is a separate Add once compounds are
@@ -78,17 +83,16 @@ impl Layout {
     }
 }
 
-/// The layout rule: true when some convolution of `g` is depthwise.
+/// The layout rule: true when `g` has a 2-D convolution (a 4-D image).
 pub fn prefers_channels_last(g: &Graph) -> bool {
     g.nodes.iter().any(|n| {
-        let channels = n
+        let rank = n
             .inputs
             .first()
             .copied()
             .flatten()
-            .and_then(|x| g.ty(x).shape.as_ref().and_then(|s| s.get(1).copied()));
-        let group = n.attr_int_or("group", 1).unwrap_or(1);
-        n.op == "Conv" && n.domain.is_empty() && group > 1 && channels == Some(group as usize)
+            .and_then(|x| g.ty(x).shape.as_ref().map(|s| s.len()));
+        n.op == "Conv" && n.domain.is_empty() && rank == Some(4)
     })
 }
 
