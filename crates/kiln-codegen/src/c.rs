@@ -106,9 +106,10 @@ pub struct KernelSource {
 
 /// A kernel that is one matrix product: the gemm template instantiated on
 /// the operands (strided when their offsets are, window expressions
-/// otherwise), and the entry point calling it. A strided factor among
-/// `constants` of an unbatched product is prepacked (B preferred: a
-/// weight right of the activations).
+/// otherwise), and the entry point calling it. A factor among `constants`
+/// of an unbatched product (strided, or any index of its own buffer, like
+/// HWIO weights read in OIHW order) is prepacked (B preferred: a weight
+/// right of the activations).
 fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSource> {
     let mut params: Vec<Param> = k
         .buffers
@@ -138,7 +139,9 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     let prepacked = [(Factor::B, &b, g.b.buf), (Factor::A, &a, g.a.buf)]
         .into_iter()
         .find(|(_, o, buf)| {
-            g.batch == 1 && constants.contains(buf) && matches!(o, Operand::Strided { .. })
+            g.batch == 1
+                && constants.contains(buf)
+                && matches!(o, Operand::Strided { .. } | Operand::Expr(_))
         })
         .map(|(factor, ..)| Prepacked {
             factor,

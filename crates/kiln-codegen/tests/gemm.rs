@@ -498,6 +498,30 @@ fn cases() -> Vec<Case> {
         }
         .case(28, rows_b(None, (6, 64), false)),
     );
+    // A weight read through an expression (any index of its own buffer) packed once before
+    // the call, in both orientations.
+    for (index, (factor, transposed)) in [(Factor::B, false), (Factor::A, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let name: &'static str =
+            Box::leak(format!("mm_prepacked_expr_{factor:?}").into_boxed_str());
+        let tuning = Tuning {
+            transposed: Some(transposed),
+            ..small_blocks(None, Some(transposed))
+        };
+        let mut case = Matmul {
+            bias: true,
+            prepack: Some(factor),
+            ..Matmul::plain(name, 61, 137, 129)
+        }
+        .case(36 + index as u64, tuning);
+        match factor {
+            Factor::A => case.spec.a = Operand::Expr("A[r * 129 + c]".into()),
+            Factor::B => case.spec.b = Operand::Expr("B[r * 137 + c]".into()),
+        }
+        cases.push(case);
+    }
     // A weight packed once before the call, on either side, in both orientations, with several
     // K blocks and partial panels (the packing must match what the matmul reads).
     for (index, (factor, transposed)) in [Factor::A, Factor::B]

@@ -68,8 +68,8 @@ pub(crate) fn validate(spec: &GemmSpec) -> Result<()> {
     check_output(spec)
 }
 
-/// A prepacked factor is a strided operand of a single matmul (the packing has no batch
-/// dimension), and its packing is a parameter of its own.
+/// A prepacked factor is a strided or expression operand of a single matmul (the packing has
+/// no batch dimension), and its packing is a parameter of its own.
 fn check_prepacked(spec: &GemmSpec, params: &HashSet<&str>) -> Result<()> {
     let Some(prepacked) = &spec.prepacked else {
         return Ok(());
@@ -78,9 +78,9 @@ fn check_prepacked(spec: &GemmSpec, params: &HashSet<&str>) -> Result<()> {
         Factor::A => &spec.a,
         Factor::B => &spec.b,
     };
-    if !matches!(operand, Operand::Strided { .. }) || spec.batch != 1 {
+    if !matches!(operand, Operand::Strided { .. } | Operand::Expr(_)) || spec.batch != 1 {
         bail!(
-            "gemm {}: only a strided factor of an unbatched matmul can be prepacked",
+            "gemm {}: only a strided or expression factor of an unbatched matmul can be prepacked",
             spec.name
         );
     }
