@@ -284,53 +284,24 @@ fn oriented(
 /// `X[0, r0, s_h·oh + d_h·r1 − p_h, s_w·ow + d_w·r2 − p_w]` with N = (oh, ow)
 /// and K = (r0, r1, r2) in that order (a kernel dimension of size 1 has no
 /// reduction variable). `None` for a 1x1 window of stride 1 without
-/// padding: that B is a plain strided matrix.
+/// padding: that B is a plain strided matrix (the strided packer copies
+/// whole panels; the window packer copies by image rows, measured 10%
+/// slower on MobileNetV2).
 fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let access = &te.accesses[kb];
-    let shape = te.inputs.get(access.input)?.as_ref()?;
-    let [n, channels, h, w] = shape[..] else {
-        return None;
-    };
-    let [e0, e1, e2, e3] = &access.index[..] else {
-        return None;
-    };
+    let ([_, channels, h, w], [_, e1, e2, e3]) = image_access(te, kb)?;
     let red = te.reduction.as_ref()?;
-    if n != 1 || e0.as_constant() != Some(0) || red.extents.len() != 3 {
+    if red.extents.len() != 3 {
         return None;
     }
     if e1.as_affine()?.as_var() != Some(Var::Red(0)) || red.extents[0] != channels {
         return None;
     }
-    let n_vars: Vec<Var> = axes
-        .iter()
-        .filter(|a| a.1 == Axis::N)
-        .map(|a| a.0)
-        .collect();
-    let [Var::Out(lh), Var::Out(lw)] = n_vars[..] else {
-        return None;
-    };
-    let (sh, dh, ph, r1) = spatial_read(e2, lh)?;
-    let (sw, dw, pw, r2) = spatial_read(e3, lw)?;
-    if r1.is_some_and(|k| k != 1) || r2.is_some_and(|k| k != 2) {
+    let (outs, reads) = spatial_reads(axes, Axis::N, [e2, e3])?;
+    if reads[0].3.is_some_and(|k| k != 1) || reads[1].3.is_some_and(|k| k != 2) {
         return None;
     }
-    let n = |l: usize| te.shape[l] as i64;
-    if red.extents[1] == 1 && red.extents[2] == 1 && (sh, sw, ph, pw) == (1, 1, 0, 0) {
-        // A pointwise convolution reads B as a plain row-major matrix: the
-        // strided packer copies whole panels (the window packer copies by
-        // image rows, measured 10% slower on MobileNetV2).
-        return None;
-    }
-    Some(ConvWindow {
-        channels: channels as i64,
-        size: [h as i64, w as i64],
-        out: [n(lh), n(lw)],
-        kernel: [red.extents[1] as i64, red.extents[2] as i64],
-        stride: [sh, sw],
-        pad: [ph, pw],
-        dilation: [dh, dw],
-        channels_last: false,
-    })
+    let kernel = [red.extents[1] as i64, red.extents[2] as i64];
+    window(te, [channels, h, w], outs, kernel, reads, false)
 }
 
 /// The geometry of A when it reads an NHWC image window by window:
@@ -340,35 +311,16 @@ fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<
 /// `None` for a 1x1 window of stride 1 without padding: that A is a plain
 /// strided matrix.
 fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let access = &te.accesses[ka];
-    let shape = te.inputs.get(access.input)?.as_ref()?;
-    let [n, h, w, channels] = shape[..] else {
-        return None;
-    };
-    let [e0, e1, e2, e3] = &access.index[..] else {
-        return None;
-    };
+    let ([_, h, w, channels], [_, e1, e2, e3]) = image_access(te, ka)?;
     let red = te.reduction.as_ref()?;
     let last = red.extents.len().checked_sub(1)?;
-    if n != 1 || e0.as_constant() != Some(0) {
-        return None;
-    }
     if e3.as_affine()?.as_var() != Some(Var::Red(last)) || red.extents[last] != channels {
         return None;
     }
-    let m_vars: Vec<Var> = axes
-        .iter()
-        .filter(|a| a.1 == Axis::M && a.2 > 1)
-        .map(|a| a.0)
-        .collect();
-    let [Var::Out(lh), Var::Out(lw)] = m_vars[..] else {
-        return None;
-    };
-    let (sh, dh, ph, rh) = spatial_read(e1, lh)?;
-    let (sw, dw, pw, rw) = spatial_read(e2, lw)?;
+    let (outs, reads) = spatial_reads(axes, Axis::M, [e1, e2])?;
+    let (rh, rw) = (reads[0].3, reads[1].3);
     // K must flatten as (r_h, r_w, r_c): taps in order, every other
     // reduction variable of extent 1.
-    let extent = |r: Option<usize>| r.map_or(1, |k| red.extents[k] as i64);
     let ordered = match (rh, rw) {
         (Some(a), Some(b)) => a < b && b < last,
         (Some(k), None) | (None, Some(k)) => k < last,
@@ -380,27 +332,86 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
     if !ordered || !others_unit {
         return None;
     }
-    let kernel = [extent(rh), extent(rw)];
+    let extent = |r: Option<usize>| r.map_or(1, |k| red.extents[k] as i64);
+    window(
+        te,
+        [channels, h, w],
+        outs,
+        [extent(rh), extent(rw)],
+        reads,
+        true,
+    )
+}
+
+/// Access `k`'s input shape and index when it reads one 4-D image (batch
+/// entry 0 of 1).
+fn image_access(te: &TensorExpr, k: usize) -> Option<([usize; 4], [&IndexExpr; 4])> {
+    let access = &te.accesses[k];
+    let shape = te.inputs.get(access.input)?.as_ref()?;
+    let [n, d1, d2, d3] = shape[..] else {
+        return None;
+    };
+    let [e0, e1, e2, e3] = &access.index[..] else {
+        return None;
+    };
+    (n == 1 && e0.as_constant() == Some(0)).then_some(([n, d1, d2, d3], [e0, e1, e2, e3]))
+}
+
+/// One spatial axis' read: stride, dilation, padding and reduction variable.
+type SpatialRead = (i64, i64, i64, Option<usize>);
+
+/// The output variables of `axis` longer than 1 (two: the output image's
+/// height and width) and how `index` reads the image along them.
+fn spatial_reads(
+    axes: &[(Var, Axis, i64)],
+    axis: Axis,
+    index: [&IndexExpr; 2],
+) -> Option<([usize; 2], [SpatialRead; 2])> {
+    let vars: Vec<Var> = axes
+        .iter()
+        .filter(|a| a.1 == axis && a.2 > 1)
+        .map(|a| a.0)
+        .collect();
+    let [Var::Out(lh), Var::Out(lw)] = vars[..] else {
+        return None;
+    };
+    Some((
+        [lh, lw],
+        [spatial_read(index[0], lh)?, spatial_read(index[1], lw)?],
+    ))
+}
+
+/// The window of an image `[channels, h, w]` read at output variables
+/// `outs`; `None` for a 1x1 window of stride 1 without padding (a plain
+/// strided matrix).
+fn window(
+    te: &TensorExpr,
+    [channels, h, w]: [usize; 3],
+    outs: [usize; 2],
+    kernel: [i64; 2],
+    reads: [SpatialRead; 2],
+    channels_last: bool,
+) -> Option<ConvWindow> {
+    let [(sh, dh, ph, _), (sw, dw, pw, _)] = reads;
     if kernel == [1, 1] && (sh, sw, ph, pw) == (1, 1, 0, 0) {
         return None;
     }
-    let n = |l: usize| te.shape[l] as i64;
     Some(ConvWindow {
         channels: channels as i64,
         size: [h as i64, w as i64],
-        out: [n(lh), n(lw)],
+        out: outs.map(|l| te.shape[l] as i64),
         kernel,
         stride: [sh, sw],
         pad: [ph, pw],
         dilation: [dh, dw],
-        channels_last: true,
+        channels_last,
     })
 }
 
 /// `s·out + d·red − p` for one spatial axis read at output variable `out`:
 /// stride, dilation, padding and the reduction variable (none when the
 /// kernel is 1 wide there).
-fn spatial_read(e: &IndexExpr, out: usize) -> Option<(i64, i64, i64, Option<usize>)> {
+fn spatial_read(e: &IndexExpr, out: usize) -> Option<SpatialRead> {
     let a = e.as_affine()?;
     let (mut stride, mut dilation, mut red) = (0, 1, None);
     for &(v, c) in &a.terms {
