@@ -45,7 +45,7 @@ struct PassArgs {
     #[arg(long)]
     time_passes: bool,
     /// Data layout of convolutions and pooling on the CPU backend: `auto`
-    /// (channels-last when the model has a depthwise convolution), `nchw`
+    /// (channels-last when the model has a 2-D convolution), `nchw`
     /// or `nhwc`. The reference backend and `info` always take the graph as
     /// ONNX defines it (nchw).
     #[arg(long, default_value = "auto")]
