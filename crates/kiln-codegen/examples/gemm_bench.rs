@@ -2,14 +2,16 @@
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
 //!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--reps N]
-//!  [--conv3x3 [--expr | --nhwc]]`
+//!  [--conv3x3 [--expr | --nhwc] [--kernel K] [--stride S]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
 //! over `K/9` input channels of a square `sqrt(N) x sqrt(N)` image (M = output channels), the
 //! way a ResNet layer runs (64 3136 576 is ResNet-50's 3x3 conv of stage 2): a `Window`
 //! operand, or with `--expr` the same read written as an `Operand::Expr`. With `--nhwc` the
 //! image is NHWC and A is the window (M = pixels of a square image, N = output channels), read
-//! through row pointers: `3136 64 576` is the same stage-2 convolution.
+//! through row pointers: `3136 64 576` is the same stage-2 convolution. `--kernel K --stride S`
+//! make the window K x K with stride S and padding K/2 (input side = output side x S):
+//! `64 12544 147 --kernel 7 --stride 2` is ResNet-50's first convolution.
 //!
 //! Compiles (with `$CC`, default `cc`, `-O3 -march=native -fopenmp`; `$KILN_CFLAGS` replaces
 //! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
@@ -34,6 +36,9 @@ struct Args {
     conv: bool,
     expr: bool,
     nhwc: bool,
+    /// Window side and stride of `--conv3x3` (3 and 1 unless `--kernel`/`--stride`).
+    kernel: usize,
+    stride: usize,
     tuning: Tuning,
 }
 
@@ -49,6 +54,8 @@ fn parse_args() -> Result<Args, String> {
         conv: false,
         expr: false,
         nhwc: false,
+        kernel: 3,
+        stride: 1,
         tuning: Tuning::default(),
     };
     let mut iter = std::env::args().skip(1);
@@ -62,6 +69,8 @@ fn parse_args() -> Result<Args, String> {
             "--conv3x3" => args.conv = true,
             "--expr" => args.expr = true,
             "--nhwc" => args.nhwc = true,
+            "--kernel" => args.kernel = number(iter.next())?,
+            "--stride" => args.stride = number(iter.next())?,
             "--reps" => args.reps = number(iter.next())?,
             "--kc" => args.tuning.kc = Some(number(iter.next())?),
             "--mc" => args.tuning.mc = Some(number(iter.next())?),
@@ -89,8 +98,11 @@ fn parse_args() -> Result<Args, String> {
         _ => return Err("usage: gemm_bench [M N K] [threads] [--options]".into()),
     }
     let pixels = if args.nhwc { args.m } else { args.n };
-    if args.conv && (!args.k.is_multiple_of(9) || image_side(pixels).is_none()) {
-        return Err("--conv3x3 needs K = 9 * channels and N (M with --nhwc) a square".into());
+    let taps = args.kernel * args.kernel;
+    if args.conv && (!args.k.is_multiple_of(taps) || image_side(pixels).is_none()) {
+        return Err(
+            "--conv3x3 needs K = kernel^2 * channels and N (M with --nhwc) a square".into(),
+        );
     }
     Ok(args)
 }
@@ -151,17 +163,20 @@ fn spec(args: &Args) -> GemmSpec {
     }
 }
 
-/// A 3x3, stride 1, pad 1 window over `K/9` channels of a `side x side` image in `param`.
+/// A `kernel x kernel` window of stride `stride` and padding `kernel / 2` over `K / kernel^2`
+/// channels, producing a `side x side` output, in `param`.
 fn window3x3(param: &str, side: usize, args: &Args, channels_last: bool) -> Window {
+    let (kernel, stride) = (args.kernel, args.stride);
+    let input = side * stride;
     Window {
         param: param.into(),
-        batch: (args.k / 9 * side * side) as isize,
-        channels: args.k / 9,
-        size: [side, side],
+        batch: (args.k / (kernel * kernel) * input * input) as isize,
+        channels: args.k / (kernel * kernel),
+        size: [input, input],
         out: [side, side],
-        kernel: [3, 3],
-        stride: [1, 1],
-        pad: [1, 1],
+        kernel: [kernel, kernel],
+        stride: [stride, stride],
+        pad: [kernel / 2, kernel / 2],
         dilation: [1, 1],
         channels_last,
     }
@@ -256,17 +271,25 @@ fn run() -> Result<(), String> {
     let args = parse_args()?;
     let spec = spec(&args);
     let gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+    let (kernel, stride, pad, taps) = (
+        args.kernel,
+        args.stride,
+        args.kernel / 2,
+        args.kernel * args.kernel,
+    );
     let b_at = match image_side(args.n) {
         Some(side) if args.conv && !args.nhwc => format!(
-            "#define B_IN(b, ci, y, x) ((y) >= 0 && (y) < {side} && (x) >= 0 && (x) < {side} ? B[(b) * K / 9 * N + (ci) * N + (y) * {side} + (x)] : 0.0f)\n\
-             #define B_AT(b, p, j) B_IN(b, (p) / 9, (j) / {side} + (p) / 3 % 3 - 1, (j) % {side} + (p) % 3 - 1)\n"
+            "#define B_IN(b, ci, y, x) ((y) >= 0 && (y) < {input} && (x) >= 0 && (x) < {input} ? B[(b) * (K / {taps}) * {input} * {input} + (ci) * {input} * {input} + (y) * {input} + (x)] : 0.0f)\n\
+             #define B_AT(b, p, j) B_IN(b, (p) / {taps}, (j) / {side} * {stride} + (p) / {kernel} % {kernel} - {pad}, (j) % {side} * {stride} + (p) % {kernel} - {pad})\n",
+            input = side * stride
         ),
         _ => "#define B_AT(b, p, j) B[(b) * K * N + (p) * N + (j)]\n".to_string(),
     };
     let a_at = match image_side(args.m) {
         Some(side) if args.conv && args.nhwc => format!(
-            "#define A_IN(b, y, x, ci) ((y) >= 0 && (y) < {side} && (x) >= 0 && (x) < {side} ? A[(b) * M * (K / 9) + ((y) * {side} + (x)) * (K / 9) + (ci)] : 0.0f)\n\
-             #define A_AT(b, i, p) A_IN(b, (i) / {side} + (p) / (K / 9) / 3 - 1, (i) % {side} + (p) / (K / 9) % 3 - 1, (p) % (K / 9))\n"
+            "#define A_IN(b, y, x, ci) ((y) >= 0 && (y) < {input} && (x) >= 0 && (x) < {input} ? A[(b) * {input} * {input} * (K / {taps}) + ((y) * {input} + (x)) * (K / {taps}) + (ci)] : 0.0f)\n\
+             #define A_AT(b, i, p) A_IN(b, (i) / {side} * {stride} + (p) / (K / {taps}) / {kernel} - {pad}, (i) % {side} * {stride} + (p) / (K / {taps}) % {kernel} - {pad}, (p) % (K / {taps}))\n",
+            input = side * stride
         ),
         _ => "#define A_AT(b, i, p) A[(b) * M * K + (i) * K + (p)]\n".to_string(),
     };
