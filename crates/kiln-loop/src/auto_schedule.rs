@@ -17,7 +17,7 @@
 //!    off the padded borders of that loop so its interior runs without
 //!    bounds checks.
 
-use crate::ir::{Atom, Kernel, Loop, Stmt, Val};
+use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
 
 /// Elements per parallel chunk of a fully coalesced loop.
@@ -214,28 +214,15 @@ pub(crate) fn reads_along(body: &[Stmt], var: &str) -> bool {
 
 /// The element stride along `var` of every load in `body` that uses it.
 pub(crate) fn load_strides(body: &[Stmt], var: &str) -> Vec<i64> {
-    fn val(v: &Val, var: &str, out: &mut Vec<i64>) {
-        match v {
-            Val::Load { offset, .. } => out.extend(
-                offset
-                    .terms
-                    .iter()
-                    .filter(|(a, _)| matches!(a, Atom::Var(x) if x == var))
-                    .map(|(_, c)| *c),
-            ),
-            Val::Call(_, args) => args.iter().for_each(|a| val(a, var, out)),
-            _ => {}
-        }
-    }
     let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Loop(l) => out.extend(load_strides(&l.body, var)),
-            Stmt::Update { value, .. } | Stmt::Store { value, .. } | Stmt::Let { value, .. } => {
-                val(value, var, &mut out)
-            }
-            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
-        }
-    }
+    for_each_load(body, &mut |_, offset, _| {
+        out.extend(
+            offset
+                .terms
+                .iter()
+                .filter(|(a, _)| matches!(a, Atom::Var(x) if x == var))
+                .map(|(_, c)| *c),
+        )
+    });
     out
 }
