@@ -112,6 +112,9 @@ impl Backend for Optimized {
 pub struct Cpu {
     /// The fusion planner the backend uses (default: `apollo`).
     pub fusion: kiln_fuse::PlannerKind,
+    /// Run convolutions and pooling channels-last (the layout pass forced
+    /// to `nhwc`); otherwise as ONNX defines them.
+    pub channels_last: bool,
     /// Primitive nodes run by compiled kernels (fused or not).
     pub compiled: std::sync::atomic::AtomicUsize,
     pub interpreted: std::sync::Mutex<Vec<(String, String)>>,
@@ -129,6 +132,7 @@ impl Cpu {
 impl Backend for Cpu {
     fn name(&self) -> &str {
         match self.fusion {
+            _ if self.channels_last => "cpu (channels-last)",
             kiln_fuse::PlannerKind::None => "cpu (fusion none)",
             kiln_fuse::PlannerKind::Tvm => "cpu (fusion tvm)",
             kiln_fuse::PlannerKind::Apollo => "cpu (fusion apollo)",
@@ -137,7 +141,15 @@ impl Backend for Cpu {
     }
     fn run(&self, model: &Path, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         let mut g = import(model, inputs)?;
-        kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+        let passes = kiln_passes::Options {
+            layout: if self.channels_last {
+                kiln_passes::Layout::ChannelsLast
+            } else {
+                kiln_passes::Layout::ChannelsFirst
+            },
+            ..kiln_passes::Options::default()
+        };
+        kiln_passes::optimize(&mut g, &passes)?;
         let opts = kiln_cpu::CpuOptions {
             threads: 1,
             fusion: self.fusion,

@@ -121,6 +121,20 @@ fn onnx_node_tests_cpu_other_planners() {
     }
 }
 
+/// ... and with convolutions and pooling forced channels-last: the layout
+/// pass and the NHWC kernels (windows read through row pointers, window
+/// loops) on every convolution and pooling case.
+#[test]
+fn onnx_node_tests_cpu_channels_last() {
+    let cpu = Cpu {
+        channels_last: true,
+        ..Cpu::default()
+    };
+    check_cases(&cpu, false, &|case| {
+        case.contains("conv") || case.contains("pool")
+    });
+}
+
 /// Nodes of the node tests the CPU backend compiled when this was last
 /// raised (5423 on 2026-11-22); fewer means kernels silently fell back.
 const MIN_COMPILED_NODES: usize = 5400;
@@ -129,6 +143,11 @@ const MIN_COMPILED_NODES: usize = 5400;
 /// in expected/reference.txt; `blessable` backends record their passing set
 /// (and docs/conformance.md) under KILN_BLESS=1.
 fn check(backend: &dyn Backend, blessable: bool) {
+    check_cases(backend, blessable, &|_| true);
+}
+
+/// `check` on the cases `selected` accepts (blessing needs all of them).
+fn check_cases(backend: &dyn Backend, blessable: bool, selected: &dyn Fn(&str) -> bool) {
     let dir = test_dir();
     let all = cases(&dir)
         .unwrap_or_else(|e| panic!("ONNX node tests not found ({e}); set KILN_ONNX_NODE_TESTS"));
@@ -136,7 +155,7 @@ fn check(backend: &dyn Backend, blessable: bool) {
     let filter = std::env::var("KILN_CASE").ok();
     let names: Vec<String> = all
         .iter()
-        .filter(|c| filter.as_ref().is_none_or(|f| c.contains(f.as_str())))
+        .filter(|c| selected(c) && filter.as_ref().is_none_or(|f| c.contains(f.as_str())))
         .cloned()
         .collect();
     let outcomes = run_all(backend, &dir, &names);
@@ -176,7 +195,11 @@ fn check(backend: &dyn Backend, blessable: bool) {
         backend.name()
     );
 
-    if std::env::var("KILN_BLESS").is_ok() && filter.is_none() && blessable {
+    if std::env::var("KILN_BLESS").is_ok()
+        && filter.is_none()
+        && blessable
+        && names.len() == all.len()
+    {
         let mut text = format!("# ONNX node tests passing on the {} backend (KILN_BLESS=1 cargo test -p kiln-conformance)\n", backend.name());
         for c in &passing {
             text.push_str(c);
