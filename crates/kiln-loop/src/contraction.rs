@@ -10,11 +10,13 @@
 //! column of that operand) through the original index maps, so what it
 //! computes is exactly the expression: strided matmuls get affine offsets,
 //! convolutions window reads (`floordiv`/`mod` of the flattened K and N
-//! indices, with the padding guard). A's reads must stay in bounds (B's
-//! may be guarded): the product is oriented so the output's contiguous
-//! axis is N unless that puts a padded read on A; then a window shorter
-//! than `SMALL_WINDOW` is left to the loop forms. Anything else returns
-//! `None` and is lowered as loops.
+//! indices, with the padding guard). The product is oriented so the
+//! output's contiguous axis is N. A's reads may be guarded only when A is
+//! an NHWC image read window by window (`ConvWindow::channels_last`: the
+//! code generator reads its rows through pointers, zeros for padding);
+//! any other padded read on A takes the other orientation, where a window
+//! shorter than `SMALL_WINDOW` is left to the loop forms. Anything else
+//! returns `None` and is lowered as loops.
 
 use crate::ir::{ConvWindow, Gemm, GemmOperand, Idx, Kernel, Stmt};
 use crate::lower::{flatten, input_buffers, push_output};
