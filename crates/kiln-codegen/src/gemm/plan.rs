@@ -77,6 +77,13 @@ const IN_PLACE_MAX_ROWS: usize = 8;
 /// packing dominate (12544x16x32: 85% in place vs 33% packed; 3136x24x144: 71% vs 52%).
 const IN_PLACE_SLOWDOWN: f64 = 1.25;
 
+/// The fixed cost of one run of the window packer (bounds, clamps, three loops), in cycles.
+/// Fitted on ResNet-50's first convolution (7x7, stride 2, 112-wide output rows, NHWC output):
+/// the transposed 14x32 plan (A panels of 14 pixels, C stored directly) ran 1.82-1.85 ms,
+/// against 1.57-1.59 ms for 8x48 untransposed (B panels of 48 pixels, C copied per tile);
+/// without a per-run cost the model preferred the former.
+const WINDOW_RUN_CYCLES: f64 = 48.0;
+
 /// The micro-kernel's slowdown reading B's rows in place against reading packed panels.
 const B_IN_PLACE_SLOWDOWN: f64 = 1.0;
 
@@ -315,7 +322,7 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
         (&spec.a, &spec.b)
     };
     let pack_a = if plan.pack_a && plan.prepacked != Some(Side::A) {
-        let per_element = pack_cost(&View::new(a, plan.transposed), Axis::Row);
+        let per_element = pack_cost(&View::new(a, plan.transposed), Axis::Row, plan);
         batch * (plan.m * spec.k * plan.n_blocks()) as f64 * per_element
     } else {
         0.0
@@ -323,7 +330,7 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
     let pack_b = if plan.prepacked == Some(Side::B) || !plan.pack_b {
         0.0
     } else {
-        let per_element = pack_cost(&View::new(b, plan.transposed), Axis::Col);
+        let per_element = pack_cost(&View::new(b, plan.transposed), Axis::Col, plan);
         batch * (spec.k * plan.n * plan.m_blocks()) as f64 * per_element
     };
     kernel + copy + pack_a + pack_b
@@ -332,10 +339,18 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
 /// Cycles to pack one element whose panel runs along kernel axis `panel`, as measured on
 /// Zen 4 with operands coming from L3 or memory: a copy along contiguous memory (row-major B,
 /// convolution windows) ~1.5, a transposition (contiguous along the depth) ~3.5, anything
-/// else (gathers, expressions with div/mod) ~5.
-fn pack_cost(view: &View, panel: Axis) -> f64 {
-    if view.window_along(panel).is_some() {
-        return 1.5;
+/// else (gathers, expressions with div/mod) ~5. A window packed by runs of image rows also
+/// pays `WINDOW_RUN_CYCLES` per run, and a run ends at a panel's edge or an output row's.
+fn pack_cost(view: &View, panel: Axis, plan: &Plan) -> f64 {
+    if let Some(window) = view.window_along(panel) {
+        if plan.staged {
+            return 1.5;
+        }
+        let width = match panel {
+            Axis::Row => plan.shape.mr,
+            Axis::Col => plan.shape.nr,
+        };
+        return 1.5 + WINDOW_RUN_CYCLES / width.min(window.out[1]) as f64;
     }
     match view.kernel_strides() {
         Some((_, row, col)) => {
