@@ -147,14 +147,14 @@ fn spec(args: &Args) -> GemmSpec {
         k: args.k,
         a: match image_side(args.m) {
             Some(side) if args.conv && args.nhwc => {
-                Operand::Window(window3x3("A", side, args, true))
+                Operand::Window(square_window("A", side, args, true))
             }
             _ => strided("A", m * k, k),
         },
         b: match image_side(args.n) {
             _ if args.nhwc => strided("B", k * n, n),
             Some(side) if args.conv && args.expr => Operand::Expr(conv_expr(args.k, side)),
-            Some(side) if args.conv => Operand::Window(window3x3("B", side, args, false)),
+            Some(side) if args.conv => Operand::Window(square_window("B", side, args, false)),
             _ => strided("B", k * n, n),
         },
         c: strided("C", m * n, n),
@@ -165,7 +165,7 @@ fn spec(args: &Args) -> GemmSpec {
 
 /// A `kernel x kernel` window of stride `stride` and padding `kernel / 2` over `K / kernel^2`
 /// channels, producing a `side x side` output, in `param`.
-fn window3x3(param: &str, side: usize, args: &Args, channels_last: bool) -> Window {
+fn square_window(param: &str, side: usize, args: &Args, channels_last: bool) -> Window {
     let (kernel, stride) = (args.kernel, args.stride);
     let input = side * stride;
     Window {

@@ -327,33 +327,33 @@ impl Conv {
         let bias = values(self.cout, seed + 2);
         let expected = self.reference(&x, &weights, &bias);
         Case {
-            spec: if self.channels_last {
-                GemmSpec {
-                    name: self.name.into(),
-                    params: params(&["X", "W", "bias"], "Y"),
-                    batch: self.images,
-                    m: pixels,
-                    n: self.cout,
-                    k: window,
-                    a: self.operand(),
-                    b: strided("W", 0, self.cout as isize, 1),
-                    c: strided("Y", (self.cout * pixels) as isize, self.cout as isize, 1),
-                    epilogue: Some("fmaxf(acc + bias[c], 0.0f)".into()),
-                    prepacked: None,
-                }
-            } else {
-                GemmSpec {
-                    name: self.name.into(),
-                    params: params(&["X", "W", "bias"], "Y"),
-                    batch: self.images,
-                    m: self.cout,
-                    n: pixels,
-                    k: window,
-                    a: strided("W", 0, window as isize, 1),
-                    b: self.operand(),
-                    c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
-                    epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
-                    prepacked: None,
+            spec: GemmSpec {
+                name: self.name.into(),
+                params: params(&["X", "W", "bias"], "Y"),
+                batch: self.images,
+                k: window,
+                prepacked: None,
+                // Channels-last: pixels x output channels; else the transpose.
+                ..if self.channels_last {
+                    GemmSpec {
+                        m: pixels,
+                        n: self.cout,
+                        a: self.operand(),
+                        b: strided("W", 0, self.cout as isize, 1),
+                        c: strided("Y", (self.cout * pixels) as isize, self.cout as isize, 1),
+                        epilogue: Some("fmaxf(acc + bias[c], 0.0f)".into()),
+                        ..empty_spec()
+                    }
+                } else {
+                    GemmSpec {
+                        m: self.cout,
+                        n: pixels,
+                        a: strided("W", 0, window as isize, 1),
+                        b: self.operand(),
+                        c: strided("Y", (self.cout * pixels) as isize, pixels as isize, 1),
+                        epilogue: Some("fmaxf(acc + bias[r], 0.0f)".into()),
+                        ..empty_spec()
+                    }
                 }
             },
             tuning,
@@ -371,6 +371,23 @@ impl Conv {
             output: "Y",
             expected,
         }
+    }
+}
+
+/// A spec whose fields a case overrides (operands empty expressions, sizes 0).
+fn empty_spec() -> GemmSpec {
+    GemmSpec {
+        name: String::new(),
+        params: Vec::new(),
+        batch: 0,
+        m: 0,
+        n: 0,
+        k: 0,
+        a: Operand::Expr(String::new()),
+        b: Operand::Expr(String::new()),
+        c: Operand::Expr(String::new()),
+        epilogue: None,
+        prepacked: None,
     }
 }
 

@@ -73,7 +73,8 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         "const long kiln_tasks = {} * kiln_mb * kiln_nb;",
         spec.batch
     ));
-    if pointer_rows(plan, &views).is_some() {
+    let pointers = pointer_rows(plan, &views);
+    if pointers.is_some() {
         // What a row pointer points at in the padding: zeros, as deep as a K block.
         w.line(format!("static const float kiln_zeros[{kc}];"));
     }
@@ -105,7 +106,6 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     };
     w.line(format!("float* kiln_ap = kiln_gemm_alloc({a_floats});"));
     w.line(format!("float* kiln_bp = kiln_gemm_alloc({b_floats});"));
-    let pointers = pointer_rows(plan, &views);
     if pointers.is_some() {
         // One row pointer per row of the task's A block.
         w.line(format!(
@@ -175,13 +175,9 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     };
     // B's panels are packed in [kiln_pbe, kiln_pb1); below kiln_pbe the kernel reads B's rows.
     let b_rows = b_rows(plan, views).filter(|_| prepacked(Side::B).is_none());
-    let full_b_panels = plan.n / nr;
-    let pbe = match (&b_rows, plan.n.is_multiple_of(nr)) {
-        (None, _) => "kiln_pb0".to_string(),
-        (Some(_), true) => "kiln_pb1".to_string(),
-        (Some(_), false) => format!(
-            "(kiln_pb1 > {full_b_panels} ? ({full_b_panels} > kiln_pb0 ? {full_b_panels} : kiln_pb0) : kiln_pb1)"
-        ),
+    let pbe = match b_rows {
+        None => "kiln_pb0".to_string(),
+        Some(_) => first_partial_panel(plan.n, nr, ("kiln_pb0", "kiln_pb1")),
     };
     w.line(format!("const long kiln_pbe = {pbe};"));
     w.line("(void)kiln_pbe;");
@@ -200,19 +196,15 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             },
         );
     }
-    let full_panels = plan.m / mr;
     let partial = !plan.m.is_multiple_of(mr);
     // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
     let pointers = pointer_rows(plan, views);
-    let pe = match (plan.pack_a, partial) {
+    let pe = match plan.pack_a {
         _ if prepacked(Side::A).is_some() => "kiln_pa0".to_string(),
         // Rows past the last point at zeros: nothing is packed.
         _ if pointers.is_some() => "kiln_pa1".to_string(),
-        (true, _) => "kiln_pa0".to_string(),
-        (false, false) => "kiln_pa1".to_string(),
-        (false, true) => format!(
-            "(kiln_pa1 > {full_panels} ? ({full_panels} > kiln_pa0 ? {full_panels} : kiln_pa0) : kiln_pa1)"
-        ),
+        true => "kiln_pa0".to_string(),
+        false => first_partial_panel(plan.m, mr, ("kiln_pa0", "kiln_pa1")),
     };
     w.line(format!("const long kiln_pe = {pe};"));
     w.line("(void)kiln_pe;");
@@ -307,6 +299,17 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     w.close();
     w.close();
     w.close();
+}
+
+/// For an operand read in place, the C expression of the first panel of `[first, end)` that
+/// is packed all the same: the partial last panel of an `extent` cut into panels of `width`
+/// (`end` when there is none in the range).
+fn first_partial_panel(extent: usize, width: usize, (first, end): (&str, &str)) -> String {
+    if extent.is_multiple_of(width) {
+        return end.to_string();
+    }
+    let full = extent / width;
+    format!("({end} > {full} ? ({full} > {first} ? {full} : {first}) : {end})")
 }
 
 /// `const float* NAME = ...;`: micro-panel `index` (of `width` floats per

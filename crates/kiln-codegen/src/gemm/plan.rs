@@ -84,9 +84,6 @@ const IN_PLACE_SLOWDOWN: f64 = 1.25;
 /// without a per-run cost the model preferred the former.
 const WINDOW_RUN_CYCLES: f64 = 48.0;
 
-/// The micro-kernel's slowdown reading B's rows in place against reading packed panels.
-const B_IN_PLACE_SLOWDOWN: f64 = 1.0;
-
 pub(crate) fn plan(spec: &GemmSpec, target: &VectorTarget, tuning: &Tuning) -> Plan {
     let mut best: Option<(f64, Plan)> = None;
     for rated in target.shapes {
@@ -303,9 +300,6 @@ fn modelled_cycles(spec: &GemmSpec, target: &VectorTarget, plan: &Plan, speed: f
     let mut kernel = batch * padded * k / target.vector_len() as f64 / speed;
     if !plan.pack_a && mr > IN_PLACE_MAX_ROWS {
         kernel *= IN_PLACE_SLOWDOWN;
-    }
-    if !plan.pack_b && plan.prepacked != Some(Side::B) {
-        kernel *= B_IN_PLACE_SLOWDOWN;
     }
     let contiguous_c = View::new(&spec.c, plan.transposed)
         .kernel_strides()
