@@ -466,7 +466,8 @@ fn cases() -> Vec<Case> {
         }
     }
     // A packed although it could be read in place, and read in place with a partial panel
-    // (28 rows: the widest tile read in place).
+    // (28 rows: the widest tile read in place), each with the epilogue applied in the
+    // registers of the gemm's own kernels (rows and packed A sources).
     for (name, pack_a, mr, nr) in [
         ("mm_8x48_packed_a", true, 8, 48),
         ("mm_8x48_rows_a", false, 8, 48),
@@ -476,7 +477,13 @@ fn cases() -> Vec<Case> {
             pack_a: Some(pack_a),
             ..small_blocks(Some(KernelShape { mr, nr }), Some(false))
         };
-        cases.push(Matmul::plain(name, 61, 100, 77).case(20, tuning));
+        cases.push(
+            Matmul {
+                bias: true,
+                ..Matmul::plain(name, 61, 100, 77)
+            }
+            .case(20, tuning),
+        );
     }
     // B's rows read in place (its partial last panel packed): alone, with A's rows in place
     // over two batch entries, in the transposed orientation (A column-major), and beside a

@@ -11,6 +11,7 @@
 //! pragmas are ignored and the same loops run on one thread.
 
 use super::emit::CWriter;
+use super::epilogue::FusedEpilogue;
 use super::kernel::{ukernel_name, ASource};
 use super::pack::{emit_pack, PackJob, Side};
 use super::plan::Plan;
@@ -264,21 +265,25 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             mr,
             plan.m_panels(),
         ));
-        emit_tile(w, spec, plan, views, &KernelCall::packed(plan));
+        emit_tile(w, spec, plan, views, &KernelCall::packed());
     };
-    match (plan.pack_a, rows_call(plan, views)) {
-        _ if prepacked(Side::A).is_some() => packed(w),
-        _ if pointers.is_some() => {
+    match a_read(spec, plan, views) {
+        ARead::Packed => packed(w),
+        ARead::Pointers => {
             w.line(format!(
                 "const float* const* kiln_apanel = kiln_arow + (kiln_s - kiln_pa0) * {mr};"
             ));
             let call = KernelCall {
-                name: ukernel_name(plan.shape, ASource::Pointers),
+                source: ASource::Pointers,
                 a_args: "kiln_apanel".into(),
             };
             emit_tile(w, spec, plan, views, &call);
         }
-        (false, Some((pointer, call))) => {
+        ARead::Rows {
+            pointer,
+            call,
+            partial,
+        } => {
             let rows = |w: &mut CWriter| {
                 w.line(format!("const float* kiln_apanel = {pointer};"));
                 emit_tile(w, spec, plan, views, &call);
@@ -294,11 +299,52 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
                 rows(w);
             }
         }
-        _ => packed(w),
     }
     w.close();
     w.close();
     w.close();
+}
+
+/// How a plan's tiles read A.
+enum ARead {
+    /// From packed panels: a prepacked factor's or this task's.
+    Packed,
+    /// The NHWC window through row pointers (`kiln_arow`).
+    Pointers,
+    /// A's own rows in place (`pointer`: the tile's first element), the partial last panel
+    /// packed when there is one.
+    Rows {
+        pointer: String,
+        call: KernelCall,
+        partial: bool,
+    },
+}
+
+fn a_read(spec: &GemmSpec, plan: &Plan, views: &Views) -> ARead {
+    if spec.prepacked.is_some() && plan.prepacked == Some(Side::A) {
+        return ARead::Packed;
+    }
+    if pointer_rows(plan, views).is_some() {
+        return ARead::Pointers;
+    }
+    match (plan.pack_a, rows_call(views)) {
+        (false, Some((pointer, call))) => ARead::Rows {
+            pointer,
+            call,
+            partial: !plan.m.is_multiple_of(plan.shape.mr),
+        },
+        _ => ARead::Packed,
+    }
+}
+
+/// The A sources of the micro-kernels a plan calls, each once.
+pub(crate) fn kernel_sources(spec: &GemmSpec, plan: &Plan) -> Vec<ASource> {
+    match a_read(spec, plan, &Views::new(spec, plan.transposed)) {
+        ARead::Packed => vec![ASource::Packed],
+        ARead::Pointers => vec![ASource::Pointers],
+        ARead::Rows { partial: true, .. } => vec![ASource::Rows, ASource::Packed],
+        ARead::Rows { .. } => vec![ASource::Rows],
+    }
 }
 
 /// For an operand read in place, the C expression of the first panel of `[first, end)` that
@@ -383,31 +429,36 @@ pub(crate) fn emit_prepack_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     w.close();
 }
 
-/// How the micro-kernel is called: its name and the A arguments after `kiln_kc`.
+/// How the micro-kernel is called: where it reads A and the A arguments after `kiln_kc`.
 struct KernelCall {
-    name: String,
+    source: ASource,
     a_args: String,
 }
 
 impl KernelCall {
-    fn packed(plan: &Plan) -> KernelCall {
+    fn packed() -> KernelCall {
         KernelCall {
-            name: ukernel_name(plan.shape, ASource::Packed),
+            source: ASource::Packed,
             a_args: "kiln_apanel".into(),
         }
+    }
+
+    /// The micro-kernel's name: the shared one, or the gemm's variant applying its epilogue.
+    fn name(&self, plan: &Plan, epilogue: Option<&FusedEpilogue>) -> String {
+        ukernel_name(plan.shape, self.source, epilogue)
     }
 }
 
 /// For A read in place (strided, contiguous along K): the C pointer to the tile's first A
 /// element and the kernel call.
-fn rows_call(plan: &Plan, views: &Views) -> Option<(String, KernelCall)> {
+fn rows_call(views: &Views) -> Option<(String, KernelCall)> {
     let (batch, lda, 1) = views.a.kernel_strides()? else {
         return None;
     };
     let param = views.a.param()?;
     let offset = linear_index(&[("b", batch), ("kiln_r0", lda), ("kiln_k0", 1)]);
     let call = KernelCall {
-        name: ukernel_name(plan.shape, ASource::Rows),
+        source: ASource::Rows,
         a_args: format!("kiln_apanel, {lda}"),
     };
     Some((format!("{param} + {offset}"), call))
@@ -474,31 +525,15 @@ fn emit_direct_tile(
     };
     let offset = linear_index(&[("b", batch_stride), ("kiln_r0", row_stride), ("kiln_c0", 1)]);
     w.line(format!("float* kiln_cp = {param} + {offset};"));
+    let fused = FusedEpilogue::of(spec);
+    let epilogue_args = fused.as_ref().map_or(String::new(), |e| {
+        format!(", kiln_last, b, kiln_r0, kiln_c0, {}", e.args)
+    });
     w.line(format!(
-        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_cp, {row_stride}, kiln_k0 > 0);",
-        kernel.name, kernel.a_args
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_cp, {row_stride}, kiln_k0 > 0{epilogue_args});",
+        kernel.name(plan, fused.as_ref()),
+        kernel.a_args
     ));
-    let Some(epilogue) = &spec.epilogue else {
-        return;
-    };
-    w.open("if (kiln_last)");
-    w.open(format!(
-        "for (long kiln_i = 0; kiln_i < {}; kiln_i++)",
-        plan.shape.mr
-    ));
-    w.open(format!(
-        "for (long kiln_j = 0; kiln_j < {}; kiln_j++)",
-        plan.shape.nr
-    ));
-    w.line(format!(
-        "float* kiln_e = kiln_cp + kiln_i * {row_stride} + kiln_j;"
-    ));
-    w.line(views.c.bind_both("kiln_r0 + kiln_i", "kiln_c0 + kiln_j"));
-    w.line("const float acc = *kiln_e;");
-    w.line(format!("*kiln_e = {epilogue};"));
-    w.close();
-    w.close();
-    w.close();
 }
 
 fn emit_copied_tile(
@@ -512,7 +547,8 @@ fn emit_copied_tile(
     w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
     w.line(format!(
         "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_tile, {nr}, 0);",
-        kernel.name, kernel.a_args
+        kernel.name(plan, None),
+        kernel.a_args
     ));
     w.line(format!(
         "const long kiln_h = {m} - kiln_r0 < {mr} ? {m} - kiln_r0 : {mr};",

@@ -13,6 +13,7 @@
 //! otherwise 16), so the same source cross-compiles; each width has its own set of shapes.
 
 use super::emit::CWriter;
+use super::epilogue::FusedEpilogue;
 
 /// The register tile of one micro-kernel: `mr` rows (broadcast A scalars) by `nr` columns
 /// (`nr / VL` vectors of B).
@@ -116,14 +117,20 @@ impl ASource {
 }
 
 /// The C name of the micro-kernel for a shape and A source (one per shape and width; only one
-/// width's kernels survive the preprocessor).
-pub(crate) fn ukernel_name(shape: KernelShape, source: ASource) -> String {
+/// width's kernels survive the preprocessor): the shared one, or a gemm's own variant that
+/// applies its epilogue.
+pub(crate) fn ukernel_name(
+    shape: KernelShape,
+    source: ASource,
+    epilogue: Option<&FusedEpilogue>,
+) -> String {
     let suffix = match source {
         ASource::Packed => "",
         ASource::Rows => "_rows",
         ASource::Pointers => "_pointers",
     };
-    format!("kiln_gemm_ukernel_{}x{}{suffix}", shape.mr, shape.nr)
+    let owner = epilogue.map_or("kiln_gemm", |e| e.gemm.as_str());
+    format!("{owner}_ukernel_{}x{}{suffix}", shape.mr, shape.nr)
 }
 
 /// Emits `#if cond / #elif cond / #else` chains around per-target code.
@@ -140,8 +147,32 @@ pub(crate) fn for_each_target(w: &mut CWriter, mut body: impl FnMut(&mut CWriter
     w.directive("#endif");
 }
 
-/// Emits the fully unrolled micro-kernel for `shape` on vectors of `vl` floats.
-pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, source: ASource) {
+/// Emits `body` (micro-kernels) with `x * y + z` contracted into FMAs: GCC does so by default,
+/// but not in ISO C mode (-std=c11, which defines __STRICT_ANSI__), where the kernels ask for it
+/// themselves.
+pub(crate) fn contracted(w: &mut CWriter, body: impl FnOnce(&mut CWriter)) {
+    let iso_gcc = "#if defined(__GNUC__) && !defined(__clang__) && defined(__STRICT_ANSI__)";
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC push_options");
+    w.directive("#pragma GCC optimize(\"fp-contract=fast\")");
+    w.directive("#endif");
+    body(w);
+    w.directive(iso_gcc);
+    w.directive("#pragma GCC pop_options");
+    w.directive("#endif");
+}
+
+/// Emits the fully unrolled micro-kernel for `shape` on vectors of `vl` floats. With an
+/// epilogue, the kernel takes `kiln_last` (apply it), the batch index and the tile's first kernel
+/// row and column, then the gemm's parameters, and applies the epilogue to every accumulator
+/// before the store when `kiln_last` is set.
+pub(crate) fn emit_ukernel(
+    w: &mut CWriter,
+    shape: KernelShape,
+    vl: usize,
+    source: ASource,
+    epilogue: Option<&FusedEpilogue>,
+) {
     let KernelShape { mr, nr } = shape;
     let nv = nr / vl;
     let (a_what, a_type) = match source {
@@ -152,9 +183,15 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
     w.line(format!(
         "/* C[{mr} x {nr}] (+)= {a_what} ({mr} x kc) * B rows (kc x {nr}, ldb apart): {mr}x{nv} vector accumulators. */"
     ));
+    let extra = epilogue.map_or(String::new(), |e| {
+        format!(
+            ", int kiln_last, long kiln_b, long kiln_r0, long kiln_c0, {}",
+            e.params
+        )
+    });
     w.open(format!(
-        "static inline void {}(long kc, {a_type}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate)",
-        ukernel_name(shape, source)
+        "static inline void {}(long kc, {a_type}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate{extra})",
+        ukernel_name(shape, source, epilogue)
     ));
     for i in 0..mr {
         let decls: Vec<String> = (0..nv).map(|j| format!("c{i}_{j} = {{0}}")).collect();
@@ -208,6 +245,20 @@ pub(crate) fn emit_ukernel(w: &mut CWriter, shape: KernelShape, vl: usize, sourc
         }
     }
     w.close();
+    if let Some(e) = epilogue {
+        w.open("if (kiln_last)");
+        for i in 0..mr {
+            for j in 0..nv {
+                w.line(format!(
+                    "c{i}_{j} = {}(c{i}_{j}, kiln_b, kiln_r0 + {i}, kiln_c0 + {}, {});",
+                    e.lanes(),
+                    j * vl,
+                    e.args
+                ));
+            }
+        }
+        w.close();
+    }
     for i in 0..mr {
         let stores: Vec<String> = (0..nv)
             .map(|j| format!("kiln_vstore(c + {i} * ldc + {}, c{i}_{j});", j * vl))

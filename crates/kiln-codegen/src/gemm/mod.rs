@@ -14,6 +14,7 @@
 
 mod driver;
 mod emit;
+mod epilogue;
 mod kernel;
 mod pack;
 mod plan;
@@ -26,7 +27,7 @@ pub use kernel::KernelShape;
 pub use window::Window;
 
 use emit::CWriter;
-use kernel::for_each_target;
+use kernel::{contracted, for_each_target};
 
 /// How element (b, row, col) of an operand is found. `b` is the batch index.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,6 +79,14 @@ impl Param {
             name: name.into(),
         }
     }
+}
+
+/// `type name` of each parameter, as declared in C.
+fn declared(params: &[Param]) -> Vec<String> {
+    params
+        .iter()
+        .map(|p| format!("{} {}", p.c_type, p.name))
+        .collect()
 }
 
 /// One (batched) matmul to generate.
@@ -153,12 +162,19 @@ pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String>
             ""
         }
     ));
-    let params: Vec<String> = spec
-        .params
-        .iter()
-        .map(|p| format!("{} {}", p.c_type, p.name))
-        .collect();
-    w.open(format!("static void {}({})", spec.name, params.join(", ")));
+    if spec.epilogue.is_some() {
+        contracted(&mut w, |w| {
+            for_each_target(w, |w, target| {
+                let plan = plan::plan(spec, target, tuning);
+                epilogue::emit_fused_kernels(w, spec, &plan, target.vector_len());
+            })
+        });
+    }
+    w.open(format!(
+        "static void {}({})",
+        spec.name,
+        declared(&spec.params).join(", ")
+    ));
     for_each_target(&mut w, |w, target| {
         let plan = plan::plan(spec, target, tuning);
         driver::emit_body(w, spec, &plan);
@@ -192,11 +208,7 @@ pub fn gemm_prepack_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result
         w.line(format!("return {};", driver::prepacked_floats(spec, &plan)));
     });
     w.close();
-    let mut params: Vec<String> = spec
-        .params
-        .iter()
-        .map(|p| format!("{} {}", p.c_type, p.name))
-        .collect();
+    let mut params = declared(&spec.params);
     params.push("float* restrict kiln_out".into());
     w.open(format!("static void {name}({})", params.join(", ")));
     for p in &spec.params {

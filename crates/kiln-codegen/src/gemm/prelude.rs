@@ -11,7 +11,7 @@
 use std::sync::OnceLock;
 
 use super::emit::CWriter;
-use super::kernel::{emit_ukernel, for_each_target, ASource, TARGETS};
+use super::kernel::{contracted, emit_ukernel, for_each_target, ASource, TARGETS};
 
 const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #define KILN_GEMM_PRELUDE
@@ -91,23 +91,15 @@ fn build_prelude() -> String {
             w.directive(line);
         }
     }
-    // GCC contracts `x * y + z` into FMAs by default, but not in ISO C mode (-std=c11, which
-    // defines __STRICT_ANSI__): there the kernels ask for it themselves.
-    let iso_gcc = "#if defined(__GNUC__) && !defined(__clang__) && defined(__STRICT_ANSI__)";
-    w.directive(iso_gcc);
-    w.directive("#pragma GCC push_options");
-    w.directive("#pragma GCC optimize(\"fp-contract=fast\")");
-    w.directive("#endif");
-    for_each_target(&mut w, |w, target| {
-        for rated in target.shapes {
-            for source in ASource::ALL {
-                emit_ukernel(w, rated.shape, target.vector_len(), source);
+    contracted(&mut w, |w| {
+        for_each_target(w, |w, target| {
+            for rated in target.shapes {
+                for source in ASource::ALL {
+                    emit_ukernel(w, rated.shape, target.vector_len(), source, None);
+                }
             }
-        }
+        })
     });
-    w.directive(iso_gcc);
-    w.directive("#pragma GCC pop_options");
-    w.directive("#endif");
     w.directive("#endif /* KILN_GEMM_PRELUDE */");
     w.finish()
 }
