@@ -333,23 +333,124 @@ fn reduction_clause(
         .filter(|(name, _)| !declared.contains(name))
     {
         let dtype = local_type(&name);
-        let op = match (c, dtype) {
-            (Combiner::Sum, _) => "+",
-            (Combiner::Prod, _) => "*",
-            (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
-            (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
-            (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
-            (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
-            (Combiner::Max, Some(d)) if !d.is_float() => "max",
-            (Combiner::Min, Some(d)) if !d.is_float() => "min",
-            _ => bail!(
+        let Some(op) = omp_reduction(c, dtype) else {
+            bail!(
                 "loop '{}' is vectorized over a {c:?} reduction of '{name}' ({dtype:?}) that has no vector form",
                 l.var
-            ),
+            )
         };
         clauses.push_str(&format!(" reduction({op}:{name})"));
     }
     Ok(clauses)
+}
+
+/// The OpenMP reduction identifier combining partial results of `dtype` by `c`.
+fn omp_reduction(c: Combiner, dtype: Option<DType>) -> Option<&'static str> {
+    Some(match (c, dtype) {
+        (Combiner::Sum, _) => "+",
+        (Combiner::Prod, _) => "*",
+        (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
+        (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
+        (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
+        (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
+        (Combiner::Max, Some(d)) if !d.is_float() => "max",
+        (Combiner::Min, Some(d)) if !d.is_float() => "min",
+        _ => return None,
+    })
+}
+
+/// For a parallel loop whose iterations combine into the same elements of a buffer (a
+/// reduction split across threads: `buf[off] = combine(buf[off], v)` with `off` independent
+/// of the loop): OpenMP array-section reductions, so each thread accumulates into a private
+/// copy of the elements it combines into, merged into `buf` at the end. Any other store at an
+/// offset independent of the loop would race, and is an error.
+fn array_reduction_clause(k: &Kernel, l: &kiln_loop::Loop) -> Result<String> {
+    if l.kind != LoopKind::Parallel {
+        return Ok(String::new());
+    }
+    let mut inner = HashMap::new();
+    let mut stores = Vec::new();
+    collect_stores(&l.body, &mut inner, &mut stores);
+    // Per buffer: the combiner and the element range combined into.
+    let mut sections: Vec<(usize, Combiner, i64, i64)> = Vec::new();
+    for (buf, offset, value) in stores.into_iter().filter(|(_, o, _)| !o.uses(&l.var)) {
+        let name = &k.buffers[buf].name;
+        let race = || -> Result<String> {
+            bail!(
+                "parallel loop '{}' stores to {name} at an offset that does not depend on it, and not as a reduction",
+                l.var
+            )
+        };
+        let Some(combiner) = combined_into(value, buf, offset) else {
+            return race();
+        };
+        let mut vars = Vec::new();
+        offset.vars(&mut vars);
+        if vars.iter().any(|v| !inner.contains_key(v)) {
+            return race();
+        }
+        let (lo, hi) = offset.range(&|v| inner[v]);
+        match sections.iter_mut().find(|s| s.0 == buf) {
+            Some(s) if s.1 == combiner => (s.2, s.3) = (s.2.min(lo), s.3.max(hi)),
+            Some(_) => return race(),
+            None => sections.push((buf, combiner, lo, hi)),
+        }
+    }
+    let mut clauses = String::new();
+    for (buf, combiner, lo, hi) in sections {
+        let b = &k.buffers[buf];
+        let Some(op) = omp_reduction(combiner, Some(b.dtype)) else {
+            bail!(
+                "parallel loop '{}' combines into {} by {combiner:?}, which has no OpenMP reduction on {}",
+                l.var,
+                b.name,
+                b.dtype
+            );
+        };
+        clauses.push_str(&format!(
+            " reduction({op}:{}[{lo}:{}])",
+            b.name,
+            hi - lo + 1
+        ));
+    }
+    Ok(clauses)
+}
+
+/// The stores in `body` with the value range of each loop around them (inside `body`).
+fn collect_stores<'a>(
+    body: &'a [Stmt],
+    loops: &mut HashMap<String, (i64, i64)>,
+    out: &mut Vec<(usize, &'a Idx, &'a Val)>,
+) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => {
+                loops.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+                collect_stores(&l.body, loops, out);
+            }
+            Stmt::Store { buf, offset, value } => out.push((*buf, offset, value)),
+            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Gemm(_) | Stmt::Alloc(_) => {}
+        }
+    }
+}
+
+/// The combiner when `value` is `combine(buf[offset], v)`.
+fn combined_into(value: &Val, buf: usize, offset: &Idx) -> Option<Combiner> {
+    let Val::Call(scalar, args) = value else {
+        return None;
+    };
+    let [Val::Load {
+        buf: read,
+        offset: at,
+        guard,
+    }, _] = args.as_slice()
+    else {
+        return None;
+    };
+    if *read != buf || at != offset || !guard.is_empty() {
+        return None;
+    }
+    Combiner::ALL.into_iter().find(|c| c.scalar() == *scalar)
 }
 
 fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
@@ -390,7 +491,8 @@ impl Printer<'_> {
                 if let Some(p) = pragma {
                     let locals = &self.locals;
                     let clause = reduction_clause(l, &|n| locals.get(n).copied())?;
-                    writeln!(self.out, "{pad}{p}{clause}").ok();
+                    let sections = array_reduction_clause(self.k, l)?;
+                    writeln!(self.out, "{pad}{p}{clause}{sections}").ok();
                 }
                 let bound = match &l.extent {
                     Extent::Const(n) => n.to_string(),
@@ -613,4 +715,49 @@ pub fn literal(t: &Tensor) -> Result<String> {
         }
         other => bail!("the C backend has no literal of type {other}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c_of(text: &str) -> Result<String> {
+        let k = kiln_loop::parse_kernel(text)?;
+        Ok(kernel_c(&k, None, &[])?.c)
+    }
+
+    #[test]
+    fn a_reduction_split_across_threads_combines_private_copies() {
+        let sum = "kernel k(in0: f32[8,40], out out0: f32[40]) {
+  for i1 in 0..40 {
+    out0[i1] = 0.0:f32
+  }
+  parallel for r0 in 0..8 {
+    vectorized for i1 in 0..40 {
+      out0[i1] = Add(out0[i1], in0[40*r0 + i1])
+    }
+  }
+}";
+        let c = c_of(sum).expect("C");
+        assert!(
+            c.contains("#pragma omp parallel for reduction(+:out0[0:40])"),
+            "{c}"
+        );
+        let max = sum.replace("0.0:f32", "-inf:f32").replace("Add(", "Max(");
+        let c = c_of(&max).expect("C");
+        assert!(c.contains("reduction(kiln_rmaxf:out0[0:40])"), "{c}");
+    }
+
+    #[test]
+    fn a_parallel_loop_overwriting_the_same_elements_is_an_error() {
+        let race = "kernel k(in0: f32[8,40], out out0: f32[40]) {
+  parallel for r0 in 0..8 {
+    for i1 in 0..40 {
+      out0[i1] = in0[40*r0 + i1]
+    }
+  }
+}";
+        let err = c_of(race).expect_err("a race").to_string();
+        assert!(err.contains("parallel loop 'r0' stores to out0"), "{err}");
+    }
 }

@@ -8,6 +8,9 @@
 //!    offset stays free of `floordiv`/`mod` of the coalesced variable (the
 //!    contiguous part of the iteration space becomes one loop);
 //! 2. splits a single remaining loop longer than [`CHUNK`] into chunks;
+//!    a matrix-vector product whose reduction is at least as long as its
+//!    output splits the reduction across threads instead (the output
+//!    combined from per-thread copies: OpenMP array reductions);
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
 //! 4. vectorizes the innermost output loop when its body is plain stores;
@@ -25,6 +28,10 @@ pub const CHUNK: i64 = 4096;
 
 /// Output elements per parallel chunk of a matrix-vector product.
 pub const ROW_CHUNK: i64 = 64;
+
+/// Largest output of a matrix-vector product whose reduction is split across threads (each
+/// keeps a private copy of the output: 64 KiB of f32 here).
+pub const SPLIT_REDUCTION_MAX_OUTPUT: i64 = 16384;
 
 /// Work (loop iterations, reductions included) below which a kernel runs on
 /// one thread.
@@ -108,6 +115,21 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
     let along = last_loop
         .as_ref()
         .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
+    let split_reduction = last_loop
+        .as_ref()
+        .and_then(|l| reduction_to_split(l, extent));
+    if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
+        // A matrix-vector product reading a matrix wider than its output: the reduction is
+        // split across threads, each accumulating the whole output row in a private copy
+        // (combined at the end), so each thread streams a contiguous block of the matrix
+        // instead of narrow column strips a row apart.
+        schedule
+            .0
+            .push(Directive::AccumulateOutward(innermost.clone()));
+        schedule.0.push(Directive::Parallel(reduction));
+        schedule.0.push(Directive::Vectorize(innermost));
+        return schedule;
+    }
     if nest.len() == 1 && parallel && along && extent >= 2 * ROW_CHUNK {
         // A reduction with one output loop (matrix-vector product): chunks
         // of the row in parallel, each accumulated in the y-reduce form.
@@ -144,6 +166,17 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
         schedule.0.push(Directive::Vectorize(innermost));
     }
     schedule
+}
+
+/// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth
+/// splitting across threads: at least as long as the output, which stays small enough for
+/// each thread to keep a private copy of it ([`SPLIT_REDUCTION_MAX_OUTPUT`]).
+fn reduction_to_split(l: &Loop, extent: i64) -> Option<String> {
+    let [Stmt::Let { .. }, Stmt::Loop(reduction), Stmt::Store { .. }] = l.body.as_slice() else {
+        return None;
+    };
+    let long = reduction.extent.max() >= extent.max(2 * ROW_CHUNK);
+    (long && extent <= SPLIT_REDUCTION_MAX_OUTPUT).then(|| reduction.var.clone())
 }
 
 /// The part `[lo, hi)` of loop `var` (of `extent` iterations) where every
