@@ -370,10 +370,13 @@ fn array_reduction_clause(k: &Kernel, l: &kiln_loop::Loop) -> Result<String> {
     }
     let mut inner = HashMap::new();
     let mut stores = Vec::new();
-    collect_stores(&l.body, &mut inner, &mut stores);
+    let mut private = Vec::new();
+    collect_stores(&l.body, &mut inner, &mut stores, &mut private);
     // Per buffer: the combiner and the element range combined into.
     let mut sections: Vec<(usize, Combiner, i64, i64)> = Vec::new();
-    for (buf, offset, value) in stores.into_iter().filter(|(_, o, _)| !o.uses(&l.var)) {
+    let shared =
+        |(buf, offset, _): &(usize, &Idx, &Val)| !offset.uses(&l.var) && !private.contains(buf);
+    for (buf, offset, value) in stores.into_iter().filter(shared) {
         let name = &k.buffers[buf].name;
         let race = || -> Result<String> {
             bail!(
@@ -416,20 +419,23 @@ fn array_reduction_clause(k: &Kernel, l: &kiln_loop::Loop) -> Result<String> {
     Ok(clauses)
 }
 
-/// The stores in `body` with the value range of each loop around them (inside `body`).
+/// The stores in `body`, the value range of each loop around them (inside `body`), and the
+/// local buffers `body` declares (each iteration's own).
 fn collect_stores<'a>(
     body: &'a [Stmt],
     loops: &mut HashMap<String, (i64, i64)>,
     out: &mut Vec<(usize, &'a Idx, &'a Val)>,
+    private: &mut Vec<usize>,
 ) {
     for s in body {
         match s {
             Stmt::Loop(l) => {
                 loops.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
-                collect_stores(&l.body, loops, out);
+                collect_stores(&l.body, loops, out, private);
             }
             Stmt::Store { buf, offset, value } => out.push((*buf, offset, value)),
-            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Gemm(_) | Stmt::Alloc(_) => {}
+            Stmt::Alloc(buf) => private.push(*buf),
+            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Gemm(_) => {}
         }
     }
 }
@@ -746,6 +752,23 @@ mod tests {
         let max = sum.replace("0.0:f32", "-inf:f32").replace("Add(", "Max(");
         let c = c_of(&max).expect("C");
         assert!(c.contains("reduction(kiln_rmaxf:out0[0:40])"), "{c}");
+    }
+
+    #[test]
+    fn a_local_buffer_declared_in_a_parallel_loop_is_each_iteration_s_own() {
+        let cached = "kernel k(in0: f32[8,40], out out0: f32[8,40]) {
+  parallel for r0 in 0..8 {
+    alloc t: f32[40]
+    for i1 in 0..40 {
+      t[i1] = in0[40*r0 + i1]
+    }
+    for i1 in 0..40 {
+      out0[40*r0 + i1] = t[i1]
+    }
+  }
+}";
+        let c = c_of(cached).expect("C");
+        assert!(c.contains("#pragma omp parallel for\n"), "{c}");
     }
 
     #[test]

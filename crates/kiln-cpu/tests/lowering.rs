@@ -52,6 +52,14 @@ fn check_against_interpreter(g: &Graph, name: &str, plan: Option<Plan>) -> Resul
         Some(plan) => CompiledModel::compile_with_plan(g, plan, &opts)?,
         None => CompiledModel::compile(g, &opts)?,
     };
+    // Every group must compile to kernels: a refused group (split by the feedback step) or a
+    // node left to the interpreter would pass unnoticed.
+    if let Some((node, why)) = model.report.interpreted.first() {
+        kiln_ir::bail!("{name}: {node} runs on the interpreter: {why}");
+    }
+    if let Some(refused) = model.report.fusion.feedback.first() {
+        kiln_ir::bail!("{name}: the backend refused a group: {refused:?}");
+    }
     let got = model.run(&ins)?;
     assert_close(&got, &want, name)?;
     Ok(())
