@@ -89,15 +89,9 @@ pub(crate) fn emit_fused_kernels(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, 
 
 #[cfg(test)]
 mod tests {
-    use crate::gemm::{gemm_c, GemmSpec, Operand, Param};
+    use crate::gemm::{gemm_c, strided, GemmSpec, Param};
 
     fn bias_relu(m: usize, n: usize) -> GemmSpec {
-        let strided = |param: &str, row, col| Operand::Strided {
-            param: param.into(),
-            batch: 0,
-            row,
-            col,
-        };
         GemmSpec {
             name: "fused".into(),
             params: vec![

@@ -81,6 +81,17 @@ impl Param {
     }
 }
 
+/// A batch-1 strided operand, for the unit tests' specs.
+#[cfg(test)]
+pub(crate) fn strided(param: &str, row: isize, col: isize) -> Operand {
+    Operand::Strided {
+        param: param.into(),
+        batch: 0,
+        row,
+        col,
+    }
+}
+
 /// `type name` of each parameter, as declared in C.
 fn declared(params: &[Param]) -> Vec<String> {
     params

@@ -177,15 +177,9 @@ fn check_output(spec: &GemmSpec) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gemm::Param;
+    use crate::gemm::{strided, Param};
 
     fn spec() -> GemmSpec {
-        let strided = |param: &str, row, col| Operand::Strided {
-            param: param.into(),
-            batch: 0,
-            row,
-            col,
-        };
         GemmSpec {
             name: "mm".into(),
             params: ["A", "B", "C"]
