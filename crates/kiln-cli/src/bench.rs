@@ -14,6 +14,8 @@ pub struct BenchOptions {
     pub cold: bool,
     pub profile: bool,
     pub json: bool,
+    /// A second fusion planner to alternate with, inference by inference.
+    pub versus: Option<PlannerKind>,
     pub cpu: CpuOptions,
     /// Time the reference interpreter instead of the CPU backend.
     pub reference: bool,
@@ -66,6 +68,11 @@ fn time_runs(opts: &BenchOptions, run: &dyn Fn() -> Result<Vec<Tensor>>) -> Resu
 }
 
 pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> Result<()> {
+    if opts.reference && opts.versus.is_some() {
+        kiln_ir::bail!(
+            "--versus compares two fusion plans on the cpu backend, not the reference interpreter"
+        );
+    }
     if opts.reference {
         let mut ms = time_runs(opts, &|| kiln_interp::run(g, inputs))?;
         let min = ms.iter().cloned().fold(f64::INFINITY, f64::min);
@@ -90,6 +97,19 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         println!("model: {label}");
         println!("{}", compile_line(&m));
     }
+    if let Some(other) = opts.versus {
+        let rival = CompiledModel::compile(
+            g,
+            &CpuOptions {
+                fusion: other,
+                ..cpu.clone()
+            },
+        )?;
+        if !opts.json {
+            println!("{}", compile_line(&rival));
+        }
+        return versus(opts, label, (&m, &rival), inputs);
+    }
     let mut ms = time_runs(opts, &|| m.run(inputs))?;
     let min = ms.iter().cloned().fold(f64::INFINITY, f64::min);
     let med = median(&mut ms);
@@ -108,6 +128,64 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         threads: cpu.threads,
     };
     report(opts, label, med, min, ms.len(), Some(extra))
+}
+
+/// Runs `a` and `b` alternately (warm-up, then `opts.runs` pairs, the order flipping each pair)
+/// and reports both medians and the median per-pair ratio `a / b`: the two see the same machine
+/// state, which a comparison of separate runs cannot promise on a noisy machine.
+fn versus(
+    opts: &BenchOptions,
+    label: &str,
+    (a, b): (&CompiledModel, &CompiledModel),
+    inputs: &[Tensor],
+) -> Result<()> {
+    for _ in 0..opts.warmup {
+        a.run(inputs)?;
+        b.run(inputs)?;
+    }
+    let timed = |m: &CompiledModel| -> Result<f64> {
+        let t = Instant::now();
+        m.run(inputs)?;
+        Ok(t.elapsed().as_secs_f64() * 1e3)
+    };
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for pair in 0..opts.runs.max(1) {
+        let (x, y) = if pair % 2 == 0 {
+            let x = timed(a)?;
+            (x, timed(b)?)
+        } else {
+            let y = timed(b)?;
+            (timed(a)?, y)
+        };
+        ta.push(x);
+        tb.push(y);
+    }
+    let faster = ta.iter().zip(&tb).filter(|(x, y)| x < y).count();
+    let mut ratios: Vec<f64> = ta.iter().zip(&tb).map(|(x, y)| x / y).collect();
+    let (ratio, pairs) = (median(&mut ratios), ta.len());
+    let (name_a, name_b) = (&a.report.fusion.plan.planner, &b.report.fusion.plan.planner);
+    let (med_a, med_b) = (median(&mut ta), median(&mut tb));
+    if opts.json {
+        let j = serde_json::json!({
+            "model": label,
+            "pairs": pairs,
+            "fusion": name_a,
+            "median_ms": med_a,
+            "versus": name_b,
+            "versus_median_ms": med_b,
+            "ratio_median": ratio,
+            "faster_pairs": faster,
+        });
+        println!("{j}");
+    } else {
+        println!(
+            "pairs: {pairs}   {name_a} median: {med_a:.3} ms   {name_b} median: {med_b:.3} ms"
+        );
+        println!(
+            "{name_a}/{name_b} per pair: median {ratio:.3}   {name_a} faster in {faster} of {pairs} pairs"
+        );
+    }
+    Ok(())
 }
 
 struct Extra {

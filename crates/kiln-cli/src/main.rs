@@ -130,6 +130,11 @@ enum Command {
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
+        /// Also compile the model with this fusion planner and alternate the two, inference
+        /// by inference (the order flipping each pair), so both see the same machine state:
+        /// prints both medians and the median of the per-pair time ratios.
+        #[arg(long, value_name = "PLANNER")]
+        versus: Option<kiln_fuse::PlannerKind>,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -256,6 +261,7 @@ fn main() {
             cold,
             profile,
             json,
+            versus,
             exec,
             args,
             passes,
@@ -273,6 +279,7 @@ fn main() {
                 cold,
                 profile,
                 json,
+                versus,
                 cpu: cpu_options(&exec),
                 reference: exec.backend == "reference",
             };

@@ -103,6 +103,7 @@ fn errors_are_one_line_with_nonzero_status() {
         vec!["run", "-i", "/no/such/input.npy"],
         vec!["run", "-i", "x.txt"],
         vec!["explain", "/no/such/model.onnx"],
+        vec!["bench", "--backend", "reference", "--versus", "none"],
     ] {
         let o = kiln(&args);
         assert!(!o.status.success(), "{args:?} should fail");
@@ -117,6 +118,24 @@ fn errors_are_one_line_with_nonzero_status() {
     let o = kiln(&["info", bad.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("bad.onnx"), "{err}");
+}
+
+#[test]
+fn bench_versus_alternates_two_plans() {
+    let o = kiln(&[
+        "bench", "--versus", "none", "--runs", "6", "--warmup", "1", "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(
+        (j["fusion"].as_str(), j["versus"].as_str()),
+        (Some("apollo"), Some("none"))
+    );
+    assert_eq!(j["pairs"], 6);
+    assert!(j["faster_pairs"].as_u64().is_some_and(|f| f <= 6), "{j}");
+    for key in ["median_ms", "versus_median_ms", "ratio_median"] {
+        assert!(j[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {j}");
+    }
 }
 
 #[test]
