@@ -36,6 +36,7 @@ import os
 import platform
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -351,6 +352,29 @@ def summary_rows(report: dict) -> tuple:
     return header, rows
 
 
+def paired_rows(report: dict) -> tuple:
+    """Per model and peer, kiln's time over the peer's round by round (each round runs the
+    engines back to back, so a round's engines mostly share the machine's state): the median
+    of those ratios, and in how many rounds kiln was faster. On this VM, whose slow spells
+    last seconds to minutes, this is steadier than comparing each engine's median round."""
+    peers = [e for e in report["engines"] if e != "kiln"]
+    header = ["model"] + [f"kiln/{p} per round" for p in peers]
+    rows = []
+    for model, results in report["results"].items():
+        kiln = results.get("kiln", {}).get("round_medians_ms")
+        row = [model]
+        for p in peers:
+            theirs = results.get(p, {}).get("round_medians_ms")
+            if not kiln or not theirs or len(kiln) != len(theirs):
+                row.append("n/a")
+                continue
+            ratios = sorted(k / t for k, t in zip(kiln, theirs))
+            faster = sum(k < t for k, t in zip(kiln, theirs))
+            row.append(f"{statistics.median(ratios):.2f} ({faster} of {len(ratios)} faster)")
+        rows.append(row)
+    return header, rows
+
+
 def detail_rows(report: dict) -> tuple:
     header = ["model", "engine", "median ms", "min ms", "runs", "compile s", "other CPU", "note"]
     rows = []
@@ -422,6 +446,9 @@ def print_report(report: dict, markdown: bool) -> None:
     print()
     print(render(*summary_rows(report), markdown))
     print()
+    if report.get("rounds", 1) > 1 and "kiln" in report["engines"]:
+        print(render(*paired_rows(report), markdown))
+        print()
     print(render(*detail_rows(report), markdown))
 
 
