@@ -17,7 +17,7 @@ use crate::gemm::{
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{
-    Atom, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+    Atom, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
 };
 use kiln_ops::te::Combiner;
 use std::collections::HashMap;
@@ -125,22 +125,28 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     let rows_cols = |o: &GemmOperand, rows: i64, cols: i64| -> Result<Operand> {
         operand(k, o, [g.batch, rows, cols])
     };
-    let (a, b) = match &g.window {
-        Some(w) if w.channels_last => (
-            Operand::Window(window(&k.buffers[g.a.buf].name, w)),
-            rows_cols(&g.b, g.k, g.n)?,
-        ),
-        Some(w) => (
-            rows_cols(&g.a, g.m, g.k)?,
-            Operand::Window(window(&k.buffers[g.b.buf].name, w)),
-        ),
-        None => (rows_cols(&g.a, g.m, g.k)?, rows_cols(&g.b, g.k, g.n)?),
+    let factor = |i: &GemmInput, rows: i64, cols: i64| -> Result<Operand> {
+        match i {
+            GemmInput::Read(o) => rows_cols(o, rows, cols),
+            GemmInput::Computed(v) => computed(k, v, [g.batch, rows, cols]),
+        }
     };
-    let prepacked = [(Factor::B, &b, g.b.buf), (Factor::A, &a, g.a.buf)]
+    let window_of = |i: &GemmInput, w: &ConvWindow| -> Result<Operand> {
+        match i.read() {
+            Some(o) => Ok(Operand::Window(window(&k.buffers[o.buf].name, w))),
+            None => bail!("{}: a convolution window over a computed factor", k.name),
+        }
+    };
+    let (a, b) = match &g.window {
+        Some(w) if w.channels_last => (window_of(&g.a, w)?, factor(&g.b, g.k, g.n)?),
+        Some(w) => (factor(&g.a, g.m, g.k)?, window_of(&g.b, w)?),
+        None => (factor(&g.a, g.m, g.k)?, factor(&g.b, g.k, g.n)?),
+    };
+    let prepacked = [(Factor::B, &b, &g.b), (Factor::A, &a, &g.a)]
         .into_iter()
-        .find(|(_, o, buf)| {
+        .find(|(_, o, input)| {
             g.batch == 1
-                && constants.contains(buf)
+                && input.read().is_some_and(|r| constants.contains(&r.buf))
                 && matches!(o, Operand::Strided { .. } | Operand::Expr(_))
         })
         .map(|(factor, ..)| Prepacked {
@@ -235,15 +241,7 @@ fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<Stri
 /// The C expression of a gemm epilogue: the product is the float `acc`,
 /// and `b`, `r`, `c` range over the batch, rows and columns.
 fn epilogue(k: &Kernel, g: &Gemm, e: &Val) -> Result<String> {
-    let mut p = Printer {
-        k,
-        out: String::new(),
-        ranges: HashMap::new(),
-        locals: HashMap::new(),
-    };
-    for (v, n) in [("b", g.batch), ("r", g.m), ("c", g.n)] {
-        p.ranges.insert(v.to_string(), (0, n - 1));
-    }
+    let mut p = printer(k, [g.batch, g.m, g.n]);
     p.locals.insert("acc".to_string(), DType::F32);
     let (text, dtype) = p.val(e)?;
     if dtype != DType::F32 {
@@ -267,6 +265,30 @@ fn window(param: &str, w: &ConvWindow) -> Window {
         dilation: pair(w.dilation),
         channels_last: w.channels_last,
     }
+}
+
+/// A computed gemm factor (a prologue): its value as a C expression over
+/// `b`, `r`, `c`, evaluated while the factor is packed.
+fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand> {
+    let (text, dtype) = printer(k, extents).val(v)?;
+    if dtype != DType::F32 {
+        bail!("{}: a gemm prologue computes {dtype}, the product is f32", k.name);
+    }
+    Ok(Operand::Expr(text))
+}
+
+/// A printer of values over a gemm operand's `b`, `r`, `c` below `extents`.
+fn printer(k: &Kernel, extents: [i64; 3]) -> Printer<'_> {
+    let mut p = Printer {
+        k,
+        out: String::new(),
+        ranges: HashMap::new(),
+        locals: HashMap::new(),
+    };
+    for (v, e) in ["b", "r", "c"].iter().zip(extents) {
+        p.ranges.insert(v.to_string(), (0, e - 1));
+    }
+    p
 }
 
 /// A gemm operand: strided when its offset is `sb·b + sr·r + sc·c`,
@@ -295,16 +317,7 @@ fn operand(k: &Kernel, o: &GemmOperand, extents: [i64; 3]) -> Result<Operand> {
             col: coeff("c"),
         });
     }
-    let mut p = Printer {
-        k,
-        out: String::new(),
-        ranges: HashMap::new(),
-        locals: HashMap::new(),
-    };
-    for (v, e) in ["b", "r", "c"].iter().zip(extents) {
-        p.ranges.insert(v.to_string(), (0, e - 1));
-    }
-    let (read, _) = p.val(&Val::Load {
+    let (read, _) = printer(k, extents).val(&Val::Load {
         buf: o.buf,
         offset: o.offset.clone(),
         guard: o.guard.clone(),

@@ -146,3 +146,27 @@ fn text_cases(dir: &str, text: &dyn Fn(&Graph, &str) -> Result<String>) {
         failures.join("\n")
     );
 }
+
+/// A prologue over a padded convolution window is refused (the padding
+/// must read zero, not the prologue of zero), with the reason, and the
+/// default planner's feedback then splits the group: the model still
+/// computes what the interpreter does.
+#[test]
+fn padded_window_refuses_prologue() -> Result<()> {
+    let g = load(
+        r#"graph "g" opsets [""=17] {
+  input %x: f32[1,16,14,14]
+  input %w: f32[32,16,3,3]
+  node "act" %a: f32[1,16,14,14] = Sigmoid(%x)
+  node "conv" %o: f32[1,32,14,14] = Conv(%a, %w) {pads=[1,1,1,1]}
+  output %o
+}"#,
+    )?;
+    let check = kiln_fuse::GroupCheck::check(&kiln_cpu::select::CpuGroupCheck, &g, &[0, 1]);
+    let why = check.expect_err("a prologue over a padded window must be refused");
+    assert!(why.contains("padded window"), "{why}");
+    let ins = inputs(&g)?;
+    let want = kiln_interp::run(&g, &ins)?;
+    let model = CompiledModel::compile(&g, &CpuOptions::default())?;
+    assert_close(&model.run(&ins)?, &want, "padded_window_refuses_prologue")
+}

@@ -194,10 +194,12 @@ fn random_graph(seed: u64) -> String {
         values: Vec::new(),
         next: 0,
     };
+    // Large enough that matmuls and convolutions become gemms (with
+    // their prologues and epilogues), small enough to run quickly.
     let shape = if g.rng.below(2) == 0 {
-        vec![2, 5, 16]
+        vec![2, 16, 32]
     } else {
-        vec![1, 4, 6, 6]
+        vec![1, 8, 8, 8]
     };
     g.values.push(("x".into(), shape.clone()));
     let ops = 6 + g.rng.below(10);
@@ -225,6 +227,7 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
     let mut fused_groups = 0;
+    let mut prologues = 0;
     let mut concurrent_blocks = 0;
     for seed in 0..count {
         let text = random_graph(seed);
@@ -250,6 +253,7 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
                 .iter()
                 .filter(|g| g.nodes.len() > 1)
                 .count();
+            prologues += prologue_groups(&g, &model.report.fusion.plan);
             concurrent_blocks += model.report.concurrent_blocks;
             let got = model
                 .run(&ins)
@@ -262,12 +266,31 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
     }
     // The test must exercise fusion, not only single-node kernels.
     eprintln!(
-        "{count} graphs, {fused_groups} fused groups and {concurrent_blocks} concurrent blocks over all planners"
+        "{count} graphs, {fused_groups} fused groups ({prologues} with a prologue) and {concurrent_blocks} concurrent blocks over all planners"
     );
     assert!(
         fused_groups > count as usize,
         "only {fused_groups} fused groups"
     );
+    assert!(prologues > 0, "no group fused a prologue into a matmul/convolution");
+}
+
+/// Groups in which a matmul or convolution reads a value another member
+/// computes (a prologue).
+fn prologue_groups(g: &kiln_ir::Graph, plan: &kiln_fuse::Plan) -> usize {
+    let producers = g.producers();
+    let contraction = |n: usize| matches!(g.nodes[n].op.as_str(), "MatMul" | "Conv" | "ChannelsLast");
+    plan.groups
+        .iter()
+        .filter(|group| {
+            group.nodes.iter().any(|&n| {
+                contraction(n)
+                    && g.nodes[n].inputs.iter().flatten().any(|v| {
+                        producers[v.index()].is_some_and(|p| group.nodes.contains(&p))
+                    })
+            })
+        })
+        .count()
 }
 
 /// APOLLO's parallelism stitching on the CPU: the independent transposes

@@ -18,7 +18,7 @@
 //! shorter than `SMALL_WINDOW` is left to the loop forms. Anything else
 //! returns `None` and is lowered as loops.
 
-use crate::ir::{ConvWindow, Gemm, GemmOperand, Idx, Kernel, Stmt};
+use crate::ir::{ConvWindow, Gemm, GemmInput, GemmOperand, Idx, Kernel, Stmt};
 use crate::lower::{flatten, input_buffers, push_output};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
@@ -56,6 +56,16 @@ pub fn lower_contraction(
 pub struct Contraction {
     pub gemm: Gemm,
     pub out_index: Vec<Idx>,
+    /// For A and B: the expression input the factor reads and its index
+    /// per dimension as a function of the factor's own `b`, `r`, `c`
+    /// (where a prologue computing that input is evaluated).
+    pub factors: [Factor; 2],
+}
+
+/// One factor of a [`Contraction`] (see [`Contraction::factors`]).
+pub struct Factor {
+    pub input: usize,
+    pub index: Vec<Idx>,
 }
 
 /// The gemm computing `te` with input position `i` in buffer
@@ -223,13 +233,13 @@ fn oriented(
             })
             .map(|(i, &d)| (i.clone(), d as i64))
             .collect();
-        (flatten(&idx, shape).merge_div_mod(), guard)
+        (flatten(&idx, shape).merge_div_mod(), guard, idx)
     };
     let shape_of = |input: usize| te.inputs[input].clone().unwrap_or_default();
     let a_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::K, "c")];
     let b_frame = [(Axis::Batch, "b"), (Axis::K, "r"), (Axis::N, "c")];
     let c_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::N, "c")];
-    let (a_off, a_guard) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
+    let (a_off, a_guard, a_index) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
     // A padded read on A is allowed only as an NHWC window, which the code
     // generator reads through row pointers (zeros for the padding).
     let a_window = if batch == 1 {
@@ -240,9 +250,9 @@ fn oriented(
     if !a_guard.is_empty() && a_window.is_none() {
         return Ok(Oriented::GuardedA);
     }
-    let (b_off, b_guard) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
+    let (b_off, b_guard, b_index) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
-    let (c_off, _) = operand(&outs, &te.shape, &c_frame);
+    let (c_off, ..) = operand(&outs, &te.shape, &c_frame);
     let out_index: Vec<Idx> = (0..te.shape.len())
         .map(|l| value_of(Var::Out(l), &c_frame))
         .collect();
@@ -257,16 +267,16 @@ fn oriented(
         m,
         n,
         k,
-        a: GemmOperand {
+        a: GemmInput::Read(GemmOperand {
             buf: a_buf,
             offset: a_off,
             guard: a_guard,
-        },
-        b: GemmOperand {
+        }),
+        b: GemmInput::Read(GemmOperand {
             buf: b_buf,
             offset: b_off,
             guard: b_guard,
-        },
+        }),
         c: GemmOperand {
             buf: out,
             offset: c_off,
@@ -279,7 +289,21 @@ fn oriented(
         },
         epilogue: None,
     };
-    Ok(Oriented::Gemm(Contraction { gemm, out_index }))
+    let factors = [
+        Factor {
+            input: a_in,
+            index: a_index,
+        },
+        Factor {
+            input: b_in,
+            index: b_index,
+        },
+    ];
+    Ok(Oriented::Gemm(Contraction {
+        gemm,
+        out_index,
+        factors,
+    }))
 }
 
 /// The geometry of B when it reads an NCHW image window by window:

@@ -17,9 +17,13 @@
 //!   kernel inputs, and one output computed from it element by element:
 //!   the output's expression becomes the gemm's epilogue, applied to each
 //!   result before it is stored (bias, activation, residual, scale). A
-//!   trailing reshape stores the same bytes. A computed operand is refused
-//!   when the contraction is a gemm (matrix-vector products are loops and
-//!   inline it).
+//!   trailing reshape stores the same bytes. An operand computed inside
+//!   the group (an element-wise prologue: a scale, an activation, a
+//!   residual sum, a transpose) becomes the gemm's computed factor, its
+//!   value evaluated while the factor is packed; not over a padded window
+//!   (whose padding must read zero). The contraction must then be the
+//!   group's only reduction. Matrix-vector products are loops and inline
+//!   such an operand.
 //! - **window** (`window.rs`) — a small f32 window reduction (depthwise
 //!   convolution, pooling) with one element-wise output of its shape: each
 //!   output point accumulated in a register, then the epilogue, stored once.
@@ -40,9 +44,9 @@
 //!   memory they would cost).
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
-use crate::contraction::contraction_gemm;
+use crate::contraction::{contraction_gemm, Factor as GemmFactor};
 use crate::group::{Env, GroupExpr, Inliner, Src};
-use crate::ir::{Atom, Buffer, Idx, Kernel, Scope, Stmt, Val};
+use crate::ir::{Atom, Buffer, Gemm, GemmInput, Idx, Kernel, Scope, Stmt, Val};
 use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
@@ -78,7 +82,9 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
     if let Some(lowered) = scaled_gemm(group, name, &buffers)? {
         return Ok(lowered);
     }
-    refuse_prologues(group)?;
+    if let Some(r) = contraction_with_prologue(group)? {
+        return gemm_with_prologue(group, name, &buffers, r);
+    }
     let read_inside: Vec<usize> = reductions(group)
         .into_iter()
         .filter(|&r| is_read_inside(group, r))
@@ -120,32 +126,56 @@ fn scaled_gemm(group: &GroupExpr, name: &str, buffers: &[Buffer]) -> Result<Opti
     gemm_with_epilogue(&hoisted, name, buffers, r, factors)
 }
 
-/// A matmul or convolution lowered as a gemm must read its operands from
-/// memory: an operand computed inside the group would turn it into
-/// scalar loops (prologue fusion while packing is not implemented).
-/// Contractions too small for the gemm (matrix-vector products) are loop
-/// nests anyway, which read a computed operand by inlining it.
-fn refuse_prologues(group: &GroupExpr) -> Result<()> {
+/// The contraction of `group` that becomes a gemm although an operand is
+/// computed inside the group (an element-wise prologue, applied while the
+/// gemm packs that factor). Contractions too small for the gemm
+/// (matrix-vector products) are loop nests, which inline such an operand,
+/// and are not returned.
+fn contraction_with_prologue(group: &GroupExpr) -> Result<Option<usize>> {
     for (n, node) in group.nodes.iter().enumerate() {
         let computed_operand = node
             .args
             .iter()
             .flatten()
-            .any(|a| matches!(a, Src::Node(_)));
+            .any(|a| !matches!(a, Src::Input(_)));
         if node.is_contraction() && computed_operand && becomes_gemm(group, n)? {
-            bail!(
-                "{}: an operand is computed inside the group (prologue fusion into a matmul/convolution is not supported)",
-                node.label
-            );
+            return Ok(Some(n));
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// A gemm with a prologue: `r` must be the group's only reduction, with
+/// at most an element-wise epilogue after it.
+fn gemm_with_prologue(
+    group: &GroupExpr,
+    name: &str,
+    buffers: &[Buffer],
+    r: usize,
+) -> Result<LoweredGroup> {
+    let label = &group.nodes[r].label;
+    if reductions(group).len() != 1 {
+        bail!("{label}: a matmul/convolution with a prologue and another reduction in one kernel");
+    }
+    match gemm_with_epilogue(group, name, buffers, r, &[])? {
+        Some(lowered) => Ok(lowered),
+        None => bail!("{label}: a matmul/convolution with a prologue and more than one element-wise output"),
+    }
 }
 
 /// Whether node `n` would be lowered as a gemm were its operands in memory.
 fn becomes_gemm(group: &GroupExpr, n: usize) -> Result<bool> {
     let node = &group.nodes[n];
-    let dtypes: Vec<Option<DType>> = node
+    let buffer_of: Vec<Option<usize>> = (0..node.args.len())
+        .map(|i| node.args[i].as_ref().map(|_| i))
+        .collect();
+    let dtypes = operand_dtypes(group, n);
+    Ok(contraction_gemm(&node.te, &dtypes, &buffer_of, node.args.len())?.is_some())
+}
+
+/// The type of each of node `n`'s operands, wherever it comes from.
+fn operand_dtypes(group: &GroupExpr, n: usize) -> Vec<Option<DType>> {
+    group.nodes[n]
         .args
         .iter()
         .map(|a| {
@@ -155,11 +185,7 @@ fn becomes_gemm(group: &GroupExpr, n: usize) -> Result<bool> {
                 Src::Const(t) => t.dtype(),
             })
         })
-        .collect();
-    let buffer_of: Vec<Option<usize>> = (0..node.args.len())
-        .map(|i| node.args[i].as_ref().map(|_| i))
-        .collect();
-    Ok(contraction_gemm(&node.te, &dtypes, &buffer_of, node.args.len())?.is_some())
+        .collect()
 }
 
 pub(crate) fn reductions(group: &GroupExpr) -> Vec<usize> {
@@ -173,18 +199,6 @@ fn is_read_inside(group: &GroupExpr, n: usize) -> bool {
         .nodes
         .iter()
         .any(|m| m.args.iter().flatten().any(|s| *s == Src::Node(n)))
-}
-
-/// Kernel input types by a node's input positions, for contraction checks.
-fn input_dtypes(group: &GroupExpr, n: usize) -> Vec<Option<DType>> {
-    group.nodes[n]
-        .args
-        .iter()
-        .map(|a| match a {
-            Some(Src::Input(j)) => Some(group.inputs[*j].dtype),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Kernel buffer of each input position, when every present input is a
@@ -201,6 +215,58 @@ fn input_buffers_of(group: &GroupExpr, n: usize) -> Option<Vec<Option<usize>>> {
         .collect()
 }
 
+/// Stands for a computed factor's buffer in a contraction until
+/// [`compute_prologues`] replaces the read by the prologue.
+const COMPUTED: usize = usize::MAX;
+
+/// Kernel buffer of each input position of node `n`, [`COMPUTED`] for
+/// operands computed inside the group.
+fn factor_buffers(group: &GroupExpr, n: usize) -> Vec<Option<usize>> {
+    group.nodes[n]
+        .args
+        .iter()
+        .map(|a| {
+            a.as_ref().map(|src| match src {
+                Src::Input(j) => *j,
+                Src::Node(_) | Src::Const(_) => COMPUTED,
+            })
+        })
+        .collect()
+}
+
+/// Replaces each factor of contraction `r`'s `gemm` that the group
+/// computes by its prologue: the producer's value at the factor's index
+/// (`factors`), evaluated while the gemm packs it. A padded window read
+/// cannot be computed (the padding must read zero, not the prologue of
+/// zero).
+fn compute_prologues(group: &GroupExpr, r: usize, factors: &[GemmFactor; 2], gemm: &mut Gemm) -> Result<()> {
+    let node = &group.nodes[r];
+    let window_factor = gemm.window.as_ref().map(|w| usize::from(!w.channels_last));
+    let extents = [[gemm.batch, gemm.m, gemm.k], [gemm.batch, gemm.k, gemm.n]];
+    for (i, input) in [&mut gemm.a, &mut gemm.b].into_iter().enumerate() {
+        let Some(src) = node.args[factors[i].input].as_ref() else {
+            continue;
+        };
+        if matches!(src, Src::Input(_)) {
+            continue;
+        }
+        let padded = input.read().is_some_and(|o| !o.guard.is_empty());
+        if padded || window_factor == Some(i) {
+            bail!("{}: a padded window over an operand computed inside the group", node.label);
+        }
+        let mut inliner = Inliner::new(group);
+        for (var, n) in ["b", "r", "c"].into_iter().zip(extents[i]) {
+            inliner.bind(var, n);
+        }
+        let value = inliner.read(src, &factors[i].index)?;
+        if reads_data_index(&value) {
+            bail!("{}: a gather in a matmul/convolution prologue", node.label);
+        }
+        *input = GemmInput::Computed(value);
+    }
+    Ok(())
+}
+
 pub(crate) fn output_buffer(group: &GroupExpr, k: usize) -> usize {
     group.inputs.len() + k
 }
@@ -213,7 +279,7 @@ fn nests(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredG
         let out = output_buffer(group, k);
         if let Some(buffer_of) = input_buffers_of(group, n) {
             let te = &group.nodes[n].te;
-            if let Some(c) = contraction_gemm(te, &input_dtypes(group, n), &buffer_of, out)? {
+            if let Some(c) = contraction_gemm(te, &operand_dtypes(group, n), &buffer_of, out)? {
                 body.push(Stmt::Gemm(Box::new(c.gemm)));
                 continue;
             }
@@ -256,9 +322,6 @@ fn gemm_with_epilogue(
     r: usize,
     factors: &[Factor],
 ) -> Result<Option<LoweredGroup>> {
-    let Some(buffer_of) = input_buffers_of(group, r) else {
-        return Ok(None);
-    };
     let Some(v) = single_output(group) else {
         return Ok(None);
     };
@@ -267,10 +330,12 @@ fn gemm_with_epilogue(
         return Ok(None);
     }
     let out = output_buffer(group, 0);
-    let Some(c) = contraction_gemm(te, &input_dtypes(group, r), &buffer_of, out)? else {
+    let buffer_of = factor_buffers(group, r);
+    let Some(c) = contraction_gemm(te, &operand_dtypes(group, r), &buffer_of, out)? else {
         return Ok(None);
     };
     let mut gemm = c.gemm;
+    compute_prologues(group, r, &c.factors, &mut gemm)?;
     let mut inliner = Inliner::new(group);
     for (var, n) in [("b", gemm.batch), ("r", gemm.m), ("c", gemm.n)] {
         inliner.bind(var, n);

@@ -126,15 +126,16 @@ pub enum Stmt {
 
 /// `C[b, m, n] = epilogue(Σ_k A[b, m, k] · B[b, k, n])` over flat buffers, each
 /// operand addressed by element strides per logical axis (0 = broadcast)
-/// or, for B, by an implicit-GEMM window read (convolution).
+/// or by an implicit-GEMM window read (convolution); a factor may instead
+/// be computed element by element while it is packed (a prologue).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gemm {
     pub batch: i64,
     pub m: i64,
     pub n: i64,
     pub k: i64,
-    pub a: GemmOperand,
-    pub b: GemmOperand,
+    pub a: GemmInput,
+    pub b: GemmInput,
     pub c: GemmOperand,
     /// When an operand is a convolution's input read window by window: its
     /// geometry, so the code generator can copy whole image rows (or point
@@ -168,9 +169,30 @@ pub struct ConvWindow {
     pub channels_last: bool,
 }
 
+/// A factor of a [`Gemm`]: read from a buffer, or computed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GemmInput {
+    Read(GemmOperand),
+    /// An element-wise prologue: the factor's element at `(b, r, c)` (A:
+    /// batch, row, depth; B: batch, depth, column) as a value whose loads
+    /// are addressed by `b`, `r`, `c`, computed while the gemm packs the
+    /// factor. Never a window.
+    Computed(Val),
+}
+
+impl GemmInput {
+    /// The buffer read, when the factor is read from memory.
+    pub fn read(&self) -> Option<&GemmOperand> {
+        match self {
+            GemmInput::Read(o) => Some(o),
+            GemmInput::Computed(_) => None,
+        }
+    }
+}
+
 /// One operand of a [`Gemm`]: the buffer and the offset of its element as
-/// an index over the variables `b`, `m`, `n`, `k` (A reads `b, m, k`, B
-/// reads `b, k, n`, C is written at `b, m, n`).
+/// an index over the variables `b`, `r`, `c` (the operand's batch, row and
+/// column: A's rows are M and columns K, B's K and N, C's M and N).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GemmOperand {
     pub buf: usize,

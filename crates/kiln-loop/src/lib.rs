@@ -18,7 +18,7 @@ pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, Loop, LoopKind, Scope, Stmt,
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Scope, Stmt,
     Val,
 };
 pub use lower::lower;

@@ -19,10 +19,11 @@
 //!          | "let" name ":" dtype "=" val
 //!          | "alloc" name ":" dtype "[" int,* "]"      (local buffer)
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
-//!                access "=" "sum" access "*" access
+//!                access "=" "sum" factor "*" factor
 //!                [("window" | "window_nhwc") "[" int ("," int)*12 "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
+//! factor  := access | "(" val ")"                 (computed: a prologue)
 //! extent  := int | "min(" f "," total "-" f "*" name ")"
 //! access  := name "[" idx ["if" guard] "]"
 //! guard   := idx "<" int ("&&" idx "<" int)*
@@ -38,7 +39,7 @@
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
 use crate::ir::{
-    Atom, Buffer, Extent, Gemm, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val,
+    Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val,
 };
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};
@@ -487,9 +488,9 @@ impl Parser<'_> {
         let c = self.operand()?;
         self.expect("=")?;
         self.expect_word("sum")?;
-        let a = self.operand()?;
+        let a = self.factor()?;
         self.expect("*")?;
-        let b = self.operand()?;
+        let b = self.factor()?;
         let layout = [false, true]
             .into_iter()
             .find(|&last| self.eat_word(crate::text::window_word(last)));
@@ -524,6 +525,16 @@ impl Parser<'_> {
             window,
             epilogue,
         })))
+    }
+
+    /// A gemm factor: a read, or `(value)` computed while packing.
+    fn factor(&mut self) -> Result<GemmInput> {
+        if !self.eat("(") {
+            return Ok(GemmInput::Read(self.operand()?));
+        }
+        let value = self.val()?;
+        self.expect(")")?;
+        Ok(GemmInput::Computed(value))
     }
 
     fn operand(&mut self) -> Result<GemmOperand> {

@@ -21,7 +21,7 @@
 //! - a split's tail extent prints as `min(f, total - f*outer)`.
 
 use crate::ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
 };
 use kiln_ir::Tensor;
 use std::fmt::{self, Write};
@@ -304,6 +304,10 @@ impl<'a> fmt::Display for GemmText<'a> {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         let (k, g) = (self.0, self.1);
         let operand = |o: &'a GemmOperand| Access(k, o.buf, &o.offset, &o.guard);
+        let factor = |i: &'a GemmInput| match i {
+            GemmInput::Read(o) => operand(o).to_string(),
+            GemmInput::Computed(v) => format!("({})", ValText(k, v)),
+        };
         write!(
             f,
             "gemm b<{}, m<{}, n<{}, k<{}: {} = sum {} * {}",
@@ -312,8 +316,8 @@ impl<'a> fmt::Display for GemmText<'a> {
             g.n,
             g.k,
             operand(&g.c),
-            operand(&g.a),
-            operand(&g.b)
+            factor(&g.a),
+            factor(&g.b)
         )?;
         if let Some(w) = &g.window {
             write!(

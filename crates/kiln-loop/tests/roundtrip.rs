@@ -10,7 +10,7 @@ use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
     apply, default_schedule, parse_kernel, Atom, Buffer, ConvWindow, Directive, Extent, Gemm,
-    GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
+    GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -164,7 +164,7 @@ fn every_construct() -> Kernel {
         LoopKind::Parallel,
         vec![looped("ii", tail, LoopKind::Vectorized, reduction)],
     );
-    let operand = |buf, offset, guard| GemmOperand { buf, offset, guard };
+    let operand = |buf, offset, guard| GemmInput::Read(GemmOperand { buf, offset, guard });
     let gemm = Stmt::Gemm(Box::new(Gemm {
         batch: 2,
         m: 3,
@@ -180,7 +180,11 @@ fn every_construct() -> Kernel {
             var("k").plus(&Idx::constant(-1)),
             vec![(var("k").plus(&Idx::constant(-1)), 4)],
         ),
-        c: operand(3, var("m").scale(4).plus(&var("n")), vec![]),
+        c: GemmOperand {
+            buf: 3,
+            offset: var("m").scale(4).plus(&var("n")),
+            guard: vec![],
+        },
         window: Some(ConvWindow {
             channels: 3,
             size: [9, 7],
@@ -218,7 +222,14 @@ fn every_construct() -> Kernel {
             window.channels_last = true;
         }
     }
-    let mut body = vec![nest, gemm, nhwc];
+    // The same product with A computed while it is packed (a prologue).
+    let mut prologue = gemm.clone();
+    if let Stmt::Gemm(g) = &mut prologue {
+        let a = var("b").scale(15).plus(&var("r").scale(5)).plus(&var("c"));
+        g.a = GemmInput::Computed(call("Relu", vec![load(0, a)]));
+        g.window = None;
+    }
+    let mut body = vec![nest, gemm, nhwc, prologue];
     body.extend(every_combiner);
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
     // A local buffer, declared, written and read.

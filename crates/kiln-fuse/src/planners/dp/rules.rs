@@ -20,10 +20,9 @@
 //! - Supplement 1 (reorganize/shuffle + one-to-many/many-to-many, "fuse
 //!   unless the second op must read its input contiguously", §3.2.1
 //!   analysis 2): when `PlanOptions::contraction_prologues` is false (the
-//!   CPU backend, whose gemm packs its operands from memory) no group
-//!   fuses in front of a contraction, one-to-one producers included
-//!   (rule 1 would allow them; the backend's feedback refused every such
-//!   group); with it true, as in the paper, only refused when a
+//!   default, see there why) no group fuses in front of a contraction,
+//!   one-to-one producers included (rule 1 would allow them); with it
+//!   true, as in the paper, only refused when a
 //!   reorganize/shuffle group feeds a
 //!   contraction (matmul, conv: their kernels pack their operands and read
 //!   them in memory order); allowed for expands and many-to-one ops
