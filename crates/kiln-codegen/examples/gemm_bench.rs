@@ -1,7 +1,7 @@
 //! Measures one generated matmul against the machine's measured fp32 FMA peak.
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
-//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--reps N]
+//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--prepacked] [--reps N]
 //!  [--conv3x3 [--expr | --nhwc] [--kernel K] [--stride S]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
@@ -13,7 +13,11 @@
 //! make the window K x K with stride S and padding K/2 (input side = output side x S):
 //! `64 12544 147 --kernel 7 --stride 2` is ResNet-50's first convolution.
 //!
-//! Compiles (with `$CC`, default `cc`, `-O3 -march=native -fopenmp`; `$KILN_CFLAGS` replaces
+//! `--prepacked` packs B once before timing, as kiln does for a model's weights
+//! (`gemm_prepack_c`), so the timed calls read the packing (batch 1).
+//!
+//! Compiles (with `$CC`, default `cc`, kiln's flags `-O3 -march=native -fopenmp
+//! -ffp-contract=fast -fno-trapping-math`; `$KILN_CFLAGS` replaces
 //! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
 //! M*N) and the FMA peak benchmark, runs it, and prints GFLOP/s (best and median of the
 //! repetitions), the peak for the same thread count and the fraction. A sample of C is checked
@@ -22,7 +26,8 @@
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, GemmSpec, KernelShape, Operand, Param, Tuning, Window,
+    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec,
+    KernelShape, Operand, Param, Prepacked, Tuning, Window,
 };
 use kiln_codegen::peak::peak_c;
 
@@ -39,6 +44,8 @@ struct Args {
     /// Window side and stride of `--conv3x3` (3 and 1 unless `--kernel`/`--stride`).
     kernel: usize,
     stride: usize,
+    /// B packed once before timing (`--prepacked`).
+    prepacked: bool,
     tuning: Tuning,
 }
 
@@ -56,6 +63,7 @@ fn parse_args() -> Result<Args, String> {
         nhwc: false,
         kernel: 3,
         stride: 1,
+        prepacked: false,
         tuning: Tuning::default(),
     };
     let mut iter = std::env::args().skip(1);
@@ -72,6 +80,7 @@ fn parse_args() -> Result<Args, String> {
             "--kernel" => args.kernel = number(iter.next())?,
             "--stride" => args.stride = number(iter.next())?,
             "--reps" => args.reps = number(iter.next())?,
+            "--prepacked" => args.prepacked = true,
             "--kc" => args.tuning.kc = Some(number(iter.next())?),
             "--mc" => args.tuning.mc = Some(number(iter.next())?),
             "--nc" => args.tuning.nc = Some(number(iter.next())?),
@@ -99,6 +108,9 @@ fn parse_args() -> Result<Args, String> {
     }
     let pixels = if args.nhwc { args.m } else { args.n };
     let taps = args.kernel * args.kernel;
+    if args.prepacked && (args.conv || args.batch != 1) {
+        return Err("--prepacked is for plain batch-1 matmuls".into());
+    }
     if args.conv && (!args.k.is_multiple_of(taps) || image_side(pixels).is_none()) {
         return Err(
             "--conv3x3 needs K = kernel^2 * channels and N (M with --nhwc) a square".into(),
@@ -134,13 +146,17 @@ fn spec(args: &Args) -> GemmSpec {
         row,
         col: 1,
     };
+    let mut params = vec![
+        Param::new("const float* restrict", "A"),
+        Param::new("const float* restrict", "B"),
+        Param::new("float* restrict", "C"),
+    ];
+    if args.prepacked {
+        params.push(Param::new("const float* restrict", "P"));
+    }
     GemmSpec {
         name: "bench_gemm".into(),
-        params: vec![
-            Param::new("const float* restrict", "A"),
-            Param::new("const float* restrict", "B"),
-            Param::new("float* restrict", "C"),
-        ],
+        params,
         batch: args.batch,
         m: args.m,
         n: args.n,
@@ -159,7 +175,10 @@ fn spec(args: &Args) -> GemmSpec {
         },
         c: strided("C", m * n, n),
         epilogue: None,
-        prepacked: None,
+        prepacked: args.prepacked.then(|| Prepacked {
+            factor: Factor::B,
+            param: "P".into(),
+        }),
     }
 }
 
@@ -213,10 +232,11 @@ int main(int argc, char** argv)
     unsigned s = 12345;
     for (long i = 0; i < BATCH * M * K; i++) { s = s * 1103515245u + 12345u; A[i] = (float)((s >> 9) & 1023) / 512.0f - 1.0f; }
     for (long i = 0; i < BATCH * K * N; i++) { s = s * 1103515245u + 12345u; B[i] = (float)((s >> 9) & 1023) / 512.0f - 1.0f; }
+@PACK@
     const double peak_before = kiln_fma_peak_gflops(threads);
-    bench_gemm(A, B, C);
+    CALL_GEMM();
     double first = kiln_peak_now();
-    bench_gemm(A, B, C);
+    CALL_GEMM();
     first = kiln_peak_now() - first;
     if (reps <= 0)
         reps = first > 0.5 ? 3 : (int)(1.0 / first) + 3;
@@ -224,7 +244,7 @@ int main(int argc, char** argv)
     double cpu_best = 1e30;
     for (int i = 0; i < reps; i++) {
         const double c0 = kiln_cpu_now(), t0 = kiln_peak_now();
-        bench_gemm(A, B, C);
+        CALL_GEMM();
         times[i] = kiln_peak_now() - t0;
         const double cpu = kiln_cpu_now() - c0;
         if (cpu < cpu_best)
@@ -270,7 +290,16 @@ fn main() {
 fn run() -> Result<(), String> {
     let args = parse_args()?;
     let spec = spec(&args);
-    let gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+    let mut gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+    let pack = if args.prepacked {
+        gemm += &gemm_prepack_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+        let name = prepack_name(&spec);
+        format!(
+            "    float* P = kiln_gemm_alloc({name}_floats());\n    if (!P) return 1;\n    {name}(A, B, C, P, P);\n#define CALL_GEMM() bench_gemm(A, B, C, P)"
+        )
+    } else {
+        "#define CALL_GEMM() bench_gemm(A, B, C)".to_string()
+    };
     let (kernel, stride, pad, taps) = (
         args.kernel,
         args.stride,
@@ -296,6 +325,7 @@ fn run() -> Result<(), String> {
     let main = MAIN
         .replace("@A_AT@", &a_at)
         .replace("@B_AT@", &b_at)
+        .replace("@PACK@", &pack)
         .replace(
             "@KIND@",
             if args.conv {
@@ -318,7 +348,7 @@ fn run() -> Result<(), String> {
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let flags =
-        std::env::var("KILN_CFLAGS").unwrap_or_else(|_| "-O3 -march=native -fopenmp".into());
+        std::env::var("KILN_CFLAGS").unwrap_or_else(|_| "-O3 -march=native -fopenmp -ffp-contract=fast -fno-trapping-math".into());
     let status = Command::new(&cc)
         .args(flags.split_whitespace())
         .arg(&c_path)
