@@ -46,7 +46,7 @@
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::{contraction_gemm, Factor as GemmFactor};
 use crate::group::{Env, GroupExpr, Inliner, Src};
-use crate::ir::{Atom, Buffer, Gemm, GemmInput, Idx, Kernel, Scope, Stmt, Val};
+use crate::ir::{Atom, Buffer, Gemm, GemmInput, GemmOperand, Idx, Kernel, Scope, Stmt, Val};
 use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::schedule::{apply, fused_name, Directive, Schedule};
@@ -236,7 +236,8 @@ fn factor_buffers(group: &GroupExpr, n: usize) -> Vec<Option<usize>> {
 
 /// Replaces each factor of contraction `r`'s `gemm` that the group
 /// computes by its prologue: the producer's value at the factor's index
-/// (`factors`), evaluated while the gemm packs it. A padded window read
+/// (`factors`), evaluated while the gemm packs it, or, when the producers
+/// only move data, a read of their input at the composed index. A padded window read
 /// cannot be computed (the padding must read zero, not the prologue of
 /// zero).
 fn compute_prologues(group: &GroupExpr, r: usize, factors: &[GemmFactor; 2], gemm: &mut Gemm) -> Result<()> {
@@ -258,11 +259,18 @@ fn compute_prologues(group: &GroupExpr, r: usize, factors: &[GemmFactor; 2], gem
         for (var, n) in ["b", "r", "c"].into_iter().zip(extents[i]) {
             inliner.bind(var, n);
         }
-        let value = inliner.read(src, &factors[i].index)?;
-        if reads_data_index(&value) {
-            bail!("{}: a gather in a matmul/convolution prologue", node.label);
-        }
-        *input = GemmInput::Computed(value);
+        *input = match inliner.read(src, &factors[i].index)? {
+            // Data movement only (transposes, reshapes, slices, a gather
+            // of a constant index): the factor is read in place through
+            // the composed index.
+            Val::Load { buf, offset, guard } if guard.is_empty() => {
+                GemmInput::Read(GemmOperand { buf, offset, guard })
+            }
+            value if reads_data_index(&value) => {
+                bail!("{}: a gather in a matmul/convolution prologue", node.label)
+            }
+            value => GemmInput::Computed(value),
+        };
     }
     Ok(())
 }

@@ -249,9 +249,11 @@ impl<'a> Inliner<'a> {
                     },
                     v => v,
                 };
-                Idx::atom(Atom::Data {
-                    value: Box::new(value),
-                    extent: *extent,
+                constant_index(&value, *extent).unwrap_or_else(|| {
+                    Idx::atom(Atom::Data {
+                        value: Box::new(value),
+                        extent: *extent,
+                    })
                 })
             }
         })
@@ -285,4 +287,20 @@ fn same_point(a: &[Idx], b: &[Idx], shape: &[usize]) -> bool {
         && (0..a.len()).all(|d| {
             shape[d] == 1 || a[d].clone().plus(&b[d].clone().scale(-1)).as_constant() == Some(0)
         })
+}
+
+/// A data index that is a constant in range (a Gather of a scalar constant
+/// index, as in selecting q, k or v): the plain index, negative values
+/// counted from `extent`, so the read stays affine. `None` for anything
+/// else, including an index out of range (the kernel reports that).
+fn constant_index(value: &Val, extent: i64) -> Option<Idx> {
+    let Val::Const(t) = value else {
+        return None;
+    };
+    let v = t.data.to_i64_vec().ok()?;
+    let [v] = v[..] else {
+        return None;
+    };
+    let v = if v < 0 { v + extent } else { v };
+    (0..extent).contains(&v).then(|| Idx::constant(v))
 }

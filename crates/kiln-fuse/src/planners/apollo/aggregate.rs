@@ -4,12 +4,13 @@
 //! Needs: a [`FusionGraph`] whose nodes carry APOLLO types
 //! (`NodeInfo::apollo()`).
 //! Guarantees: starting from one micro-graph per primitive op, Table 1's
-//! rules are applied in Algo. 1's priority order
+//! rules (and one of kiln's, below) are applied in Algo. 1's priority order
 //! {1, 2, 3, 4, 5, 6-transpose, {6-matmul}, {6-conv}}, each priority
 //! level to a fixed point, merging a producer/consumer pair only when
 //! `Partition::can_merge` holds; the merged group gets the rule's result
 //! type. Ops of any other opaque kind (reshape, gather, layout, window,
-//! library, …) match no rule and stay alone.
+//! library, …) match no rule of the paper and stay alone, except data
+//! movement feeding a matmul (below).
 //!
 //! Decisions kiln makes where the paper leaves room:
 //! - Within {6-matmul} and {6-conv} (equal priority in the paper) every
@@ -24,6 +25,12 @@
 //!   backend applies it element by element while packing the operand; a
 //!   broadcast of a computed row (Softmax's final `Div`) is left for
 //!   Layer II to stitch to its reduction.
+//! - One row beyond the paper, at the 6-matmul level: a data-movement
+//!   producer (transpose, reshape, slice, gather of a constant index, as
+//!   in splitting q, k, v into heads) joins a matmul group, which reads
+//!   its operand through the composed index instead of a copy (the
+//!   backend refuses what does not compose, e.g. a gather of computed
+//!   indices). Convolutions take none: their image is read as a window.
 //! - Two contractions never share a group: rule 6 joins a contraction
 //!   group only with an element-wise/broadcast group, which holds none.
 //! - The epilogue restriction is enforced here, not left to the feedback
@@ -63,6 +70,7 @@ pub const TABLE_1: &[&[Rule]] = &[
     &[
         /* 6-matmul */ Rule::new(Side::MATMUL, Side::EwOrBcast, MATMUL),
         /* 6-matmul */ Rule::new(Side::EwOrBcast, Side::MATMUL, MATMUL),
+        /* kiln */ Rule::new(Side::Movement, Side::MATMUL, MATMUL),
     ],
     &[
         /* 6-conv */ Rule::new(Side::CONV, Side::EwOrBcast, CONV),

@@ -21,6 +21,9 @@ pub enum Side {
     Is(ApolloType),
     /// Element-wise or broadcast.
     EwOrBcast,
+    /// Data movement: transpose, reshape, gather, layout (slice, pad,
+    /// concat).
+    Movement,
 }
 
 impl Side {
@@ -35,6 +38,15 @@ impl Side {
         match self {
             Side::Is(t) => t == ty,
             Side::EwOrBcast => matches!(ty, ApolloType::ElementWise | ApolloType::Broadcast),
+            Side::Movement => matches!(
+                ty,
+                ApolloType::Opaque(
+                    OpaqueKind::Transpose
+                        | OpaqueKind::Reshape
+                        | OpaqueKind::Gather
+                        | OpaqueKind::Layout
+                )
+            ),
         }
     }
 }
