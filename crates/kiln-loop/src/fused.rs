@@ -41,7 +41,9 @@
 //!   one must place the row's dimensions on some of its own (outputs that
 //!   read none run as plain nests before the rows). Element-wise values are
 //!   recomputed where read rather than stored (they are cheap next to the
-//!   memory they would cost).
+//!   memory they would cost), except a reduced value an output reads at
+//!   its own position (Softmax's exp), which the reduction stores into
+//!   that output as it sums (`row_values.rs`).
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::{contraction_gemm, Factor as GemmFactor};
@@ -49,6 +51,7 @@ use crate::group::{Env, GroupExpr, Inliner, Src};
 use crate::ir::{Atom, Buffer, Gemm, GemmInput, GemmOperand, Idx, Kernel, Scope, Stmt, Val};
 use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
+use crate::row_values::store_reduced_values;
 use crate::schedule::{apply, fused_name, Directive, Schedule};
 use crate::window::window_in_registers;
 use kiln_ir::{bail, DType, Result, Tensor};
@@ -581,6 +584,11 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
             )?);
         }
     }
+    let reduced_type = |acc: &str| {
+        let j: usize = acc.strip_prefix("acc")?.parse().ok()?;
+        Some(group.nodes[*reds.get(j)?].te.dtype)
+    };
+    store_reduced_values(&mut row_body, &reduced_type, &|b| buffers[b].dtype);
     let mut body = row_body;
     for (v, &e) in row_vars.iter().zip(&row_extents).rev() {
         body = loop_or_zero(v, e as i64, body);
@@ -787,16 +795,23 @@ fn loop_named(s: &Stmt, v: &str) -> bool {
 }
 
 /// Variables of the innermost reduction loops whose body is one sum,
-/// product, max or min update (vectorized with partial results per lane;
+/// product, max or min update (after at most a local and stores) (vectorized with partial results per lane;
 /// the C printer's max/min reductions propagate NaN as the serial loop
 /// does).
 fn innermost_reduction_loops(s: &Stmt, out: &mut Vec<String>) {
     if let Stmt::Loop(l) = s {
-        if let [Stmt::Update { combiner, .. }] = l.body.as_slice() {
-            if matches!(
-                combiner,
-                Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
-            ) {
+        // The update may follow the value's local and its store
+        // (`row_values.rs`).
+        if let [before @ .., Stmt::Update { combiner, .. }] = l.body.as_slice() {
+            let plain = before
+                .iter()
+                .all(|s| matches!(s, Stmt::Let { .. } | Stmt::Store { .. }));
+            if plain
+                && matches!(
+                    combiner,
+                    Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
+                )
+            {
                 out.push(l.var.clone());
             }
         }

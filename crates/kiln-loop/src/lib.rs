@@ -11,6 +11,7 @@ pub mod inline_constants;
 pub mod ir;
 pub mod lower;
 pub mod operand_scale;
+pub mod row_values;
 mod parse;
 pub mod schedule;
 mod text;
