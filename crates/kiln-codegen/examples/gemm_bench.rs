@@ -26,8 +26,8 @@
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec,
-    KernelShape, Operand, Param, Prepacked, Tuning, Window,
+    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
+    Operand, Param, Prepacked, Tuning, Window,
 };
 use kiln_codegen::peak::peak_c;
 
@@ -347,8 +347,9 @@ fn run() -> Result<(), String> {
         std::fs::copy(&c_path, &keep).map_err(|e| e.to_string())?;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let flags =
-        std::env::var("KILN_CFLAGS").unwrap_or_else(|_| "-O3 -march=native -fopenmp -ffp-contract=fast -fno-trapping-math".into());
+    let flags = std::env::var("KILN_CFLAGS").unwrap_or_else(|_| {
+        "-O3 -march=native -fopenmp -ffp-contract=fast -fno-trapping-math".into()
+    });
     let status = Command::new(&cc)
         .args(flags.split_whitespace())
         .arg(&c_path)

@@ -272,7 +272,10 @@ fn window(param: &str, w: &ConvWindow) -> Window {
 fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand> {
     let (text, dtype) = printer(k, extents).val(v)?;
     if dtype != DType::F32 {
-        bail!("{}: a gemm prologue computes {dtype}, the product is f32", k.name);
+        bail!(
+            "{}: a gemm prologue computes {dtype}, the product is f32",
+            k.name
+        );
     }
     Ok(Operand::Expr(text))
 }

@@ -77,7 +77,11 @@ fn transcendentals_match_libm() {
         .arg("-lm")
         .output()
         .expect("run C compiler");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe).output().expect("run test program");
     let text = String::from_utf8_lossy(&run.stdout).to_string();
     eprintln!("{text}");
@@ -90,14 +94,19 @@ fn transcendentals_match_libm() {
     };
     for (name, bound) in [("erf", 3e-6), ("tanh", 3e-6), ("exp", 1e-6)] {
         let err = value(name);
-        assert!(err < bound, "{name}: max relative error {err:e} over {bound:e}\n{text}");
+        assert!(
+            err < bound,
+            "{name}: max relative error {err:e} over {bound:e}\n{text}"
+        );
     }
     let special = text
         .lines()
         .find(|l| l.starts_with("special "))
         .expect("special values line");
     assert!(
-        special["special ".len()..].split_whitespace().all(|v| v == "1"),
+        special["special ".len()..]
+            .split_whitespace()
+            .all(|v| v == "1"),
         "NaN, infinities, signed zero or saturation wrong: {special}"
     );
 }

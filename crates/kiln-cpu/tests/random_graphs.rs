@@ -272,22 +272,28 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
         fused_groups > count as usize,
         "only {fused_groups} fused groups"
     );
-    assert!(prologues > 0, "no group fused a prologue into a matmul/convolution");
+    assert!(
+        prologues > 0,
+        "no group fused a prologue into a matmul/convolution"
+    );
 }
 
 /// Groups in which a matmul or convolution reads a value another member
 /// computes (a prologue).
 fn prologue_groups(g: &kiln_ir::Graph, plan: &kiln_fuse::Plan) -> usize {
     let producers = g.producers();
-    let contraction = |n: usize| matches!(g.nodes[n].op.as_str(), "MatMul" | "Conv" | "ChannelsLast");
+    let contraction =
+        |n: usize| matches!(g.nodes[n].op.as_str(), "MatMul" | "Conv" | "ChannelsLast");
     plan.groups
         .iter()
         .filter(|group| {
             group.nodes.iter().any(|&n| {
                 contraction(n)
-                    && g.nodes[n].inputs.iter().flatten().any(|v| {
-                        producers[v.index()].is_some_and(|p| group.nodes.contains(&p))
-                    })
+                    && g.nodes[n]
+                        .inputs
+                        .iter()
+                        .flatten()
+                        .any(|v| producers[v.index()].is_some_and(|p| group.nodes.contains(&p)))
             })
         })
         .count()

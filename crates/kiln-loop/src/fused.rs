@@ -162,7 +162,9 @@ fn gemm_with_prologue(
     }
     match gemm_with_epilogue(group, name, buffers, r, &[])? {
         Some(lowered) => Ok(lowered),
-        None => bail!("{label}: a matmul/convolution with a prologue and more than one element-wise output"),
+        None => bail!(
+            "{label}: a matmul/convolution with a prologue and more than one element-wise output"
+        ),
     }
 }
 
@@ -243,7 +245,12 @@ fn factor_buffers(group: &GroupExpr, n: usize) -> Vec<Option<usize>> {
 /// only move data, a read of their input at the composed index. A padded window read
 /// cannot be computed (the padding must read zero, not the prologue of
 /// zero).
-fn compute_prologues(group: &GroupExpr, r: usize, factors: &[GemmFactor; 2], gemm: &mut Gemm) -> Result<()> {
+fn compute_prologues(
+    group: &GroupExpr,
+    r: usize,
+    factors: &[GemmFactor; 2],
+    gemm: &mut Gemm,
+) -> Result<()> {
     let node = &group.nodes[r];
     let window_factor = gemm.window.as_ref().map(|w| usize::from(!w.channels_last));
     let extents = [[gemm.batch, gemm.m, gemm.k], [gemm.batch, gemm.k, gemm.n]];
@@ -256,7 +263,10 @@ fn compute_prologues(group: &GroupExpr, r: usize, factors: &[GemmFactor; 2], gem
         }
         let padded = input.read().is_some_and(|o| !o.guard.is_empty());
         if padded || window_factor == Some(i) {
-            bail!("{}: a padded window over an operand computed inside the group", node.label);
+            bail!(
+                "{}: a padded window over an operand computed inside the group",
+                node.label
+            );
         }
         let mut inliner = Inliner::new(group);
         for (var, n) in ["b", "r", "c"].into_iter().zip(extents[i]) {

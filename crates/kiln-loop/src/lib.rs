@@ -11,16 +11,16 @@ pub mod inline_constants;
 pub mod ir;
 pub mod lower;
 pub mod operand_scale;
-pub mod row_values;
 mod parse;
+pub mod row_values;
 pub mod schedule;
 mod text;
 pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Scope, Stmt,
-    Val,
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind,
+    Scope, Stmt, Val,
 };
 pub use lower::lower;
 pub use parse::parse as parse_kernel;

@@ -39,7 +39,8 @@
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
 use crate::ir::{
-    Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val,
+    Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope,
+    Stmt, Val,
 };
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};

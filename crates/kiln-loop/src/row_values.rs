@@ -127,10 +127,7 @@ fn set_store_value(s: &mut Stmt, new: Val) {
 /// `new` instead.
 fn set_reduction_body(s: &mut Stmt, before: Vec<Stmt>, new: Val) {
     if let Stmt::Loop(l) = s {
-        if let [Stmt::Update {
-            name, combiner, ..
-        }] = l.body.as_slice()
-        {
+        if let [Stmt::Update { name, combiner, .. }] = l.body.as_slice() {
             let update = Stmt::Update {
                 name: name.clone(),
                 combiner: *combiner,

@@ -21,7 +21,8 @@
 //! - a split's tail extent prints as `min(f, total - f*outer)`.
 
 use crate::ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope,
+    Stmt, Val,
 };
 use kiln_ir::Tensor;
 use std::fmt::{self, Write};
