@@ -16,8 +16,8 @@
 //! `--prepacked` packs B once before timing, as kiln does for a model's weights
 //! (`gemm_prepack_c`), so the timed calls read the packing (batch 1).
 //!
-//! Compiles (with `$CC`, default `cc`, kiln's flags `-O3 -march=native -fopenmp
-//! -ffp-contract=fast -fno-trapping-math`; `$KILN_CFLAGS` replaces
+//! Compiles (with `$CC`, default `cc`, kiln's flags `CompilerConfig::default_flags("native")`;
+//! `$KILN_CFLAGS` replaces
 //! those) one program holding the generated gemm (row-major A, B, C; batch strides M*K, K*N,
 //! M*N) and the FMA peak benchmark, runs it, and prints GFLOP/s (best and median of the
 //! repetitions), the peak for the same thread count and the fraction. A sample of C is checked
@@ -347,11 +347,11 @@ fn run() -> Result<(), String> {
         std::fs::copy(&c_path, &keep).map_err(|e| e.to_string())?;
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let flags = std::env::var("KILN_CFLAGS").unwrap_or_else(|_| {
-        "-O3 -march=native -fopenmp -ffp-contract=fast -fno-trapping-math".into()
-    });
+    let flags = std::env::var("KILN_CFLAGS")
+        .map(|f| f.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_else(|_| kiln_runtime::jit::CompilerConfig::default_flags("native"));
     let status = Command::new(&cc)
-        .args(flags.split_whitespace())
+        .args(&flags)
         .arg(&c_path)
         .arg("-o")
         .arg(&exe)

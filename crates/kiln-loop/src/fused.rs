@@ -242,9 +242,9 @@ fn factor_buffers(group: &GroupExpr, n: usize) -> Vec<Option<usize>> {
 /// Replaces each factor of contraction `r`'s `gemm` that the group
 /// computes by its prologue: the producer's value at the factor's index
 /// (`factors`), evaluated while the gemm packs it, or, when the producers
-/// only move data, a read of their input at the composed index. A padded window read
-/// cannot be computed (the padding must read zero, not the prologue of
-/// zero).
+/// only move data, a read of their input at the composed index. A padded
+/// window read cannot be computed (the padding must read zero, not the
+/// prologue of zero).
 fn compute_prologues(
     group: &GroupExpr,
     r: usize,
@@ -594,11 +594,7 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
             )?);
         }
     }
-    let reduced_type = |acc: &str| {
-        let j: usize = acc.strip_prefix("acc")?.parse().ok()?;
-        Some(group.nodes[*reds.get(j)?].te.dtype)
-    };
-    store_reduced_values(&mut row_body, &reduced_type, &|b| buffers[b].dtype);
+    store_reduced_values(&mut row_body, &|b| buffers[b].dtype);
     let mut body = row_body;
     for (v, &e) in row_vars.iter().zip(&row_extents).rev() {
         body = loop_or_zero(v, e as i64, body);
@@ -805,13 +801,11 @@ fn loop_named(s: &Stmt, v: &str) -> bool {
 }
 
 /// Variables of the innermost reduction loops whose body is one sum,
-/// product, max or min update (after at most a local and stores) (vectorized with partial results per lane;
-/// the C printer's max/min reductions propagate NaN as the serial loop
-/// does).
+/// product, max or min update, possibly after locals and stores
+/// (`row_values.rs`), vectorized with partial results per lane (the C
+/// printer's max/min reductions propagate NaN as the serial loop does).
 fn innermost_reduction_loops(s: &Stmt, out: &mut Vec<String>) {
     if let Stmt::Loop(l) = s {
-        // The update may follow the value's local and its store
-        // (`row_values.rs`).
         if let [before @ .., Stmt::Update { combiner, .. }] = l.body.as_slice() {
             let plain = before
                 .iter()

@@ -7,7 +7,8 @@
 //! Needs: a row body as the rows form builds it, before the row loops are
 //! wrapped around it: per reduction `let acc; for r in 0..E { acc =
 //! comb(acc, X(r)) }; let v = acc`, then per output `for j in 0..E {
-//! out[o(j)] = F }`, and each output buffer's element type.
+//! out[o(j)] = F }` (the type of the reduced values is `v`'s), and each
+//! output buffer's element type.
 //! Guarantees: where an output loop of the same extent `E` has `X(j)` as a
 //! subterm of `F`, `X` computes something (it is not a plain load) and the
 //! output's element type is the reduced value's, the reduction loop becomes
@@ -19,14 +20,9 @@
 use crate::ir::{Extent, Idx, Stmt, Val};
 use kiln_ir::DType;
 
-/// Rewrites `body` (see the module doc). `reduced_type(acc)` is the type
-/// of the values reduction accumulator `acc` combines, `output_type(buf)`
-/// the element type of output buffer `buf`.
-pub fn store_reduced_values(
-    body: &mut [Stmt],
-    reduced_type: &dyn Fn(&str) -> Option<DType>,
-    output_type: &dyn Fn(usize) -> DType,
-) {
+/// Rewrites `body` (see the module doc); `output_type(buf)` is the
+/// element type of output buffer `buf`.
+pub fn store_reduced_values(body: &mut [Stmt], output_type: &dyn Fn(usize) -> DType) {
     for r in 0..body.len() {
         let Some((var, extent, acc, value)) = reduction_loop(&body[r]) else {
             continue;
@@ -34,7 +30,7 @@ pub fn store_reduced_values(
         if matches!(value, Val::Load { .. }) {
             continue;
         }
-        let Some(dtype) = reduced_type(&acc) else {
+        let Some(dtype) = reduced_type(&body[r + 1..], &acc) else {
             continue;
         };
         for o in r + 1..body.len() {
@@ -74,6 +70,19 @@ pub fn store_reduced_values(
             break;
         }
     }
+}
+
+/// The type of the local the reduction into `acc` is rounded to
+/// (`let v: T = acc`, the node's type: that of the values it combines).
+fn reduced_type(after: &[Stmt], acc: &str) -> Option<DType> {
+    after.iter().find_map(|s| match s {
+        Stmt::Let {
+            dtype,
+            value: Val::Local(name),
+            ..
+        } if name == acc => Some(*dtype),
+        _ => None,
+    })
 }
 
 /// `for var in 0..E { acc = comb(acc, value) }`: (var, E, acc, value).
