@@ -279,25 +279,31 @@ KILN_INLINE float kiln_expf(float x) {
   return x != x ? x : y;
 }
 KILN_INLINE float kiln_tanhf(float x) {
-  /* x P(x^2) / Q(x^2) on [-9, 9], +-1 beyond (tanh(9) = 1 - 3e-8) */
-  float c = x > 9.0f ? 9.0f : (x < -9.0f ? -9.0f : x);
+  /* x P(x^2) / Q(x^2) below |x| = 9, sign(x) from there (tanh(9) = 1 - 3e-8); odd, so it is
+     computed on |x| and the sign copied back: every select is one compare
+     and one blend (nested ternaries became chains of mask operations) */
+  float a = fabsf(x);
+  float c = a < 9.0f ? x : 0.0f;
   float t = c * c;
   float p = (((-5.2575375e-09f * t + 6.649916e-06f) * t + 0.0026265313f) * t + 0.12643154f) * t + 0.9999997f;
   float q = ((0.00018785353f * t + 0.022551253f) * t + 0.45976177f) * t + 1.0f;
-  float y = c * p / q;
-  y = c >= 9.0f ? 1.0f : (c <= -9.0f ? -1.0f : y);
-  y = y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
+  float y = fabsf(c * p / q);
+  y = y < 1.0f ? y : 1.0f;
+  y = a < 9.0f ? y : 1.0f;
+  y = copysignf(y, x);
   return x != x ? x : y;
 }
 KILN_INLINE float kiln_erff(float x) {
-  /* x P(x^2) / Q(x^2) on [-4, 4], +-1 beyond (erf(4) = 1 - 2e-8) */
-  float c = x > 4.0f ? 4.0f : (x < -4.0f ? -4.0f : x);
+  /* x P(x^2) / Q(x^2) below |x| = 4, sign(x) from there (erf(4) = 1 - 2e-8); as kiln_tanhf */
+  float a = fabsf(x);
+  float c = a < 4.0f ? x : 0.0f;
   float t = c * c;
   float p = ((((-1.4093106e-06f * t + 0.00024562128f) * t + 0.009741057f) * t + 0.07086216f) * t + 0.35364833f) * t + 1.1283791f;
   float q = (((0.0022808933f * t + 0.027168766f) * t + 0.17841128f) * t + 0.64674103f) * t + 1.0f;
-  float y = c * p / q;
-  y = c >= 4.0f ? 1.0f : (c <= -4.0f ? -1.0f : y);
-  y = y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
+  float y = fabsf(c * p / q);
+  y = y < 1.0f ? y : 1.0f;
+  y = a < 4.0f ? y : 1.0f;
+  y = copysignf(y, x);
   return x != x ? x : y;
 }
 /* NaN-propagating max/min without branches: the NaN operand (if any) is
