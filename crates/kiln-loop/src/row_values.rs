@@ -15,7 +15,10 @@
 //! `let x = X(r); out[o(r)] = x; acc = comb(acc, x)` and `F` reads
 //! `out[o(j)]` in place of `X(j)`. The output loop then overwrites every
 //! element it was given, so the kernel computes the same values, bit for
-//! bit, with `X` evaluated once per element. Anything else is unchanged.
+//! bit, with `X` evaluated once per element. A later reduction of extent
+//! `E` whose value contains `X(r')` reads `out[o(r')]` there too (masked
+//! Softmax: the sum's exp reads the masked logits the max loop stored, and
+//! then stores the exp for the division). Anything else is unchanged.
 
 use crate::ir::{Extent, Idx, Stmt, Val};
 use kiln_ir::DType;
@@ -51,6 +54,12 @@ pub fn store_reduced_values(body: &mut [Stmt], output_type: &dyn Fn(usize) -> DT
             };
             set_store_value(&mut body[o], rewritten);
             let local = format!("{acc}_x");
+            read_stored_in_later_reductions(
+                &mut body[r + 1..],
+                (&var, &value),
+                extent,
+                (buf, &j, &offset),
+            );
             set_reduction_body(
                 &mut body[r],
                 vec![
@@ -122,6 +131,47 @@ fn replace(v: &Val, from: &Val, to: &Val) -> Option<Val> {
         .map(|(r, a)| r.unwrap_or_else(|| a.clone()))
         .collect();
     Some(Val::Call(op.clone(), args))
+}
+
+/// A later reduction of the same extent that combines a term containing
+/// `value` (the one just stored into `buf` at `offset(j)`, `var` its loop
+/// variable) reads it from `buf` instead: the stored row is complete before
+/// that loop starts, and its own store (if it gets one) writes each element
+/// after reading it. Masked Softmax's `exp(where(m, x * s, -inf) - max)` then
+/// reads the masked values the max loop stored, and in turn stores its exp
+/// for the output loop.
+fn read_stored_in_later_reductions(
+    later: &mut [Stmt],
+    (var, value): (&str, &Val),
+    extent: i64,
+    (buf, j, offset): (usize, &str, &Idx),
+) {
+    for s in later {
+        let Some((var_k, extent_k, _, value_k)) = reduction_loop(s) else {
+            continue;
+        };
+        if extent_k != extent {
+            continue;
+        }
+        let stored = Val::Load {
+            buf,
+            offset: offset.substitute(j, &Idx::var(&var_k)),
+            guard: Vec::new(),
+        };
+        let at_k = value.substitute(var, &Idx::var(&var_k));
+        if let Some(rewritten) = replace(&value_k, &at_k, &stored) {
+            set_update_value(s, rewritten);
+        }
+    }
+}
+
+/// A reduction loop `for r { acc = comb(acc, v) }` combines `new` instead of `v`.
+fn set_update_value(s: &mut Stmt, new: Val) {
+    if let Stmt::Loop(l) = s {
+        if let [Stmt::Update { value, .. }] = l.body.as_mut_slice() {
+            *value = new;
+        }
+    }
 }
 
 fn set_store_value(s: &mut Stmt, new: Val) {
