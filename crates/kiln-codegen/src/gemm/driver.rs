@@ -253,10 +253,26 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             ));
         }
     }
+    if let Some(param) = prepacked(Side::B) {
+        // The panel the task reads next: this block's next one, or the next block's first.
+        let block = plan.n_panels() * nr;
+        w.line(format!(
+            "const long kiln_kn = {k} - kiln_k0 - kiln_kc < {kc} ? {k} - kiln_k0 - kiln_kc : {kc};"
+        ));
+        w.line(format!(
+            "const float* kiln_bnext = kiln_q + 1 < kiln_pb1 ? kiln_bpanel + kiln_kc * {nr} : kiln_kn > 0 ? {param} + (kiln_k0 + kiln_kc) * {block} + kiln_pb0 * kiln_kn * {nr} : 0;"
+        ));
+        w.line(format!(
+            "const long kiln_bnext_floats = (kiln_q + 1 < kiln_pb1 ? kiln_kc : kiln_kn) * {nr};"
+        ));
+    }
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
     w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
     ));
+    if prepacked(Side::B).is_some() {
+        w.line("if (kiln_bnext) kiln_gemm_prefetch_part(kiln_bnext, kiln_bnext_floats, kiln_s - kiln_pa0, kiln_pa1 - kiln_pa0);");
+    }
     let packed = |w: &mut CWriter| {
         w.line(panel_pointer(
             "kiln_apanel",

@@ -47,6 +47,17 @@ static float* kiln_gemm_alloc(long floats)
     return (float*)aligned_alloc(64, bytes);
 }
 
+/* Part `part` of `parts` of the `floats` floats from `p`, fetched into L2 one cache line
+   (16 floats) at a time: a prepacked weight panel the next tiles read, streamed from memory
+   a slice per tile while the current panel is in use instead of all at once, stalled, when
+   its first tile starts. */
+static inline void kiln_gemm_prefetch_part(const float* p, long floats, long part, long parts)
+{
+    const long lines = (floats + 15) / 16, per = (lines + parts - 1) / parts;
+    for (long l = part * per; l < (part + 1) * per && l < lines; l++)
+        __builtin_prefetch(p + l * 16, 0, 2);
+}
+
 /* Chooses how many M and N blocks (*mb, *nb: at least their incoming values, at most mpan and
    npan panels) to cut the batch * mb * nb tasks into, for the OpenMP thread count: the least
    makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
