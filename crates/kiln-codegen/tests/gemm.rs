@@ -3,6 +3,9 @@
 //! for every vector width the C supports (AVX-512, AVX2, 16-byte fallback), with and without
 //! OpenMP, and on 1, 2 and 3 threads. Skipped, with a note, when no C compiler is installed.
 
+mod common;
+
+use common::compile;
 use std::path::Path;
 use std::process::Command;
 
@@ -756,23 +759,6 @@ fn compiler() -> Option<String> {
             None
         }
     }
-}
-
-/// Compiles `source` into `exe`, failing the test with the compiler's messages.
-fn compile(cc: &str, flags: &[&str], source: &Path, exe: &Path) {
-    let out = Command::new(cc)
-        .args(flags)
-        .arg(source)
-        .arg("-o")
-        .arg(exe)
-        .arg("-lm")
-        .output()
-        .expect("run C compiler");
-    assert!(
-        out.status.success(),
-        "{cc} {flags:?} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn write_floats(path: &Path, data: &[f32]) {

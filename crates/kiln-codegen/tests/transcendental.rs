@@ -4,6 +4,8 @@
 //! (`CompilerConfig::default_flags`), plus the
 //! special values (NaN, ±0, ±inf, saturation).
 
+mod common;
+
 use std::process::Command;
 
 const PROGRAM: &str = r#"
@@ -54,19 +56,7 @@ fn transcendentals_match_libm() {
     std::fs::write(&source, kiln_codegen::c::prelude() + PROGRAM).expect("write C");
     // kiln's own flags, as its JIT compiles generated C.
     let flags = kiln_runtime::jit::CompilerConfig::default_flags("native");
-    let out = Command::new(&cc)
-        .args(flags)
-        .arg(&source)
-        .arg("-o")
-        .arg(&exe)
-        .arg("-lm")
-        .output()
-        .expect("run C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::compile(&cc, &flags, &source, &exe);
     let run = Command::new(&exe).output().expect("run test program");
     let text = String::from_utf8_lossy(&run.stdout).to_string();
     eprintln!("{text}");
