@@ -2,19 +2,22 @@
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
 //!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--prepacked] [--reps N]
-//!  [--conv3x3 [--expr | --nhwc] [--kernel K] [--stride S]]`
+//!  [--conv3x3 [--expr | --nhwc | --rows] [--kernel K] [--stride S]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
 //! over `K/9` input channels of a square `sqrt(N) x sqrt(N)` image (M = output channels), the
 //! way a ResNet layer runs (64 3136 576 is ResNet-50's 3x3 conv of stage 2): a `Window`
 //! operand, or with `--expr` the same read written as an `Operand::Expr`. With `--nhwc` the
 //! image is NHWC and A is the window (M = pixels of a square image, N = output channels), read
-//! through row pointers: `3136 64 576` is the same stage-2 convolution. `--kernel K --stride S`
+//! through row pointers: `3136 64 576` is the same stage-2 convolution. With `--rows` the image
+//! is NCHW and A is the window with pixels as rows (M = pixels), read from a zero-padded copy
+//! through per-K offsets. `--kernel K --stride S`
 //! make the window K x K with stride S and padding K/2 (input side = output side x S):
-//! `64 12544 147 --kernel 7 --stride 2` is ResNet-50's first convolution.
+//! `64 12544 147 --kernel 7 --stride 2` is ResNet-50's first convolution (`12544 64 147
+//! --rows --prepacked`: the same, pixels as rows).
 //!
 //! `--prepacked` packs B once before timing, as kiln does for a model's weights
-//! (`gemm_prepack_c`), so the timed calls read the packing (batch 1).
+//! (`gemm_prepack_c`), so the timed calls read the packing (batch 1; B strided).
 //!
 //! Compiles (with `$CC`, default `cc`, kiln's flags `CompilerConfig::default_flags("native")`;
 //! `$KILN_CFLAGS` replaces
@@ -27,7 +30,7 @@ use std::process::Command;
 
 use kiln_codegen::gemm::{
     gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
-    Operand, Param, Prepacked, Tuning, Window,
+    Operand, Param, Prepacked, Tuning, Window, WindowLayout,
 };
 use kiln_codegen::peak::peak_c;
 
@@ -41,6 +44,7 @@ struct Args {
     conv: bool,
     expr: bool,
     nhwc: bool,
+    rows: bool,
     /// Window side and stride of `--conv3x3` (3 and 1 unless `--kernel`/`--stride`).
     kernel: usize,
     stride: usize,
@@ -61,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
         conv: false,
         expr: false,
         nhwc: false,
+        rows: false,
         kernel: 3,
         stride: 1,
         prepacked: false,
@@ -77,6 +82,7 @@ fn parse_args() -> Result<Args, String> {
             "--conv3x3" => args.conv = true,
             "--expr" => args.expr = true,
             "--nhwc" => args.nhwc = true,
+            "--rows" => args.rows = true,
             "--kernel" => args.kernel = number(iter.next())?,
             "--stride" => args.stride = number(iter.next())?,
             "--reps" => args.reps = number(iter.next())?,
@@ -106,14 +112,16 @@ fn parse_args() -> Result<Args, String> {
         [m, n, k, threads] => (args.m, args.n, args.k, args.threads) = (*m, *n, *k, *threads),
         _ => return Err("usage: gemm_bench [M N K] [threads] [--options]".into()),
     }
-    let pixels = if args.nhwc { args.m } else { args.n };
+    let pixel_rows = args.nhwc || args.rows;
+    let pixels = if pixel_rows { args.m } else { args.n };
     let taps = args.kernel * args.kernel;
-    if args.prepacked && (args.conv || args.batch != 1) {
-        return Err("--prepacked is for plain batch-1 matmuls".into());
+    if args.prepacked && ((args.conv && !pixel_rows) || args.batch != 1) {
+        return Err("--prepacked is for batch-1 matmuls with a strided B".into());
     }
     if args.conv && (!args.k.is_multiple_of(taps) || image_side(pixels).is_none()) {
         return Err(
-            "--conv3x3 needs K = kernel^2 * channels and N (M with --nhwc) a square".into(),
+            "--conv3x3 needs K = kernel^2 * channels and N (M with --nhwc or --rows) a square"
+                .into(),
         );
     }
     Ok(args)
@@ -163,14 +171,19 @@ fn spec(args: &Args) -> GemmSpec {
         k: args.k,
         a: match image_side(args.m) {
             Some(side) if args.conv && args.nhwc => {
-                Operand::Window(square_window("A", side, args, true))
+                Operand::Window(square_window("A", side, args, WindowLayout::ChannelsLast))
+            }
+            Some(side) if args.conv && args.rows => {
+                Operand::Window(square_window("A", side, args, WindowLayout::Rows))
             }
             _ => strided("A", m * k, k),
         },
         b: match image_side(args.n) {
-            _ if args.nhwc => strided("B", k * n, n),
+            _ if args.nhwc || args.rows => strided("B", k * n, n),
             Some(side) if args.conv && args.expr => Operand::Expr(conv_expr(args.k, side)),
-            Some(side) if args.conv => Operand::Window(square_window("B", side, args, false)),
+            Some(side) if args.conv => {
+                Operand::Window(square_window("B", side, args, WindowLayout::Columns))
+            }
             _ => strided("B", k * n, n),
         },
         c: strided("C", m * n, n),
@@ -184,7 +197,7 @@ fn spec(args: &Args) -> GemmSpec {
 
 /// A `kernel x kernel` window of stride `stride` and padding `kernel / 2` over `K / kernel^2`
 /// channels, producing a `side x side` output, in `param`.
-fn square_window(param: &str, side: usize, args: &Args, channels_last: bool) -> Window {
+fn square_window(param: &str, side: usize, args: &Args, layout: WindowLayout) -> Window {
     let (kernel, stride) = (args.kernel, args.stride);
     let input = side * stride;
     Window {
@@ -197,7 +210,7 @@ fn square_window(param: &str, side: usize, args: &Args, channels_last: bool) -> 
         stride: [stride, stride],
         pad: [kernel / 2, kernel / 2],
         dilation: [1, 1],
-        channels_last,
+        layout,
     }
 }
 
@@ -307,7 +320,7 @@ fn run() -> Result<(), String> {
         args.kernel * args.kernel,
     );
     let b_at = match image_side(args.n) {
-        Some(side) if args.conv && !args.nhwc => format!(
+        Some(side) if args.conv && !args.nhwc && !args.rows => format!(
             "#define B_IN(b, ci, y, x) ((y) >= 0 && (y) < {input} && (x) >= 0 && (x) < {input} ? B[(b) * (K / {taps}) * {input} * {input} + (ci) * {input} * {input} + (y) * {input} + (x)] : 0.0f)\n\
              #define B_AT(b, p, j) B_IN(b, (p) / {taps}, (j) / {side} * {stride} + (p) / {kernel} % {kernel} - {pad}, (j) % {side} * {stride} + (p) % {kernel} - {pad})\n",
             input = side * stride
@@ -318,6 +331,11 @@ fn run() -> Result<(), String> {
         Some(side) if args.conv && args.nhwc => format!(
             "#define A_IN(b, y, x, ci) ((y) >= 0 && (y) < {input} && (x) >= 0 && (x) < {input} ? A[(b) * {input} * {input} * (K / {taps}) + ((y) * {input} + (x)) * (K / {taps}) + (ci)] : 0.0f)\n\
              #define A_AT(b, i, p) A_IN(b, (i) / {side} * {stride} + (p) / (K / {taps}) / {kernel} - {pad}, (i) % {side} * {stride} + (p) / (K / {taps}) % {kernel} - {pad}, (p) % (K / {taps}))\n",
+            input = side * stride
+        ),
+        Some(side) if args.conv && args.rows => format!(
+            "#define A_IN(b, ci, y, x) ((y) >= 0 && (y) < {input} && (x) >= 0 && (x) < {input} ? A[(b) * (K / {taps}) * {input} * {input} + (ci) * {input} * {input} + (y) * {input} + (x)] : 0.0f)\n\
+             #define A_AT(b, i, p) A_IN(b, (p) / {taps}, (i) / {side} * {stride} + (p) / {kernel} % {kernel} - {pad}, (i) % {side} * {stride} + (p) % {kernel} - {pad})\n",
             input = side * stride
         ),
         _ => "#define A_AT(b, i, p) A[(b) * M * K + (i) * K + (p)]\n".to_string(),

@@ -12,12 +12,13 @@
 //! plain `/` and `%` where the dividend is provably non-negative.
 
 use crate::gemm::{
-    gemm_c, gemm_prepack_c, prepack_name, Factor, GemmSpec, Operand, Param, Prepacked, Window,
+    self, gemm_c, gemm_prepack_c, prepack_name, Factor, GemmSpec, Operand, Param, Prepacked, Window,
 };
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{
-    Atom, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt, Val,
+    Atom, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope, Stmt,
+    Val, WindowLayout,
 };
 use kiln_ops::te::Combiner;
 use std::collections::HashMap;
@@ -138,7 +139,7 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
         }
     };
     let (a, b) = match &g.window {
-        Some(w) if w.channels_last => (window_of(&g.a, w)?, factor(&g.b, g.k, g.n)?),
+        Some(w) if w.layout.is_a() => (window_of(&g.a, w)?, factor(&g.b, g.k, g.n)?),
         Some(w) => (factor(&g.a, g.m, g.k)?, window_of(&g.b, w)?),
         None => (factor(&g.a, g.m, g.k)?, factor(&g.b, g.k, g.n)?),
     };
@@ -263,7 +264,11 @@ fn window(param: &str, w: &ConvWindow) -> Window {
         stride: pair(w.stride),
         pad: pair(w.pad),
         dilation: pair(w.dilation),
-        channels_last: w.channels_last,
+        layout: match w.layout {
+            WindowLayout::Nchw => gemm::WindowLayout::Columns,
+            WindowLayout::Nhwc => gemm::WindowLayout::ChannelsLast,
+            WindowLayout::NchwRows => gemm::WindowLayout::Rows,
+        },
     }
 }
 

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use kiln_codegen::gemm::{
     gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
-    Operand, Param, Prepacked, Tuning, Window,
+    Operand, Param, Prepacked, Tuning, Window, WindowLayout,
 };
 
 /// Largest accepted error, relative to the largest reference magnitude of the case.
@@ -185,8 +185,12 @@ struct Conv {
     pad: [usize; 2],
     dilation: [usize; 2],
     window: bool,
-    /// NHWC image, HWIO weights, NHWC output: the window is A, read through row pointers.
-    channels_last: bool,
+    /// `Columns`: NCHW image, OIHW weights, NCHW output (the window is B). `ChannelsLast`: NHWC
+    /// image, HWIO weights, NHWC output (the window is A, read through row pointers). `Rows`:
+    /// NCHW image, IHWO weights, NHWC output (the window is A, read through per-K offsets).
+    layout: WindowLayout,
+    /// The weights (B, with pixel rows) are packed once before the call.
+    prepack_weights: bool,
 }
 
 impl Conv {
@@ -210,7 +214,8 @@ impl Conv {
             pad: [pad, pad],
             dilation: [1, 1],
             window: false,
-            channels_last: false,
+            layout: WindowLayout::Columns,
+            prepack_weights: false,
         }
     }
 
@@ -254,34 +259,34 @@ impl Conv {
             stride: self.stride,
             pad: self.pad,
             dilation: self.dilation,
-            channels_last: self.channels_last,
+            layout: self.layout,
         })
     }
 
     /// Element index of image value (img, ci, y, x) in this case's layout.
     fn x_index(&self, img: usize, ci: usize, y: usize, x: usize) -> usize {
         let ([h, w], cin) = (self.size, self.cin);
-        if self.channels_last {
+        if self.layout == WindowLayout::ChannelsLast {
             ((img * h + y) * w + x) * cin + ci
         } else {
             ((img * cin + ci) * h + y) * w + x
         }
     }
 
-    /// Element index of weight (co, ci, ky, kx) (HWIO when channels-last, else OIHW).
+    /// Element index of weight (co, ci, ky, kx) in this case's layout.
     fn w_index(&self, co: usize, ci: usize, ky: usize, kx: usize) -> usize {
         let ([kh, kw], cin, cout) = (self.kernel, self.cin, self.cout);
-        if self.channels_last {
-            ((ky * kw + kx) * cin + ci) * cout + co
-        } else {
-            ((co * cin + ci) * kh + ky) * kw + kx
+        match self.layout {
+            WindowLayout::ChannelsLast => ((ky * kw + kx) * cin + ci) * cout + co,
+            WindowLayout::Rows => ((ci * kh + ky) * kw + kx) * cout + co,
+            WindowLayout::Columns => ((co * cin + ci) * kh + ky) * kw + kx,
         }
     }
 
     /// Element index of output (img, co, pixel).
     fn y_index(&self, img: usize, co: usize, pixel: usize) -> usize {
         let pixels = self.out(0) * self.out(1);
-        if self.channels_last {
+        if self.layout != WindowLayout::Columns {
             (img * pixels + pixel) * self.cout + co
         } else {
             (img * self.cout + co) * pixels + pixel
@@ -329,15 +334,22 @@ impl Conv {
         let weights = values(self.cout * window, seed + 1);
         let bias = values(self.cout, seed + 2);
         let expected = self.reference(&x, &weights, &bias);
+        let mut params = params(&["X", "W", "bias"], "Y");
+        if self.prepack_weights {
+            params.push(Param::new("const float* restrict", "packed"));
+        }
         Case {
             spec: GemmSpec {
                 name: self.name.into(),
-                params: params(&["X", "W", "bias"], "Y"),
+                params,
                 batch: self.images,
                 k: window,
-                prepacked: None,
-                // Channels-last: pixels x output channels; else the transpose.
-                ..if self.channels_last {
+                prepacked: self.prepack_weights.then(|| Prepacked {
+                    factor: Factor::B,
+                    param: "packed".into(),
+                }),
+                // Pixel rows: pixels x output channels; else the transpose.
+                ..if self.layout != WindowLayout::Columns {
                     GemmSpec {
                         m: pixels,
                         n: self.cout,
@@ -652,7 +664,7 @@ fn cases() -> Vec<Case> {
         ] {
             let nhwc = Conv {
                 name: Box::leak(format!("{}{suffix}", conv.name).into_boxed_str()),
-                channels_last: true,
+                layout: WindowLayout::ChannelsLast,
                 cin: conv.cin * 4,
                 ..conv.clone()
             };
@@ -664,6 +676,28 @@ fn cases() -> Vec<Case> {
             };
             cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning));
         }
+        // NCHW image as pixel rows: through offsets (in K blocks of 16, weights prepacked when
+        // there is one image), packed as an expression, and transposed.
+        let rows = |suffix: &str| Conv {
+            name: Box::leak(format!("{}_rows{suffix}", conv.name).into_boxed_str()),
+            layout: WindowLayout::Rows,
+            ..conv.clone()
+        };
+        let offsets = Tuning {
+            kc: Some(16),
+            ..Tuning::default()
+        };
+        let prepacked = Conv {
+            prepack_weights: conv.images == 1,
+            ..rows("_offsets")
+        };
+        cases.push(prepacked.case(seed + 5, offsets));
+        let packed = Tuning {
+            pack_a: Some(true),
+            ..Tuning::default()
+        };
+        cases.push(rows("_packed").case(seed + 6, packed));
+        cases.push(rows("_t").case(seed + 7, small_blocks(None, Some(true))));
     }
     cases
 }

@@ -12,13 +12,14 @@
 //! convolutions window reads (`floordiv`/`mod` of the flattened K and N
 //! indices, with the padding guard). The product is oriented so the
 //! output's contiguous axis is N. A's reads may be guarded only when A is
-//! an NHWC image read window by window (`ConvWindow::channels_last`: the
-//! code generator reads its rows through pointers, zeros for padding);
-//! any other padded read on A takes the other orientation, where a window
-//! shorter than `SMALL_WINDOW` is left to the loop forms. Anything else
-//! returns `None` and is lowered as loops.
+//! an image read window by window with output pixels as rows
+//! ([`WindowLayout::Nhwc`], [`WindowLayout::NchwRows`]: the code generator
+//! reads its rows through pointers, zeros for padding); any other padded
+//! read on A takes the other orientation, where a window shorter than
+//! `SMALL_WINDOW` is left to the loop forms. Anything else returns `None`
+//! and is lowered as loops.
 
-use crate::ir::{ConvWindow, Gemm, GemmInput, GemmOperand, Idx, Kernel, Stmt};
+use crate::ir::{ConvWindow, Gemm, GemmInput, GemmOperand, Idx, Kernel, Stmt, WindowLayout};
 use crate::lower::{flatten, input_buffers, push_output};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::{Combiner, Expr, IndexExpr, TensorExpr, Var};
@@ -93,12 +94,13 @@ pub fn contraction_gemm(
             std::mem::swap(&mut ka, &mut kb);
         }
     }
-    // A's reads must stay in bounds: a padded image read (a convolution
-    // whose output is channels-last) takes the other side.
+    // A's reads must stay in bounds: a padded image read that is not a
+    // window with pixel rows (one of several images) takes the other side.
     match oriented(te, ka, kb, input_dtypes, buffer_of, out)? {
         Oriented::GuardedA => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
-            // A small window (a first convolution's 3x3x3) is left to the
-            // window form, vectorized along the output's contiguous axis.
+            // A small window (a first convolution's 3x3x3 over several
+            // images) is left to the window form, vectorized along the
+            // output's contiguous axis.
             Oriented::Gemm(c) if c.gemm.k >= SMALL_WINDOW => Ok(Some(c)),
             _ => Ok(None),
         },
@@ -240,10 +242,11 @@ fn oriented(
     let b_frame = [(Axis::Batch, "b"), (Axis::K, "r"), (Axis::N, "c")];
     let c_frame = [(Axis::Batch, "b"), (Axis::M, "r"), (Axis::N, "c")];
     let (a_off, a_guard, a_index) = operand(&te.accesses[ka].index, &shape_of(a_in), &a_frame);
-    // A padded read on A is allowed only as an NHWC window, which the code
-    // generator reads through row pointers (zeros for the padding).
+    // A padded read on A is allowed only as a window with pixel rows,
+    // which the code generator reads through row pointers (zeros for the
+    // padding).
     let a_window = if batch == 1 {
-        conv_window_last(te, ka, &axes)
+        conv_window_last(te, ka, &axes).or_else(|| conv_window(te, ka, &axes, Axis::M))
     } else {
         None
     };
@@ -283,7 +286,7 @@ fn oriented(
             guard: Vec::new(),
         },
         window: if batch == 1 {
-            a_window.or_else(|| conv_window(te, kb, &axes))
+            a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
         } else {
             None
         },
@@ -306,15 +309,21 @@ fn oriented(
     }))
 }
 
-/// The geometry of B when it reads an NCHW image window by window:
-/// `X[0, r0, s_h·oh + d_h·r1 − p_h, s_w·ow + d_w·r2 − p_w]` with N = (oh, ow)
-/// and K = (r0, r1, r2) in that order (a kernel dimension of size 1 has no
-/// reduction variable). `None` for a 1x1 window of stride 1 without
-/// padding: that B is a plain strided matrix (the strided packer copies
-/// whole panels; the window packer copies by image rows, measured 10%
-/// slower on MobileNetV2).
-fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let ([_, channels, h, w], [_, e1, e2, e3]) = image_access(te, kb)?;
+/// The geometry of access `k` when it reads an NCHW image window by
+/// window: `X[0, r0, s_h·oh + d_h·r1 − p_h, s_w·ow + d_w·r2 − p_w]` with
+/// the output pixels (oh, ow) on `pixels` (N for B, M for A) and K = (r0,
+/// r1, r2) in that order (a kernel dimension of size 1 has no reduction
+/// variable). `None` for a 1x1 window of stride 1 without padding: that
+/// operand is a plain strided matrix (the strided packer copies whole
+/// panels; the window packer copies by image rows, measured 10% slower on
+/// MobileNetV2).
+fn conv_window(
+    te: &TensorExpr,
+    k: usize,
+    axes: &[(Var, Axis, i64)],
+    pixels: Axis,
+) -> Option<ConvWindow> {
+    let ([_, channels, h, w], [_, e1, e2, e3]) = image_access(te, k)?;
     let red = te.reduction.as_ref()?;
     if red.extents.len() != 3 {
         return None;
@@ -322,12 +331,16 @@ fn conv_window(te: &TensorExpr, kb: usize, axes: &[(Var, Axis, i64)]) -> Option<
     if e1.as_affine()?.as_var() != Some(Var::Red(0)) || red.extents[0] != channels {
         return None;
     }
-    let (outs, reads) = spatial_reads(axes, Axis::N, [e2, e3])?;
+    let (outs, reads) = spatial_reads(axes, pixels, [e2, e3])?;
     if reads[0].3.is_some_and(|k| k != 1) || reads[1].3.is_some_and(|k| k != 2) {
         return None;
     }
     let kernel = [red.extents[1] as i64, red.extents[2] as i64];
-    window(te, [channels, h, w], outs, kernel, reads, false)
+    let layout = match pixels {
+        Axis::M => WindowLayout::NchwRows,
+        _ => WindowLayout::Nchw,
+    };
+    window(te, [channels, h, w], outs, kernel, reads, layout)
 }
 
 /// The geometry of A when it reads an NHWC image window by window:
@@ -365,7 +378,7 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
         outs,
         [extent(rh), extent(rw)],
         reads,
-        true,
+        WindowLayout::Nhwc,
     )
 }
 
@@ -416,7 +429,7 @@ fn window(
     outs: [usize; 2],
     kernel: [i64; 2],
     reads: [SpatialRead; 2],
-    channels_last: bool,
+    layout: WindowLayout,
 ) -> Option<ConvWindow> {
     let [(sh, dh, ph, _), (sw, dw, pw, _)] = reads;
     if kernel == [1, 1] && (sh, sw, ph, pw) == (1, 1, 0, 0) {
@@ -430,7 +443,7 @@ fn window(
         stride: [sh, sw],
         pad: [ph, pw],
         dilation: [dh, dw],
-        channels_last,
+        layout,
     })
 }
 

@@ -252,7 +252,7 @@ fn compute_prologues(
     gemm: &mut Gemm,
 ) -> Result<()> {
     let node = &group.nodes[r];
-    let window_factor = gemm.window.as_ref().map(|w| usize::from(!w.channels_last));
+    let window_factor = gemm.window.as_ref().map(|w| usize::from(!w.layout.is_a()));
     let extents = [[gemm.batch, gemm.m, gemm.k], [gemm.batch, gemm.k, gemm.n]];
     for (i, input) in [&mut gemm.a, &mut gemm.b].into_iter().enumerate() {
         let Some(src) = node.args[factors[i].input].as_ref() else {

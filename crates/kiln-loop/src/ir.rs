@@ -165,8 +165,36 @@ pub struct ConvWindow {
     /// Padding before the first row and column.
     pub pad: [i64; 2],
     pub dilation: [i64; 2],
-    /// The image is NHWC (the window is A's) rather than NCHW (B's).
-    pub channels_last: bool,
+    pub layout: WindowLayout,
+}
+
+/// How a [`ConvWindow`] reads its image, and which factor it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowLayout {
+    /// An NCHW image as B: K = (channel, kernel row, kernel column), N =
+    /// output pixels (a convolution with NCHW output).
+    Nchw,
+    /// An NHWC image as A: M = output pixels, K = (kernel row, kernel
+    /// column, channel) (a convolution with NHWC output).
+    Nhwc,
+    /// An NCHW image as A: M = output pixels, K = (channel, kernel row,
+    /// kernel column) (a first convolution over a channels-first input
+    /// with NHWC output).
+    NchwRows,
+}
+
+impl WindowLayout {
+    pub const ALL: [WindowLayout; 3] = [
+        WindowLayout::Nchw,
+        WindowLayout::Nhwc,
+        WindowLayout::NchwRows,
+    ];
+
+    /// Whether the window is the gemm's A (its rows are output pixels)
+    /// rather than its B.
+    pub fn is_a(self) -> bool {
+        self != WindowLayout::Nchw
+    }
 }
 
 /// A factor of a [`Gemm`]: read from a buffer, or computed.

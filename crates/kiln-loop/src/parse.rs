@@ -492,10 +492,10 @@ impl Parser<'_> {
         let a = self.factor()?;
         self.expect("*")?;
         let b = self.factor()?;
-        let layout = [false, true]
+        let layout = crate::ir::WindowLayout::ALL
             .into_iter()
-            .find(|&last| self.eat_word(crate::text::window_word(last)));
-        let window = if let Some(channels_last) = layout {
+            .find(|&layout| self.eat_word(crate::text::window_word(layout)));
+        let window = if let Some(layout) = layout {
             self.expect("[")?;
             let mut n = [0i64; 13];
             for (i, v) in n.iter_mut().enumerate() {
@@ -505,7 +505,7 @@ impl Parser<'_> {
                 *v = self.int("a window number")?;
             }
             self.expect("]")?;
-            Some(crate::text::window_from_numbers(n, channels_last))
+            Some(crate::text::window_from_numbers(n, layout))
         } else {
             None
         };

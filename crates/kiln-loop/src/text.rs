@@ -22,7 +22,7 @@
 
 use crate::ir::{
     Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope,
-    Stmt, Val,
+    Stmt, Val, WindowLayout,
 };
 use kiln_ir::Tensor;
 use std::fmt::{self, Write};
@@ -324,7 +324,7 @@ impl<'a> fmt::Display for GemmText<'a> {
             write!(
                 f,
                 " {}[{}]",
-                window_word(w.channels_last),
+                window_word(w.layout),
                 window_numbers(w).map(|n| n.to_string()).join(", ")
             )?;
         }
@@ -347,17 +347,17 @@ pub(crate) fn window_numbers(w: &ConvWindow) -> [i64; 13] {
     [w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw]
 }
 
-/// The text word introducing a window: `window` (NCHW, B's) or
-/// `window_nhwc` (A's).
-pub(crate) fn window_word(channels_last: bool) -> &'static str {
-    if channels_last {
-        "window_nhwc"
-    } else {
-        "window"
+/// The text word introducing a window: `window` (NCHW, B's),
+/// `window_nhwc` (A's) or `window_rows` (NCHW, A's).
+pub(crate) fn window_word(layout: WindowLayout) -> &'static str {
+    match layout {
+        WindowLayout::Nchw => "window",
+        WindowLayout::Nhwc => "window_nhwc",
+        WindowLayout::NchwRows => "window_rows",
     }
 }
 
-pub(crate) fn window_from_numbers(n: [i64; 13], channels_last: bool) -> ConvWindow {
+pub(crate) fn window_from_numbers(n: [i64; 13], layout: WindowLayout) -> ConvWindow {
     ConvWindow {
         channels: n[0],
         size: [n[1], n[2]],
@@ -366,6 +366,6 @@ pub(crate) fn window_from_numbers(n: [i64; 13], channels_last: bool) -> ConvWind
         stride: [n[7], n[8]],
         pad: [n[9], n[10]],
         dilation: [n[11], n[12]],
-        channels_last,
+        layout,
     }
 }

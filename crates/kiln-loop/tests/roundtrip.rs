@@ -10,7 +10,7 @@ use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
     apply, default_schedule, parse_kernel, Atom, Buffer, ConvWindow, Directive, Extent, Gemm,
-    GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
+    GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val, WindowLayout,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -193,7 +193,7 @@ fn every_construct() -> Kernel {
             stride: [2, 2],
             pad: [1, 0],
             dilation: [1, 2],
-            channels_last: false,
+            layout: WindowLayout::Nchw,
         }),
         epilogue: Some(call(
             "Max",
@@ -215,13 +215,17 @@ fn every_construct() -> Kernel {
             value: c0(true),
         })
         .collect();
-    // The same product reading an NHWC window on A.
-    let mut nhwc = gemm.clone();
-    if let Stmt::Gemm(g) = &mut nhwc {
-        if let Some(window) = &mut g.window {
-            window.channels_last = true;
+    // The same product reading an NHWC window on A, and an NCHW one on A.
+    let on_a = |layout| {
+        let mut on_a = gemm.clone();
+        if let Stmt::Gemm(g) = &mut on_a {
+            if let Some(window) = &mut g.window {
+                window.layout = layout;
+            }
         }
-    }
+        on_a
+    };
+    let (nhwc, nchw_rows) = (on_a(WindowLayout::Nhwc), on_a(WindowLayout::NchwRows));
     // The same product with A computed while it is packed (a prologue).
     let mut prologue = gemm.clone();
     if let Stmt::Gemm(g) = &mut prologue {
@@ -229,7 +233,7 @@ fn every_construct() -> Kernel {
         g.a = GemmInput::Computed(call("Relu", vec![load(0, a)]));
         g.window = None;
     }
-    let mut body = vec![nest, gemm, nhwc, prologue];
+    let mut body = vec![nest, gemm, nhwc, nchw_rows, prologue];
     body.extend(every_combiner);
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
     // A local buffer, declared, written and read.

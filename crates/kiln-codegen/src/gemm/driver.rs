@@ -16,7 +16,10 @@ use super::kernel::{ukernel_name, ASource};
 use super::pack::{emit_pack, PackJob, Side};
 use super::plan::Plan;
 use super::view::{linear_index, Axis, View};
-use super::window::{emit_row_pointers, emit_staging, staged_floats, Window, STAGED};
+use super::window::{
+    emit_depth_offsets, emit_pixel_pointers, emit_row_pointers, emit_staging, staged_floats,
+    Window, WindowLayout, DEPTH_OFFSETS, STAGED,
+};
 use super::{GemmSpec, Operand};
 
 /// The operands in kernel orientation.
@@ -75,9 +78,12 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         spec.batch
     ));
     let pointers = pointer_rows(plan, &views);
-    if pointers.is_some() {
-        // What a row pointer points at in the padding: zeros, as deep as a K block.
-        w.line(format!("static const float kiln_zeros[{kc}];"));
+    if let Some(window) = pointers {
+        match window.layout {
+            // What a row pointer points at in the padding: zeros, as deep as a K block.
+            WindowLayout::ChannelsLast => w.line(format!("static const float kiln_zeros[{kc}];")),
+            _ => emit_depth_offsets(w, window),
+        }
     }
     let staged = staged_window(plan, spec);
     if let Some(window) = staged {
@@ -144,17 +150,22 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     }
 }
 
-/// The NHWC window A when the plan reads it through row pointers.
+/// The window A when the plan reads it through a pointer per row.
 fn pointer_rows<'a>(plan: &Plan, views: &Views<'a>) -> Option<&'a Window> {
-    views.a.rows_window().filter(|_| !plan.pack_a)
+    views.a.pixel_rows_window().filter(|_| !plan.pack_a)
 }
 
-/// The window operand packed from a staged copy, when the plan stages one.
+/// The window operand read from a staged copy, when the plan stages one.
 fn staged_window<'a>(plan: &Plan, spec: &'a GemmSpec) -> Option<&'a Window> {
-    match &spec.b {
-        Operand::Window(window) if plan.staged => Some(window),
-        _ => None,
+    if !plan.staged {
+        return None;
     }
+    [&spec.b, &spec.a]
+        .into_iter()
+        .find_map(|operand| match operand {
+            Operand::Window(window) => Some(window),
+            _ => None,
+        })
 }
 
 /// The K-block loop of one task: pack, then every tile of the block.
@@ -210,12 +221,14 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     w.line(format!("const long kiln_pe = {pe};"));
     w.line("(void)kiln_pe;");
     if let Some(window) = pointers {
-        emit_row_pointers(
-            w,
-            window,
-            &format!("kiln_pa0 * {mr}"),
-            &format!("(kiln_pa1 - kiln_pa0) * {mr}"),
+        let (pixel0, count) = (
+            format!("kiln_pa0 * {mr}"),
+            format!("(kiln_pa1 - kiln_pa0) * {mr}"),
         );
+        match window.layout {
+            WindowLayout::ChannelsLast => emit_row_pointers(w, window, &pixel0, &count),
+            _ => emit_pixel_pointers(w, window, &pixel0, &count),
+        }
     } else if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
         emit_pack(
             w,
@@ -285,14 +298,15 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     };
     match a_read(spec, plan, views) {
         ARead::Packed => packed(w),
-        ARead::Pointers => {
+        ARead::Pointers(source) => {
             w.line(format!(
                 "const float* const* kiln_apanel = kiln_arow + (kiln_s - kiln_pa0) * {mr};"
             ));
-            let call = KernelCall {
-                source: ASource::Pointers,
-                a_args: "kiln_apanel".into(),
+            let a_args = match source {
+                ASource::Offsets => format!("kiln_apanel, {DEPTH_OFFSETS} + kiln_k0"),
+                _ => "kiln_apanel".to_string(),
             };
+            let call = KernelCall { source, a_args };
             emit_tile(w, spec, plan, views, &call);
         }
         ARead::Rows {
@@ -325,8 +339,9 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
 enum ARead {
     /// From packed panels: a prepacked factor's or this task's.
     Packed,
-    /// The NHWC window through row pointers (`kiln_arow`).
-    Pointers,
+    /// The window through row pointers (`kiln_arow`): into an NHWC image
+    /// ([`ASource::Pointers`]) or a staged NCHW one ([`ASource::Offsets`]).
+    Pointers(ASource),
     /// A's own rows in place (`pointer`: the tile's first element), the partial last panel
     /// packed when there is one.
     Rows {
@@ -340,8 +355,11 @@ fn a_read(spec: &GemmSpec, plan: &Plan, views: &Views) -> ARead {
     if spec.prepacked.is_some() && plan.prepacked == Some(Side::A) {
         return ARead::Packed;
     }
-    if pointer_rows(plan, views).is_some() {
-        return ARead::Pointers;
+    if let Some(window) = pointer_rows(plan, views) {
+        return ARead::Pointers(match window.layout {
+            WindowLayout::ChannelsLast => ASource::Pointers,
+            _ => ASource::Offsets,
+        });
     }
     match (plan.pack_a, rows_call(views)) {
         (false, Some((pointer, call))) => ARead::Rows {
@@ -357,7 +375,7 @@ fn a_read(spec: &GemmSpec, plan: &Plan, views: &Views) -> ARead {
 pub(crate) fn kernel_sources(spec: &GemmSpec, plan: &Plan) -> Vec<ASource> {
     match a_read(spec, plan, &Views::new(spec, plan.transposed)) {
         ARead::Packed => vec![ASource::Packed],
-        ARead::Pointers => vec![ASource::Pointers],
+        ARead::Pointers(source) => vec![source],
         ARead::Rows { partial: true, .. } => vec![ASource::Rows, ASource::Packed],
         ARead::Rows { .. } => vec![ASource::Rows],
     }

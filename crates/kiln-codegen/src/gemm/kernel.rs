@@ -113,10 +113,18 @@ pub(crate) enum ASource {
     /// A row per pointer, contiguous along K: `a[i][p]` (a convolution's NHWC image read in
     /// place, a pointer to zeros for padding).
     Pointers,
+    /// A row per pointer and a per-K offset shared by all rows: `a[i][koff[p]]` (an NCHW
+    /// image's zero-padded copy read as pixel rows).
+    Offsets,
 }
 
 impl ASource {
-    pub(crate) const ALL: [ASource; 3] = [ASource::Packed, ASource::Rows, ASource::Pointers];
+    pub(crate) const ALL: [ASource; 4] = [
+        ASource::Packed,
+        ASource::Rows,
+        ASource::Pointers,
+        ASource::Offsets,
+    ];
 }
 
 /// The C name of the micro-kernel for a shape and A source (one per shape and width; only one
@@ -131,6 +139,7 @@ pub(crate) fn ukernel_name(
         ASource::Packed => "",
         ASource::Rows => "_rows",
         ASource::Pointers => "_pointers",
+        ASource::Offsets => "_offsets",
     };
     let owner = epilogue.map_or("kiln_gemm", |e| e.gemm.as_str());
     format!("{owner}_ukernel_{}x{}{suffix}", shape.mr, shape.nr)
@@ -182,6 +191,10 @@ pub(crate) fn emit_ukernel(
         ASource::Packed => ("A panel", "const float* restrict a"),
         ASource::Rows => ("A rows", "const float* restrict a, long lda"),
         ASource::Pointers => ("A row pointers", "const float* const* restrict a"),
+        ASource::Offsets => (
+            "A row pointers at K offsets",
+            "const float* const* restrict a, const long* restrict koff",
+        ),
     };
     w.line(format!(
         "/* C[{mr} x {nr}] (+)= {a_what} ({mr} x kc) * B rows (kc x {nr}, ldb apart): {mr}x{nv} vector accumulators. */"
@@ -208,7 +221,7 @@ pub(crate) fn emit_ukernel(
             .collect();
         w.line(lines.join(" "));
     }
-    if source == ASource::Pointers {
+    if matches!(source, ASource::Pointers | ASource::Offsets) {
         let rows: Vec<String> = (0..mr).map(|i| format!("a{i} = a[{i}]")).collect();
         w.line(format!(
             "const float* restrict {};",
@@ -216,6 +229,9 @@ pub(crate) fn emit_ukernel(
         ));
     }
     w.open("for (long p = 0; p < kc; p++)");
+    if source == ASource::Offsets {
+        w.line("const long o = koff[p];");
+    }
     let loads: Vec<String> = (0..nv)
         .map(|j| format!("b{j} = kiln_vload(b + {})", j * vl))
         .collect();
@@ -228,13 +244,14 @@ pub(crate) fn emit_ukernel(
             ASource::Packed => format!("a[{i}]"),
             ASource::Rows => format!("a[{i} * lda]"),
             ASource::Pointers => format!("a{i}[p]"),
+            ASource::Offsets => format!("a{i}[o]"),
         };
         w.line(format!("{{ const float x = {x}; {} }}", fmas.join(" ")));
     }
     match source {
         ASource::Packed => w.line(format!("a += {mr};")),
         ASource::Rows => w.line("a += 1;"),
-        ASource::Pointers => {}
+        ASource::Pointers | ASource::Offsets => {}
     }
     w.line("b += ldb;");
     w.close();

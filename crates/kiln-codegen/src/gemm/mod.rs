@@ -24,7 +24,7 @@ mod view;
 mod window;
 
 pub use kernel::KernelShape;
-pub use window::Window;
+pub use window::{Window, WindowLayout};
 
 use emit::CWriter;
 use kernel::{contracted, for_each_target};

@@ -147,6 +147,9 @@ fn candidate(
     let a_allowed = if prepacked == Some(Side::A) {
         // Packed once before any call: A is always read from panels.
         packing.a
+    } else if View::new(&spec.a, transposed).offsets_window().is_some() {
+        // A pointer per pixel into the staged image: no K block limit.
+        choice_allowed(packing.a, tuning.pack_a, true, true)
     } else if let Some(window) = View::new(&spec.a, transposed).rows_window() {
         // Row pointers: one per kernel row, held in registers, and K blocks within one tap.
         let in_place_possible =
@@ -264,15 +267,19 @@ fn blocked(
         nc_panels: (nc_max / shape.nr).max(1),
         pack_a: packing.a,
         pack_b: packing.b,
-        staged: staged(spec, tuning),
+        staged: staged(spec, tuning, transposed, packing),
         prepacked,
     }
 }
 
-/// Whether the plan packs a window operand from a staged copy. Only B can be a window whose
-/// panels run along its pixels (its columns), in either orientation.
-fn staged(spec: &GemmSpec, tuning: &Tuning) -> bool {
-    matches!(&spec.b, Operand::Window(window) if packs_by_gather(window, tuning.staged))
+/// Whether the plan reads a window operand from a staged copy: B packed by gathers (only B
+/// can be a window whose panels run along its pixels, its columns, in either orientation), or
+/// an NCHW window read as pixel rows through offsets.
+fn staged(spec: &GemmSpec, tuning: &Tuning, transposed: bool, packing: Packing) -> bool {
+    let gathered =
+        matches!(&spec.b, Operand::Window(window) if packs_by_gather(window, tuning.staged));
+    let offsets = View::new(&spec.a, transposed).offsets_window().is_some() && !packing.a;
+    gathered || offsets
 }
 
 /// The row stride (in kernel orientation) of A or B when the operand is strided with unit
@@ -366,7 +373,7 @@ fn pack_cost(view: &View, panel: Axis, plan: &Plan) -> f64 {
 mod tests {
     use super::*;
     use crate::gemm::kernel::TARGETS;
-    use crate::gemm::{Operand, Param};
+    use crate::gemm::{Operand, Param, Window, WindowLayout};
 
     fn row_major(m: usize, n: usize, k: usize) -> GemmSpec {
         let strided = |param: &str, row: usize| Operand::Strided {
@@ -409,24 +416,46 @@ mod tests {
 
     #[test]
     fn nhwc_windows_are_read_through_row_pointers_in_blocks_within_a_tap() {
-        use crate::gemm::Window;
         let mut spec = row_major(196, 256, 9 * 384);
-        spec.a = Operand::Window(Window {
-            param: "A".into(),
-            batch: 0,
-            channels: 384,
-            size: [14, 14],
-            out: [14, 14],
-            kernel: [3, 3],
-            stride: [1, 1],
-            pad: [1, 1],
-            dilation: [1, 1],
-            channels_last: true,
-        });
+        spec.a = Operand::Window(square_window(384, 14, 3, 1, WindowLayout::ChannelsLast));
         let plan = plan(&spec, &TARGETS[0], &Tuning::default());
         assert!(!plan.pack_a && !plan.transposed, "{plan:?}");
         assert!(plan.shape.mr <= IN_PLACE_MAX_ROWS, "{plan:?}");
         assert_eq!(plan.kc, 192, "the largest divisor of 384 up to 256");
+    }
+
+    #[test]
+    fn nchw_pixel_rows_are_read_from_a_staged_copy_in_one_k_block() {
+        // ResNet-50's first convolution: 12544 pixels x 64 channels, K = 3 x 7 x 7.
+        let mut spec = row_major(112 * 112, 64, 147);
+        spec.a = Operand::Window(square_window(3, 112, 7, 2, WindowLayout::Rows));
+        for target in TARGETS {
+            let plan = plan(&spec, target, &Tuning::default());
+            assert!(!plan.pack_a && !plan.transposed && plan.staged, "{plan:?}");
+            assert_eq!(plan.kc, 147, "{plan:?}");
+        }
+    }
+
+    /// A `kernel x kernel` window (padding `kernel / 2`) over `channels`, `out x out` pixels.
+    fn square_window(
+        channels: usize,
+        out: usize,
+        kernel: usize,
+        stride: usize,
+        layout: WindowLayout,
+    ) -> Window {
+        Window {
+            param: "A".into(),
+            batch: 0,
+            channels,
+            size: [out * stride; 2],
+            out: [out; 2],
+            kernel: [kernel; 2],
+            stride: [stride; 2],
+            pad: [kernel / 2; 2],
+            dilation: [1, 1],
+            layout,
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! exactly the C variables `r` and `c` (type `long`) that `Operand::Expr` and epilogues are
 //! written against, and evaluates strided elements as `param[b*batch + r*row + c*col]`.
 
-use super::window::{element_expr, Window};
+use super::window::{element_expr, Window, WindowLayout};
 use super::Operand;
 
 /// A kernel-orientation axis of a matrix operand.
@@ -93,20 +93,35 @@ impl<'a> View<'a> {
     /// its output pixels (its own columns `c`), the layout the window packers handle.
     pub(crate) fn window_along(&self, axis: Axis) -> Option<&'a Window> {
         match self.operand {
-            Operand::Window(window) if !window.channels_last && self.name_of(axis) == "c" => {
+            Operand::Window(window)
+                if window.layout == WindowLayout::Columns && self.name_of(axis) == "c" =>
+            {
                 Some(window)
             }
             _ => None,
         }
     }
 
-    /// The channels-last convolution window, when the operand is one whose rows (output
-    /// pixels) are kernel rows: A, read by the micro-kernel through row pointers.
-    pub(crate) fn rows_window(&self) -> Option<&'a Window> {
+    /// The convolution window whose rows (output pixels) are kernel rows, when the operand is
+    /// one: A, read by the micro-kernel through a pointer per row (into an NHWC image, or into
+    /// the staged copy of an NCHW one with a per-K offset table).
+    pub(crate) fn pixel_rows_window(&self) -> Option<&'a Window> {
         match self.operand {
-            Operand::Window(window) if window.channels_last && !self.transposed => Some(window),
+            Operand::Window(window) if window.pixel_rows() && !self.transposed => Some(window),
             _ => None,
         }
+    }
+
+    /// [`View::pixel_rows_window`] over an NHWC image (K blocks within one tap).
+    pub(crate) fn rows_window(&self) -> Option<&'a Window> {
+        self.pixel_rows_window()
+            .filter(|window| window.layout == WindowLayout::ChannelsLast)
+    }
+
+    /// [`View::pixel_rows_window`] over an NCHW image (read from its staged copy).
+    pub(crate) fn offsets_window(&self) -> Option<&'a Window> {
+        self.pixel_rows_window()
+            .filter(|window| window.layout == WindowLayout::Rows)
     }
 
     /// The base pointer parameter of a strided operand.

@@ -2,22 +2,22 @@
 //! materialised; Chellapilla et al. 2006 for im2col, Georganas et al. 2018 for packing windows
 //! straight from the image).
 //!
-//! Needs an NCHW input and the convolution geometry. Guarantees: the generic element
-//! expression (for the unpacked path and any orientation), and a packer for the common case
+//! Needs the image's layout and the convolution geometry. Guarantees: the generic element
+//! expression (for the unpacked path and any orientation), a packer for the common case
 //! (panels running along output pixels) that decodes each im2col row `r = (ci, kh, kw)` once,
 //! then fills every panel of that row by runs of one output row: zeros where the window hangs
-//! over the padding, a plain (for stride 1, contiguous) copy of the image row elsewhere. No
-//! pointer is formed outside the image.
+//! over the padding, a plain (for stride 1, contiguous) copy of the image row elsewhere; row
+//! pointers into an NHWC image; and, for an NCHW image read as pixel rows, a row pointer per
+//! pixel into a zero-padded copy with a per-K offset table. No pointer is formed outside the
+//! image or its copy.
 
 use super::emit::CWriter;
 use super::pack::PackJob;
 
-/// The im2col matrix of a 2-D convolution read from an NCHW input: element (b, r, c), with
-/// `r = (ci, kh, kw)` over `channels x kernel[0] x kernel[1]` and `c = (oh, ow)` over
-/// `out[0] x out[1]`, is `param[b*batch + ci*H*W + ih*W + iw]` where
-/// `ih = oh*stride[0] + kh*dilation[0] - pad[0]` and `iw = ow*stride[1] + kw*dilation[1] - pad[1]`,
-/// and 0 where `(ih, iw)` falls outside the `size[0] x size[1]` image. As the B operand of
-/// `weights (Co x Ci*KH*KW) * window`, it is a convolution producing NCHW output.
+/// The im2col matrix of a 2-D convolution (see [`WindowLayout`] for its orientation): the
+/// element of output pixel `(oh, ow)`, input channel `ci` and tap `(kh, kw)` reads the image at
+/// `ih = oh*stride[0] + kh*dilation[0] - pad[0]`, `iw = ow*stride[1] + kw*dilation[1] - pad[1]`,
+/// and is 0 where `(ih, iw)` falls outside the `size[0] x size[1]` image.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Window {
     pub param: String,
@@ -33,26 +33,47 @@ pub struct Window {
     /// Padding before the first row and column (after the last is implied by `out`).
     pub pad: [usize; 2],
     pub dilation: [usize; 2],
-    /// The image is NHWC and the operand is the transposed im2col matrix: element (b, r, c)
-    /// with `r = (oh, ow)` and `c = (kh, kw, ci)` is `param[b*batch + (ih*W + iw)*channels + ci]`
-    /// (0 in the padding). As the A operand of `window * weights (KH*KW*Ci x Co)`, it is a
-    /// convolution producing NHWC output; the micro-kernel reads it through row pointers.
-    pub channels_last: bool,
+    pub layout: WindowLayout,
+}
+
+/// The image's layout and which way the operand runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowLayout {
+    /// NCHW image; element (b, r, c) with `r = (ci, kh, kw)` and `c = (oh, ow)` is
+    /// `param[b*batch + ci*H*W + ih*W + iw]`. As the B operand of `weights (Co x Ci*KH*KW) *
+    /// window`, a convolution producing NCHW output; packed by runs of image rows.
+    Columns,
+    /// NHWC image; element (b, r, c) with `r = (oh, ow)` and `c = (kh, kw, ci)` is
+    /// `param[b*batch + (ih*W + iw)*channels + ci]`. As the A operand of `window * weights
+    /// (KH*KW*Ci x Co)`, a convolution producing NHWC output; the micro-kernel reads it through
+    /// row pointers.
+    ChannelsLast,
+    /// NCHW image; element (b, r, c) with `r = (oh, ow)` and `c = (ci, kh, kw)` is
+    /// `param[b*batch + ci*H*W + ih*W + iw]`. As the A operand of `window * weights (Ci*KH*KW
+    /// x Co)`, a convolution from NCHW input to NHWC output (a network's first convolution);
+    /// the micro-kernel reads it from a zero-padded copy through a pointer per pixel and a
+    /// per-K offset table.
+    Rows,
 }
 
 impl Window {
-    /// Rows of the operand (im2col rows `channels x kernel window`; pixels when channels-last).
+    /// Whether the operand's rows are output pixels (else im2col rows).
+    pub fn pixel_rows(&self) -> bool {
+        self.layout != WindowLayout::Columns
+    }
+
+    /// Rows of the operand (output pixels, or im2col rows `channels x kernel window`).
     pub fn rows(&self) -> usize {
-        if self.channels_last {
+        if self.pixel_rows() {
             self.pixels()
         } else {
             self.depth()
         }
     }
 
-    /// Columns of the operand (output pixels; the window depth when channels-last).
+    /// Columns of the operand (the window depth, or output pixels).
     pub fn cols(&self) -> usize {
-        if self.channels_last {
+        if self.pixel_rows() {
             self.depth()
         } else {
             self.pixels()
@@ -88,16 +109,21 @@ pub(crate) fn element_expr(window: &Window) -> String {
     let [h, w] = window.size;
     let taps = window.kernel[0] * window.kernel[1];
     let channels = window.channels;
-    let (pixel, tap) = if window.channels_last {
-        ("r".to_string(), format!("(c / {channels})"))
+    let (pixel, depth) = if window.pixel_rows() {
+        ("r", "c")
     } else {
-        ("c".to_string(), format!("(r % {taps})"))
+        ("c", "r")
     };
-    let (ih, iw) = input_coordinates(window, &pixel, &tap);
-    let element = if window.channels_last {
-        format!("({ih} * {w} + {iw}) * {channels} + c % {channels}")
-    } else {
-        format!("r / {taps} * {} + {ih} * {w} + {iw}", h * w)
+    let tap = match window.layout {
+        WindowLayout::ChannelsLast => format!("({depth} / {channels})"),
+        WindowLayout::Columns | WindowLayout::Rows => format!("({depth} % {taps})"),
+    };
+    let (ih, iw) = input_coordinates(window, pixel, &tap);
+    let element = match window.layout {
+        WindowLayout::ChannelsLast => format!("({ih} * {w} + {iw}) * {channels} + c % {channels}"),
+        WindowLayout::Columns | WindowLayout::Rows => {
+            format!("{depth} / {taps} * {} + {ih} * {w} + {iw}", h * w)
+        }
     };
     format!(
         "(({ih} >= 0 && {ih} < {h} && {iw} >= 0 && {iw} < {w}) ? {}[b * {} + {element}] : 0.0f)",
@@ -150,6 +176,43 @@ fn staged_plane(window: &Window) -> [usize; 2] {
 pub(crate) fn staged_floats(window: &Window, batch: usize) -> usize {
     let [hp, wp] = staged_plane(window);
     batch * window.channels * hp * wp
+}
+
+/// The C array of a [`WindowLayout::Rows`] window's per-K offsets (see [`emit_depth_offsets`]).
+pub(crate) const DEPTH_OFFSETS: &str = "kiln_koff";
+
+/// Emits [`DEPTH_OFFSETS`]: for each depth index `k = (ci, kh, kw)`, how far past its pixel's
+/// pointer (see [`emit_pixel_pointers`]) element `k` lies in the staged copy.
+pub(crate) fn emit_depth_offsets(w: &mut CWriter, window: &Window) {
+    let [hp, wp] = staged_plane(window);
+    let ([kh, kw], [dh, dw]) = (window.kernel, window.dilation);
+    let offsets: Vec<String> = (0..window.depth())
+        .map(|k| (k / (kh * kw) * hp * wp + k / kw % kh * dh * wp + k % kw * dw).to_string())
+        .collect();
+    w.line(format!(
+        "static const long {DEPTH_OFFSETS}[{}] = {{{}}};",
+        offsets.len(),
+        offsets.join(", ")
+    ));
+}
+
+/// Emits the pointers `kiln_arow[i]` (`i < count`) to the first tap of output pixel
+/// `pixel0 + i` in the staged copy of batch entry `b`. A pixel past the last points at the
+/// last one's: its row of the tile is computed and dropped by the tile copy.
+pub(crate) fn emit_pixel_pointers(w: &mut CWriter, window: &Window, pixel0: &str, count: &str) {
+    let [hp, wp] = staged_plane(window);
+    let ([sh, sw], ow) = (window.stride, window.out[1]);
+    let last = window.pixels() - 1;
+    w.open(format!("for (long kiln_i = 0; kiln_i < {count}; kiln_i++)"));
+    w.line(format!(
+        "const long kiln_px = {pixel0} + kiln_i < {last} ? {pixel0} + kiln_i : {last};"
+    ));
+    w.line(format!(
+        "kiln_arow[kiln_i] = {STAGED} + b * {} + kiln_px / {ow} * {} + kiln_px % {ow} * {sw};",
+        window.channels * hp * wp,
+        sh * wp
+    ));
+    w.close();
 }
 
 /// Whether packing reads a zero-padded copy of the image through per-pixel offsets (one gather
