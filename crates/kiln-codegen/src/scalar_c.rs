@@ -314,10 +314,14 @@ KILN_INLINE float kiln_erff(float x) {
    on fresh inputs than on repeated ones). */
 KILN_INLINE float kiln_nan_orf(float a, float m) { uint32_t ia, im; memcpy(&ia, &a, 4); memcpy(&im, &m, 4); uint32_t k = 0u - (uint32_t)(a != a); uint32_t r = (ia & k) | (im & ~k); float f; memcpy(&f, &r, 4); return f; }
 KILN_INLINE double kiln_nan_or(double a, double m) { uint64_t ia, im; memcpy(&ia, &a, 8); memcpy(&im, &m, 8); uint64_t k = 0u - (uint64_t)(a != a); uint64_t r = (ia & k) | (im & ~k); double f; memcpy(&f, &r, 8); return f; }
-KILN_INLINE float kiln_maxf(float a, float b) { return kiln_nan_orf(b, kiln_nan_orf(a, a > b ? a : b)); }
-KILN_INLINE float kiln_minf(float a, float b) { return kiln_nan_orf(b, kiln_nan_orf(a, a < b ? a : b)); }
-KILN_INLINE double kiln_max(double a, double b) { return kiln_nan_or(b, kiln_nan_or(a, a > b ? a : b)); }
-KILN_INLINE double kiln_min(double a, double b) { return kiln_nan_or(b, kiln_nan_or(a, a < b ? a : b)); }
+/* `b >= a ? b : a` is already `a` when `a` is NaN (the comparison is false), so only `b`
+   needs the mask, and with a constant `b` none does: ReLU and Clip are a compare and a
+   blend per vector. The results equal `a > b ? a : b` with both operands masked bit for
+   bit (NaN payloads and signed zeros included: on a tie both give `b`). */
+KILN_INLINE float kiln_maxf(float a, float b) { return kiln_nan_orf(b, b >= a ? b : a); }
+KILN_INLINE float kiln_minf(float a, float b) { return kiln_nan_orf(b, b <= a ? b : a); }
+KILN_INLINE double kiln_max(double a, double b) { return kiln_nan_or(b, b >= a ? b : a); }
+KILN_INLINE double kiln_min(double a, double b) { return kiln_nan_or(b, b <= a ? b : a); }
 /* The same max/min as OpenMP reductions, so max/min loops vectorize with
    per-lane partials and keep propagating NaN (OpenMP's own max/min do not). */
 #pragma omp declare reduction(kiln_rmaxf : float : omp_out = kiln_maxf(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
