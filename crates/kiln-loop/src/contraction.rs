@@ -101,10 +101,10 @@ pub fn contraction_gemm(
             // A small window (a first convolution's 3x3x3 over several
             // images) is left to the window form, vectorized along the
             // output's contiguous axis.
-            Oriented::Gemm(c) if c.gemm.k >= SMALL_WINDOW => Ok(Some(c)),
+            Oriented::Gemm(c) if c.gemm.k >= SMALL_WINDOW => Ok(Some(*c)),
             _ => Ok(None),
         },
-        Oriented::Gemm(c) => Ok(Some(c)),
+        Oriented::Gemm(c) => Ok(Some(*c)),
         Oriented::No => Ok(None),
     }
 }
@@ -115,7 +115,7 @@ const SMALL_WINDOW: i64 = 32;
 
 /// What one orientation of a product gives.
 enum Oriented {
-    Gemm(Contraction),
+    Gemm(Box<Contraction>),
     /// A contraction whose A operand would read outside its input.
     GuardedA,
     No,
@@ -302,11 +302,11 @@ fn oriented(
             index: b_index,
         },
     ];
-    Ok(Oriented::Gemm(Contraction {
+    Ok(Oriented::Gemm(Box::new(Contraction {
         gemm,
         out_index,
         factors,
-    }))
+    })))
 }
 
 /// The geometry of access `k` when it reads an NCHW image window by

@@ -79,9 +79,9 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     ));
     let pointers = pointer_rows(plan, &views);
     if let Some(window) = pointers {
-        match window.layout {
+        match pointer_source(window) {
             // What a row pointer points at in the padding: zeros, as deep as a K block.
-            WindowLayout::ChannelsLast => w.line(format!("static const float kiln_zeros[{kc}];")),
+            ASource::Pointers => w.line(format!("static const float kiln_zeros[{kc}];")),
             _ => emit_depth_offsets(w, window),
         }
     }
@@ -225,8 +225,8 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             format!("kiln_pa0 * {mr}"),
             format!("(kiln_pa1 - kiln_pa0) * {mr}"),
         );
-        match window.layout {
-            WindowLayout::ChannelsLast => emit_row_pointers(w, window, &pixel0, &count),
+        match pointer_source(window) {
+            ASource::Pointers => emit_row_pointers(w, window, &pixel0, &count),
             _ => emit_pixel_pointers(w, window, &pixel0, &count),
         }
     } else if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
@@ -356,10 +356,7 @@ fn a_read(spec: &GemmSpec, plan: &Plan, views: &Views) -> ARead {
         return ARead::Packed;
     }
     if let Some(window) = pointer_rows(plan, views) {
-        return ARead::Pointers(match window.layout {
-            WindowLayout::ChannelsLast => ASource::Pointers,
-            _ => ASource::Offsets,
-        });
+        return ARead::Pointers(pointer_source(window));
     }
     match (plan.pack_a, rows_call(views)) {
         (false, Some((pointer, call))) => ARead::Rows {
@@ -368,6 +365,15 @@ fn a_read(spec: &GemmSpec, plan: &Plan, views: &Views) -> ARead {
             partial: !plan.m.is_multiple_of(plan.shape.mr),
         },
         _ => ARead::Packed,
+    }
+}
+
+/// How the micro-kernel reads a window through row pointers: a channel run per pointer (NHWC),
+/// or per-K offsets from each pixel's pointer into the staged copy (NCHW).
+fn pointer_source(window: &Window) -> ASource {
+    match window.layout {
+        WindowLayout::ChannelsLast => ASource::Pointers,
+        WindowLayout::Rows | WindowLayout::Columns => ASource::Offsets,
     }
 }
 
