@@ -9,6 +9,7 @@ pub mod group;
 pub mod guards;
 pub mod inline_constants;
 pub mod ir;
+pub mod jam;
 pub mod lower;
 pub mod operand_scale;
 mod parse;

@@ -54,6 +54,12 @@ pub enum Directive {
         buf: String,
         at: String,
     },
+    /// Unroll-and-jam: loop `var` advances `factor` points at a time and
+    /// the loop directly inside it computes them in one body (`jam.rs`).
+    Jam {
+        var: String,
+        factor: i64,
+    },
 }
 
 /// A schedule: directives applied in order.
@@ -72,6 +78,7 @@ impl std::fmt::Display for Directive {
             Directive::AccumulateOutward(v) => write!(f, "accumulate_outward({v})"),
             Directive::Peel { var, lo, hi } => write!(f, "peel({var}, {lo}, {hi})"),
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
+            Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
         }
     }
 }
@@ -112,6 +119,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
         | Directive::Peel { var, .. }
+        | Directive::Jam { var, .. }
         | Directive::CacheRead { at: var, .. }
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
@@ -162,6 +170,7 @@ fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Vec<Stmt>> {
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l),
         Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
+        Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         _ => {}
     }
     rewrite_one(l, d).map(|s| vec![s])
@@ -175,7 +184,7 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Unroll(_) => mark(LoopKind::Unrolled),
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
-        Directive::AccumulateOutward(_) | Directive::Peel { .. } => {
+        Directive::AccumulateOutward(_) | Directive::Peel { .. } | Directive::Jam { .. } => {
             bail!("schedule: {d} rewrites into several loops")
         }
         Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),

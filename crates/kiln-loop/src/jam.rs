@@ -1,0 +1,279 @@
+//! Unroll-and-jam ([`Directive::Jam`](crate::schedule::Directive::Jam)):
+//! the loop over `var` advances `factor` points at a time, and the loop
+//! directly inside it computes those points in one body.
+//!
+//! Needs: loop `var` with a constant extent whose only statement is a loop
+//! (the one the points are jammed into) without local buffers, whose body
+//! declares every local it updates (`let`).
+//! Guarantees: the same stores of the same values. For the first
+//! `extent - extent % factor` points, the inner loop's body is repeated
+//! `factor` times per iteration, copy `j` with `var = factor*var + j` and
+//! its locals renamed `NAME_jJ`; the last `extent % factor` points run in a
+//! loop over `var` as before (shifted). With fewer points than `factor`
+//! the loop is unchanged.
+//!
+//! Why: in a depthwise convolution vectorized along channels, every output
+//! pixel reloads the window's weight vectors and its neighbours' input
+//! vectors. Jammed, the copies' shared loads are the same expressions in
+//! one loop body, which the C compiler reads once: a 3x3 depthwise
+//! convolution over 144 channels at 56x56 ran 0.121 ms as one pixel per
+//! iteration and 0.072 ms as six (hand-edited C of kiln's kernel, Zen 4).
+
+use crate::ir::{Extent, Idx, Loop, Stmt, Val};
+use kiln_ir::{bail, Result};
+
+pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
+    let Extent::Const(extent) = l.extent else {
+        bail!(
+            "schedule: loop '{}' has a tail bound and cannot be jammed",
+            l.var
+        );
+    };
+    if factor < 1 {
+        bail!("schedule: jam factor must be at least 1, got {factor}");
+    }
+    let [Stmt::Loop(inner)] = l.body.as_slice() else {
+        bail!(
+            "schedule: loop '{}' must hold a single loop to jam into",
+            l.var
+        );
+    };
+    if inner.body.iter().any(|s| matches!(s, Stmt::Alloc(_))) {
+        bail!(
+            "schedule: loop '{}' declares local buffers and cannot take jammed copies",
+            inner.var
+        );
+    }
+    let jammed = extent / factor;
+    if jammed == 0 || factor == 1 {
+        return Ok(vec![Stmt::Loop(l.clone())]);
+    }
+    if reads_what_it_stores(&inner.body) {
+        bail!(
+            "schedule: loop '{}' reads a buffer it stores to; its points cannot be jammed",
+            inner.var
+        );
+    }
+    let copies = Copies {
+        var: &l.var,
+        factor,
+        locals: declared_locals(&inner.body),
+    };
+    let mut out = vec![Stmt::Loop(Loop {
+        extent: Extent::Const(jammed),
+        body: vec![Stmt::Loop(Loop {
+            body: copies.jam(&inner.body)?,
+            ..inner.clone()
+        })],
+        ..l.clone()
+    })];
+    let rest = extent % factor;
+    if rest > 0 {
+        let shifted = Idx::var(&l.var).plus(&Idx::constant(jammed * factor));
+        out.push(Stmt::Loop(Loop {
+            extent: Extent::Const(rest),
+            body: l
+                .body
+                .iter()
+                .map(|s| s.substitute(&l.var, &shifted))
+                .collect(),
+            ..l.clone()
+        }));
+    }
+    Ok(out)
+}
+
+/// The `factor` copies of a body, point `j` at `var = factor*var + j`.
+struct Copies<'a> {
+    var: &'a str,
+    factor: i64,
+    locals: Vec<String>,
+}
+
+impl Copies<'_> {
+    /// `body` with its loops kept once and every other statement repeated
+    /// per copy in place, so the copies' work interleaves down to the
+    /// innermost statement (where their shared loads meet).
+    fn jam(&self, body: &[Stmt]) -> Result<Vec<Stmt>> {
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Loop(l) => {
+                    if matches!(&l.extent, Extent::Tail { outer, .. } if outer == self.var) {
+                        bail!(
+                            "schedule: loop '{}' has bounds depending on '{}' and cannot be jammed",
+                            l.var,
+                            self.var
+                        );
+                    }
+                    out.push(Stmt::Loop(Loop {
+                        body: self.jam(&l.body)?,
+                        ..l.clone()
+                    }));
+                }
+                _ => out.extend((0..self.factor).map(|j| self.copy(s, j))),
+            }
+        }
+        Ok(out)
+    }
+
+    fn copy(&self, s: &Stmt, j: i64) -> Stmt {
+        let point = Idx::var(self.var)
+            .scale(self.factor)
+            .plus(&Idx::constant(j));
+        rename_locals(&s.substitute(self.var, &point), &self.locals, j)
+    }
+}
+
+/// Whether `body` loads from a buffer it also stores to (a copy could
+/// then read what another stored).
+fn reads_what_it_stores(body: &[Stmt]) -> bool {
+    let mut stored = Vec::new();
+    collect_stores(body, &mut stored);
+    let mut reads = false;
+    crate::ir::for_each_load(body, &mut |buf, _, _| reads |= stored.contains(&buf));
+    reads
+}
+
+fn collect_stores(body: &[Stmt], out: &mut Vec<usize>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => collect_stores(&l.body, out),
+            Stmt::Store { buf, .. } => out.push(*buf),
+            _ => {}
+        }
+    }
+}
+
+/// Names of the locals `body` declares (not inside nested loops' own
+/// scopes: those are repeated with their loop and declared there).
+fn declared_locals(body: &[Stmt]) -> Vec<String> {
+    body.iter()
+        .filter_map(|s| match s {
+            Stmt::Let { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `s` with each of `locals` renamed to its copy `j`'s name, declared,
+/// updated and read.
+fn rename_locals(s: &Stmt, locals: &[String], j: i64) -> Stmt {
+    let renamed = |name: &String| {
+        if locals.contains(name) {
+            format!("{name}_j{j}")
+        } else {
+            name.clone()
+        }
+    };
+    match s {
+        Stmt::Loop(l) => Stmt::Loop(Loop {
+            body: l.body.iter().map(|s| rename_locals(s, locals, j)).collect(),
+            ..l.clone()
+        }),
+        Stmt::Store { buf, offset, value } => Stmt::Store {
+            buf: *buf,
+            offset: offset.clone(),
+            value: rename_reads(value, &renamed),
+        },
+        Stmt::Let { name, dtype, value } => Stmt::Let {
+            name: renamed(name),
+            dtype: *dtype,
+            value: rename_reads(value, &renamed),
+        },
+        Stmt::Update {
+            name,
+            combiner,
+            value,
+        } => Stmt::Update {
+            name: renamed(name),
+            combiner: *combiner,
+            value: rename_reads(value, &renamed),
+        },
+        Stmt::Gemm(_) | Stmt::Alloc(_) => s.clone(),
+    }
+}
+
+fn rename_reads(v: &Val, renamed: &dyn Fn(&String) -> String) -> Val {
+    match v {
+        Val::Local(name) => Val::Local(renamed(name)),
+        Val::Call(f, args) => Val::Call(
+            f.clone(),
+            args.iter().map(|a| rename_reads(a, renamed)).collect(),
+        ),
+        _ => v.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::schedule::{apply, Directive, Schedule};
+    use crate::{parse_kernel, Kernel};
+
+    fn jammed(src: &str, var: &str, factor: i64) -> kiln_ir::Result<Kernel> {
+        let k = parse_kernel(src)?;
+        let d = Directive::Jam {
+            var: var.into(),
+            factor,
+        };
+        apply(&k, &Schedule(vec![d]))
+    }
+
+    const ROW_SUMS: &str = "kernel k(in0: f32[5,4], out out0: f32[5,4]) {
+  for i0 in 0..5 {
+    vectorized for i1 in 0..4 {
+      let acc: f32 = 0.0:f32
+      unrolled for r0 in 0..2 {
+        acc = sum(acc, in0[4*i0 + 4*r0 + i1 if i0 + r0 < 5])
+      }
+      out0[4*i0 + i1] = acc
+    }
+  }
+}
+";
+
+    #[test]
+    fn copies_interleave_inside_the_loops_and_the_rest_runs_as_before() {
+        let k = jammed(ROW_SUMS, "i0", 2).unwrap();
+        let expected = "kernel k(in0: f32[5,4], out out0: f32[5,4]) {
+  for i0 in 0..2 {
+    vectorized for i1 in 0..4 {
+      let acc_j0: f32 = 0.0:f32
+      let acc_j1: f32 = 0.0:f32
+      unrolled for r0 in 0..2 {
+        acc_j0 = sum(acc_j0, in0[8*i0 + 4*r0 + i1 if 2*i0 + r0 < 5])
+        acc_j1 = sum(acc_j1, in0[8*i0 + 4*r0 + i1 + 4 if 2*i0 + r0 + 1 < 5])
+      }
+      out0[8*i0 + i1] = acc_j0
+      out0[8*i0 + i1 + 4] = acc_j1
+    }
+  }
+  for i0 in 0..1 {
+    vectorized for i1 in 0..4 {
+      let acc: f32 = 0.0:f32
+      unrolled for r0 in 0..2 {
+        acc = sum(acc, in0[4*i0 + 4*r0 + i1 + 16 if i0 + r0 + 4 < 5])
+      }
+      out0[4*i0 + i1 + 16] = acc
+    }
+  }
+}
+";
+        assert_eq!(k.to_string(), expected.trim_end());
+    }
+
+    #[test]
+    fn fewer_points_than_the_factor_leave_the_loop_as_it_is() {
+        let k = jammed(ROW_SUMS, "i0", 8).unwrap();
+        assert_eq!(k, parse_kernel(ROW_SUMS).unwrap());
+    }
+
+    #[test]
+    fn a_body_that_is_not_one_loop_or_reads_its_output_is_refused() {
+        let e = jammed(ROW_SUMS, "i1", 2).unwrap_err().to_string();
+        assert!(e.contains("single loop"), "{e}");
+        let accumulating = ROW_SUMS.replace("in0[4*i0 + 4*r0 + i1", "out0[4*i0 + 4*r0 + i1");
+        let e = jammed(&accumulating, "i0", 2).unwrap_err().to_string();
+        assert!(e.contains("reads a buffer it stores to"), "{e}");
+    }
+}
