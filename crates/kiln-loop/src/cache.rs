@@ -17,7 +17,7 @@
 //! output point into registers-sized storage, bounds checks included,
 //! instead of once per vector lane behind a masked load.
 
-use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use crate::ir::{Buffer, Extent, Guard, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use crate::lower::flatten;
 use crate::schedule::rewrite;
 use kiln_ir::{bail, Result};
@@ -110,7 +110,7 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
             replace_reads(v, &|buf, offset, guard| {
                 let (_, local, index) = locals
                     .iter()
-                    .find(|(read, _, _)| buf == b && read.0 == *offset && read.1 == guard)?;
+                    .find(|(read, _, _)| buf == b && read.0 == *offset && read.1 == *guard)?;
                 Some(Val::Load {
                     buf: *local,
                     offset: index.clone(),
@@ -170,15 +170,11 @@ fn collect_reads(body: &[Stmt], b: usize, out: &mut Vec<Read>) -> Result<()> {
 }
 
 /// `v` with every load that `f` maps replaced by what it gives.
-fn replace_reads(v: &Val, f: &dyn Fn(usize, &Idx, &[(Idx, i64)]) -> Option<Val>) -> Val {
-    match v {
-        Val::Load { buf, offset, guard } => f(*buf, offset, guard).unwrap_or_else(|| v.clone()),
-        Val::Call(s, args) => Val::Call(
-            s.clone(),
-            args.iter().map(|a| replace_reads(a, f)).collect(),
-        ),
-        _ => v.clone(),
-    }
+fn replace_reads(v: &Val, f: &dyn Fn(usize, &Idx, &Guard) -> Option<Val>) -> Val {
+    v.map_leaves(&|leaf| match leaf {
+        Val::Load { buf, offset, guard } => f(*buf, offset, guard),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

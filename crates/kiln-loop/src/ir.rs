@@ -486,6 +486,18 @@ impl Val {
         }
     }
 
+    /// The value with every leaf (not a call) that `f` maps replaced by
+    /// what it gives, calls rebuilt around their arguments (loads inside
+    /// data-dependent indices are not visited).
+    pub fn map_leaves(&self, f: &dyn Fn(&Val) -> Option<Val>) -> Val {
+        match self {
+            Val::Call(s, args) => {
+                Val::Call(s.clone(), args.iter().map(|a| a.map_leaves(f)).collect())
+            }
+            _ => f(self).unwrap_or_else(|| self.clone()),
+        }
+    }
+
     /// Calls `f` with the buffer, offset and guard of every load of the
     /// value (not those inside data-dependent indices).
     pub fn for_each_load(&self, f: &mut dyn FnMut(usize, &Idx, &Guard)) {

@@ -195,14 +195,10 @@ fn rename_locals(s: &Stmt, locals: &[String], j: i64) -> Stmt {
 }
 
 fn rename_reads(v: &Val, renamed: &dyn Fn(&String) -> String) -> Val {
-    match v {
-        Val::Local(name) => Val::Local(renamed(name)),
-        Val::Call(f, args) => Val::Call(
-            f.clone(),
-            args.iter().map(|a| rename_reads(a, renamed)).collect(),
-        ),
-        _ => v.clone(),
-    }
+    v.map_leaves(&|leaf| match leaf {
+        Val::Local(name) => Some(Val::Local(renamed(name))),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
