@@ -154,7 +154,6 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
     // a local buffer, bounds checks there, instead of a masked load per
     // lane and tap.
     let enclosing = enclosing_loop(&current.body, innermost);
-    let mut cached = false;
     if let Some(at) = &enclosing {
         for buf in shared_padded_reads(&current.body, innermost) {
             let buf = k.buffers[buf].name.clone();
@@ -162,7 +161,6 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
                 buf,
                 at: at.clone(),
             });
-            cached = true;
         }
     }
     // Padded borders of the output loops inside the parallel one, and of
@@ -186,11 +184,12 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
     // Neighbouring output points computed together share the window's
     // weights and overlapping taps; the loop around the vectorized one
     // must hold it alone (no cached reads, the vectorized loop unpeeled).
-    let peeled_innermost = schedule
-        .0
-        .iter()
-        .any(|d| matches!(d, Directive::Peel { var, .. } if var == innermost));
-    if let (Some(var), false, false) = (enclosing, cached, peeled_innermost) {
+    let alone = !schedule.0.iter().any(|d| match d {
+        Directive::CacheRead { .. } => true,
+        Directive::Peel { var, .. } => var == innermost,
+        _ => false,
+    });
+    if let (Some(var), true) = (enclosing, alone) {
         schedule.0.push(Directive::Jam {
             var,
             factor: JAMMED_POINTS,
