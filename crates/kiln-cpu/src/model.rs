@@ -18,7 +18,7 @@ use kiln_fuse::apply::Applied;
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{bail, with_dtype, DType, Elem, Error, Graph, Result, Tensor, ValueId};
 use kiln_runtime::jit::{self, CompileReport, CompilerConfig, Library};
-use kiln_runtime::memplan::{self, Lifetime, MemoryPlan};
+use kiln_exec::memplan::{self, Lifetime, MemoryPlan};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

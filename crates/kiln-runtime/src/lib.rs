@@ -2,8 +2,6 @@
 
 pub mod cpu;
 pub mod jit;
-pub mod memplan;
 
 pub use cpu::{available_threads, cpu_model_name};
 pub use jit::{compile, CompileReport, CompilerConfig, Library};
-pub use memplan::{plan, Lifetime, MemoryPlan};

@@ -1,7 +1,7 @@
 //! Memory planner: hand examples plus a property test checking every plan against an
 //! independent validator (pairwise overlap, alignment, live-bytes lower bound, upper bound).
 
-use kiln_runtime::memplan::{plan, Lifetime, MemoryPlan};
+use kiln_exec::memplan::{plan, Lifetime, MemoryPlan};
 use proptest::prelude::*;
 
 const ALIGN: usize = 64;

@@ -1,0 +1,394 @@
+//! Builds an execution plan from a graph and the kernels chosen for its
+//! nodes.
+//!
+//! Needs: a verified graph in execution order (fused nodes already
+//! applied) and, per node, the kernel a target chose for it or why there
+//! is none. Guarantees: every value a step reads or writes has a place;
+//! intermediate values of a type and static shape kernels can hold get an
+//! arena offset from one memory plan (swTVM §4: one plan computed at
+//! compile time; greedy by size, `memplan.rs`), in place where a kernel
+//! allows it and its input dies there; a view's output takes its input's
+//! place (no step runs); graph outputs live to the end; the plan's
+//! parallel sets whose members are all kernels become concurrent blocks,
+//! whose members get one time step (their buffers never share memory) and
+//! disjoint workspace slices. The workspace is the largest need of any
+//! entry of the execution order.
+
+use crate::memplan::{self, Lifetime};
+use crate::plan::{Exec, ExecPlan, Loc, Packing, PlanValue, Step, WorkspaceSlice};
+use kiln_ir::{DType, Graph, Result, ValueId};
+use std::collections::HashMap;
+
+/// Scratch memory a kernel needs per call, in bytes: `fixed` once plus
+/// `per_thread` for every thread the plan is sized for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkspaceNeed {
+    pub fixed: usize,
+    pub per_thread: usize,
+}
+
+impl WorkspaceNeed {
+    pub fn bytes(&self, threads: usize) -> usize {
+        self.fixed + self.per_thread * threads.max(1)
+    }
+}
+
+/// What a target compiled one node into.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelInfo {
+    /// The generated function.
+    pub name: String,
+    /// Node input positions passed as the kernel's input buffers, in order
+    /// (the outputs follow).
+    pub inputs: Vec<usize>,
+    /// Input position whose buffer the output may overwrite in place.
+    pub in_place: Option<usize>,
+    /// Input position whose bytes the output is (a reshape): no call.
+    pub view: Option<usize>,
+    /// Input position of a weight the kernel packs once, before the first
+    /// run, and then reads packed.
+    pub packs: Option<usize>,
+    pub workspace: WorkspaceNeed,
+}
+
+/// Everything [`build`] reads.
+pub struct PlanRequest<'a> {
+    pub graph: &'a Graph,
+    /// Per node: its kernel, or why it runs outside generated code.
+    pub kernels: &'a [std::result::Result<KernelInfo, String>],
+    /// Sets of nodes that may run at the same time.
+    pub parallel: &'a [Vec<usize>],
+    /// Per node: values its subgraphs read by name (kept alive until it runs).
+    pub scope_reads: &'a [Vec<ValueId>],
+    pub threads: usize,
+    /// Whether arena values must hold a C element type (others are boxed).
+    pub arena_dtype: &'a dyn Fn(DType) -> bool,
+    pub alignment: usize,
+}
+
+/// The execution plan of `req`.
+pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
+    let g = req.graph;
+    let blocks = execution_blocks(req);
+    let mut places = Places::new(req, &blocks)?;
+    places.place_arena(req, &blocks);
+    let mut packings = Vec::new();
+    let mut steps = Vec::with_capacity(g.nodes.len());
+    for (n, node) in g.nodes.iter().enumerate() {
+        steps.push(match &req.kernels[n] {
+            _ if places.aliased[n] => {
+                let (Some(Some(of)), Some(Some(value))) = (
+                    req.kernels[n].as_ref().ok().and_then(|k| k.view).map(|p| node.inputs[p]),
+                    node.outputs.first(),
+                ) else {
+                    unreachable!("an aliased node is a view with one output")
+                };
+                Step::Alias {
+                    node: n,
+                    value: value.index(),
+                    of: of.index(),
+                }
+            }
+            Ok(k) => {
+                let mut args: Vec<usize> = k
+                    .inputs
+                    .iter()
+                    .filter_map(|&p| node.inputs[p])
+                    .map(|v| v.index())
+                    .collect();
+                args.extend(node.outputs.iter().flatten().map(|v| v.index()));
+                for &a in &args {
+                    if matches!(places.loc[a], None | Some(Loc::Boxed(_))) {
+                        kiln_ir::bail!(
+                            "{}: value '{}' is not in memory a kernel can read",
+                            node.describe(),
+                            g.values[a].name
+                        );
+                    }
+                }
+                let packing = k.packs.and_then(|p| node.inputs[p]).map(|w| {
+                    packings.push(Packing {
+                        kernel: k.name.clone(),
+                        weight: w.index(),
+                        bytes: 0,
+                    });
+                    packings.len() - 1
+                });
+                Step::Kernel {
+                    node: n,
+                    kernel: k.name.clone(),
+                    args,
+                    packing,
+                    workspace: None,
+                }
+            }
+            Err(reason) => Step::Interp {
+                node: n,
+                reason: reason.clone(),
+            },
+        });
+    }
+    let exec: Vec<Exec> = blocks
+        .iter()
+        .enumerate()
+        .map(|(b, block)| match block.as_slice() {
+            [one] => Exec::Step(*one),
+            _ => Exec::Concurrent {
+                func: format!("kiln_block{b}"),
+                steps: block.clone(),
+            },
+        })
+        .collect();
+    let workspace_bytes = place_workspaces(req, &exec, &mut steps);
+    let values = places.values(g);
+    Ok(ExecPlan {
+        values,
+        inputs: g.inputs.iter().map(|v| v.index()).collect(),
+        outputs: g.outputs.iter().map(|v| v.index()).collect(),
+        weights: places.weights,
+        packings,
+        steps,
+        exec,
+        alignment: req.alignment,
+        arena_bytes: places.arena_bytes,
+        arena_bound: places.arena_bound,
+        arena_total: places.arena_total,
+        workspace_bytes,
+        threads: req.threads.max(1),
+        boxed: places.boxed,
+    })
+}
+
+/// Gives every kernel with a workspace need its slice: the members of a
+/// concurrent block side by side, every entry of the order from offset 0.
+/// Returns the workspace size.
+fn place_workspaces(req: &PlanRequest, exec: &[Exec], steps: &mut [Step]) -> usize {
+    let align = |n: usize| n.div_ceil(req.alignment.max(1)) * req.alignment.max(1);
+    let mut size = 0;
+    for e in exec {
+        let mut offset = 0;
+        for &s in e.steps() {
+            let Ok(k) = &req.kernels[s] else { continue };
+            let bytes = k.workspace.bytes(req.threads);
+            if k.workspace == WorkspaceNeed::default() {
+                continue;
+            }
+            if let Step::Kernel { workspace, .. } = &mut steps[s] {
+                *workspace = Some(WorkspaceSlice { offset, bytes });
+                offset = align(offset + bytes);
+            }
+        }
+        size = size.max(offset);
+    }
+    size
+}
+
+/// The execution order: the parallel sets (node positions) whose members
+/// are all kernels (not views), each as one block; every other node alone.
+fn execution_blocks(req: &PlanRequest) -> Vec<Vec<usize>> {
+    let nodes = req.graph.nodes.len();
+    let mut block_at: Vec<Option<usize>> = vec![None; nodes];
+    let runnable = |n: usize| req.kernels[n].as_ref().is_ok_and(|k| k.view.is_none());
+    for (b, set) in req.parallel.iter().enumerate() {
+        if set.len() > 1 && set.iter().all(|&n| n < nodes && runnable(n)) {
+            set.iter().for_each(|&n| block_at[n] = Some(b));
+        }
+    }
+    let mut blocks: Vec<Vec<usize>> = Vec::new();
+    for n in 0..nodes {
+        match (block_at[n], blocks.last_mut()) {
+            (Some(b), Some(last)) if n > 0 && block_at[n - 1] == Some(b) => last.push(n),
+            _ => blocks.push(vec![n]),
+        }
+    }
+    blocks
+}
+
+/// Storage decisions for every value.
+struct Places {
+    loc: Vec<Option<Loc>>,
+    /// Nodes whose output is their input's memory (views).
+    aliased: Vec<bool>,
+    weights: Vec<usize>,
+    boxed: usize,
+    /// Time step (block) of each node, and whether its block is concurrent.
+    time: Vec<usize>,
+    concurrent: Vec<bool>,
+    arena_bytes: usize,
+    arena_bound: usize,
+    arena_total: usize,
+}
+
+impl Places {
+    fn new(req: &PlanRequest, blocks: &[Vec<usize>]) -> Result<Places> {
+        let g = req.graph;
+        let mut time = vec![0usize; g.nodes.len()];
+        let mut concurrent = vec![false; g.nodes.len()];
+        for (t, block) in blocks.iter().enumerate() {
+            for &n in block {
+                time[n] = t;
+                concurrent[n] = block.len() > 1;
+            }
+        }
+        let mut loc: Vec<Option<Loc>> = vec![None; g.values.len()];
+        for (i, &v) in g.inputs.iter().enumerate() {
+            loc[v.index()] = Some(Loc::Input(i));
+        }
+        let mut weights = Vec::new();
+        for &v in g.initializers.keys() {
+            loc[v.index()] = Some(Loc::Weight(weights.len()));
+            weights.push(v.index());
+        }
+        Ok(Places {
+            loc,
+            aliased: vec![false; g.nodes.len()],
+            weights,
+            boxed: 0,
+            time,
+            concurrent,
+            arena_bytes: 0,
+            arena_bound: 0,
+            arena_total: 0,
+        })
+    }
+
+    /// Lifetimes of the arena values in step order, aliases, then one
+    /// memory plan.
+    fn place_arena(&mut self, req: &PlanRequest, blocks: &[Vec<usize>]) {
+        let g = req.graph;
+        let arena_able = |v: ValueId| {
+            let t = g.ty(v);
+            (req.arena_dtype)(t.dtype) && t.shape.is_some()
+        };
+        let mut index_of: HashMap<ValueId, usize> = HashMap::new();
+        let mut lifetimes: Vec<Lifetime> = Vec::new();
+        let mut values = Vec::new();
+        let mut aliases = Vec::new();
+        for (step, node) in g.nodes.iter().enumerate() {
+            let t = self.time[step];
+            for &i in node.inputs.iter().flatten().chain(&req.scope_reads[step]) {
+                if let Some(&l) = index_of.get(&i) {
+                    lifetimes[l].last = lifetimes[l].last.max(t);
+                }
+            }
+            let view = req.kernels[step].as_ref().ok().and_then(|k| k.view);
+            if let (Some(p), [Some(o)]) = (view, node.outputs.as_slice()) {
+                if let Some(Some(i)) = node.inputs.get(p) {
+                    // The output is the input's bytes: share its storage.
+                    match (self.loc[i.index()], index_of.get(i).copied()) {
+                        (Some(l @ (Loc::Input(_) | Loc::Weight(_))), _) => {
+                            self.loc[o.index()] = Some(l);
+                            self.aliased[step] = true;
+                        }
+                        (_, Some(l)) => {
+                            index_of.insert(*o, l);
+                            aliases.push((*o, l));
+                            self.aliased[step] = true;
+                        }
+                        _ => {}
+                    }
+                    if self.aliased[step] {
+                        continue;
+                    }
+                }
+            }
+            for &o in node.outputs.iter().flatten() {
+                if self.loc[o.index()].is_some() {
+                    continue;
+                }
+                if !arena_able(o) {
+                    self.loc[o.index()] = Some(Loc::Boxed(self.boxed));
+                    self.boxed += 1;
+                    continue;
+                }
+                let ty = g.ty(o);
+                index_of.insert(o, lifetimes.len());
+                values.push(o);
+                lifetimes.push(Lifetime {
+                    size: ty.numel().unwrap_or(0) * ty.dtype.size(),
+                    first: t,
+                    last: t,
+                    inplace_of: None,
+                });
+            }
+        }
+        // Graph outputs live to the end.
+        for o in &g.outputs {
+            if let Some(&l) = index_of.get(o) {
+                lifetimes[l].last = blocks.len();
+            }
+        }
+        self.request_in_place(req, &index_of, &mut lifetimes);
+        let plan = memplan::plan(&lifetimes, req.alignment);
+        for (l, v) in values.iter().enumerate() {
+            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
+        for (v, l) in aliases {
+            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
+        self.arena_bytes = plan.arena_bytes;
+        self.arena_total = plan.total_bytes;
+        self.arena_bound = live_bytes_bound(&lifetimes, blocks.len());
+    }
+
+    /// In-place requests: a kernel's output over the input it names, where
+    /// that input dies at this step and the step runs alone.
+    fn request_in_place(
+        &self,
+        req: &PlanRequest,
+        index_of: &HashMap<ValueId, usize>,
+        lifetimes: &mut [Lifetime],
+    ) {
+        let g = req.graph;
+        for (step, node) in g.nodes.iter().enumerate() {
+            let Some(p) = req.kernels[step].as_ref().ok().and_then(|k| k.in_place) else {
+                continue;
+            };
+            let (Some(Some(input)), Some(Some(out))) = (node.inputs.get(p), node.outputs.first())
+            else {
+                continue;
+            };
+            if let (Some(&src), Some(&dst)) = (index_of.get(input), index_of.get(out)) {
+                if lifetimes[src].last == self.time[step] && !self.concurrent[step] {
+                    lifetimes[dst].inplace_of = Some(src);
+                }
+            }
+        }
+    }
+
+    /// The placed values, by graph id.
+    fn values(&self, g: &Graph) -> Vec<PlanValue> {
+        self.loc
+            .iter()
+            .enumerate()
+            .filter_map(|(id, l)| {
+                let loc = (*l)?;
+                let v = &g.values[id];
+                Some(PlanValue {
+                    id,
+                    name: v.name.clone(),
+                    dtype: v.ty.dtype,
+                    shape: v.ty.shape.clone(),
+                    loc,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The largest total size of tensors live at one step: no arena holding
+/// them can be smaller (in-place pairs aside, which share a buffer).
+pub fn live_bytes_bound(lifetimes: &[Lifetime], steps: usize) -> usize {
+    let mut delta = vec![0i128; steps + 2];
+    for l in lifetimes {
+        delta[l.first] += l.size as i128;
+        delta[l.last.max(l.first) + 1] -= l.size as i128;
+    }
+    let mut live = 0i128;
+    let mut best = 0i128;
+    for d in delta {
+        live += d;
+        best = best.max(live);
+    }
+    best as usize
+}

@@ -1,0 +1,134 @@
+//! Target descriptions (DESIGN.md "Targets"): what differs per target is
+//! data, read by the fusion cost model, the schedule rules and the code
+//! generators instead of constants.
+//!
+//! Needs nothing. Guarantees: [`TargetDesc`] for the host CPU (read from
+//! the machine; never fails, unknown values fall back to conservative
+//! ones) or for a named CPU preset ([`CpuPreset`]), each with the C
+//! compiler flags that select its instruction set and the vector width the
+//! generated C is forced to ([`TargetDesc::vector_bytes`]).
+
+mod host;
+mod preset;
+
+pub use host::host;
+pub use preset::CpuPreset;
+
+/// Instruction-set family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+    /// Any other CPU: generic C, 16-byte vectors.
+    Generic,
+}
+
+/// One level of the memory hierarchy (a cache, or a scratchpad a program
+/// manages itself).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemLevel {
+    pub name: String,
+    pub bytes: usize,
+    /// Private to one core (true) or shared by all.
+    pub per_core: bool,
+}
+
+/// Which atomic read-modify-write operations the target has in memory
+/// (used to combine partial reductions in one kernel, PANAMERA §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Atomics {
+    /// Integer add/min/max on 32 and 64 bits.
+    pub int: bool,
+    /// f32 add (compare-and-swap loops on CPUs count).
+    pub f32_add: bool,
+}
+
+/// Everything target-dependent that kiln's cost models and generators read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetDesc {
+    /// Preset name (`x86-64-v4`, …) or `host`.
+    pub name: String,
+    pub arch: Arch,
+    /// Bytes in one SIMD register the generated code uses (16, 32, 64).
+    pub vector_bytes: usize,
+    /// Cores the code may use by default.
+    pub cores: usize,
+    /// Caches, innermost first.
+    pub caches: Vec<MemLevel>,
+    /// Scratchpad memories a program manages (empty on CPUs).
+    pub local_memories: Vec<MemLevel>,
+    /// fp32 peak of all cores, in GFLOP/s (a multiply-add counts 2).
+    pub peak_gflops: f64,
+    /// Main-memory bandwidth of all cores, in GB/s.
+    pub memory_gbps: f64,
+    pub atomics: Atomics,
+    /// C compiler flags selecting the instruction set (`-march=…`); empty
+    /// for the host, which the JIT compiles for with `-march=native`.
+    pub cflags: Vec<String>,
+}
+
+impl TargetDesc {
+    /// f32 lanes in one vector.
+    pub fn f32_lanes(&self) -> usize {
+        self.vector_bytes / 4
+    }
+
+    /// The cache level named `name` (`L1`, `L2`, `L3`).
+    pub fn cache(&self, name: &str) -> Option<&MemLevel> {
+        self.caches.iter().find(|c| c.name == name)
+    }
+
+    /// Bytes of L2 one core has (the default when unknown: 256 KiB).
+    pub fn l2_per_core(&self) -> usize {
+        match self.cache("L2") {
+            Some(l2) if l2.per_core => l2.bytes,
+            Some(l2) => l2.bytes / self.cores.max(1),
+            None => 256 << 10,
+        }
+    }
+
+    /// Nanoseconds to do `flops` operations and move `bytes` bytes, the
+    /// slower of the two (a roofline estimate).
+    pub fn roofline_ns(&self, flops: f64, bytes: f64) -> f64 {
+        (flops / self.peak_gflops).max(bytes / self.memory_gbps)
+    }
+}
+
+impl std::fmt::Display for TargetDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({:?}): {}-byte vectors, {} cores, {:.0} GFLOP/s, {:.0} GB/s",
+            self.name, self.arch, self.vector_bytes, self.cores, self.peak_gflops, self.memory_gbps
+        )?;
+        for c in self.caches.iter().chain(&self.local_memories) {
+            let scope = if c.per_core { "per core" } else { "shared" };
+            write!(f, ", {} {} KiB {scope}", c.name, c.bytes >> 10)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_usable() {
+        let t = host();
+        assert!(matches!(t.vector_bytes, 16 | 32 | 64));
+        assert!(t.cores >= 1);
+        assert!(t.peak_gflops > 0.0 && t.memory_gbps > 0.0);
+        assert!(t.l2_per_core() > 0);
+        assert!(t.to_string().starts_with("host"));
+    }
+
+    #[test]
+    fn roofline_takes_the_slower_side() {
+        let t = CpuPreset::X86_64V3.desc(2);
+        let compute = t.roofline_ns(1e9, 1.0);
+        let memory = t.roofline_ns(1.0, 1e9);
+        assert!((compute - 1e9 / t.peak_gflops).abs() < 1e-6);
+        assert!((memory - 1e9 / t.memory_gbps).abs() < 1e-6);
+    }
+}
