@@ -1,6 +1,7 @@
 //! The planners' view of a graph: per node its classes (both papers'),
-//! its data-flow neighbours, sizes and a cost estimate; and a
-//! [`Partition`] that merges node groups while keeping them acyclic.
+//! its data-flow neighbours and sizes, with a group's cost estimated on a
+//! target description's peak and bandwidth; and a [`Partition`] that
+//! merges node groups while keeping them acyclic.
 //!
 //! Needs: an optimized graph (compounds opened) with static shapes where
 //! fusion is wanted; nodes without a tensor expression are library ops
@@ -13,6 +14,7 @@
 use kiln_ir::{Graph, Result};
 use kiln_ops::te::classify::{classify, ApolloType, Classes, MappingType};
 use kiln_ops::te::{classify::node_expr, TensorExpr};
+use kiln_target::TargetDesc;
 use std::collections::BTreeSet;
 
 /// What the planners know about one node.
@@ -120,11 +122,11 @@ impl FusionGraph {
         self.nodes.is_empty()
     }
 
-    /// A rough time estimate of running `nodes` as one kernel, in
-    /// nanoseconds: the slower of its arithmetic and the bytes it moves
-    /// across the group boundary (about 100 GFLOP/s and 20 GB/s, the
-    /// order of this project's 2-core reference machine).
-    pub fn cost_ns(&self, nodes: &[usize]) -> f64 {
+    /// A rough time estimate of running `nodes` as one kernel on
+    /// `target`, in nanoseconds: the slower of its arithmetic at the
+    /// target's peak and the bytes it moves across the group boundary at
+    /// the target's memory bandwidth ([`TargetDesc::roofline_ns`]).
+    pub fn cost_ns(&self, nodes: &[usize], target: &TargetDesc) -> f64 {
         let inside: BTreeSet<usize> = nodes.iter().copied().collect();
         let mut flops = 0u64;
         let mut bytes = 0u64;
@@ -141,7 +143,7 @@ impl FusionGraph {
                 }
             }
         }
-        (flops as f64 / 100.0).max(bytes as f64 / 20.0)
+        target.roofline_ns(flops as f64, bytes as f64)
     }
 }
 
@@ -290,5 +292,55 @@ impl Partition {
         self.members[a].extend(moved);
         self.members[a].sort_unstable();
         a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 128x128x128 matmul (compute-bound at the reference peak) and a
+    /// ReLU of its result (memory-bound).
+    fn matmul_relu() -> FusionGraph {
+        let g = kiln_ir::text::parse(
+            r#"graph "g" opsets [""=18] {
+  input %x: f32[128,128]
+  input %w: f32[128,128]
+  node "mm" %m: f32[128,128] = MatMul(%x, %w)
+  node "relu" %y: f32[128,128] = Relu(%m)
+  output %y
+}"#,
+        )
+        .expect("test graph parses");
+        FusionGraph::new(&g).expect("fusion graph")
+    }
+
+    #[test]
+    fn cost_follows_the_targets_peak_and_bandwidth() {
+        let fg = matmul_relu();
+        let base = crate::reference_target();
+        let faster = TargetDesc {
+            peak_gflops: 2.0 * base.peak_gflops,
+            ..base.clone()
+        };
+        let wider = TargetDesc {
+            memory_gbps: 2.0 * base.memory_gbps,
+            ..base.clone()
+        };
+        let (mm, relu) = ([0], [1]);
+        let ratio =
+            |nodes: &[usize], t: &TargetDesc| fg.cost_ns(nodes, &base) / fg.cost_ns(nodes, t);
+        assert_eq!(
+            ratio(&mm, &faster),
+            2.0,
+            "compute-bound: twice the peak, half the time"
+        );
+        assert_eq!(ratio(&mm, &wider), 1.0);
+        assert_eq!(ratio(&relu, &faster), 1.0);
+        assert_eq!(
+            ratio(&relu, &wider),
+            2.0,
+            "memory-bound: twice the bandwidth, half the time"
+        );
     }
 }

@@ -21,6 +21,7 @@ pub mod planners;
 pub mod report;
 
 use kiln_ir::{bail, Graph, Result};
+use kiln_target::{CpuPreset, TargetDesc};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Instant;
@@ -114,9 +115,24 @@ pub struct PlanOptions {
     /// (bytes are ~10^6 times larger numbers than the variance).
     pub dp_alpha: f64,
     pub dp_beta: f64,
+    /// The machine the plan is for: its peak and memory bandwidth price
+    /// groups in [`FusionGraph::cost_ns`] (APOLLO's Layer III cost).
+    pub target: TargetDesc,
+}
+
+impl PlanOptions {
+    /// The default settings, planning for `target`.
+    pub fn for_target(target: TargetDesc) -> PlanOptions {
+        PlanOptions {
+            target,
+            ..PlanOptions::default()
+        }
+    }
 }
 
 impl Default for PlanOptions {
+    /// Plans for [`reference_target`], not the host, so that plans do not
+    /// depend on the machine.
     fn default() -> Self {
         PlanOptions {
             contraction_prologues: false,
@@ -124,7 +140,18 @@ impl Default for PlanOptions {
             dp_state_budget: 10_000_000,
             dp_alpha: 1e-6,
             dp_beta: 1.0,
+            target: reference_target(),
         }
+    }
+}
+
+/// This project's 2-core AVX-512 reference machine as the cost model has
+/// always priced it: 100 GFLOP/s and 20 GB/s.
+pub fn reference_target() -> TargetDesc {
+    TargetDesc {
+        peak_gflops: 100.0,
+        memory_gbps: 20.0,
+        ..CpuPreset::X86_64V4.desc(2)
     }
 }
 
@@ -152,7 +179,7 @@ pub fn plan(
     let (plan, notes) = match kind {
         PlannerKind::None => (planners::none::plan(&fg), Vec::new()),
         PlannerKind::Tvm => (planners::tvm::plan(&fg), Vec::new()),
-        PlannerKind::Apollo => (planners::apollo::plan(&fg), Vec::new()),
+        PlannerKind::Apollo => (planners::apollo::plan(&fg, &opts.target), Vec::new()),
         PlannerKind::Dp => planners::dp::plan(&fg, opts),
     };
     let plan = plan.normalized();

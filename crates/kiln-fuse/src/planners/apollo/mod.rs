@@ -2,7 +2,8 @@
 //! and §4.2–§4.3 with Algorithms 1–3 of Appendix A.
 //!
 //! Needs: a [`FusionGraph`] (compounds opened, so reductions such as
-//! Softmax's and LayerNorm's are primitive ops).
+//! Softmax's and LayerNorm's are primitive ops) and the target
+//! description Layer III prices groups on.
 //! Guarantees: a [`Plan`] whose groups partition the nodes and are convex
 //! (every merge passes `Partition::can_merge`), made in three steps:
 //! `aggregate.rs` (Layer I partition, Table 1 / Algo. 1),
@@ -21,11 +22,13 @@ mod rules;
 
 use crate::graph::FusionGraph;
 use crate::plan::{Group, Plan};
+use kiln_target::TargetDesc;
 
-pub fn plan(fg: &FusionGraph) -> Plan {
+/// The plan of `fg`, Layer III pricing groups on `target`.
+pub fn plan(fg: &FusionGraph, target: &TargetDesc) -> Plan {
     let mut mg = aggregate::aggregate(fg);
     memory_stitch::stitch(fg, &mut mg);
-    let sets = parallel_stitch::stitch(fg, &mg.part, parallel_stitch::MAX_COST_NS);
+    let sets = parallel_stitch::stitch(fg, &mg.part, target, parallel_stitch::MAX_COST_NS);
     let ids = mg.part.groups();
     let position = |id: &usize| ids.iter().position(|g| g == id);
     Plan {

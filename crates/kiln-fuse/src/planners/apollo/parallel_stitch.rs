@@ -18,8 +18,8 @@
 //!   (forward) along its branch, so branches are independent.
 //!   Compute-bound groups (contractions) are skipped but the walk goes on.
 //! - Composition (lines 3–11): repeatedly take the next unvisited group
-//!   of every branch, sort by cost (descending, `FusionGraph::cost_ns` as
-//!   cost_op), and stitch the runs `m..m+k` for which the cost model is
+//!   of every branch, sort by cost (descending, `FusionGraph::cost_ns` on
+//!   the target description as cost_op), and stitch the runs `m..m+k` for which the cost model is
 //!   positive, shrinking `k` and skipping an overweight leader as the
 //!   algorithm does.
 //! - "Positive" (kiln's reading for a multi-core CPU): gain = Σ cost −
@@ -29,6 +29,7 @@
 //!   beside others gains nothing.
 
 use crate::graph::{FusionGraph, Partition};
+use kiln_target::TargetDesc;
 
 /// Most independent branches joined by one virtual tail.
 pub const MAX_INDEPENDENT: usize = 7;
@@ -46,7 +47,7 @@ struct GroupDag {
 }
 
 impl GroupDag {
-    fn new(fg: &FusionGraph, part: &Partition) -> GroupDag {
+    fn new(fg: &FusionGraph, part: &Partition, target: &TargetDesc) -> GroupDag {
         let n = fg.len();
         let mut dag = GroupDag {
             order: part.groups(),
@@ -59,7 +60,7 @@ impl GroupDag {
             let members = part.members(g);
             dag.producers[g] = part.producer_groups(fg, g);
             dag.consumers[g] = part.consumer_groups(fg, g);
-            dag.cost[g] = fg.cost_ns(members);
+            dag.cost[g] = fg.cost_ns(members, target);
             dag.compute_bound[g] = members.iter().any(|&m| fg.nodes[m].is_contraction());
         }
         dag
@@ -115,9 +116,15 @@ impl GroupDag {
     }
 }
 
-/// Algo. 3: sets of group ids of `part` to run concurrently.
-pub fn stitch(fg: &FusionGraph, part: &Partition, max_cost_ns: f64) -> Vec<Vec<usize>> {
-    let dag = GroupDag::new(fg, part);
+/// Algo. 3: sets of group ids of `part` to run concurrently, groups
+/// priced on `target`.
+pub fn stitch(
+    fg: &FusionGraph,
+    part: &Partition,
+    target: &TargetDesc,
+    max_cost_ns: f64,
+) -> Vec<Vec<usize>> {
+    let dag = GroupDag::new(fg, part, target);
     let mut stitched = vec![false; fg.len()];
     let mut sets = Vec::new();
     for branches in dag.candidate_sets() {

@@ -46,7 +46,7 @@ fn sorted(names: &[&str]) -> Vec<String> {
 /// Plans `g`, checks the plan is a valid acyclic partition, returns it.
 fn planned(g: &Graph) -> Plan {
     let fg = FusionGraph::new(g).expect("fusion graph");
-    let p = plan(&fg).normalized();
+    let p = plan(&fg, &crate::reference_target()).normalized();
     p.check_partition(g.nodes.len()).expect("partition");
     crate::apply::apply(g, &p).expect("plan applies (groups are convex)");
     p
