@@ -5,6 +5,7 @@ use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::{PlanOptions, PlannerKind};
 use kiln_ir::{Error, Graph, Result, Tensor};
 use kiln_runtime::jit;
+use kiln_target::TargetDesc;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -308,9 +309,16 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
 }
 
 /// Writes the generated C (`c`) or scheduled loop IR (`loops`) of `g`
-/// fused by `fusion` into `dir`.
-pub fn emit(g: &Graph, fusion: PlannerKind, what: &str, dir: &Path) -> Result<()> {
-    let planned = kiln_fuse::plan(g, fusion, &CpuGroupCheck, &PlanOptions::default())?;
+/// fused by `fusion` for `target` into `dir`.
+pub fn emit(
+    g: &Graph,
+    fusion: PlannerKind,
+    target: &TargetDesc,
+    what: &str,
+    dir: &Path,
+) -> Result<()> {
+    let check = CpuGroupCheck { target };
+    let planned = kiln_fuse::plan(g, fusion, &check, &PlanOptions::for_target(target.clone()))?;
     let fused = kiln_fuse::apply::apply(g, &planned.plan)?;
     let g = &fused;
     std::fs::create_dir_all(dir)
@@ -318,7 +326,7 @@ pub fn emit(g: &Graph, fusion: PlannerKind, what: &str, dir: &Path) -> Result<()
     let mut text = String::new();
     let mut kernels = 0;
     for (i, node) in g.nodes.iter().enumerate() {
-        match kiln_cpu::select::node_kernel(g, node, &format!("kiln_k{i}")) {
+        match kiln_cpu::select::node_kernel(g, node, &format!("kiln_k{i}"), target) {
             Ok(k) => {
                 kernels += 1;
                 text.push_str(&format!("/* node {i}: {} */\n", node.describe()));

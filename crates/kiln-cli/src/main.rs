@@ -294,7 +294,7 @@ fn main() {
             passes,
         } => load(&model, &args).and_then(|mut g| {
             optimize(&mut g, &passes)?;
-            bench::emit(&g, fusion.fusion, &emit, &output_dir)
+            bench::emit(&g, fusion.fusion, &kiln_target::host(), &emit, &output_dir)
         }),
         Command::Peak { threads, json } => bench::peak(
             threads.unwrap_or_else(kiln_runtime::cpu::available_threads),
@@ -739,7 +739,7 @@ fn explain(
     }
     let mut g = load(model, args)?;
     optimize(&mut g, passes)?;
-    let planned = plan_for_explain(&g, fusion, &kiln_cpu::select::CpuGroupCheck)?;
+    let planned = plan_for_explain(&g, fusion, &kiln_target::host())?;
     let times = if out.profile {
         group_times(&g, &planned)?
     } else {
@@ -763,12 +763,14 @@ fn explain(
     Ok(())
 }
 
-/// Plans `g` with planner `kind`; `check` is the backend's judgement of
+/// Plans `g` with planner `kind` for `target`, the CPU backend judging
 /// which groups can become one kernel.
 fn plan_for_explain(
     g: &Graph,
     kind: kiln_fuse::PlannerKind,
-    check: &dyn kiln_fuse::GroupCheck,
+    target: &kiln_target::TargetDesc,
 ) -> Result<kiln_fuse::Planned> {
-    kiln_fuse::plan(g, kind, check, &kiln_fuse::PlanOptions::default())
+    let check = kiln_cpu::select::CpuGroupCheck { target };
+    let opts = kiln_fuse::PlanOptions::for_target(target.clone());
+    kiln_fuse::plan(g, kind, &check, &opts)
 }

@@ -5,12 +5,14 @@
 //! one element outside is caught) holding random values (random integers
 //! also exercise the out-of-range checks of data-dependent indices).
 //! Any sanitizer report fails the test. Skipped, with a note, where the C
-//! compiler cannot build sanitized programs.
+//! compiler cannot build sanitized programs. Kernels are scheduled for the
+//! host, which runs them.
 
 use kiln_conformance::{cases, test_dir};
 use kiln_cpu::select::node_kernel;
 use kiln_ir::DType;
 use kiln_loop::Kernel;
+use kiln_target::TargetDesc;
 use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
@@ -26,6 +28,7 @@ fn cc() -> String {
 /// the CPU.
 fn all_kernels() -> Vec<(Kernel, String)> {
     let dir = test_dir();
+    let target = kiln_target::host();
     let mut out = Vec::new();
     for (c, case) in cases(&dir).unwrap_or_default().iter().enumerate() {
         let model = dir.join(case).join("model.onnx");
@@ -37,12 +40,12 @@ fn all_kernels() -> Vec<(Kernel, String)> {
             continue;
         }
         for (i, node) in g.nodes.iter().enumerate() {
-            if let Ok(k) = node_kernel(&g, node, &format!("c{c}_k{i}")) {
+            if let Ok(k) = node_kernel(&g, node, &format!("c{c}_k{i}"), &target) {
                 out.push((k.kernel, k.c));
             }
         }
-        for (i, node) in fused_nodes(&g).iter().enumerate() {
-            if let Ok(k) = node_kernel(&g, node, &format!("c{c}_f{i}")) {
+        for (i, node) in fused_nodes(&g, &target).iter().enumerate() {
+            if let Ok(k) = node_kernel(&g, node, &format!("c{c}_f{i}"), &target) {
                 out.push((k.kernel, k.c));
             }
         }
@@ -50,13 +53,13 @@ fn all_kernels() -> Vec<(Kernel, String)> {
     out
 }
 
-/// The fused nodes of `g` under the default planner (apollo).
-fn fused_nodes(g: &kiln_ir::Graph) -> Vec<kiln_ir::Node> {
+/// The fused nodes of `g` under the default planner (apollo) for `target`.
+fn fused_nodes(g: &kiln_ir::Graph, target: &TargetDesc) -> Vec<kiln_ir::Node> {
     let planned = kiln_fuse::plan(
         g,
         kiln_fuse::PlannerKind::Apollo,
-        &kiln_cpu::select::CpuGroupCheck,
-        &Default::default(),
+        &kiln_cpu::select::CpuGroupCheck { target },
+        &kiln_fuse::PlanOptions::for_target(target.clone()),
     );
     let Ok(fused) = planned.and_then(|p| kiln_fuse::apply::apply(g, &p.plan)) else {
         return Vec::new();

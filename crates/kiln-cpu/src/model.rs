@@ -14,11 +14,11 @@
 //! interpreter's up to float rounding; errors name the node.
 
 use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use kiln_exec::memplan::{self, Lifetime, MemoryPlan};
 use kiln_fuse::apply::Applied;
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{bail, with_dtype, DType, Elem, Error, Graph, Result, Tensor, ValueId};
 use kiln_runtime::jit::{self, CompileReport, CompilerConfig, Library};
-use kiln_exec::memplan::{self, Lifetime, MemoryPlan};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,8 @@ pub struct CpuOptions {
     pub compiler: CompilerConfig,
     /// The fusion planner (`none`: one kernel per node).
     pub fusion: PlannerKind,
+    /// The CPU the fusion plan and the kernels' schedules are for.
+    pub target: kiln_target::TargetDesc,
 }
 
 impl Default for CpuOptions {
@@ -38,6 +40,7 @@ impl Default for CpuOptions {
             threads: kiln_runtime::cpu::available_threads(),
             compiler: CompilerConfig::from_env(),
             fusion: PlannerKind::default(),
+            target: kiln_target::host(),
         }
     }
 }
@@ -164,7 +167,11 @@ impl CompiledModel {
     /// Plans fusion on `graph` (with the CPU backend's feedback), applies
     /// the plan, and compiles the fused graph.
     pub fn compile(graph: &Graph, opts: &CpuOptions) -> Result<CompiledModel> {
-        let planned = kiln_fuse::plan(graph, opts.fusion, &CpuGroupCheck, &PlanOptions::default())?;
+        let check = CpuGroupCheck {
+            target: &opts.target,
+        };
+        let plan_opts = PlanOptions::for_target(opts.target.clone());
+        let planned = kiln_fuse::plan(graph, opts.fusion, &check, &plan_opts)?;
         let applied = kiln_fuse::apply::apply_plan(graph, &planned.plan)?;
         Self::compile_fused(&applied, planned, opts)
     }
@@ -200,7 +207,7 @@ impl CompiledModel {
                 .flatten()
                 .all(|&o| graph.ty(o).shape.is_some());
             let k = if static_outputs {
-                node_kernel(graph, node, &format!("kiln_k{i}"))
+                node_kernel(graph, node, &format!("kiln_k{i}"), &opts.target)
             } else {
                 Err(Error::new(format!(
                     "{}: output shape depends on data",

@@ -3,11 +3,12 @@
 //! Needs: an optimized graph (compounds opened) with static shapes where
 //! kernels are wanted.
 //! Guarantees: for each node either a [`NodeKernel`] (the node's tensor
-//! expression lowered, scheduled by the default rule and printed as C) or
-//! the reason it runs on the reference interpreter instead: no expression
-//! (library ops such as TopK, control flow), several outputs, an element
-//! type the C backend lacks (f16, bf16, strings), or a scalar rule without
-//! a C form. Falling back is per node and never changes results.
+//! expression lowered, scheduled by the default rule for a target
+//! description and printed as C) or the reason it runs on the reference
+//! interpreter instead: no expression (library ops such as TopK, control
+//! flow), several outputs, an element type the C backend lacks (f16,
+//! bf16, strings), or a scalar rule without a C form. Falling back is per
+//! node and never changes results.
 
 use kiln_codegen::c::kernel_c;
 use kiln_fuse::GroupCheck;
@@ -17,6 +18,7 @@ use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{default_schedule, Buffer, Kernel, Schedule, Scope, Stmt, Val};
 use kiln_ops::ops::control::{FUSED_DOMAIN, FUSED_OP};
 use kiln_ops::te::classify::{is_view, node_expr};
+use kiln_target::TargetDesc;
 
 /// A node compiled to one C function.
 #[derive(Debug, Clone)]
@@ -41,11 +43,12 @@ pub fn has_c_type(dtype: DType) -> bool {
     kiln_codegen::scalar_c::c_type(dtype).is_ok()
 }
 
-/// The kernel for `node` (named `name`), or why there is none.
-pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
+/// The kernel for `node` (named `name`) scheduled for `target`, or why
+/// there is none.
+pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Result<NodeKernel> {
     if node.domain == FUSED_DOMAIN && node.op == FUSED_OP {
         let all: Vec<usize> = (0..node.inputs.len()).collect();
-        return fused_kernel(node, name, &constant_buffers(g, node, &all));
+        return fused_kernel(node, name, &constant_buffers(g, node, &all), target);
     }
     let outputs: Vec<_> = node.outputs.iter().flatten().collect();
     if outputs.len() != 1 || node.outputs.len() != 1 {
@@ -82,7 +85,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str) -> Result<NodeKernel> {
     let kernel = kiln_loop::lower(&te, name, &dtypes)?;
     let kernel = inline_constants(&kernel, &scalar_constants(g, node, &inputs)?);
     let alias = in_place_input(&kernel);
-    let schedule = default_schedule(&kernel);
+    let schedule = default_schedule(&kernel, target);
     let scheduled = kiln_loop::apply(&kernel, &schedule)?;
     let c = kernel_c(&scheduled, alias, &[])?.c;
     Ok(NodeKernel {
@@ -104,14 +107,20 @@ fn constant_buffers(g: &Graph, node: &Node, inputs: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// The kernel of a fused node: its body's nodes lowered as one group.
-/// `constants`: its inputs that hold weights (see `kernel_c`).
-pub fn fused_kernel(node: &Node, name: &str, constants: &[usize]) -> Result<NodeKernel> {
+/// The kernel of a fused node: its body's nodes lowered as one group,
+/// scheduled for `target`. `constants`: its inputs that hold weights (see
+/// `kernel_c`).
+pub fn fused_kernel(
+    node: &Node,
+    name: &str,
+    constants: &[usize],
+    target: &TargetDesc,
+) -> Result<NodeKernel> {
     let Some(body) = node.attr_graph("body")? else {
         bail!("fused node {} has no body", node.name);
     };
     let group = group_expr(body)?;
-    let lowered = kiln_loop::fused::lower_group(&group, name)?;
+    let lowered = kiln_loop::fused::lower_group(&group, name, target)?;
     let source = kernel_c(&lowered.kernel, None, constants)?;
     Ok(NodeKernel {
         c: source.c,
@@ -205,14 +214,17 @@ fn source(body: &Graph, producers: &[Option<usize>], v: ValueId) -> Result<Optio
 }
 
 /// The CPU backend's answer to the planners (APOLLO's feedback): a group
-/// is accepted when it lowers to one kernel that prints as C.
-pub struct CpuGroupCheck;
+/// is accepted when it lowers to one kernel for `target` (the target the
+/// model is compiled for) that prints as C.
+pub struct CpuGroupCheck<'a> {
+    pub target: &'a TargetDesc,
+}
 
-impl GroupCheck for CpuGroupCheck {
+impl GroupCheck for CpuGroupCheck<'_> {
     fn check(&self, g: &Graph, nodes: &[usize]) -> std::result::Result<(), String> {
         let attempt = || -> Result<()> {
             let node = kiln_fuse::apply::group_node(g, nodes)?;
-            fused_kernel(&node, "check", &[]).map(|_| ())
+            fused_kernel(&node, "check", &[], self.target).map(|_| ())
         };
         attempt().map_err(|e| e.to_string())
     }

@@ -12,6 +12,9 @@
 //! by the graph passes) is fused into one group, and `<name>.expected`
 //! holds that kernel's form and scheduled loop IR; the fused model is run
 //! against the interpreter the same way.
+//!
+//! Everything here is lowered for the x86-64-v4 preset ([`target`]), never
+//! the host, so the expected text is the same on every machine.
 
 mod common;
 
@@ -19,13 +22,20 @@ use common::{assert_close, inputs, load};
 use kiln_cpu::{select::node_kernel, CompiledModel, CpuOptions};
 use kiln_fuse::{Group, Plan};
 use kiln_ir::{Graph, Result};
+use kiln_target::{CpuPreset, TargetDesc};
 use std::path::{Path, PathBuf};
+
+/// The CPU the tests lower for: AVX-512 (16 f32 lanes), 2 cores.
+fn target() -> TargetDesc {
+    CpuPreset::X86_64V4.desc(2)
+}
 
 fn lowered_text(g: &Graph) -> String {
     let mut out = String::new();
+    let target = target();
     for (i, node) in g.nodes.iter().enumerate() {
         out.push_str(&format!("# node {i}: {}\n", node.describe()));
-        match node_kernel(g, node, &format!("k{i}")) {
+        match node_kernel(g, node, &format!("k{i}"), &target) {
             Ok(k) => {
                 out.push_str(&format!("{}\n", k.kernel));
                 let s: Vec<String> = k.schedule.0.iter().map(|d| d.to_string()).collect();
@@ -46,6 +56,7 @@ fn check_against_interpreter(g: &Graph, name: &str, plan: Option<Plan>) -> Resul
     let want = kiln_interp::run(g, &ins)?;
     let opts = CpuOptions {
         threads: 2,
+        target: target(),
         ..Default::default()
     };
     let model = match plan {
@@ -105,7 +116,7 @@ fn fused_cases() {
             return Ok("no body".into());
         };
         let ops: Vec<&str> = body.nodes.iter().map(|n| n.op.as_str()).collect();
-        let k = kiln_cpu::select::fused_kernel(&node, &name, &[])?;
+        let k = kiln_cpu::select::fused_kernel(&node, &name, &[], &target())?;
         let s: Vec<String> = k.schedule.0.iter().map(|d| d.to_string()).collect();
         Ok(format!(
             "# group: {}\n{}\nschedule: [{}]\n",
@@ -162,7 +173,9 @@ fn padded_window_refuses_prologue() -> Result<()> {
   output %o
 }"#,
     )?;
-    let check = kiln_fuse::GroupCheck::check(&kiln_cpu::select::CpuGroupCheck, &g, &[0, 1]);
+    let target = target();
+    let cpu = kiln_cpu::select::CpuGroupCheck { target: &target };
+    let check = kiln_fuse::GroupCheck::check(&cpu, &g, &[0, 1]);
     let why = check.expect_err("a prologue over a padded window must be refused");
     assert!(why.contains("padded window"), "{why}");
     let ins = inputs(&g)?;

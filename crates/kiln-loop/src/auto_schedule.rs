@@ -1,7 +1,8 @@
 //! The default schedule of a lowered kernel, chosen by rule.
 //!
 //! Needs: a kernel straight from [`crate::lower`] (output loops `i0, i1, …`
-//! perfectly nested, outermost first).
+//! perfectly nested, outermost first), and the target description the
+//! schedule is for.
 //! Guarantees: a [`Schedule`] (data; [`crate::schedule::apply`] carries it
 //! out) that
 //! 1. coalesces output loops from the innermost outwards while every
@@ -10,7 +11,9 @@
 //! 2. splits a single remaining loop longer than [`CHUNK`] into chunks;
 //!    a matrix-vector product whose reduction is at least as long as its
 //!    output splits the reduction across threads instead (the output
-//!    combined from per-thread copies: OpenMP array reductions);
+//!    combined from per-thread copies: OpenMP array reductions) when a
+//!    copy of the output fits the share of the target's L2 that
+//!    [`split_reduction_max_output`] allows;
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
 //! 4. vectorizes the innermost output loop when its body is plain stores;
@@ -19,23 +22,39 @@
 //!    outside it (`accumulate_outward`) so it vectorizes too, and peels
 //!    off the padded borders of that loop so its interior runs without
 //!    bounds checks.
+//!
+//! The chunk sizes and the work threshold are constants of the algorithm,
+//! the same for every target (see each); what depends on the machine is
+//! read from the [`TargetDesc`].
 
 use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
+use kiln_target::TargetDesc;
 
-/// Elements per parallel chunk of a fully coalesced loop.
+/// Elements per parallel chunk of a fully coalesced loop. The granularity
+/// of the work split, not a cache size (each element streams through once
+/// whatever the chunk), and a multiple of every target's f32 lanes, so it
+/// stays one constant.
 pub const CHUNK: i64 = 4096;
 
-/// Output elements per parallel chunk of a matrix-vector product.
+/// Output elements per parallel chunk of a matrix-vector product: like
+/// [`CHUNK`], a work-split granularity (the chunk's outputs, 256 bytes,
+/// stay cached on any target) and a multiple of every target's lanes.
 pub const ROW_CHUNK: i64 = 64;
 
-/// Largest output of a matrix-vector product whose reduction is split across threads (each
-/// keeps a private copy of the output: 64 KiB of f32 here).
-pub const SPLIT_REDUCTION_MAX_OUTPUT: i64 = 16384;
-
 /// Work (loop iterations, reductions included) below which a kernel runs on
-/// one thread.
+/// one thread. It weighs the OpenMP runtime's cost of waking threads, which
+/// the target description does not carry, so it stays one constant.
 pub const PARALLEL_MIN_WORK: i64 = 1 << 15;
+
+/// Largest output of a matrix-vector product whose reduction is split
+/// across threads: each thread keeps a private f32 copy of the output,
+/// updated for every row of the matrix it streams, sized to a sixteenth of
+/// one core's L2 (64 KiB, 16384 elements, on the 1 MiB of the reference
+/// machine and the CPU presets, where it was chosen).
+pub fn split_reduction_max_output(target: &TargetDesc) -> i64 {
+    (target.l2_per_core() / 16 / std::mem::size_of::<f32>()) as i64
+}
 
 /// The perfect nest of output loops at the top of `body`, outermost first.
 fn output_nest(body: &[Stmt]) -> Vec<&Loop> {
@@ -61,7 +80,8 @@ pub(crate) fn work(body: &[Stmt]) -> i64 {
         .sum()
 }
 
-pub fn default_schedule(k: &Kernel) -> Schedule {
+/// The default schedule of `k` for `target` (see the module doc).
+pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
@@ -117,7 +137,7 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
         .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
     let split_reduction = last_loop
         .as_ref()
-        .and_then(|l| reduction_to_split(l, extent));
+        .and_then(|l| reduction_to_split(l, extent, target));
     if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
         // A matrix-vector product reading a matrix wider than its output: the reduction is
         // split across threads, each accumulating the whole output row in a private copy
@@ -170,13 +190,13 @@ pub fn default_schedule(k: &Kernel) -> Schedule {
 
 /// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth
 /// splitting across threads: at least as long as the output, which stays small enough for
-/// each thread to keep a private copy of it ([`SPLIT_REDUCTION_MAX_OUTPUT`]).
-fn reduction_to_split(l: &Loop, extent: i64) -> Option<String> {
+/// each thread to keep a private copy of it ([`split_reduction_max_output`]).
+fn reduction_to_split(l: &Loop, extent: i64, target: &TargetDesc) -> Option<String> {
     let [Stmt::Let { .. }, Stmt::Loop(reduction), Stmt::Store { .. }] = l.body.as_slice() else {
         return None;
     };
     let long = reduction.extent.max() >= extent.max(2 * ROW_CHUNK);
-    (long && extent <= SPLIT_REDUCTION_MAX_OUTPUT).then(|| reduction.var.clone())
+    (long && extent <= split_reduction_max_output(target)).then(|| reduction.var.clone())
 }
 
 /// The part `[lo, hi)` of loop `var` (of `extent` iterations) where every
@@ -258,4 +278,53 @@ pub(crate) fn load_strides(body: &[Stmt], var: &str) -> Vec<i64> {
         )
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_kernel;
+    use kiln_target::{CpuPreset, MemLevel};
+
+    /// y = x · W with 16384 outputs and a reduction as long, as lowered.
+    fn matrix_vector() -> Kernel {
+        parse_kernel(
+            "kernel k(in0: f32[16384], in1: f32[16384,16384], out out0: f32[16384]) {
+  for i0 in 0..16384 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..16384 {
+      acc = sum(acc, Mul(in0[r0], in1[16384*r0 + i0]))
+    }
+    out0[i0] = acc
+  }
+}",
+        )
+        .unwrap()
+    }
+
+    /// A private copy of the 64 KiB output is the sixteenth of the presets'
+    /// 1 MiB of L2 per core the rule allows: the reduction is split across
+    /// threads. With 512 KiB of L2 it is not, and the output is chunked.
+    #[test]
+    fn splitting_a_reduction_follows_the_targets_l2() {
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        assert_eq!(split_reduction_max_output(&v4), 16384);
+        let split = default_schedule(&matrix_vector(), &v4);
+        assert!(
+            split.0.contains(&Directive::Parallel("r0".into())),
+            "{split:?}"
+        );
+        let mut small = v4.clone();
+        small.caches = vec![MemLevel {
+            name: "L2".into(),
+            bytes: 512 << 10,
+            per_core: true,
+        }];
+        let chunked = default_schedule(&matrix_vector(), &small);
+        let row_chunks = Directive::Split {
+            var: "i0".into(),
+            factor: ROW_CHUNK,
+        };
+        assert!(chunked.0.contains(&row_chunks), "{chunked:?}");
+    }
 }

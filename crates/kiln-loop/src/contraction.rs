@@ -110,7 +110,9 @@ pub fn contraction_gemm(
 }
 
 /// Reduction length below which a padded product that cannot be oriented
-/// with the output's contiguous axis as N is not made a gemm.
+/// with the output's contiguous axis as N is not made a gemm: a choice
+/// between two lowerings (packing does not pay over so few steps), the
+/// same for every target.
 const SMALL_WINDOW: i64 = 32;
 
 /// What one orientation of a product gives.

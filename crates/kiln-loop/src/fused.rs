@@ -2,7 +2,8 @@
 //! CPU, with PANAMERA's reduction propagation).
 //!
 //! Needs: a [`GroupExpr`] (the group's tensor expressions wired to kernel
-//! inputs, scalar constants and each other).
+//! inputs, scalar constants and each other) and the target description
+//! the loop schedules are for.
 //! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
 //! inputs then its outputs, computing exactly what the nodes compute, in
 //! one of five forms, or an error saying why the group cannot be one
@@ -57,6 +58,7 @@ use crate::window::window_in_registers;
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::classify::{classify, is_view, ApolloType};
 use kiln_ops::te::{Combiner, Var};
+use kiln_target::TargetDesc;
 
 /// A lowered group.
 #[derive(Debug, Clone)]
@@ -70,7 +72,9 @@ pub struct LoweredGroup {
     pub schedule: Schedule,
 }
 
-pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
+/// `group` as one kernel named `name`, scheduled for `target`, or why it
+/// cannot be one (see the module doc).
+pub fn lower_group(group: &GroupExpr, name: &str, target: &TargetDesc) -> Result<LoweredGroup> {
     let mut buffers = group.inputs.clone();
     for (i, &n) in group.outputs.iter().enumerate() {
         let te = &group.nodes[n].te;
@@ -93,7 +97,7 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
         .filter(|&r| is_read_inside(group, r))
         .collect();
     if read_inside.is_empty() {
-        return nests(group, name, buffers);
+        return nests(group, name, buffers, target);
     }
     if let [r] = read_inside[..] {
         if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r, &[])? {
@@ -103,15 +107,15 @@ pub fn lower_group(group: &GroupExpr, name: &str) -> Result<LoweredGroup> {
         // y-reduce) loop order; plain reductions stitch into rows.
         let opaque = matches!(classify(&group.nodes[r].te).apollo, ApolloType::Opaque(_));
         if opaque {
-            if let Some(lowered) = window_in_registers(group, name, &buffers, r)? {
+            if let Some(lowered) = window_in_registers(group, name, &buffers, r, target)? {
                 return Ok(lowered);
             }
-            if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r)? {
+            if let Some(lowered) = reduce_then_epilogue(group, name, &buffers, r, target)? {
                 return Ok(lowered);
             }
         }
     }
-    rows(group, name, buffers)
+    rows(group, name, buffers, target)
 }
 
 /// A gemm whose operands were scaled by constants inside the group
@@ -293,7 +297,12 @@ pub(crate) fn output_buffer(group: &GroupExpr, k: usize) -> usize {
 }
 
 /// One loop nest (or gemm) per output.
-fn nests(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
+fn nests(
+    group: &GroupExpr,
+    name: &str,
+    buffers: Vec<Buffer>,
+    target: &TargetDesc,
+) -> Result<LoweredGroup> {
     let mut body = Vec::new();
     let mut schedule = Schedule::default();
     for (k, &n) in group.outputs.iter().enumerate() {
@@ -316,7 +325,7 @@ fn nests(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredG
             buffers: buffers.clone(),
             body: node_nest(&mut inliner, n, out, &acc)?,
         };
-        let s = default_schedule(&nest);
+        let s = default_schedule(&nest, target);
         body.extend(apply(&nest, &s)?.body);
         schedule.0.extend(s.0);
     }
@@ -404,6 +413,7 @@ fn reduce_then_epilogue(
     name: &str,
     buffers: &[Buffer],
     r: usize,
+    target: &TargetDesc,
 ) -> Result<Option<LoweredGroup>> {
     let Some(v) = single_output(group) else {
         return Ok(None);
@@ -435,7 +445,7 @@ fn reduce_then_epilogue(
             buffers: buffers.to_vec(),
             body: nest,
         };
-        let s = default_schedule(&k);
+        let s = default_schedule(&k, target);
         body.extend(apply(&k, &s)?.body);
         schedule.0.extend(s.0);
     }
@@ -537,7 +547,12 @@ fn real_dims(shape: &[usize]) -> Vec<usize> {
 }
 
 /// The row program (memory stitching; see the module doc).
-fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGroup> {
+fn rows(
+    group: &GroupExpr,
+    name: &str,
+    buffers: Vec<Buffer>,
+    target: &TargetDesc,
+) -> Result<LoweredGroup> {
     let reds = reductions(group);
     if let Some(&c) = reds.iter().find(|&&r| group.nodes[r].is_contraction()) {
         bail!(
@@ -577,7 +592,7 @@ fn rows(group: &GroupExpr, name: &str, buffers: Vec<Buffer>) -> Result<LoweredGr
                 buffers: buffers.clone(),
                 body: node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?,
             };
-            let s = default_schedule(&nest);
+            let s = default_schedule(&nest, target);
             before.extend(apply(&nest, &s)?.body);
             before_schedule.extend(s.0);
         }

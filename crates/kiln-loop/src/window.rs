@@ -5,7 +5,8 @@
 //! Needs: a [`GroupExpr`] whose only reduction is `r`, read inside the
 //! group; its single output `v` (through trailing views) has `r`'s shape;
 //! `r` is f32 with at most [`MAX_TAPS`] reduction steps per point, and its
-//! loads walk the innermost output dimension with stride 1 or 2.
+//! loads walk the innermost output dimension with stride 1 or 2; and the
+//! target description (its f32 lanes decide `peel_pays`).
 //! Guarantees: one kernel computing the group: per output point, the
 //! reduction into a local f32 accumulator over fully unrolled reduction
 //! loops, then the epilogue applied to it and stored once. The schedule
@@ -32,17 +33,20 @@ use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::Var;
+use kiln_target::TargetDesc;
 
 /// Most reduction steps per output point (a 7x7 window is 49).
 pub const MAX_TAPS: usize = 64;
 
-/// The group as a window in registers; `None` when it does not have the
-/// shape the module doc needs (the caller then tries the other forms).
+/// The group as a window in registers, scheduled for `target`; `None` when
+/// it does not have the shape the module doc needs (the caller then tries
+/// the other forms).
 pub fn window_in_registers(
     group: &GroupExpr,
     name: &str,
     buffers: &[Buffer],
     r: usize,
+    target: &TargetDesc,
 ) -> Result<Option<LoweredGroup>> {
     let Some(v) = single_output(group) else {
         return Ok(None);
@@ -102,7 +106,7 @@ pub fn window_in_registers(
         buffers: buffers.to_vec(),
         body,
     };
-    let Some(schedule) = register_schedule(&kernel) else {
+    let Some(schedule) = register_schedule(&kernel, target.f32_lanes() as i64) else {
         return Ok(None);
     };
     Ok(Some(LoweredGroup {
@@ -112,10 +116,10 @@ pub fn window_in_registers(
     }))
 }
 
-/// The schedule of the module doc; `None` when the nest has fewer than
-/// two output loops or the innermost one is not read along (then
-/// vectorizing it would gather).
-fn register_schedule(k: &Kernel) -> Option<Schedule> {
+/// The schedule of the module doc for vectors of `lanes` f32 lanes; `None`
+/// when the nest has fewer than two output loops or the innermost one is
+/// not read along (then vectorizing it would gather).
+fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
     let (outputs, reductions) = loop_vars(&k.body);
     let [.., innermost] = &outputs[..] else {
         return None;
@@ -172,7 +176,7 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
         let Some((lo, hi)) = interior(&current.body, var, extent) else {
             continue;
         };
-        if var == innermost && !peel_pays(&current.body, var, extent, hi - lo) {
+        if var == innermost && !peel_pays(&current.body, var, extent, hi - lo, lanes) {
             continue;
         }
         schedule.0.push(Directive::Peel {
@@ -201,7 +205,9 @@ fn register_schedule(k: &Kernel) -> Option<Schedule> {
 /// Output points per iteration of the loop around the vectorized one (see
 /// `jam.rs`): a 3x3 depthwise convolution over 144 channels at 56x56 ran
 /// 0.121 ms with one, 0.095-0.102 with two, 0.101-0.106 with three and
-/// 0.072 with six (hand-edited C of its kernel, Zen 4, 2 threads).
+/// 0.072 with six (hand-edited C of its kernel, Zen 4, 2 threads). A
+/// measurement, kept for every target: what bounds it is the register
+/// file, which the target description does not carry.
 const JAMMED_POINTS: i64 = 6;
 
 /// The loop whose body holds the loop over `var`.
@@ -231,24 +237,24 @@ fn shared_padded_reads(body: &[Stmt], var: &str) -> Vec<usize> {
     out
 }
 
-/// f32 lanes of the widest vectors the C targets (AVX-512).
-const LANES: i64 = 16;
-
-/// Scalar iterations a vectorized loop of `n` iterations leaves: the
-/// compiler runs the remainder as one half-width vector, then scalars.
-fn scalar_remainder(n: i64) -> i64 {
-    n % LANES % (LANES / 2)
+/// Scalar iterations a vectorized loop of `n` iterations leaves with
+/// vectors of `lanes` f32 lanes (the target's): the compiler runs the
+/// remainder as one half-width vector, then scalars.
+fn scalar_remainder(n: i64, lanes: i64) -> i64 {
+    n % lanes % (lanes / 2)
 }
 
 /// Whether peeling the padded borders off the vectorized loop `var` (of
-/// `extent`, interior `interior`) beats keeping its bounds checks as
-/// vector selects. Peeled borders and the interior's remainder run as
-/// scalars (a 56-wide row: 2 + 6 scalars peeled, none unpeeled, measured
-/// 3x slower peeled); unpeeled, every tap is a masked load, which only
-/// stride-1 reads make cheap (stride 2 unpeeled measured 3x slower).
-fn peel_pays(body: &[Stmt], var: &str, extent: i64, interior: i64) -> bool {
-    let peeled = extent - interior + scalar_remainder(interior);
-    load_strides(body, var).iter().any(|c| c.abs() != 1) || peeled <= scalar_remainder(extent)
+/// `extent`, interior `interior`, vectors of `lanes`) beats keeping its
+/// bounds checks as vector selects. Peeled borders and the interior's
+/// remainder run as scalars (a 56-wide row with 16 lanes: 2 + 6 scalars
+/// peeled, none unpeeled, measured 3x slower peeled); unpeeled, every tap
+/// is a masked load, which only stride-1 reads make cheap (stride 2
+/// unpeeled measured 3x slower).
+fn peel_pays(body: &[Stmt], var: &str, extent: i64, interior: i64, lanes: i64) -> bool {
+    let peeled = extent - interior + scalar_remainder(interior, lanes);
+    load_strides(body, var).iter().any(|c| c.abs() != 1)
+        || peeled <= scalar_remainder(extent, lanes)
 }
 
 /// The output loops (outermost first) of the perfect nest at the top of
@@ -282,4 +288,78 @@ fn loop_extent(body: &[Stmt], var: &str) -> Option<i64> {
         Stmt::Loop(l) => loop_extent(&l.body, var),
         _ => None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fused::lower_group;
+    use crate::group::{GroupExpr, GroupNode, Src};
+    use crate::lower::input_buffers;
+    use crate::schedule::{Directive, Schedule};
+    use kiln_ir::DType;
+    use kiln_ops::te::classify::node_expr;
+    use kiln_target::CpuPreset;
+
+    /// A 3x3 depthwise convolution (padding 1) over rows 12 wide, then a
+    /// ReLU, as one group.
+    fn depthwise_relu() -> GroupExpr {
+        let g = kiln_ir::text::parse(
+            r#"graph "g" opsets [""=17] {
+  input %x: f32[1,8,6,12]
+  input %w: f32[8,1,3,3]
+  node "dw" %y: f32[1,8,6,12] = Conv(%x, %w) {group=8, pads=[1,1,1,1]}
+  node "relu" %o: f32[1,8,6,12] = Relu(%y)
+  output %o
+}"#,
+        )
+        .expect("test graph parses");
+        let te = |n: usize| node_expr(&g, &g.nodes[n]).unwrap().expect("expression");
+        let (conv, relu) = (te(0), te(1));
+        let (inputs, buffer_of) = input_buffers(&conv, &[Some(DType::F32); 2]).unwrap();
+        let node = |te, args| GroupNode {
+            te,
+            args,
+            label: String::new(),
+        };
+        GroupExpr {
+            inputs,
+            nodes: vec![
+                node(conv, buffer_of.iter().map(|b| b.map(Src::Input)).collect()),
+                node(relu, vec![Some(Src::Node(0))]),
+            ],
+            outputs: vec![1],
+        }
+    }
+
+    fn window_schedule(preset: CpuPreset) -> Schedule {
+        let lowered = lower_group(&depthwise_relu(), "k", &preset.desc(2)).unwrap();
+        assert_eq!(lowered.form, "window");
+        lowered.schedule
+    }
+
+    /// The 12-wide vectorized row, peeled, runs 2 border scalars and the
+    /// 10-wide interior's remainder as scalars. With 16 lanes that is
+    /// 2 + 2 against 4 unpeeled (12 = a half-width vector of 8 + 4
+    /// scalars): x86-64-v4 peels. With 8 lanes it is 2 + 2 against none
+    /// (12 = 8 + a half-width 4): x86-64-v3 keeps the row's bounds checks
+    /// and jams neighbouring points instead.
+    #[test]
+    fn peeling_the_vectorized_row_follows_the_targets_lanes() {
+        let peel_i3 = Directive::Peel {
+            var: "i3".into(),
+            lo: 1,
+            hi: 11,
+        };
+        let jam = Directive::Jam {
+            var: "i2".into(),
+            factor: 6,
+        };
+        let v4 = window_schedule(CpuPreset::X86_64V4);
+        assert!(v4.0.contains(&peel_i3) && !v4.0.contains(&jam), "{v4:?}");
+        let v3 = window_schedule(CpuPreset::X86_64V3);
+        assert!(!v3.0.contains(&peel_i3) && v3.0.contains(&jam), "{v3:?}");
+        for s in [&v4, &v3] {
+            assert!(s.0.contains(&Directive::Vectorize("i3".into())), "{s:?}");
+        }
+    }
 }

@@ -528,10 +528,11 @@ fn lower_nodes(g: &Graph) -> Result<Vec<NodeKernels>> {
 #[test]
 fn lowering_cases_roundtrip() {
     let mut kernels = 0;
+    let target = kiln_target::CpuPreset::X86_64V4.desc(2);
     for case in cases() {
         let g = load_graph(&case).unwrap_or_else(|e| panic!("{}: {e}", case.display()));
         for node in lower_nodes(&g).unwrap() {
-            let scheduled = apply(&node.loops, &default_schedule(&node.loops)).unwrap();
+            let scheduled = apply(&node.loops, &default_schedule(&node.loops, &target)).unwrap();
             for k in node.contraction.iter().chain([&node.loops, &scheduled]) {
                 assert_roundtrip(k);
                 kernels += 1;
