@@ -8,9 +8,8 @@
 //! compiler cannot build sanitized programs.
 
 use kiln_conformance::{cases, test_dir};
-use kiln_cpu::select::node_kernel;
+use kiln_cpu::select::{node_kernel, NodeKernel};
 use kiln_ir::DType;
-use kiln_loop::Kernel;
 use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
@@ -24,7 +23,7 @@ fn cc() -> String {
 
 /// The kernels (and their C) of every node-test model that compiles for
 /// the CPU.
-fn all_kernels() -> Vec<(Kernel, String)> {
+fn all_kernels() -> Vec<NodeKernel> {
     let dir = test_dir();
     let mut out = Vec::new();
     for (c, case) in cases(&dir).unwrap_or_default().iter().enumerate() {
@@ -38,15 +37,18 @@ fn all_kernels() -> Vec<(Kernel, String)> {
         }
         for (i, node) in g.nodes.iter().enumerate() {
             if let Ok(k) = node_kernel(&g, node, &format!("c{c}_k{i}")) {
-                out.push((k.kernel, k.c));
+                out.push(k);
             }
         }
         for (i, node) in fused_nodes(&g).iter().enumerate() {
             if let Ok(k) = node_kernel(&g, node, &format!("c{c}_f{i}")) {
-                out.push((k.kernel, k.c));
+                out.push(k);
             }
         }
     }
+    // Kernels reading a packed weight need their packing first: the model
+    // tests run those.
+    out.retain(|k| k.packs.is_none());
     out
 }
 
@@ -68,12 +70,16 @@ fn fused_nodes(g: &kiln_ir::Graph) -> Vec<kiln_ir::Node> {
         .collect()
 }
 
-/// A C program calling each kernel on fresh random buffers.
-fn driver(kernels: &[(Kernel, String)]) -> String {
-    let mut s = kiln_codegen::c::prelude();
+/// Threads the kernels' workspaces are sized for.
+const THREADS: usize = 2;
+
+/// A C program calling each kernel on fresh random buffers (and a
+/// workspace of its own, exactly sized, where it takes one).
+fn driver(kernels: &[NodeKernel]) -> String {
+    let mut s = kiln_cpu::program::config_defines(THREADS, None) + &kiln_codegen::c::prelude();
     s.push_str("#include <stdio.h>\n");
-    for (_, c) in kernels {
-        s.push_str(c);
+    for k in kernels {
+        s.push_str(&k.c);
         s.push('\n');
     }
     s.push_str(
@@ -81,9 +87,10 @@ fn driver(kernels: &[(Kernel, String)]) -> String {
          static double kiln_rand(void) { kiln_rng ^= kiln_rng << 13; kiln_rng ^= kiln_rng >> 7; kiln_rng ^= kiln_rng << 17; return (double)(kiln_rng >> 11) / 9007199254740992.0; }\n\
          int main(void) {\n  int failures = 0;\n",
     );
-    for (k, _) in kernels {
+    for nk in kernels {
+        let k = &nk.kernel;
         let name = &k.name;
-        writeln!(s, "  {{\n    void* args[{}];", k.buffers.len().max(1)).ok();
+        writeln!(s, "  {{\n    void* args[{}];", k.buffers.len() + 2).ok();
         for (i, b) in k.buffers.iter().enumerate() {
             let ty = kiln_codegen::scalar_c::c_type(b.dtype).unwrap_or("uint8_t");
             let n = b.numel().max(1);
@@ -98,7 +105,15 @@ fn driver(kernels: &[(Kernel, String)]) -> String {
             )
             .ok();
         }
-        writeln!(s, "    failures += {name}(args) != 0;").ok();
+        let ws = nk.workspace.floats(THREADS);
+        writeln!(
+            s,
+            "    float* ws = (float*)aligned_alloc(64, {});\n    args[{}] = ws;",
+            (ws * 4).div_ceil(64).max(1) * 64,
+            k.buffers.len()
+        )
+        .ok();
+        writeln!(s, "    failures += {name}(args) != 0;\n    free(ws);").ok();
         for i in 0..k.buffers.len() {
             writeln!(s, "    free(b{i});").ok();
         }

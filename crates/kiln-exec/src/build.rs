@@ -61,6 +61,8 @@ pub struct PlanRequest<'a> {
     /// Per node: values its subgraphs read by name (kept alive until it runs).
     pub scope_reads: &'a [Vec<ValueId>],
     pub threads: usize,
+    /// Prefix of the concurrent blocks' function names (`PREFIX_block3`).
+    pub prefix: &'a str,
     /// Whether arena values must hold a C element type (others are boxed).
     pub arena_dtype: &'a dyn Fn(DType) -> bool,
     pub alignment: usize,
@@ -134,7 +136,7 @@ pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
         .map(|(b, block)| match block.as_slice() {
             [one] => Exec::Step(*one),
             _ => Exec::Concurrent {
-                func: format!("kiln_block{b}"),
+                func: format!("{}_block{b}", req.prefix),
                 steps: block.clone(),
             },
         })
