@@ -240,9 +240,10 @@ fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<Stri
         let ty = c_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
         let qualifier = if restrict(i) { "restrict " } else { "" };
+        // A kernel need not read every buffer (a reshape's shape input).
         writeln!(
             s,
-            "  {konst}{ty}* {qualifier}{} = ({konst}{ty}*)args[{i}];",
+            "  {konst}{ty}* {qualifier}{0} = ({konst}{ty}*)args[{i}];\n  (void){0};",
             b.name
         )
         .ok();
@@ -520,17 +521,18 @@ impl Printer<'_> {
         let pad = "  ".repeat(depth);
         match s {
             Stmt::Loop(l) => {
-                let pragma = match l.kind {
-                    LoopKind::Serial => None,
-                    LoopKind::Parallel => Some("#pragma omp parallel for"),
-                    LoopKind::Vectorized => Some("#pragma omp simd"),
-                    LoopKind::Unrolled => Some("KILN_UNROLL"),
+                let omp = match l.kind {
+                    LoopKind::Serial | LoopKind::Unrolled => None,
+                    LoopKind::Parallel => Some("omp parallel for"),
+                    LoopKind::Vectorized => Some("omp simd"),
                 };
-                if let Some(p) = pragma {
+                if let Some(p) = omp {
                     let locals = &self.locals;
                     let clause = reduction_clause(l, &|n| locals.get(n).copied())?;
                     let sections = array_reduction_clause(self.k, l)?;
-                    writeln!(self.out, "{pad}{p}{clause}{sections}").ok();
+                    writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
+                } else if l.kind == LoopKind::Unrolled {
+                    writeln!(self.out, "{pad}KILN_UNROLL").ok();
                 }
                 let bound = match &l.extent {
                     Extent::Const(n) => n.to_string(),
@@ -778,7 +780,7 @@ mod tests {
 }";
         let c = c_of(sum).expect("C");
         assert!(
-            c.contains("#pragma omp parallel for reduction(+:out0[0:40])"),
+            c.contains("KILN_OMP(omp parallel for reduction(+:out0[0:40]))"),
             "{c}"
         );
         let max = sum.replace("0.0:f32", "-inf:f32").replace("Add(", "Max(");
@@ -800,7 +802,7 @@ mod tests {
   }
 }";
         let c = c_of(cached).expect("C");
-        assert!(c.contains("#pragma omp parallel for\n"), "{c}");
+        assert!(c.contains("KILN_OMP(omp parallel for)\n"), "{c}");
     }
 
     #[test]

@@ -185,7 +185,7 @@ fn generated_c_is_clean_under_asan_and_ubsan() {
     }
     let kernels = all_kernels();
     assert!(kernels.len() > 1000, "only {} kernels", kernels.len());
-    let chunks: Vec<&[(Kernel, String)]> = kernels.chunks(PER_PROGRAM).collect();
+    let chunks: Vec<&[NodeKernel]> = kernels.chunks(PER_PROGRAM).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -91,7 +91,7 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, layout: &
     if staged.is_some() {
         w.line(format!("float* const {STAGED} = {WORKSPACE_PARAM};"));
     }
-    w.directive("#pragma omp parallel num_threads(kiln_gemm_threads())");
+    w.line("KILN_OMP(omp parallel num_threads(kiln_gemm_threads()))");
     w.open("");
     if let Some(window) = staged {
         emit_staging(w, window, spec.batch);
@@ -112,7 +112,7 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, layout: &
             parts.a + parts.b
         ));
     }
-    w.directive("#pragma omp for schedule(static)");
+    w.line("KILN_OMP(omp for schedule(static))");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
     w.line("(void)b;");

@@ -21,6 +21,13 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+/* An OpenMP directive, `KILN_OMP(omp simd)`: nothing without OpenMP, so code built without it
+   has no unknown pragmas to warn about. */
+#ifdef _OPENMP
+#define KILN_OMP(...) _Pragma(#__VA_ARGS__)
+#else
+#define KILN_OMP(...)
+#endif
 #if defined(__clang__)
 #pragma clang fp contract(fast)
 #endif
@@ -78,7 +85,7 @@ static inline void kiln_gemm_prefetch_part(const float* p, long floats, long par
    makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
    panel), then the least repacking (every M block packs its own copy of B when B is packed
    per call, every N block its own copy of A when A is), then the fewest tasks. */
-static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
+static inline void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
                             int pack_b, long* mb, long* nb)
 {
     const long threads = kiln_gemm_threads();
