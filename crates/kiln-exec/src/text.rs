@@ -65,7 +65,10 @@ impl Display for PlanValue {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(f, "value %{} {:?} {}", self.id, self.name, self.dtype)?;
         match &self.shape {
-            Some(s) => write!(f, "[{}]", join(s.iter().map(|d| d.to_string())))?,
+            Some(s) => {
+                let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+                write!(f, "[{}]", dims.join(","))?
+            }
             None => write!(f, "?")?,
         }
         match self.loc {
