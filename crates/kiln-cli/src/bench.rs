@@ -1,12 +1,9 @@
-//! `kiln bench`, `kiln compile --emit` and `kiln peak`.
+//! `kiln bench` and `kiln peak`.
 
-use kiln_cpu::select::CpuGroupCheck;
 use kiln_cpu::{CompiledModel, CpuOptions};
-use kiln_fuse::{PlanOptions, PlannerKind};
-use kiln_ir::{Error, Graph, Result, Tensor};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Graph, Result, Tensor};
 use kiln_runtime::jit;
-use kiln_target::TargetDesc;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub struct BenchOptions {
@@ -305,57 +302,6 @@ fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
             100.0 * ms / 1e3 / all
         );
     }
-    Ok(())
-}
-
-/// Writes the generated C (`c`) or scheduled loop IR (`loops`) of `g`
-/// fused by `fusion` for `target` into `dir`.
-pub fn emit(
-    g: &Graph,
-    fusion: PlannerKind,
-    target: &TargetDesc,
-    what: &str,
-    dir: &Path,
-) -> Result<()> {
-    let check = CpuGroupCheck { target };
-    let planned = kiln_fuse::plan(g, fusion, &check, &PlanOptions::for_target(target.clone()))?;
-    let fused = kiln_fuse::apply::apply(g, &planned.plan)?;
-    let g = &fused;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
-    let mut text = String::new();
-    let mut kernels = 0;
-    for (i, node) in g.nodes.iter().enumerate() {
-        match kiln_cpu::select::node_kernel(g, node, &format!("kiln_k{i}"), target) {
-            Ok(k) => {
-                kernels += 1;
-                text.push_str(&format!("/* node {i}: {} */\n", node.describe()));
-                if what == "c" {
-                    text.push_str(&k.c);
-                } else {
-                    text.push_str(&format!("{}\nschedule:", k.kernel));
-                    for d in &k.schedule.0 {
-                        text.push_str(&format!(" {d}"));
-                    }
-                    text.push('\n');
-                }
-                text.push('\n');
-            }
-            Err(e) => text.push_str(&format!(
-                "/* node {i}: {} runs on the interpreter: {e} */\n\n",
-                node.describe()
-            )),
-        }
-    }
-    let (name, body) = if what == "c" {
-        ("model.c", format!("{}\n{text}", kiln_codegen::c::prelude()))
-    } else {
-        ("model.loops", text)
-    };
-    let path = dir.join(name);
-    std::fs::write(&path, body)
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
-    println!("wrote {kernels} kernels to {}", path.display());
     Ok(())
 }
 

@@ -3,5 +3,6 @@
 
 pub mod bench;
 pub mod classes_doc;
+pub mod emit;
 pub mod flops;
-pub mod npy;
+pub use kiln_ir::npy;

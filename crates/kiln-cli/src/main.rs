@@ -62,6 +62,48 @@ struct FusionArgs {
     fusion: kiln_fuse::PlannerKind,
 }
 
+/// Options of `--emit aot`.
+#[derive(clap::Args)]
+struct AotArgs {
+    /// Prefix of the export's files and C symbols (default: the model
+    /// file's name as a C identifier).
+    #[arg(long)]
+    name: Option<String>,
+    /// CPU to generate for: x86-64-v4, x86-64-v3, x86-64 or aarch64-neon
+    /// (default: the host's).
+    #[arg(long)]
+    cpu: Option<String>,
+    /// Threads: the export's most (default: all cores); also compiles.
+    #[arg(long, conflicts_with = "no_openmp")]
+    threads: Option<usize>,
+    /// Export single-threaded code built without OpenMP.
+    #[arg(long)]
+    no_openmp: bool,
+    /// `file` (NAME.weights.bin) or `embed` (a C array).
+    #[arg(long, default_value = "file")]
+    weights: String,
+}
+
+impl AotArgs {
+    fn options(&self, model: &Path) -> Result<kiln_cpu::aot::AotOptions> {
+        Ok(kiln_cpu::aot::AotOptions {
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| kiln_cpu::aot::default_name(model)),
+            preset: match &self.cpu {
+                Some(p) => kiln_target::CpuPreset::parse(p)?,
+                None => kiln_cpu::aot::host_preset(),
+            },
+            threads: self
+                .threads
+                .unwrap_or_else(kiln_runtime::cpu::available_threads),
+            openmp: !self.no_openmp,
+            weights: kiln_cpu::aot::WeightsMode::parse(&self.weights)?,
+        })
+    }
+}
+
 /// Where and how a model executes.
 #[derive(clap::Args)]
 struct ExecArgs {
@@ -145,15 +187,18 @@ enum Command {
     /// Compile a model and write what was generated.
     Compile {
         model: PathBuf,
-        /// What to write: `c` (the C source of every kernel) or `loops` (the
-        /// scheduled loop IR).
-        #[arg(long, default_value = "c", value_parser = ["c", "loops"])]
-        emit: String,
+        /// What to write: `c` (the C source of every kernel), `loops` (the
+        /// scheduled loop IR), `plan` (the execution plan) or `aot` (a
+        /// standalone C library with an example program and Makefile).
+        #[arg(long, default_value = "c")]
+        emit: kiln_cli::emit::Emit,
         /// Directory to write into.
         #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
         output_dir: PathBuf,
         #[command(flatten)]
         fusion: FusionArgs,
+        #[command(flatten)]
+        aot: AotArgs,
         #[command(flatten)]
         args: ModelArgs,
         #[command(flatten)]
@@ -290,11 +335,21 @@ fn main() {
             emit,
             output_dir,
             fusion,
+            aot,
             args,
             passes,
         } => load(&model, &args).and_then(|mut g| {
             optimize(&mut g, &passes)?;
-            bench::emit(&g, fusion.fusion, &kiln_target::host(), &emit, &output_dir)
+            let options = aot.options(&model)?;
+            let threads = aot
+                .threads
+                .unwrap_or_else(kiln_runtime::cpu::available_threads);
+            let cpu = kiln_cpu::CpuOptions {
+                fusion: fusion.fusion,
+                threads,
+                ..Default::default()
+            };
+            kiln_cli::emit::emit(&g, &cpu, emit, &options, &output_dir)
         }),
         Command::Peak { threads, json } => bench::peak(
             threads.unwrap_or_else(kiln_runtime::cpu::available_threads),

@@ -217,3 +217,65 @@ fn explain_to_an_unwritable_path_is_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn compile_emits_a_plan_that_parses_back_and_an_aot_directory() {
+    let model = assets().join("default.onnx");
+    let model = model.to_str().unwrap();
+    let dir = tmp("emit");
+    let d = dir.to_str().unwrap();
+    let out = kiln(&["compile", model, "--emit", "plan", "-o", d]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(dir.join("model.plan")).unwrap();
+    let plan = kiln_exec::parse_plan(&text).unwrap();
+    assert_eq!(plan.to_string(), text);
+    assert!(plan.kernels().count() > 10 && plan.arena_bytes >= plan.arena_bound);
+    let aot = dir.join("aot");
+    let out = kiln(&[
+        "compile",
+        model,
+        "--emit",
+        "aot",
+        "-o",
+        aot.to_str().unwrap(),
+        "--name",
+        "mnv2",
+        "--cpu",
+        "x86-64-v3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let header = std::fs::read_to_string(aot.join("mnv2.h")).unwrap();
+    assert!(header.contains("#define MNV2_VECTOR_BYTES 32"), "{header}");
+    assert!(
+        header.contains("#define MNV2_INPUT_0_SHAPE {1, 3, 96, 96}"),
+        "{header}"
+    );
+    for file in ["mnv2.c", "mnv2.weights.bin", "main.c", "Makefile"] {
+        assert!(aot.join(file).exists(), "{file} missing");
+    }
+    let bad = kiln(&[
+        "compile", model, "--emit", "aot", "-o", d, "--cpu", "pentium",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("unknown CPU preset 'pentium'"),
+        "{err}"
+    );
+    let bad = kiln(&[
+        "compile", model, "--emit", "aot", "-o", d, "--name", "9lives",
+    ]);
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("not a C identifier"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

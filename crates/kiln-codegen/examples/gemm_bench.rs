@@ -29,8 +29,8 @@
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
-    Operand, Param, Prepacked, Tuning, Window, WindowLayout,
+    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, gemm_workspace_tuned, prepack_name, Factor,
+    GemmSpec, KernelShape, Operand, Param, Prepacked, Tuning, Window, WindowLayout,
 };
 use kiln_codegen::peak::peak_c;
 
@@ -216,6 +216,11 @@ fn square_window(param: &str, side: usize, args: &Args, layout: WindowLayout) ->
 
 const MAIN: &str = r#"
 #include <stdio.h>
+/* A 64-byte aligned buffer of `floats` floats. */
+static float* bench_alloc(long floats)
+{
+    return (float*)aligned_alloc(64, ((size_t)(floats > 0 ? floats : 1) * sizeof(float) + 63) / 64 * 64);
+}
 @A_AT@
 @B_AT@
 static int kiln_cmp(const void* x, const void* y)
@@ -237,10 +242,11 @@ int main(int argc, char** argv)
 #ifdef _OPENMP
     omp_set_num_threads(threads);
 #endif
-    float* A = kiln_gemm_alloc(BATCH * M * K);
-    float* B = kiln_gemm_alloc(BATCH * K * N);
-    float* C = kiln_gemm_alloc(BATCH * M * N);
-    if (!A || !B || !C)
+    float* A = bench_alloc(BATCH * M * K);
+    float* B = bench_alloc(BATCH * K * N);
+    float* C = bench_alloc(BATCH * M * N);
+    float* WS = bench_alloc(@WS_FIXED@ + @WS_PER_THREAD@ * (long)threads);
+    if (!A || !B || !C || !WS)
         return 1;
     unsigned s = 12345;
     for (long i = 0; i < BATCH * M * K; i++) { s = s * 1103515245u + 12345u; A[i] = (float)((s >> 9) & 1023) / 512.0f - 1.0f; }
@@ -304,14 +310,15 @@ fn run() -> Result<(), String> {
     let args = parse_args()?;
     let spec = spec(&args);
     let mut gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
+    let workspace = gemm_workspace_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
     let pack = if args.prepacked {
         gemm += &gemm_prepack_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
         let name = prepack_name(&spec);
         format!(
-            "    float* P = kiln_gemm_alloc({name}_floats());\n    if (!P) return 1;\n    {name}(A, B, C, P, P);\n#define CALL_GEMM() bench_gemm(A, B, C, P)"
+            "    float* P = bench_alloc({name}_floats());\n    if (!P) return 1;\n    {name}(A, B, C, P, P);\n#define CALL_GEMM() bench_gemm(A, B, C, P, WS)"
         )
     } else {
-        "#define CALL_GEMM() bench_gemm(A, B, C)".to_string()
+        "#define CALL_GEMM() bench_gemm(A, B, C, WS)".to_string()
     };
     let (kernel, stride, pad, taps) = (
         args.kernel,
@@ -355,8 +362,15 @@ fn run() -> Result<(), String> {
         .replace("@BATCH@", &args.batch.to_string())
         .replace("@M@", &args.m.to_string())
         .replace("@N@", &args.n.to_string())
-        .replace("@K@", &args.k.to_string());
-    let source = format!("{}\n{}\n{gemm}\n{main}", gemm_prelude(), peak_c());
+        .replace("@K@", &args.k.to_string())
+        .replace("@WS_FIXED@", &workspace.fixed.to_string())
+        .replace("@WS_PER_THREAD@", &workspace.per_thread.to_string());
+    // Workspace slots for up to 256 threads; the team is `threads`.
+    let source = format!(
+        "#define KILN_MAX_THREADS 256\n{}\n{}\n{gemm}\n{main}",
+        gemm_prelude(),
+        peak_c()
+    );
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let c_path = dir.path().join("bench.c");
     let exe = dir.path().join("bench");

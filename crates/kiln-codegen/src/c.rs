@@ -12,7 +12,8 @@
 //! plain `/` and `%` where the dividend is provably non-negative.
 
 use crate::gemm::{
-    self, gemm_c, gemm_prepack_c, prepack_name, Factor, GemmSpec, Operand, Param, Prepacked, Window,
+    self, gemm_c, gemm_prepack_c, gemm_workspace, prepack_name, Factor, GemmSpec, GemmWorkspace,
+    Operand, Param, Prepacked, Window,
 };
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
@@ -92,7 +93,8 @@ pub fn kernel_c(k: &Kernel, alias: Option<usize>, constants: &[usize]) -> Result
     writeln!(p.out, "  return err;\n}}").ok();
     Ok(KernelSource {
         c: p.out,
-        prepacked: false,
+        packed_buffer: None,
+        workspace: GemmWorkspace::default(),
     })
 }
 
@@ -100,9 +102,13 @@ pub fn kernel_c(k: &Kernel, alias: Option<usize>, constants: &[usize]) -> Result
 #[derive(Debug, Clone)]
 pub struct KernelSource {
     pub c: String,
-    /// It has the [`PREPACK_SUFFIX`] entry points and takes the packing
-    /// after its buffers.
-    pub prepacked: bool,
+    /// The buffer whose packing the kernel reads instead of it: it has the
+    /// [`PREPACK_SUFFIX`] entry points and takes the packing after its
+    /// buffers.
+    pub packed_buffer: Option<usize>,
+    /// Scratch memory it takes as its last argument (after the packing),
+    /// 64-byte aligned, when nonzero.
+    pub workspace: GemmWorkspace,
 }
 
 /// A kernel that is one matrix product: the gemm template instantiated on
@@ -143,17 +149,19 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
         Some(w) => (factor(&g.a, g.m, g.k)?, window_of(&g.b, w)?),
         None => (factor(&g.a, g.m, g.k)?, factor(&g.b, g.k, g.n)?),
     };
-    let prepacked = [(Factor::B, &b, &g.b), (Factor::A, &a, &g.a)]
+    let packed = [(Factor::B, &b, &g.b), (Factor::A, &a, &g.a)]
         .into_iter()
-        .find(|(_, o, input)| {
-            g.batch == 1
-                && input.read().is_some_and(|r| constants.contains(&r.buf))
-                && matches!(o, Operand::Strided { .. } | Operand::Expr(_))
-        })
-        .map(|(factor, ..)| Prepacked {
-            factor,
-            param: PACKED_PARAM.into(),
+        .find_map(|(factor, o, input)| {
+            let buf = input.read()?.buf;
+            (g.batch == 1
+                && constants.contains(&buf)
+                && matches!(o, Operand::Strided { .. } | Operand::Expr(_)))
+            .then_some((factor, buf))
         });
+    let prepacked = packed.map(|(factor, _)| Prepacked {
+        factor,
+        param: PACKED_PARAM.into(),
+    });
     if prepacked.is_some() {
         params.push(Param::new("const float* restrict", PACKED_PARAM));
     }
@@ -174,6 +182,7 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
         prepacked,
     };
     let mut out = gemm_c(&spec)?;
+    let workspace = gemm_workspace(&spec)?;
     let mut args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
     let unpack = buffer_arguments(k, &|_| false)?;
     write!(
@@ -191,9 +200,10 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
         .ok();
         args.push(PACKED_PARAM.into());
     }
+    let ws_arg = k.buffers.len() + usize::from(spec.prepacked.is_some());
     writeln!(
         out,
-        "  {}({});\n  return 0;\n}}",
+        "  {}({}, (float*)args[{ws_arg}]);\n  return 0;\n}}",
         spec.name,
         args.join(", ")
     )
@@ -213,7 +223,8 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     }
     Ok(KernelSource {
         c: out,
-        prepacked: spec.prepacked.is_some(),
+        packed_buffer: packed.map(|(_, buf)| buf),
+        workspace,
     })
 }
 
@@ -229,9 +240,10 @@ fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<Stri
         let ty = c_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
         let qualifier = if restrict(i) { "restrict " } else { "" };
+        // A kernel need not read every buffer (a reshape's shape input).
         writeln!(
             s,
-            "  {konst}{ty}* {qualifier}{} = ({konst}{ty}*)args[{i}];",
+            "  {konst}{ty}* {qualifier}{0} = ({konst}{ty}*)args[{i}];\n  (void){0};",
             b.name
         )
         .ok();
@@ -509,17 +521,18 @@ impl Printer<'_> {
         let pad = "  ".repeat(depth);
         match s {
             Stmt::Loop(l) => {
-                let pragma = match l.kind {
-                    LoopKind::Serial => None,
-                    LoopKind::Parallel => Some("#pragma omp parallel for"),
-                    LoopKind::Vectorized => Some("#pragma omp simd"),
-                    LoopKind::Unrolled => Some("KILN_UNROLL"),
+                let omp = match l.kind {
+                    LoopKind::Serial | LoopKind::Unrolled => None,
+                    LoopKind::Parallel => Some("omp parallel for"),
+                    LoopKind::Vectorized => Some("omp simd"),
                 };
-                if let Some(p) = pragma {
+                if let Some(p) = omp {
                     let locals = &self.locals;
                     let clause = reduction_clause(l, &|n| locals.get(n).copied())?;
                     let sections = array_reduction_clause(self.k, l)?;
-                    writeln!(self.out, "{pad}{p}{clause}{sections}").ok();
+                    writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
+                } else if l.kind == LoopKind::Unrolled {
+                    writeln!(self.out, "{pad}KILN_UNROLL").ok();
                 }
                 let bound = match &l.extent {
                     Extent::Const(n) => n.to_string(),
@@ -767,7 +780,7 @@ mod tests {
 }";
         let c = c_of(sum).expect("C");
         assert!(
-            c.contains("#pragma omp parallel for reduction(+:out0[0:40])"),
+            c.contains("KILN_OMP(omp parallel for reduction(+:out0[0:40]))"),
             "{c}"
         );
         let max = sum.replace("0.0:f32", "-inf:f32").replace("Add(", "Max(");
@@ -789,7 +802,7 @@ mod tests {
   }
 }";
         let c = c_of(cached).expect("C");
-        assert!(c.contains("#pragma omp parallel for\n"), "{c}");
+        assert!(c.contains("KILN_OMP(omp parallel for)\n"), "{c}");
     }
 
     #[test]

@@ -324,10 +324,12 @@ KILN_INLINE double kiln_max(double a, double b) { return kiln_nan_or(b, b >= a ?
 KILN_INLINE double kiln_min(double a, double b) { return kiln_nan_or(b, b <= a ? b : a); }
 /* The same max/min as OpenMP reductions, so max/min loops vectorize with
    per-lane partials and keep propagating NaN (OpenMP's own max/min do not). */
+#ifdef _OPENMP
 #pragma omp declare reduction(kiln_rmaxf : float : omp_out = kiln_maxf(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 #pragma omp declare reduction(kiln_rminf : float : omp_out = kiln_minf(omp_out, omp_in)) initializer(omp_priv = INFINITY)
 #pragma omp declare reduction(kiln_rmax : double : omp_out = kiln_max(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 #pragma omp declare reduction(kiln_rmin : double : omp_out = kiln_min(omp_out, omp_in)) initializer(omp_priv = INFINITY)
+#endif
 KILN_INLINE float kiln_signf(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
 KILN_INLINE double kiln_sign(double x) { return x > 0 ? 1.0 : (x < 0 ? -1.0 : x); }
 KILN_INLINE float kiln_softplusf(float x) { return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); }

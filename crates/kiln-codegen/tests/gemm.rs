@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Command;
 
 use kiln_codegen::gemm::{
-    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, prepack_name, Factor, GemmSpec, KernelShape,
-    Operand, Param, Prepacked, Tuning, Window, WindowLayout,
+    gemm_c_tuned, gemm_prelude, gemm_prepack_c_tuned, gemm_workspace_tuned, prepack_name, Factor,
+    GemmSpec, KernelShape, Operand, Param, Prepacked, Tuning, Window, WindowLayout,
 };
 
 /// Largest accepted error, relative to the largest reference magnitude of the case.
@@ -702,6 +702,9 @@ fn cases() -> Vec<Case> {
     cases
 }
 
+/// The threads the harness sizes workspaces for (`KILN_MAX_THREADS`).
+const TEST_THREADS: usize = 4;
+
 const HARNESS: &str = r#"
 #include <stdio.h>
 static float* test_load(const char* dir, const char* name, long count)
@@ -733,7 +736,10 @@ static void test_store(const char* dir, const char* name, const float* data, lon
 /// The C program: prelude, every case's function, and a main that loads inputs, runs each
 /// function once and stores its output.
 fn program(cases: &[Case]) -> String {
-    let mut source = format!("{}\n{HARNESS}\n", gemm_prelude());
+    let mut source = format!(
+        "#define KILN_MAX_THREADS {TEST_THREADS}\n{}\n{HARNESS}\n",
+        gemm_prelude()
+    );
     let mut main = String::from(
         "int main(int argc, char** argv)\n{\n    const char* dir = argv[1];\n    (void)argc;\n",
     );
@@ -770,7 +776,13 @@ fn program(cases: &[Case]) -> String {
                 unpacked.join(", ")
             ));
         }
-        main.push_str(&format!("        {name}({});\n", args.join(", ")));
+        let floats = gemm_workspace_tuned(&case.spec, &case.tuning)
+            .expect("valid spec")
+            .floats(TEST_THREADS);
+        main.push_str(&format!(
+            "        float* kiln_test_ws = aligned_alloc(64, sizeof(float) * {floats} + 64);\n        {name}({}, kiln_test_ws);\n        free(kiln_test_ws);\n",
+            args.join(", ")
+        ));
         main.push_str(&format!(
             "        test_store(dir, \"{name}.out\", {}, {out_len});\n",
             case.output

@@ -5,6 +5,8 @@
 //! strings). The committed list of passing cases per backend lives in
 //! `expected/<backend>.txt`; `KILN_BLESS=1` rewrites it and the per-op table.
 
+pub mod aot;
+
 use kiln_ir::{Data, Result, Tensor};
 use std::path::{Path, PathBuf};
 
@@ -169,7 +171,7 @@ impl Backend for Cpu {
 
 /// Imports a case's model with its input shapes bound from the test data
 /// (the models sometimes declare symbolic dims).
-fn import(model: &Path, inputs: &[Tensor]) -> Result<kiln_ir::Graph> {
+pub(crate) fn import(model: &Path, inputs: &[Tensor]) -> Result<kiln_ir::Graph> {
     let names = kiln_onnx::graph_input_names(&kiln_onnx::decode_proto(model)?);
     let mut opts = kiln_onnx::ImportOptions::default();
     for (n, t) in names.iter().zip(inputs) {

@@ -9,10 +9,8 @@
 //! host, which runs them.
 
 use kiln_conformance::{cases, test_dir};
-use kiln_cpu::select::node_kernel;
+use kiln_cpu::select::{node_kernel, NodeKernel};
 use kiln_ir::DType;
-use kiln_loop::Kernel;
-use kiln_target::TargetDesc;
 use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
@@ -26,7 +24,7 @@ fn cc() -> String {
 
 /// The kernels (and their C) of every node-test model that compiles for
 /// the CPU.
-fn all_kernels() -> Vec<(Kernel, String)> {
+fn all_kernels() -> Vec<NodeKernel> {
     let dir = test_dir();
     let target = kiln_target::host();
     let mut out = Vec::new();
@@ -41,20 +39,23 @@ fn all_kernels() -> Vec<(Kernel, String)> {
         }
         for (i, node) in g.nodes.iter().enumerate() {
             if let Ok(k) = node_kernel(&g, node, &format!("c{c}_k{i}"), &target) {
-                out.push((k.kernel, k.c));
+                out.push(k);
             }
         }
         for (i, node) in fused_nodes(&g, &target).iter().enumerate() {
             if let Ok(k) = node_kernel(&g, node, &format!("c{c}_f{i}"), &target) {
-                out.push((k.kernel, k.c));
+                out.push(k);
             }
         }
     }
+    // Kernels reading a packed weight need their packing first: the model
+    // tests run those.
+    out.retain(|k| k.packs.is_none());
     out
 }
 
 /// The fused nodes of `g` under the default planner (apollo) for `target`.
-fn fused_nodes(g: &kiln_ir::Graph, target: &TargetDesc) -> Vec<kiln_ir::Node> {
+fn fused_nodes(g: &kiln_ir::Graph, target: &kiln_target::TargetDesc) -> Vec<kiln_ir::Node> {
     let planned = kiln_fuse::plan(
         g,
         kiln_fuse::PlannerKind::Apollo,
@@ -71,12 +72,16 @@ fn fused_nodes(g: &kiln_ir::Graph, target: &TargetDesc) -> Vec<kiln_ir::Node> {
         .collect()
 }
 
-/// A C program calling each kernel on fresh random buffers.
-fn driver(kernels: &[(Kernel, String)]) -> String {
-    let mut s = kiln_codegen::c::prelude();
+/// Threads the kernels' workspaces are sized for.
+const THREADS: usize = 2;
+
+/// A C program calling each kernel on fresh random buffers (and a
+/// workspace of its own, exactly sized, where it takes one).
+fn driver(kernels: &[NodeKernel]) -> String {
+    let mut s = kiln_cpu::program::config_defines(THREADS, None) + &kiln_codegen::c::prelude();
     s.push_str("#include <stdio.h>\n");
-    for (_, c) in kernels {
-        s.push_str(c);
+    for k in kernels {
+        s.push_str(&k.c);
         s.push('\n');
     }
     s.push_str(
@@ -84,9 +89,10 @@ fn driver(kernels: &[(Kernel, String)]) -> String {
          static double kiln_rand(void) { kiln_rng ^= kiln_rng << 13; kiln_rng ^= kiln_rng >> 7; kiln_rng ^= kiln_rng << 17; return (double)(kiln_rng >> 11) / 9007199254740992.0; }\n\
          int main(void) {\n  int failures = 0;\n",
     );
-    for (k, _) in kernels {
+    for nk in kernels {
+        let k = &nk.kernel;
         let name = &k.name;
-        writeln!(s, "  {{\n    void* args[{}];", k.buffers.len().max(1)).ok();
+        writeln!(s, "  {{\n    void* args[{}];", k.buffers.len() + 2).ok();
         for (i, b) in k.buffers.iter().enumerate() {
             let ty = kiln_codegen::scalar_c::c_type(b.dtype).unwrap_or("uint8_t");
             let n = b.numel().max(1);
@@ -101,7 +107,15 @@ fn driver(kernels: &[(Kernel, String)]) -> String {
             )
             .ok();
         }
-        writeln!(s, "    failures += {name}(args) != 0;").ok();
+        let ws = nk.workspace.floats(THREADS);
+        writeln!(
+            s,
+            "    float* ws = (float*)aligned_alloc(64, {});\n    args[{}] = ws;",
+            (ws * 4).div_ceil(64).max(1) * 64,
+            k.buffers.len()
+        )
+        .ok();
+        writeln!(s, "    failures += {name}(args) != 0;\n    free(ws);").ok();
         for i in 0..k.buffers.len() {
             writeln!(s, "    free(b{i});").ok();
         }
@@ -173,7 +187,7 @@ fn generated_c_is_clean_under_asan_and_ubsan() {
     }
     let kernels = all_kernels();
     assert!(kernels.len() > 1000, "only {} kernels", kernels.len());
-    let chunks: Vec<&[(Kernel, String)]> = kernels.chunks(PER_PROGRAM).collect();
+    let chunks: Vec<&[NodeKernel]> = kernels.chunks(PER_PROGRAM).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -1,9 +1,14 @@
 //! kiln CPU backend (DESIGN.md layers 6-8 for the CPU): every node with a
 //! tensor expression becomes a C kernel lowered and scheduled by kiln-loop
-//! and printed by kiln-codegen; the model is compiled once by the JIT and
-//! run by the executor over one planned arena.
+//! and printed by kiln-codegen (`select.rs`); `program.rs` builds the whole
+//! pipeline's result for the CPU target (fusion, kernels, execution plan);
+//! `jit.rs` compiles it once and runs it over one planned arena.
 
-pub mod model;
+pub mod aot;
+pub mod jit;
+pub mod memory;
+pub mod program;
 pub mod select;
 
-pub use model::{CompiledModel, CpuOptions, NodeTime};
+pub use jit::{CompileSummary, CompiledModel, NodeTime};
+pub use program::{CpuOptions, CpuProgram};

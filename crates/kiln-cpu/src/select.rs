@@ -11,6 +11,8 @@
 //! node and never changes results.
 
 use kiln_codegen::c::kernel_c;
+use kiln_codegen::gemm::GemmWorkspace;
+use kiln_exec::{KernelInfo, WorkspaceNeed};
 use kiln_fuse::GroupCheck;
 use kiln_ir::{bail, DType, Graph, Node, Result, Tensor, ValueId};
 use kiln_loop::group::{GroupExpr, GroupNode, Src};
@@ -33,9 +35,29 @@ pub struct NodeKernel {
     /// Input position whose bytes the output is (a reshape): the executor
     /// may alias the two and skip the kernel.
     pub view: Option<usize>,
-    /// The kernel packs a weight once, before the first run, and takes the
-    /// packing after its buffers (`kiln_codegen::c::PREPACK_SUFFIX`).
-    pub prepacked: bool,
+    /// Input position of a weight the kernel packs once, before the first
+    /// run, and then takes packed after its buffers
+    /// (`kiln_codegen::c::PREPACK_SUFFIX`).
+    pub packs: Option<usize>,
+    /// Scratch memory it takes last (a generated matmul's packing buffers).
+    pub workspace: GemmWorkspace,
+}
+
+impl NodeKernel {
+    /// What the execution plan needs to know of it.
+    pub fn info(&self) -> KernelInfo {
+        KernelInfo {
+            name: self.kernel.name.clone(),
+            inputs: self.inputs.clone(),
+            in_place: self.in_place,
+            view: self.view,
+            packs: self.packs,
+            workspace: WorkspaceNeed {
+                fixed: self.workspace.fixed * 4,
+                per_thread: self.workspace.per_thread * 4,
+            },
+        }
+    }
 }
 
 /// The C-backend element types.
@@ -74,7 +96,8 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
         let source = kernel_c(&kernel, None, &constant_buffers(g, node, &inputs))?;
         return Ok(NodeKernel {
             c: source.c,
-            prepacked: source.prepacked,
+            packs: source.packed_buffer.map(|b| inputs[b]),
+            workspace: source.workspace,
             kernel,
             schedule: Schedule::default(),
             inputs,
@@ -92,7 +115,8 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
         kernel: scheduled,
         schedule,
         c,
-        prepacked: false,
+        packs: None,
+        workspace: GemmWorkspace::default(),
         in_place: alias.map(|b| inputs[b]),
         inputs,
         view: is_view(&te).then(|| te.accesses[0].input),
@@ -124,7 +148,9 @@ pub fn fused_kernel(
     let source = kernel_c(&lowered.kernel, None, constants)?;
     Ok(NodeKernel {
         c: source.c,
-        prepacked: source.prepacked,
+        // A fused node's kernel buffers are its inputs, in order.
+        packs: source.packed_buffer,
+        workspace: source.workspace,
         kernel: lowered.kernel,
         schedule: lowered.schedule,
         inputs: (0..node.inputs.len()).collect(),

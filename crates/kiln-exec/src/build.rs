@@ -61,6 +61,8 @@ pub struct PlanRequest<'a> {
     /// Per node: values its subgraphs read by name (kept alive until it runs).
     pub scope_reads: &'a [Vec<ValueId>],
     pub threads: usize,
+    /// Prefix of the concurrent blocks' function names (`PREFIX_block3`).
+    pub prefix: &'a str,
     /// Whether arena values must hold a C element type (others are boxed).
     pub arena_dtype: &'a dyn Fn(DType) -> bool,
     pub alignment: usize,
@@ -78,7 +80,11 @@ pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
         steps.push(match &req.kernels[n] {
             _ if places.aliased[n] => {
                 let (Some(Some(of)), Some(Some(value))) = (
-                    req.kernels[n].as_ref().ok().and_then(|k| k.view).map(|p| node.inputs[p]),
+                    req.kernels[n]
+                        .as_ref()
+                        .ok()
+                        .and_then(|k| k.view)
+                        .map(|p| node.inputs[p]),
                     node.outputs.first(),
                 ) else {
                     unreachable!("an aliased node is a view with one output")
@@ -134,7 +140,7 @@ pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
         .map(|(b, block)| match block.as_slice() {
             [one] => Exec::Step(*one),
             _ => Exec::Concurrent {
-                func: format!("kiln_block{b}"),
+                func: format!("{}_block{b}", req.prefix),
                 steps: block.clone(),
             },
         })

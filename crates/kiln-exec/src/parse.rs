@@ -10,7 +10,10 @@ use kiln_ir::{bail, DType, Error, Result};
 
 /// The plan printed as `src`.
 pub fn parse_plan(src: &str) -> Result<ExecPlan> {
-    let mut lines = src.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+    let mut lines = src
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty());
     match lines.next() {
         Some((_, l)) if l.trim() == HEADER => {}
         _ => bail!("execution plan: expected '{HEADER}' on the first line"),
@@ -121,7 +124,10 @@ fn value(c: &mut Cursor) -> Result<PlanValue> {
             let shape = dims
                 .split(',')
                 .filter(|d| !d.is_empty())
-                .map(|d| d.parse().map_err(|_| Error::new(format!("bad dimension '{d}'"))))
+                .map(|d| {
+                    d.parse()
+                        .map_err(|_| Error::new(format!("bad dimension '{d}'")))
+                })
                 .collect::<Result<Vec<usize>>>()?;
             (d, Some(shape))
         }

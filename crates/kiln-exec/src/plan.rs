@@ -69,7 +69,11 @@ pub enum Step {
         workspace: Option<WorkspaceSlice>,
     },
     /// A view: `value` is `of`'s bytes; nothing runs.
-    Alias { node: usize, value: usize, of: usize },
+    Alias {
+        node: usize,
+        value: usize,
+        of: usize,
+    },
     /// A node outside generated code (run by the reference interpreter in
     /// the JIT; an AOT export refuses it).
     Interp { node: usize, reason: String },
@@ -147,11 +151,15 @@ impl ExecPlan {
 
     /// Kernel steps.
     pub fn kernels(&self) -> impl Iterator<Item = &Step> {
-        self.steps.iter().filter(|s| matches!(s, Step::Kernel { .. }))
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Kernel { .. }))
     }
 
     /// Steps that run outside generated code.
     pub fn interpreted(&self) -> impl Iterator<Item = &Step> {
-        self.steps.iter().filter(|s| matches!(s, Step::Interp { .. }))
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Interp { .. }))
     }
 }

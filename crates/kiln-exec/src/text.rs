@@ -52,9 +52,11 @@ impl Display for ExecPlan {
         for e in &self.exec {
             match e {
                 Exec::Step(s) => writeln!(f, "exec {s}")?,
-                Exec::Concurrent { func, steps } => {
-                    writeln!(f, "exec {func} ({})", join(steps.iter().map(|s| s.to_string())))?
-                }
+                Exec::Concurrent { func, steps } => writeln!(
+                    f,
+                    "exec {func} ({})",
+                    join(steps.iter().map(|s| s.to_string()))
+                )?,
             }
         }
         Ok(())
@@ -65,7 +67,10 @@ impl Display for PlanValue {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(f, "value %{} {:?} {}", self.id, self.name, self.dtype)?;
         match &self.shape {
-            Some(s) => write!(f, "[{}]", join(s.iter().map(|d| d.to_string())))?,
+            Some(s) => {
+                let dims: Vec<String> = s.iter().map(|d| d.to_string()).collect();
+                write!(f, "[{}]", dims.join(","))?
+            }
             None => write!(f, "?")?,
         }
         match self.loc {

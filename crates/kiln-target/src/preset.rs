@@ -117,6 +117,9 @@ mod tests {
             assert!(d.cflags[0].starts_with("-march="));
         }
         let err = CpuPreset::parse("pentium").unwrap_err().to_string();
-        assert!(err.contains("pentium") && err.contains("x86-64-v4"), "{err}");
+        assert!(
+            err.contains("pentium") && err.contains("x86-64-v4"),
+            "{err}"
+        );
     }
 }

@@ -6,9 +6,11 @@
 //! the work is cut into tasks (batch, M block, N block) handed to OpenMP threads with equal
 //! work per thread where the split allows; each task runs the K blocks in order, packs its B
 //! and A blocks into thread-private buffers and runs the micro-kernel over all tiles. The
-//! epilogue is applied once, after the last K block. If a packing buffer cannot be allocated
-//! the task falls back to a plain triple loop, so the function never fails. Without OpenMP the
-//! pragmas are ignored and the same loops run on one thread.
+//! epilogue is applied once, after the last K block. Packing buffers, row pointers and a staged
+//! window copy live in the caller's workspace (the function's last parameter, laid out by
+//! [`super::gemm_workspace`]): the function allocates nothing and never fails. At most
+//! `KILN_MAX_THREADS` threads run it, each in its own slot. Without OpenMP the pragmas are
+//! ignored and the same loops run on one thread.
 
 use super::emit::CWriter;
 use super::epilogue::FusedEpilogue;
@@ -20,7 +22,7 @@ use super::window::{
     emit_depth_offsets, emit_pixel_pointers, emit_row_pointers, emit_staging, staged_floats,
     Window, WindowLayout, DEPTH_OFFSETS, STAGED,
 };
-use super::{GemmSpec, Operand};
+use super::{GemmSpec, GemmWorkspace, Operand, WORKSPACE_PARAM};
 
 /// The operands in kernel orientation.
 struct Views<'a> {
@@ -45,7 +47,7 @@ impl<'a> Views<'a> {
 }
 
 /// Emits the statements of the function body for one target's plan.
-pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
+pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, layout: &GemmWorkspace) {
     let views = Views::new(spec, plan.transposed);
     let (mr, nr, kc) = (plan.shape.mr, plan.shape.nr, plan.kc);
     w.line(format!(
@@ -86,68 +88,93 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
         }
     }
     let staged = staged_window(plan, spec);
-    if let Some(window) = staged {
-        w.line(format!(
-            "float* {STAGED} = kiln_gemm_alloc({});",
-            staged_floats(window, spec.batch)
-        ));
+    if staged.is_some() {
+        w.line(format!("float* const {STAGED} = {WORKSPACE_PARAM};"));
     }
-    w.directive("#pragma omp parallel");
+    w.line("KILN_OMP(omp parallel num_threads(kiln_gemm_threads()))");
     w.open("");
     if let Some(window) = staged {
-        w.open(format!("if ({STAGED})"));
         emit_staging(w, window, spec.batch);
-        w.close();
     }
-    // Read in place, A needs a buffer for its partial last panel only.
-    // Buffers for the largest block: blocks have at most ceil(panels / blocks) panels.
-    // A prepacked factor needs no buffer (one float keeps the allocation check uniform).
-    let a_floats = match (plan.prepacked, plan.pack_a) {
-        (Some(Side::A), _) => "1".to_string(),
-        (_, true) => format!("(kiln_mpan + kiln_mb - 1) / kiln_mb * {}", mr * kc),
-        (_, false) => (mr * kc).to_string(),
-    };
-    let b_floats = match plan.prepacked {
-        Some(Side::B) => "1".to_string(),
-        _ => format!("(kiln_npan + kiln_nb - 1) / kiln_nb * {}", nr * kc),
-    };
-    w.line(format!("float* kiln_ap = kiln_gemm_alloc({a_floats});"));
-    w.line(format!("float* kiln_bp = kiln_gemm_alloc({b_floats});"));
+    // This thread's slot of the workspace: its A and B blocks, then its row pointers.
+    let parts = ThreadParts::new(spec, plan);
+    w.line(format!(
+        "float* const kiln_slot = {WORKSPACE_PARAM} + {} + (long)kiln_thread_num() * {};",
+        layout.fixed, layout.per_thread
+    ));
+    w.line("float* const kiln_ap = kiln_slot;");
+    w.line(format!("float* const kiln_bp = kiln_slot + {};", parts.a));
+    w.line("(void)kiln_ap;");
+    w.line("(void)kiln_bp;");
     if pointers.is_some() {
-        // One row pointer per row of the task's A block.
         w.line(format!(
-            "const float** kiln_arow = (const float**)malloc(sizeof(const float*) * (size_t)((kiln_mpan + kiln_mb - 1) / kiln_mb * {mr}));"
+            "const float** const kiln_arow = (const float**)(kiln_slot + {});",
+            parts.a + parts.b
         ));
     }
-    w.directive("#pragma omp for schedule(static)");
+    w.line("KILN_OMP(omp for schedule(static))");
     w.open("for (long kiln_task = 0; kiln_task < kiln_tasks; kiln_task++)");
     w.line("const long b = kiln_task / (kiln_mb * kiln_nb);");
     w.line("(void)b;");
     w.line("const long kiln_ib = kiln_task / kiln_nb % kiln_mb, kiln_jb = kiln_task % kiln_nb;");
     w.line("const long kiln_pa0 = kiln_ib * kiln_mpan / kiln_mb, kiln_pa1 = (kiln_ib + 1) * kiln_mpan / kiln_mb;");
     w.line("const long kiln_pb0 = kiln_jb * kiln_npan / kiln_nb, kiln_pb1 = (kiln_jb + 1) * kiln_npan / kiln_nb;");
-    let mut buffers = vec!["!kiln_ap".to_string(), "!kiln_bp".to_string()];
-    if staged.is_some() {
-        buffers.push(format!("!{STAGED}"));
-    }
-    if pointers.is_some() {
-        buffers.push("!kiln_arow".to_string());
-    }
-    w.open(format!("if ({})", buffers.join(" || ")));
-    emit_unpacked(w, spec, plan, &views);
-    w.line("continue;");
-    w.close();
     emit_k_blocks(w, spec, plan, &views);
     w.close();
-    w.line("free(kiln_ap);");
-    w.line("free(kiln_bp);");
-    if pointers.is_some() {
-        w.line("free((void*)kiln_arow);");
-    }
     w.close();
-    if staged.is_some() {
-        w.line(format!("free({STAGED});"));
+}
+
+/// Floats of one thread's workspace slot, each part rounded up to a cache line: the largest
+/// A block and B block a task packs (blocks only get smaller than their first split, see
+/// `kiln_gemm_split`), and the row pointers of an A read through a pointer per row.
+pub(crate) struct ThreadParts {
+    pub a: usize,
+    pub b: usize,
+    pub rows: usize,
+}
+
+impl ThreadParts {
+    pub(crate) fn new(spec: &GemmSpec, plan: &Plan) -> ThreadParts {
+        let (mr, nr, kc) = (plan.shape.mr, plan.shape.nr, plan.kc);
+        let (mpan, npan) = (plan.m_panels(), plan.n_panels());
+        let a_block = mpan.div_ceil(mpan.div_ceil(plan.mc_panels));
+        let b_block = npan.div_ceil(npan.div_ceil(plan.nc_panels));
+        let a = match (plan.prepacked, plan.pack_a) {
+            (Some(Side::A), _) => 0,
+            (_, true) => a_block * mr * kc,
+            (_, false) => mr * kc,
+        };
+        let b = match plan.prepacked {
+            Some(Side::B) => 0,
+            _ => b_block * nr * kc,
+        };
+        let views = Views::new(spec, plan.transposed);
+        // A pointer takes at most two floats.
+        let rows = if pointer_rows(plan, &views).is_some() {
+            a_block * mr * 2
+        } else {
+            0
+        };
+        ThreadParts {
+            a: cache_lines(a),
+            b: cache_lines(b),
+            rows: cache_lines(rows),
+        }
     }
+
+    pub(crate) fn floats(&self) -> usize {
+        self.a + self.b + self.rows
+    }
+}
+
+/// The shared part of the workspace: the staged copy of a window, if the plan stages one.
+pub(crate) fn shared_floats(spec: &GemmSpec, plan: &Plan) -> usize {
+    staged_window(plan, spec).map_or(0, |w| cache_lines(staged_floats(w, spec.batch)))
+}
+
+/// `floats` rounded up to whole 64-byte lines.
+fn cache_lines(floats: usize) -> usize {
+    floats.div_ceil(16) * 16
 }
 
 /// The window A when the plan reads it through a pointer per row.
@@ -617,43 +644,6 @@ fn emit_copied_tile(
         Some(epilogue) => w.line(format!("{element} = kiln_last ? ({epilogue}) : acc;")),
         None => w.line(format!("{element} = acc;")),
     }
-    w.close();
-    w.close();
-}
-
-/// The task's tiles by a plain triple loop (used only when packing buffers are unavailable).
-fn emit_unpacked(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
-    let (mr, nr, m, n) = (plan.shape.mr, plan.shape.nr, plan.m, plan.n);
-    w.open(format!(
-        "for (long kiln_i = kiln_pa0 * {mr}; kiln_i < kiln_pa1 * {mr} && kiln_i < {m}; kiln_i++)"
-    ));
-    w.open(format!(
-        "for (long kiln_j = kiln_pb0 * {nr}; kiln_j < kiln_pb1 * {nr} && kiln_j < {n}; kiln_j++)"
-    ));
-    w.line("float acc = 0.0f;");
-    w.open(format!(
-        "for (long kiln_k = 0; kiln_k < {}; kiln_k++)",
-        spec.k
-    ));
-    w.line("float kiln_x, kiln_y;");
-    w.line(format!(
-        "{{ {} kiln_x = {}; }}",
-        views.a.bind_both("kiln_i", "kiln_k"),
-        views.a.value()
-    ));
-    w.line(format!(
-        "{{ {} kiln_y = {}; }}",
-        views.b.bind_both("kiln_k", "kiln_j"),
-        views.b.value()
-    ));
-    w.line("acc += kiln_x * kiln_y;");
-    w.close();
-    let stored = spec.epilogue.as_deref().unwrap_or("acc");
-    w.line(format!(
-        "{{ {} {} = {stored}; }}",
-        views.c.bind_both("kiln_i", "kiln_j"),
-        views.c.value()
-    ));
     w.close();
     w.close();
 }

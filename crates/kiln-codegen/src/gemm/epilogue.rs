@@ -6,7 +6,7 @@
 //! Needs a spec with an epilogue and the plan of one vector target. Guarantees, per target:
 //! - `NAME_lanes(v, b, r0, c0, params...)`: the epilogue of the vector `v` holding the kernel
 //!   row `r0`, kernel columns `c0 ..= c0 + VL - 1`. It is the spec's own scalar C expression in
-//!   a `#pragma omp simd` loop over the lanes, so the semantics are written once (`scalar_c`)
+//!   an `omp simd` loop over the lanes, so the semantics are written once (`scalar_c`)
 //!   and GCC keeps the lanes in the vector register (the copies to and from a lane array are
 //!   forwarded away: no stack traffic in the generated assembly).
 //! - `NAME_ukernel_MRxNR*`: the micro-kernels the plan calls, each applying `NAME_lanes` to
@@ -73,7 +73,7 @@ pub(crate) fn emit_fused_kernels(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, 
     }
     w.line(format!("float kiln_t[{vl}];"));
     w.line("memcpy(kiln_t, &kiln_v, sizeof kiln_t);");
-    w.directive("#pragma omp simd");
+    w.line("KILN_OMP(omp simd)");
     w.open(format!("for (long kiln_l = 0; kiln_l < {vl}; kiln_l++)"));
     w.line(c.bind_both("kiln_r", "kiln_c + kiln_l"));
     w.line("const float acc = kiln_t[kiln_l];");

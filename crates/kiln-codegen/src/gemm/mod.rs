@@ -181,17 +181,60 @@ pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String>
             })
         });
     }
-    w.open(format!(
-        "static void {}({})",
-        spec.name,
-        declared(&spec.params).join(", ")
-    ));
+    let layout = gemm_workspace_tuned(spec, tuning)?;
+    let mut params = declared(&spec.params);
+    params.push(format!("float* restrict {WORKSPACE_PARAM}"));
+    w.open(format!("static void {}({})", spec.name, params.join(", ")));
+    // A prepacked factor's own parameter is not read, nor an empty workspace.
+    for p in &spec.params {
+        w.line(format!("(void){};", p.name));
+    }
+    w.line(format!("(void){WORKSPACE_PARAM};"));
     for_each_target(&mut w, |w, target| {
         let plan = plan::plan(spec, target, tuning);
-        driver::emit_body(w, spec, &plan);
+        driver::emit_body(w, spec, &plan, &layout);
     });
     w.close();
     Ok(w.finish())
+}
+
+/// The last parameter of every function [`gemm_c`] writes: its scratch memory.
+pub const WORKSPACE_PARAM: &str = "kiln_ws";
+
+/// The scratch memory a gemm function reads and writes through [`WORKSPACE_PARAM`], in floats
+/// from a 64-byte aligned start: `fixed` floats shared by the threads (a staged window copy),
+/// then one slot of `per_thread` floats for each of at most `KILN_MAX_THREADS` threads (its
+/// packed A and B blocks and row pointers). The largest over the vector widths the C supports,
+/// so one size serves whichever the compiler selects.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GemmWorkspace {
+    pub fixed: usize,
+    pub per_thread: usize,
+}
+
+impl GemmWorkspace {
+    /// Floats for `threads` threads.
+    pub fn floats(&self, threads: usize) -> usize {
+        self.fixed + self.per_thread * threads.max(1)
+    }
+}
+
+/// The workspace layout of `gemm_c(spec)`.
+pub fn gemm_workspace(spec: &GemmSpec) -> kiln_ir::Result<GemmWorkspace> {
+    gemm_workspace_tuned(spec, &Tuning::default())
+}
+
+/// The workspace layout of `gemm_c_tuned(spec, tuning)`.
+pub fn gemm_workspace_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<GemmWorkspace> {
+    validate::validate(spec)?;
+    let mut layout = GemmWorkspace::default();
+    for target in kernel::TARGETS {
+        let plan = plan::plan(spec, target, tuning);
+        layout.fixed = layout.fixed.max(driver::shared_floats(spec, &plan));
+        let parts = driver::ThreadParts::new(spec, &plan);
+        layout.per_thread = layout.per_thread.max(parts.floats());
+    }
+    Ok(layout)
 }
 
 /// Name of the function [`gemm_prepack_c`] writes for `spec`; `NAME_floats()` gives the size

@@ -21,6 +21,13 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+/* An OpenMP directive, `KILN_OMP(omp simd)`: nothing without OpenMP, so code built without it
+   has no unknown pragmas to warn about. */
+#ifdef _OPENMP
+#define KILN_OMP(...) _Pragma(#__VA_ARGS__)
+#else
+#define KILN_OMP(...)
+#endif
 #if defined(__clang__)
 #pragma clang fp contract(fast)
 #endif
@@ -40,11 +47,26 @@ static inline void kiln_vstore(float* p, kiln_vf v)
     memcpy(p, &v, sizeof v);
 }
 
-/* A 64-byte aligned packing buffer of `floats` floats (NULL when memory is short). */
-static float* kiln_gemm_alloc(long floats)
+/* The most threads a gemm runs on: its workspace has a slot for each (the model defines it). */
+#ifndef KILN_MAX_THREADS
+#define KILN_MAX_THREADS 1
+#endif
+static inline long kiln_gemm_threads(void)
 {
-    size_t bytes = ((size_t)(floats > 0 ? floats : 1) * sizeof(float) + 63) / 64 * 64;
-    return (float*)aligned_alloc(64, bytes);
+#ifdef _OPENMP
+    const long t = omp_get_max_threads();
+    return t < KILN_MAX_THREADS ? t : KILN_MAX_THREADS;
+#else
+    return 1;
+#endif
+}
+static inline long kiln_thread_num(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
 }
 
 /* Part `part` of `parts` of the `floats` floats from `p`, fetched into L2 one cache line
@@ -63,13 +85,10 @@ static inline void kiln_gemm_prefetch_part(const float* p, long floats, long par
    makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
    panel), then the least repacking (every M block packs its own copy of B when B is packed
    per call, every N block its own copy of A when A is), then the fewest tasks. */
-static void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
+static inline void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
                             int pack_b, long* mb, long* nb)
 {
-    long threads = 1;
-#ifdef _OPENMP
-    threads = omp_get_max_threads();
-#endif
+    const long threads = kiln_gemm_threads();
     const long mb0 = *mb, nb0 = *nb;
     long best_span = -1, best_repack = 0, best_tasks = 0;
     for (long m = mb0; m <= mpan && m <= mb0 + 2 * threads; m++) {
@@ -115,10 +134,13 @@ fn build_prelude() -> String {
     w.finish()
 }
 
-/// `#define KILN_VBYTES` from the first target whose condition holds.
+/// `#define KILN_VBYTES`: `KILN_FORCE_VBYTES` where defined (an ahead-of-time export fixes the
+/// width its weights were packed for), else from the first target whose condition holds.
 fn emit_width_selection(w: &mut CWriter) {
-    for (index, target) in TARGETS.iter().enumerate() {
-        let keyword = if index == 0 { "#if" } else { "#elif" };
+    w.directive("#if defined(KILN_FORCE_VBYTES)");
+    w.directive("#define KILN_VBYTES KILN_FORCE_VBYTES");
+    for target in TARGETS {
+        let keyword = "#elif";
         w.directive(format!("{keyword} {}", target.condition));
         w.directive(format!("#define KILN_VBYTES {}", target.bytes));
     }

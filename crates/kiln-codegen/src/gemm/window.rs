@@ -235,7 +235,7 @@ pub(crate) fn emit_staging(w: &mut CWriter, window: &Window, batch: usize) {
     w.line(format!(
         "/* zero-padded copy of the convolution image: {batch} x {channels} planes of {hp} x {wp} */"
     ));
-    w.directive("#pragma omp for schedule(static)");
+    w.line("KILN_OMP(omp for schedule(static))");
     w.open(format!(
         "for (long kiln_pl = 0; kiln_pl < {}; kiln_pl++)",
         batch * channels

@@ -1,7 +1,7 @@
 //! Reading and writing NumPy `.npy` files (format versions 1-3, C order,
 //! little-endian numeric and bool dtypes).
 
-use kiln_ir::{bail, DType, Data, Error, Result, Tensor};
+use crate::{bail, DType, Data, Error, Result, Tensor};
 use std::path::Path;
 
 const MAGIC: &[u8] = b"\x93NUMPY";

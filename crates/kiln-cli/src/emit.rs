@@ -1,0 +1,123 @@
+//! `kiln compile --emit c|loops|plan|aot`: what the CPU pipeline
+//! (`kiln_cpu::CpuProgram`) generates for a model, written to a directory.
+
+use kiln_cpu::aot::{self, AotOptions};
+use kiln_cpu::program::{config_defines, Naming};
+use kiln_cpu::{CpuOptions, CpuProgram};
+use kiln_ir::{Error, Graph, Result};
+use std::path::Path;
+
+/// What to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emit {
+    /// The C of every kernel (`model.c`).
+    C,
+    /// The scheduled loop IR of every kernel (`model.loops`).
+    Loops,
+    /// The execution plan's text form (`model.plan`).
+    Plan,
+    /// A standalone C library and example program (`kiln_cpu::aot`).
+    Aot,
+}
+
+impl std::str::FromStr for Emit {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Emit, String> {
+        match s {
+            "c" => Ok(Emit::C),
+            "loops" => Ok(Emit::Loops),
+            "plan" => Ok(Emit::Plan),
+            "aot" => Ok(Emit::Aot),
+            _ => Err(format!("'{s}' is not one of c, loops, plan, aot")),
+        }
+    }
+}
+
+/// Writes `what` for `g` into `dir`; `aot` applies to `Emit::Aot`.
+pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Path) -> Result<()> {
+    if what == Emit::Aot {
+        let report = aot::export(g, cpu, aot, dir)?;
+        println!(
+            "wrote {} files to {} ({} kernels; weights {} B, arena {} B (lower bound {} B), workspace {} B)",
+            report.files.len(),
+            dir.display(),
+            report.kernels,
+            report.weights_bytes,
+            report.arena_bytes,
+            report.arena_bound,
+            report.workspace_bytes
+        );
+        println!("build: make -C {}", dir.display());
+        return Ok(());
+    }
+    let naming = Naming {
+        prefix: "kiln".into(),
+        threads: cpu.threads,
+    };
+    let program = CpuProgram::build(g, cpu, &naming)?;
+    let (file, text) = match what {
+        Emit::C => ("model.c", c_text(&program, cpu.threads)),
+        Emit::Loops => ("model.loops", loops_text(&program)),
+        _ => ("model.plan", program.plan.to_string()),
+    };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    let path = dir.join(file);
+    std::fs::write(&path, text)
+        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
+    println!(
+        "wrote {} kernels to {}",
+        program.plan.kernels().count(),
+        path.display()
+    );
+    Ok(())
+}
+
+/// Every kernel's C in one file, after the prelude; nodes without a kernel
+/// as comments saying why.
+fn c_text(program: &CpuProgram, threads: usize) -> String {
+    let mut text = config_defines(threads, None) + &kiln_codegen::c::prelude();
+    for_each_node(program, &mut text, |k, text| text.push_str(&k.c));
+    text.push_str(&program.blocks_c());
+    text
+}
+
+/// Every kernel's loop IR and schedule.
+fn loops_text(program: &CpuProgram) -> String {
+    let mut text = String::new();
+    for_each_node(program, &mut text, |k, text| {
+        text.push_str(&format!("{}\nschedule:", k.kernel));
+        for d in &k.schedule.0 {
+            text.push_str(&format!(" {d}"));
+        }
+        text.push('\n');
+    });
+    text
+}
+
+fn for_each_node(
+    program: &CpuProgram,
+    text: &mut String,
+    mut kernel: impl FnMut(&kiln_cpu::select::NodeKernel, &mut String),
+) {
+    for (i, (node, k)) in program.graph.nodes.iter().zip(&program.kernels).enumerate() {
+        match (k, &program.plan.steps[i]) {
+            (Some(k), _) => {
+                text.push_str(&format!("/* node {i}: {} */\n", comment(&node.describe())));
+                kernel(k, text);
+                text.push('\n');
+            }
+            (None, kiln_exec::Step::Interp { reason, .. }) => text.push_str(&format!(
+                "/* node {i}: {} runs on the interpreter: {} */\n\n",
+                comment(&node.describe()),
+                comment(reason)
+            )),
+            (None, _) => {}
+        }
+    }
+}
+
+/// `s` safe inside a C comment.
+fn comment(s: &str) -> String {
+    s.replace("*/", "* /").replace('\n', " ")
+}

@@ -1,0 +1,614 @@
+//! The JIT: a [`CpuProgram`] compiled into one shared library and executed
+//! over its execution plan.
+//!
+//! Needs: an optimized, verified graph. Guarantees: [`CompiledModel::compile`]
+//! builds the program (`program.rs`), compiles its C into one library
+//! through the JIT with its on-disk cache (pieces compiled in parallel),
+//! packs every prepacked weight once, and resolves every step's function
+//! and argument locations. [`CompiledModel::run`] executes the plan's
+//! order over the model's one arena and workspace (allocated once; runs of
+//! one model are serialised); interpreter steps run on copies of their
+//! inputs. Results equal the interpreter's up to float rounding; errors
+//! name the node.
+
+use crate::memory::{data_ptr, from_bytes, AlignedBytes};
+use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
+use kiln_exec::{Exec, ExecPlan, Loc, Step};
+use kiln_fuse::{Plan, Planned};
+use kiln_ir::{bail, Error, Graph, Result, Tensor, ValueId};
+use kiln_runtime::jit::{self, CompileReport, Library};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+type FloatsFn = unsafe extern "C" fn() -> std::ffi::c_long;
+type BlockFn = unsafe extern "C" fn(*const *const *mut u8) -> i32;
+type SetThreadsFn = unsafe extern "C" fn(i32);
+
+/// One argument of a kernel call.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    Value(Loc),
+    /// `packed[i]`.
+    Packed(usize),
+    /// The workspace at this byte offset.
+    Workspace(usize),
+}
+
+/// A step resolved against the loaded library.
+enum Resolved {
+    Kernel {
+        func: KernelFn,
+        args: Vec<Arg>,
+    },
+    /// A view (nothing runs) or a node for the interpreter.
+    Other,
+}
+
+/// Time spent in one node over the profiled runs.
+#[derive(Debug, Clone)]
+pub struct NodeTime {
+    pub node: String,
+    pub op: String,
+    pub compiled: bool,
+    pub time: Duration,
+}
+
+/// What compilation did.
+#[derive(Debug, Clone)]
+pub struct CompileSummary {
+    /// Nodes run as C kernels (views aliased to their input are not).
+    pub kernels: usize,
+    /// Primitive nodes computed by kernels or aliased (a fused kernel
+    /// counts its body's nodes).
+    pub compiled_nodes: usize,
+    /// Blocks of kernels run concurrently (parallelism stitching).
+    pub concurrent_blocks: usize,
+    /// Weights packed for their gemms at compile time.
+    pub prepacked_weights: usize,
+    /// Nodes left to the interpreter: (node, why).
+    pub interpreted: Vec<(String, String)>,
+    /// What the JIT did (`None`: no kernel to compile).
+    pub compile: Option<CompileReport>,
+    /// What the fusion planner did.
+    pub fusion: Planned,
+    /// Size of the planned arena, its lower bound (the most bytes live at
+    /// one step), and the sum of the intermediate tensors it holds.
+    pub arena_bytes: usize,
+    pub arena_bound: usize,
+    pub intermediate_bytes: usize,
+    pub workspace_bytes: usize,
+}
+
+/// The memory one run uses.
+struct Scratch {
+    arena: AlignedBytes,
+    workspace: AlignedBytes,
+}
+
+pub struct CompiledModel {
+    graph: Graph,
+    plan: ExecPlan,
+    resolved: Vec<Resolved>,
+    blocks: HashMap<String, BlockFn>,
+    weights: Vec<Tensor>,
+    /// Weights packed for their gemms at compile time.
+    packed: Vec<AlignedBytes>,
+    scratch: std::sync::Mutex<Scratch>,
+    /// Sets the OpenMP team size of the calling thread (set per run: the
+    /// setting is per thread, and runs may come from any thread).
+    set_threads: Option<SetThreadsFn>,
+    threads: usize,
+    /// Kept alive: the kernels point into it.
+    _library: Option<Library>,
+    pub report: CompileSummary,
+}
+
+/// A node's op for profiles: a fused node's ops joined by `+`.
+fn op_label(n: &kiln_ir::Node) -> String {
+    match n.attr_graph("body") {
+        Ok(Some(body)) if n.domain == kiln_ops::ops::control::FUSED_DOMAIN => body
+            .nodes
+            .iter()
+            .map(|b| b.op.as_str())
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => n.op.clone(),
+    }
+}
+
+/// C of the first unit: the thread-count setter.
+const SET_THREADS_C: &str = "#ifdef _OPENMP\n#include <omp.h>\n#endif\n\
+     void kiln_set_threads(int n) {\n#ifdef _OPENMP\n  omp_set_num_threads(n);\n#else\n  (void)n;\n#endif\n}\n";
+
+/// The JIT's symbols are `kiln_…`; workspaces hold at least the machine's
+/// threads, so the C (and its cache entry) does not change with
+/// `--threads`.
+fn naming(opts: &CpuOptions) -> Naming {
+    Naming {
+        prefix: "kiln".to_string(),
+        threads: opts.threads.max(kiln_runtime::cpu::available_threads()),
+    }
+}
+
+impl CompiledModel {
+    /// Plans fusion on `graph` (with the CPU backend's feedback), applies
+    /// the plan, and compiles the fused graph.
+    pub fn compile(graph: &Graph, opts: &CpuOptions) -> Result<CompiledModel> {
+        Self::load(CpuProgram::build(graph, opts, &naming(opts))?, opts)
+    }
+
+    /// Compiles `graph` fused by a given plan (no planner, no feedback).
+    pub fn compile_with_plan(
+        graph: &Graph,
+        plan: Plan,
+        opts: &CpuOptions,
+    ) -> Result<CompiledModel> {
+        Self::load(
+            CpuProgram::with_plan(graph, plan, &opts.target, &naming(opts))?,
+            opts,
+        )
+    }
+
+    /// Compiles `program`'s C, packs its weights and resolves its steps.
+    pub fn load(program: CpuProgram, opts: &CpuOptions) -> Result<CompiledModel> {
+        let threads = opts.threads.max(1);
+        let defines = config_defines(program.plan.threads, None);
+        let units = program.c_units(threads, &defines, SET_THREADS_C);
+        let (library, compile) = if units.is_empty() {
+            (None, None)
+        } else {
+            let (lib, report) = jit::compile(&opts.compiler, &units, threads)?;
+            (Some(lib), Some(report))
+        };
+        let weights = weight_tensors(&program.graph, &program.plan)?;
+        let mut plan = program.plan;
+        let (resolved, blocks, packed, set_threads) = match &library {
+            Some(lib) => {
+                let packed = prepack_all(lib, &mut plan, &weights, threads)?;
+                let resolved = resolve_steps(lib, &plan)?;
+                let blocks = resolve_blocks(lib, &plan)?;
+                // SAFETY: the first unit defines `void kiln_set_threads(int)`.
+                let set: SetThreadsFn = unsafe { lib.symbol("kiln_set_threads")? };
+                (resolved, blocks, packed, Some(set))
+            }
+            None => (
+                plan.steps.iter().map(|_| Resolved::Other).collect(),
+                HashMap::new(),
+                Vec::new(),
+                None,
+            ),
+        };
+        let report = CompileSummary {
+            kernels: plan.kernels().count(),
+            compiled_nodes: CpuProgram::count_compiled(&program.graph, &plan),
+            concurrent_blocks: blocks.len(),
+            prepacked_weights: packed.len(),
+            interpreted: CpuProgram::interpreted_in(&program.graph, &plan),
+            compile,
+            fusion: program.fusion,
+            arena_bytes: plan.arena_bytes,
+            arena_bound: plan.arena_bound,
+            intermediate_bytes: plan.arena_total,
+            workspace_bytes: plan.workspace_bytes,
+        };
+        Ok(CompiledModel {
+            scratch: std::sync::Mutex::new(Scratch {
+                arena: AlignedBytes::new(plan.arena_bytes),
+                workspace: AlignedBytes::new(plan.workspace_bytes),
+            }),
+            graph: program.graph,
+            plan,
+            resolved,
+            blocks,
+            weights,
+            packed,
+            set_threads,
+            threads,
+            _library: library,
+            report,
+        })
+    }
+
+    /// The execution plan this model runs.
+    pub fn plan(&self) -> &ExecPlan {
+        &self.plan
+    }
+
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// Runs once, returning the time of each node too.
+    pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<NodeTime>)> {
+        let mut times = vec![Duration::ZERO; self.plan.steps.len()];
+        let outs = self.run_inner(inputs, Some(&mut times))?;
+        let t = self
+            .graph
+            .nodes
+            .iter()
+            .zip(&self.plan.steps)
+            .zip(times)
+            .map(|((n, s), time)| NodeTime {
+                node: n.name.clone(),
+                op: op_label(n),
+                compiled: !matches!(s, Step::Interp { .. }),
+                time,
+            })
+            .collect();
+        Ok((outs, t))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &[Tensor],
+        mut times: Option<&mut Vec<Duration>>,
+    ) -> Result<Vec<Tensor>> {
+        kiln_interp::check_inputs(&self.graph, inputs)?;
+        // One run at a time per model: the arena is reused, not reallocated.
+        let mut guard = self
+            .scratch
+            .lock()
+            .map_err(|_| Error::new("a previous run of this model panicked"))?;
+        let scratch: &mut Scratch = &mut guard;
+        if let Some(set) = self.set_threads {
+            // SAFETY: `kiln_set_threads(int)` from the loaded library.
+            unsafe { set(self.threads as i32) };
+        }
+        let mut run = Run {
+            model: self,
+            inputs,
+            scratch,
+            boxed: vec![None; self.plan.boxed],
+            ptrs: Vec::new(),
+        };
+        for e in &self.plan.exec {
+            let start = Instant::now();
+            match e {
+                Exec::Step(i) => run.step(*i)?,
+                Exec::Concurrent { func, steps } => run.concurrent(self.blocks[func], steps)?,
+            }
+            if let Some(t) = times.as_deref_mut() {
+                // Concurrent kernels share the block's time equally.
+                let steps = e.steps();
+                for &i in steps {
+                    t[i] += start.elapsed() / steps.len() as u32;
+                }
+            }
+        }
+        self.graph.outputs.iter().map(|&o| run.read(o)).collect()
+    }
+
+    fn location(&self, v: ValueId) -> Result<Loc> {
+        self.plan
+            .value(v.index())
+            .map(|p| p.loc)
+            .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
+    }
+
+    /// `t` with value `v`'s declared shape (they differ for views).
+    fn as_declared(&self, v: ValueId, t: Tensor) -> Result<Tensor> {
+        match &self.graph.ty(v).shape {
+            Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
+            _ => Ok(t),
+        }
+    }
+}
+
+/// The state of one run.
+struct Run<'a> {
+    model: &'a CompiledModel,
+    inputs: &'a [Tensor],
+    scratch: &'a mut Scratch,
+    boxed: Vec<Option<Tensor>>,
+    ptrs: Vec<*mut u8>,
+}
+
+impl Run<'_> {
+    /// Runs step `i` (a kernel, an alias or an interpreted node).
+    fn step(&mut self, i: usize) -> Result<()> {
+        let m = self.model;
+        let node = &m.graph.nodes[i];
+        match (&m.resolved[i], &m.plan.steps[i]) {
+            (Resolved::Kernel { func, args }, _) => {
+                let mut ptrs = std::mem::take(&mut self.ptrs);
+                self.pointers(args, &mut ptrs)?;
+                // SAFETY: the arguments are the kernel's buffers, each as
+                // large as its declared shape, then its packing and
+                // workspace slice, as the kernel expects.
+                let rc = unsafe { func(ptrs.as_ptr()) };
+                self.ptrs = ptrs;
+                if rc != 0 {
+                    bail!(
+                        "{}: an index read from data is out of range",
+                        node.describe()
+                    );
+                }
+            }
+            (_, Step::Interp { .. }) => self.interpret(node)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Runs the kernel steps `steps` through their block function.
+    fn concurrent(&mut self, func: BlockFn, steps: &[usize]) -> Result<()> {
+        let m = self.model;
+        let mut arrays: Vec<Vec<*mut u8>> = Vec::with_capacity(steps.len());
+        for &i in steps {
+            let Resolved::Kernel { args, .. } = &m.resolved[i] else {
+                bail!("internal error: a concurrent block holds a step that is not a kernel");
+            };
+            let mut ptrs = Vec::new();
+            self.pointers(args, &mut ptrs)?;
+            arrays.push(ptrs);
+        }
+        let heads: Vec<*const *mut u8> = arrays.iter().map(|a| a.as_ptr()).collect();
+        // SAFETY: each array holds its kernel's arguments (as for one
+        // step); the kernels of a block write disjoint buffers and
+        // workspace slices, which the plan keeps apart.
+        let rc = unsafe { func(heads.as_ptr()) };
+        if rc != 0 {
+            let names: Vec<String> = steps.iter().map(|&i| m.graph.nodes[i].describe()).collect();
+            bail!(
+                "{}: an index read from data is out of range",
+                names.join(" or ")
+            );
+        }
+        Ok(())
+    }
+
+    fn pointers(&mut self, args: &[Arg], out: &mut Vec<*mut u8>) -> Result<()> {
+        out.clear();
+        for &a in args {
+            out.push(match a {
+                Arg::Value(l) => self.pointer(l)?,
+                Arg::Packed(p) => self.model.packed[p].ptr_const(0) as *mut u8,
+                Arg::Workspace(off) => self.scratch.workspace.ptr(off),
+            });
+        }
+        Ok(())
+    }
+
+    fn pointer(&mut self, l: Loc) -> Result<*mut u8> {
+        Ok(match l {
+            Loc::Input(i) => data_ptr(&self.inputs[i])?,
+            Loc::Weight(w) => data_ptr(&self.model.weights[w])?,
+            Loc::Arena(off) => self.scratch.arena.ptr(off),
+            Loc::Boxed(_) => bail!("a kernel argument is not in memory a kernel can read"),
+        })
+    }
+
+    fn interpret(&mut self, node: &kiln_ir::Node) -> Result<()> {
+        let g = &self.model.graph;
+        let ins: Vec<Option<Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| self.read(v)).transpose())
+            .collect::<Result<_>>()?;
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+        let mut scope = HashMap::new();
+        for name in kiln_interp::subgraph_reads(node) {
+            if let Some(id) = g.find(&name) {
+                scope.insert(name, self.read(id)?);
+            }
+        }
+        let outs = kiln_interp::eval_node(g, node, &refs, &scope)?;
+        for (o, t) in node.outputs.iter().zip(outs) {
+            if let Some(o) = o {
+                self.write(*o, t)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn read(&self, v: ValueId) -> Result<Tensor> {
+        let m = self.model;
+        Ok(match m.location(v)? {
+            // A view of an input or weight shares its memory: same data,
+            // the view's shape.
+            Loc::Input(i) => m.as_declared(v, self.inputs[i].clone())?,
+            Loc::Weight(w) => m.as_declared(v, m.weights[w].clone())?,
+            Loc::Boxed(b) => self.boxed[b].clone().ok_or_else(|| {
+                Error::new(format!("value '{}' was not computed", m.graph.name(v)))
+            })?,
+            Loc::Arena(off) => {
+                let ty = m.graph.ty(v);
+                let shape = ty.shape.clone().unwrap_or_default();
+                from_bytes(ty.dtype, shape, self.scratch.arena.ptr_const(off))?
+            }
+        })
+    }
+
+    fn write(&mut self, v: ValueId, t: Tensor) -> Result<()> {
+        match self.model.location(v)? {
+            Loc::Boxed(b) => self.boxed[b] = Some(t),
+            Loc::Arena(off) => {
+                let src = data_ptr(&t)?;
+                let n = t.len() * t.dtype().size();
+                // SAFETY: the planner sized this slot for the value's type.
+                unsafe { std::ptr::copy_nonoverlapping(src, self.scratch.arena.ptr(off), n) };
+            }
+            Loc::Input(_) | Loc::Weight(_) => {
+                bail!("value '{}' is written twice", self.model.graph.name(v))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The plan's weights, decoded, by slot.
+pub(crate) fn weight_tensors(graph: &Graph, plan: &ExecPlan) -> Result<Vec<Tensor>> {
+    plan.weights
+        .iter()
+        .map(|&w| match graph.initializers.get(&ValueId(w as u32)) {
+            Some(init) => init.to_tensor(),
+            None => bail!("weight '{}' has no data", graph.values[w].name),
+        })
+        .collect()
+}
+
+/// Every kernel step's function and arguments.
+fn resolve_steps(lib: &Library, plan: &ExecPlan) -> Result<Vec<Resolved>> {
+    plan.steps
+        .iter()
+        .map(|s| {
+            let Step::Kernel {
+                kernel,
+                args,
+                packing,
+                workspace,
+                ..
+            } = s
+            else {
+                return Ok(Resolved::Other);
+            };
+            // SAFETY: every kernel is printed as `int NAME(void* const*)`.
+            let func: KernelFn = unsafe { lib.symbol(kernel)? };
+            let mut resolved = args
+                .iter()
+                .map(|&a| Ok(Arg::Value(value_loc(plan, a)?)))
+                .collect::<Result<Vec<_>>>()?;
+            resolved.extend(packing.map(Arg::Packed));
+            resolved.extend(workspace.map(|w| Arg::Workspace(w.offset)));
+            Ok(Resolved::Kernel {
+                func,
+                args: resolved,
+            })
+        })
+        .collect()
+}
+
+fn value_loc(plan: &ExecPlan, id: usize) -> Result<Loc> {
+    plan.value(id)
+        .map(|v| v.loc)
+        .ok_or_else(|| Error::new(format!("execution plan: value %{id} has no place")))
+}
+
+fn resolve_blocks(lib: &Library, plan: &ExecPlan) -> Result<HashMap<String, BlockFn>> {
+    let mut blocks = HashMap::new();
+    for e in &plan.exec {
+        if let Exec::Concurrent { func, .. } = e {
+            // SAFETY: `blocks_c` prints `int NAME(void* const* const*)`.
+            blocks.insert(func.clone(), unsafe { lib.symbol::<BlockFn>(func)? });
+        }
+    }
+    Ok(blocks)
+}
+
+/// Every packing of `plan`, in order, made by `threads` threads (packing
+/// is bound by first touches of fresh memory; BERT-base packs 340 MB);
+/// records each packing's size in the plan.
+pub(crate) fn prepack_all(
+    lib: &Library,
+    plan: &mut ExecPlan,
+    weights: &[Tensor],
+    threads: usize,
+) -> Result<Vec<AlignedBytes>> {
+    let jobs: Vec<(String, Vec<*mut u8>)> = plan
+        .packings
+        .iter()
+        .map(|p| {
+            let step = plan.steps.iter().find_map(|s| match s {
+                Step::Kernel { kernel, args, .. } if *kernel == p.kernel => Some(args),
+                _ => None,
+            });
+            let Some(args) = step else {
+                bail!("packing of kernel {} without its step", p.kernel);
+            };
+            // Only the weights among the arguments are read.
+            let ptrs = args
+                .iter()
+                .map(|&a| match value_loc(plan, a)? {
+                    Loc::Weight(w) => data_ptr(&weights[w]),
+                    _ => Ok(std::ptr::null_mut()),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Ok((p.kernel.clone(), ptrs))
+        })
+        .collect::<Result<_>>()?;
+    let packed = pack_in_parallel(lib, &jobs, threads)?;
+    for (p, bytes) in plan.packings.iter_mut().zip(&packed) {
+        p.bytes = bytes.len();
+    }
+    Ok(packed)
+}
+
+/// Pointers into weights, sent to the packing threads (read only).
+struct Job<'a>(&'a (String, Vec<*mut u8>));
+// SAFETY: the pointers address immutable weight data kept alive by the
+// caller for the whole scope; packing only reads them.
+unsafe impl Send for Job<'_> {}
+unsafe impl Sync for Job<'_> {}
+
+fn pack_in_parallel(
+    lib: &Library,
+    jobs: &[(String, Vec<*mut u8>)],
+    threads: usize,
+) -> Result<Vec<AlignedBytes>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let shared: Vec<Job> = jobs.iter().map(Job).collect();
+    let done: Vec<Result<Vec<(usize, AlignedBytes)>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(jobs.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(Job((name, ptrs))) = shared.get(i) else {
+                            return Ok(mine);
+                        };
+                        mine.push((i, prepack(lib, name, ptrs)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(Error::new("a weight-packing thread panicked")))
+            })
+            .collect()
+    });
+    let mut packed: Vec<Option<AlignedBytes>> = (0..jobs.len()).map(|_| None).collect();
+    for (i, packing) in done
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+    {
+        packed[i] = Some(packing);
+    }
+    packed
+        .into_iter()
+        .map(|p| p.ok_or_else(|| Error::new("a weight was not packed")))
+        .collect()
+}
+
+/// Runs kernel `name`'s prepacking entry point on `args` (its buffers,
+/// null but for the weights): the packing it then reads after its buffers.
+fn prepack(lib: &Library, name: &str, args: &[*mut u8]) -> Result<AlignedBytes> {
+    let suffix = kiln_codegen::c::PREPACK_SUFFIX;
+    // SAFETY: a prepacked kernel's source defines both entry points
+    // (`long NAME_prepack_floats(void)`, `int NAME_prepack(void* const*)`).
+    let (floats, pack): (FloatsFn, KernelFn) = unsafe {
+        (
+            lib.symbol(&format!("{name}{suffix}_floats"))?,
+            lib.symbol(&format!("{name}{suffix}"))?,
+        )
+    };
+    // SAFETY: no arguments; returns a size.
+    let n = usize::try_from(unsafe { floats() })
+        .map_err(|_| Error::new("negative weight packing size"))?;
+    let mut packing = AlignedBytes::new(n * 4);
+    let mut ptrs = args.to_vec();
+    ptrs.push(packing.ptr(0));
+    // SAFETY: the weight pointers hold the kernel's declared shapes and the
+    // packing has the size the kernel asked for; nothing else is read.
+    let rc = unsafe { pack(ptrs.as_ptr()) };
+    if rc != 0 {
+        bail!("kernel {name}: packing its weight failed");
+    }
+    Ok(packing)
+}

@@ -1,0 +1,275 @@
+//! The CPU target's pipeline: a graph in, a program out (fusion plan,
+//! kernels, execution plan, C sources). The JIT (`jit.rs`) compiles and
+//! runs a program; the AOT exporter (`aot/`) writes it as a C library.
+//!
+//! Needs: an optimized, verified graph. Guarantees: fusion planned with
+//! the CPU backend's feedback (APOLLO §4.1) and applied; per node of the
+//! fused graph a kernel ([`crate::select`]) or the reason it runs outside
+//! generated code; an execution plan (`kiln_exec::build`) whose kernel
+//! steps name those kernels, with workspaces sized for `threads`; and the
+//! C of the concurrent blocks. Nothing is compiled here.
+
+use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use kiln_exec::{ExecPlan, PlanRequest};
+use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
+use kiln_ir::{Error, Graph, Result, ValueId};
+use kiln_runtime::jit::CompilerConfig;
+use kiln_target::TargetDesc;
+
+/// How to compile.
+#[derive(Debug, Clone)]
+pub struct CpuOptions {
+    /// Threads for kernels and for parallel compilation.
+    pub threads: usize,
+    pub compiler: CompilerConfig,
+    /// The fusion planner (`none`: one kernel per node).
+    pub fusion: PlannerKind,
+    /// The CPU the fusion plan and the kernels' schedules are for.
+    pub target: TargetDesc,
+}
+
+impl Default for CpuOptions {
+    fn default() -> Self {
+        CpuOptions {
+            threads: kiln_runtime::cpu::available_threads(),
+            compiler: CompilerConfig::from_env(),
+            fusion: PlannerKind::default(),
+            target: kiln_target::host(),
+        }
+    }
+}
+
+/// How a program's C is named and sized.
+#[derive(Debug, Clone)]
+pub struct Naming {
+    /// Prefix of every external C symbol (`PREFIX_k3`, `PREFIX_block7`): a
+    /// C identifier.
+    pub prefix: String,
+    /// Threads the workspace holds (`KILN_MAX_THREADS`).
+    pub threads: usize,
+}
+
+/// Alignment of arena offsets and workspace slices (a 64-byte vector).
+pub const ALIGNMENT: usize = 64;
+
+/// A model compiled for the CPU, before any C compiler runs.
+pub struct CpuProgram {
+    /// The fused graph the plan's node numbers refer to.
+    pub graph: Graph,
+    /// Per node of `graph`: its kernel, if it has one.
+    pub kernels: Vec<Option<NodeKernel>>,
+    pub plan: ExecPlan,
+    pub fusion: Planned,
+}
+
+impl CpuProgram {
+    /// Plans fusion on `graph`, applies it and selects the kernels.
+    pub fn build(graph: &Graph, opts: &CpuOptions, naming: &Naming) -> Result<CpuProgram> {
+        let check = CpuGroupCheck {
+            target: &opts.target,
+        };
+        let plan_opts = PlanOptions::for_target(opts.target.clone());
+        let planned = kiln_fuse::plan(graph, opts.fusion, &check, &plan_opts)?;
+        Self::from_planned(graph, planned, &opts.target, naming)
+    }
+
+    /// `build` with a given fusion plan (no planner, no feedback).
+    pub fn with_plan(
+        graph: &Graph,
+        plan: Plan,
+        target: &TargetDesc,
+        naming: &Naming,
+    ) -> Result<CpuProgram> {
+        let planned = Planned {
+            plan,
+            feedback: Vec::new(),
+            notes: Vec::new(),
+            seconds: 0.0,
+        };
+        Self::from_planned(graph, planned, target, naming)
+    }
+
+    fn from_planned(
+        graph: &Graph,
+        fusion: Planned,
+        target: &TargetDesc,
+        naming: &Naming,
+    ) -> Result<CpuProgram> {
+        let applied = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?;
+        let graph = applied.graph;
+        let chosen: Vec<std::result::Result<NodeKernel, String>> = graph
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| select(&graph, node, &format!("{}_k{i}", naming.prefix), target))
+            .collect();
+        let infos: Vec<_> = chosen
+            .iter()
+            .map(|k| k.as_ref().map(NodeKernel::info).map_err(Clone::clone))
+            .collect();
+        let scope_reads = scope_reads(&graph);
+        let plan = kiln_exec::build(&PlanRequest {
+            graph: &graph,
+            kernels: &infos,
+            parallel: &applied.parallel,
+            scope_reads: &scope_reads,
+            threads: naming.threads,
+            prefix: &naming.prefix,
+            arena_dtype: &has_c_type,
+            alignment: ALIGNMENT,
+        })?;
+        Ok(CpuProgram {
+            kernels: chosen.into_iter().map(Result::ok).collect(),
+            graph,
+            plan,
+            fusion,
+        })
+    }
+
+    /// The C of the concurrent blocks: one function per block running its
+    /// kernels as OpenMP sections, `int NAME(void* const* const* args)`
+    /// (`args[j]`: the arguments of the block's `j`-th kernel; nonzero
+    /// when any failed).
+    pub fn blocks_c(&self) -> String {
+        let mut c = String::new();
+        for e in &self.plan.exec {
+            let kiln_exec::Exec::Concurrent { func, steps } = e else {
+                continue;
+            };
+            let names: Vec<&str> = steps
+                .iter()
+                .filter_map(|&i| self.kernels[i].as_ref().map(|k| k.kernel.name.as_str()))
+                .collect();
+            for name in &names {
+                c += &format!("int {name}(void* const* restrict args);\n");
+            }
+            c += &format!(
+                "int {func}(void* const* const* args) {{\n  int rc = 0;\n#ifdef _OPENMP\n#pragma omp parallel sections num_threads({}) reduction(|:rc)\n#endif\n  {{\n",
+                names.len()
+            );
+            for (j, name) in names.iter().enumerate() {
+                c += &format!(
+                    "#ifdef _OPENMP\n#pragma omp section\n#endif\n    rc |= {name}(args[{j}]);\n"
+                );
+            }
+            c += "  }\n  return rc;\n}\n";
+        }
+        c
+    }
+
+    /// The kernels' C sources, in node order.
+    pub fn kernel_sources(&self) -> Vec<&str> {
+        self.kernels
+            .iter()
+            .flatten()
+            .map(|k| k.c.as_str())
+            .collect()
+    }
+
+    /// Nodes left outside generated code: (node, why).
+    pub fn interpreted(&self) -> Vec<(String, String)> {
+        Self::interpreted_in(&self.graph, &self.plan)
+    }
+
+    /// The interpreter steps of `plan` over `g`: (node, why).
+    pub fn interpreted_in(g: &Graph, plan: &ExecPlan) -> Vec<(String, String)> {
+        plan.steps
+            .iter()
+            .filter_map(|s| match s {
+                kiln_exec::Step::Interp { node, reason } => {
+                    Some((g.nodes[*node].describe(), reason.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Primitive nodes of `g` computed by kernels or aliased in `plan` (a
+    /// fused kernel counts its body's nodes).
+    pub fn count_compiled(g: &Graph, plan: &ExecPlan) -> usize {
+        plan.steps
+            .iter()
+            .filter(|s| !matches!(s, kiln_exec::Step::Interp { .. }))
+            .map(|s| match g.nodes[s.node()].attr_graph("body") {
+                Ok(Some(body)) => body.nodes.len(),
+                _ => 1,
+            })
+            .sum()
+    }
+}
+
+/// The kernel of a node (named `name`), or why it has none.
+fn select(
+    g: &Graph,
+    node: &kiln_ir::Node,
+    name: &str,
+    target: &TargetDesc,
+) -> std::result::Result<NodeKernel, String> {
+    let static_outputs = node
+        .outputs
+        .iter()
+        .flatten()
+        .all(|&o| g.ty(o).shape.is_some());
+    let k = if static_outputs {
+        node_kernel(g, node, name, target)
+    } else {
+        Err(Error::new(format!(
+            "{}: output shape depends on data",
+            node.op
+        )))
+    };
+    k.map_err(|e| e.to_string())
+}
+
+/// Per node, the values its subgraphs read by name.
+fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
+    g.nodes
+        .iter()
+        .map(|n| {
+            kiln_interp::subgraph_reads(n)
+                .into_iter()
+                .filter_map(|name| g.find(&name))
+                .collect()
+        })
+        .collect()
+}
+
+impl CpuProgram {
+    /// The C sources split into at most `pieces` compile units (compiled
+    /// in parallel), each opening with `defines` and the shared prelude;
+    /// the first also holds `first_extra` and the concurrent blocks.
+    pub fn c_units(&self, pieces: usize, defines: &str, first_extra: &str) -> Vec<String> {
+        let sources = self.kernel_sources();
+        if sources.is_empty() {
+            return Vec::new();
+        }
+        let per = sources.len().div_ceil(pieces.clamp(1, sources.len()));
+        sources
+            .chunks(per)
+            .enumerate()
+            .map(|(i, chunk)| {
+                let mut s = format!("{defines}{}", kiln_codegen::c::prelude());
+                if i == 0 {
+                    s.push_str(first_extra);
+                    s.push_str(&self.blocks_c());
+                }
+                for k in chunk {
+                    s.push_str(k);
+                    s.push('\n');
+                }
+                s
+            })
+            .collect()
+    }
+}
+
+/// `#define`s every compile unit of a program opens with: the threads its
+/// workspace holds, and (for an export) the vector width its weights were
+/// packed for.
+pub fn config_defines(threads: usize, vector_bytes: Option<usize>) -> String {
+    let mut s = format!("#define KILN_MAX_THREADS {}\n", threads.max(1));
+    if let Some(v) = vector_bytes {
+        s += &format!("#define KILN_FORCE_VBYTES {v}\n");
+    }
+    s
+}
