@@ -28,14 +28,16 @@ pub fn compile_line(m: &CompiledModel) -> String {
         None => "nothing to compile".into(),
     };
     format!(
-        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   prepacked weights: {}   {how}   arena: {} bytes (intermediates: {} bytes)",
+        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   prepacked weights: {}   {how}   arena: {} bytes (lower bound {}, intermediates {})   workspace: {} bytes",
         r.fusion.plan.planner,
         (r.fusion.seconds * 1e3).round(),
         r.kernels,
         r.interpreted.len(),
         r.prepacked_weights,
         r.arena_bytes,
-        r.intermediate_bytes
+        r.arena_bound,
+        r.intermediate_bytes,
+        r.workspace_bytes
     )
 }
 
@@ -119,6 +121,8 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         cached_s,
         cached_at_start: m.report.compile.is_some_and(|c| c.cached),
         arena_bytes: m.report.arena_bytes,
+        arena_bound: m.report.arena_bound,
+        workspace_bytes: m.report.workspace_bytes,
         intermediate_bytes: m.report.intermediate_bytes,
         kernels: m.report.kernels,
         fusion: m.report.fusion.plan.planner.clone(),
@@ -191,6 +195,9 @@ struct Extra {
     cached_s: f64,
     cached_at_start: bool,
     arena_bytes: usize,
+    /// The most bytes live at one step: no arena can be smaller.
+    arena_bound: usize,
+    workspace_bytes: usize,
     intermediate_bytes: usize,
     kernels: usize,
     /// The fusion planner.
@@ -220,6 +227,8 @@ fn report(
             j["compile_cached_s"] = e.cached_s.into();
             j["cached_at_start"] = e.cached_at_start.into();
             j["arena_bytes"] = e.arena_bytes.into();
+            j["arena_bound_bytes"] = e.arena_bound.into();
+            j["workspace_bytes"] = e.workspace_bytes.into();
             j["intermediate_bytes"] = e.intermediate_bytes.into();
             j["kernels"] = e.kernels.into();
             j["fusion"] = e.fusion.clone().into();

@@ -8,8 +8,20 @@ use crate::program::CpuProgram;
 use std::fmt::Write;
 
 /// NumPy file reading and writing for the example program (C order,
-/// little-endian, the dtypes of the interface).
+/// little-endian, the dtypes of the interface), and its timer.
 const NPY_C: &str = r#"
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static int by_value(const void* a, const void* b)
+{
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
 static void die(const char* what, const char* path)
 {
     fprintf(stderr, "error: %s: %s\n", path, what);
@@ -95,15 +107,19 @@ pub fn main_c(program: &CpuProgram, aot: &AotOptions) -> String {
     let plan = &program.plan;
     let (inputs, outputs) = (plan.inputs.len(), plan.outputs.len());
     let mut s = format!(
-        "/* Example program for the exported model {name}:\n   {name}_main IN_0.npy ... OUT_DIR\n   \
-         (inputs in graph-input order; writes OUT_DIR/output_<k>.npy). */\n\
-         #include \"{name}.h\"\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n{NPY_C}\n"
+        "/* Example program for the exported model {name}:\n   {name}_main [--runs N] IN_0.npy ... OUT_DIR\n   \
+         (inputs in graph-input order; writes OUT_DIR/output_<k>.npy; with --runs, runs\n   \
+         the model N more times and prints the median and fastest time to stderr). */\n\
+         #define _POSIX_C_SOURCE 199309L\n\
+         #include \"{name}.h\"\n#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <time.h>\n{NPY_C}\n"
     );
     s += &weights_loader(name, &upper, aot.weights);
     writeln!(
         s,
         "int main(int argc, char** argv)\n{{\n  \
-         if (argc != {} + 2) {{\n    fprintf(stderr, \"usage: %s{} OUT_DIR\\n\", argv[0]);\n    return 2;\n  }}\n  \
+         const char* program = argv[0];\n  int runs = 0;\n  \
+         if (argc > 2 && strcmp(argv[1], \"--runs\") == 0) {{\n    runs = atoi(argv[2]);\n    argv += 2;\n    argc -= 2;\n  }}\n  \
+         if (argc != {} + 2) {{\n    fprintf(stderr, \"usage: %s [--runs N]{} OUT_DIR\\n\", program);\n    return 2;\n  }}\n  \
          {name}_io io;\n  memset(&io, 0, sizeof io);",
         inputs,
         (0..inputs).map(|k| format!(" IN_{k}.npy")).collect::<String>()
@@ -128,12 +144,16 @@ pub fn main_c(program: &CpuProgram, aot: &AotOptions) -> String {
     }
     writeln!(
         s,
-        "  const void* weights = load_weights(argv[0]);\n  \
+        "  const void* weights = load_weights(program);\n  \
          void* arena = aligned_alloc(64, ({upper}_ARENA_BYTES + 64) / 64 * 64);\n  \
          void* workspace = aligned_alloc(64, ({upper}_WORKSPACE_BYTES + 64) / 64 * 64);\n  \
          if (!arena || !workspace) die(\"out of memory\", \"arena\");\n  \
          int rc = {name}_run(&io, weights, arena, workspace);\n  \
          if (rc != 0) {{\n    fprintf(stderr, \"error: step %d: an index read from data is out of range\\n\", rc - 1);\n    return 1;\n  }}\n  \
+         if (runs > 0) {{\n    double* times = malloc(sizeof(double) * (size_t)runs);\n    \
+         for (int r = 0; r < runs; r++) {{\n      const double t0 = now_ms();\n      {name}_run(&io, weights, arena, workspace);\n      times[r] = now_ms() - t0;\n    }}\n    \
+         qsort(times, (size_t)runs, sizeof(double), by_value);\n    \
+         fprintf(stderr, \"{name}: median %.3f ms, min %.3f ms over %d runs\\n\", times[runs / 2], times[0], runs);\n    free(times);\n  }}\n  \
          char path[4096];"
     )
     .ok();
