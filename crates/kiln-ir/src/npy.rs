@@ -6,7 +6,8 @@ use std::path::Path;
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-fn descr(dtype: DType) -> Result<&'static str> {
+/// The NumPy `descr` kiln writes for `dtype` (bf16 as its bits, `<u2`).
+pub fn descr(dtype: DType) -> Result<&'static str> {
     Ok(match dtype {
         DType::F32 => "<f4",
         DType::F64 => "<f8",

@@ -1,7 +1,4 @@
-//! Text helpers for the exported C: string literals that carry any bytes
-//! safely, and element types.
-
-use kiln_ir::{bail, DType, Result};
+//! String literals for the exported C that carry any bytes safely.
 
 /// `s` as a C string literal: letters, digits, space and `_-.:/` as
 /// themselves, every other byte as an octal escape (no quote, backslash,
@@ -17,24 +14,6 @@ pub fn c_string(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-/// The NumPy `descr` of an element type, as `kiln run -o` writes it.
-pub fn npy_descr(dtype: DType) -> Result<&'static str> {
-    Ok(match dtype {
-        DType::F32 => "<f4",
-        DType::F64 => "<f8",
-        DType::I8 => "|i1",
-        DType::I16 => "<i2",
-        DType::I32 => "<i4",
-        DType::I64 => "<i8",
-        DType::U8 => "|u1",
-        DType::U16 => "<u2",
-        DType::U32 => "<u4",
-        DType::U64 => "<u8",
-        DType::Bool => "|b1",
-        other => bail!("{other} tensors cannot cross an exported model's interface"),
-    })
 }
 
 #[cfg(test)]

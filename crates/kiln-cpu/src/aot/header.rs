@@ -1,7 +1,8 @@
 //! `NAME.h`: the exported model's API and, as `#define`s, its memory
 //! regions and interface.
 
-use super::c_text::{c_string, npy_descr};
+use super::c_text::c_string;
+use kiln_ir::npy::descr as npy_descr;
 use super::weights::{WeightImage, WeightsMode};
 use super::AotOptions;
 use crate::program::{CpuProgram, ALIGNMENT};
