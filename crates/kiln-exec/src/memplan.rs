@@ -71,9 +71,15 @@ pub fn plan(lifetimes: &[Lifetime], alignment: usize) -> MemoryPlan {
     }
 }
 
+/// Placement units in the order they are placed.
+type Order = fn(&[Lifetime], Vec<Vec<usize>>) -> Vec<Vec<usize>>;
+
 /// The orders units are placed in; the plan keeps the smallest arena (the first on a tie).
-const ORDERS: [fn(&[Lifetime], Vec<Vec<usize>>) -> Vec<Vec<usize>>; 3] =
-    [units_largest_first, units_longest_first, units_largest_area_first];
+const ORDERS: [Order; 3] = [
+    units_largest_first,
+    units_longest_first,
+    units_largest_area_first,
+];
 
 /// Each unit at the lowest free offset, in the given order: the offsets and the arena size.
 fn place(lifetimes: &[Lifetime], units: Vec<Vec<usize>>, alignment: usize) -> (Vec<usize>, usize) {
@@ -169,7 +175,9 @@ fn units_longest_first(lifetimes: &[Lifetime], units: Vec<Vec<usize>>) -> Vec<Ve
 
 /// Largest size times span first.
 fn units_largest_area_first(lifetimes: &[Lifetime], units: Vec<Vec<usize>>) -> Vec<Vec<usize>> {
-    units_by(lifetimes, units, |size, span| (size.saturating_mul(span), size))
+    units_by(lifetimes, units, |size, span| {
+        (size.saturating_mul(span), size)
+    })
 }
 
 /// Units by decreasing `key(size, span)` (size: the largest member's; span: steps from the
@@ -181,7 +189,11 @@ fn units_by(
 ) -> Vec<Vec<usize>> {
     let size = |unit: &[usize]| unit.iter().map(|&m| lifetimes[m].size).max().unwrap_or(0);
     let span = |unit: &[usize]| {
-        let first = unit.iter().map(|&m| start(&lifetimes[m])).min().unwrap_or(0);
+        let first = unit
+            .iter()
+            .map(|&m| start(&lifetimes[m]))
+            .min()
+            .unwrap_or(0);
         let last = unit.iter().map(|&m| end(&lifetimes[m])).max().unwrap_or(0);
         last - first + 1
     };

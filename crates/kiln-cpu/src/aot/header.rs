@@ -2,11 +2,11 @@
 //! regions and interface.
 
 use super::c_text::c_string;
-use kiln_ir::npy::descr as npy_descr;
 use super::weights::{WeightImage, WeightsMode};
 use super::AotOptions;
 use crate::program::{CpuProgram, ALIGNMENT};
 use kiln_exec::PlanValue;
+use kiln_ir::npy::descr as npy_descr;
 
 /// The header text.
 pub fn header(
