@@ -256,3 +256,21 @@ fn hostile_names_stay_out_of_the_c() {
         "model_9_a_b_"
     );
 }
+
+#[test]
+fn a_model_without_kernels_exports_and_runs() {
+    if !has_compiler() {
+        return;
+    }
+    // The output is the input reshaped: a view, so no kernel at all.
+    let src = "graph \"g\" opsets [\"\"=17] {\n  input %x: f32[2,3]\n  init %s: i64[1] = [6]\n  node \"r\" %y: f32[6] = Reshape(%x, %s)\n  output %y\n}\n";
+    let mut g = kiln_ir::text::parse(src).unwrap();
+    kiln_passes::optimize(&mut g, &Default::default()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let aot = Aot::host();
+    let name = aot.export_and_build(&g, dir.path()).expect("export");
+    let x = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let got = aot.run_built(dir.path(), &name, &[x], 1).expect("run");
+    assert_eq!(got[0].shape, vec![6]);
+    assert_eq!(got[0].as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+}
