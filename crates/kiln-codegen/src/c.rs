@@ -34,7 +34,7 @@ pub fn prelude() -> String {
     // them), even in a file of many kernels where the compiler's growth
     // limits would stop plain `inline`.
     s.push_str(
-        "#if defined(__GNUC__)\n#define KILN_INLINE static inline __attribute__((always_inline))\n#else\n#define KILN_INLINE static inline\n#endif\n",
+        "#if defined(__GNUC__)\n#define KILN_INLINE static inline __attribute__((always_inline, unused))\n#else\n#define KILN_INLINE static inline\n#endif\n",
     );
     s.push_str(
         r#"

@@ -119,8 +119,36 @@ fn default_model_exports_and_matches_the_interpreter() {
     export_run_and_compare(&single, "default model (no OpenMP, embedded weights)");
 }
 
-/// The cross toolchain and emulator, where present; in CI (`CI` set)
-/// `.ci/run` installs them, so their absence fails there.
+#[test]
+fn default_model_builds_warning_free_with_clang() {
+    if !has_compiler() || !tool_present("clang", "clang") {
+        return;
+    }
+    for openmp in [true, false] {
+        let aot = Aot {
+            cc: "clang".into(),
+            openmp,
+            ..Aot::host()
+        };
+        export_run_and_compare(&aot, &format!("default model (clang, OpenMP {openmp})"));
+    }
+}
+
+/// Whether `program` runs; in CI (`CI` set) `.ci/run` installs `package`,
+/// so its absence fails there.
+fn tool_present(program: &str, package: &str) -> bool {
+    let present = Command::new(program).arg("--version").output().is_ok();
+    if !present {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI needs {program} (.ci/run installs {package})"
+        );
+        eprintln!("note: {program} missing; its test skipped");
+    }
+    present
+}
+
+/// The cross toolchain and emulator.
 fn cross_tools() -> bool {
     let present = Command::new("aarch64-linux-gnu-gcc")
         .arg("--version")
@@ -272,5 +300,8 @@ fn a_model_without_kernels_exports_and_runs() {
     let x = Tensor::from_vec(vec![2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
     let got = aot.run_built(dir.path(), &name, &[x], 1).expect("run");
     assert_eq!(got[0].shape, vec![6]);
-    assert_eq!(got[0].as_slice::<f32>().unwrap(), &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(
+        got[0].as_slice::<f32>().unwrap(),
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
 }

@@ -63,7 +63,7 @@ pub(crate) fn emit_fused_kernels(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, 
         spec.name
     ));
     w.open(format!(
-        "static inline kiln_vf {}(kiln_vf kiln_v, long b, long kiln_r, long kiln_c, {})",
+        "KILN_STATIC_INLINE kiln_vf {}(kiln_vf kiln_v, long b, long kiln_r, long kiln_c, {})",
         fused.lanes(),
         fused.params
     ));
@@ -115,7 +115,7 @@ mod tests {
     #[test]
     fn whole_tiles_apply_the_epilogue_in_the_kernel_and_store_once() {
         let c = gemm_c(&bias_relu(96, 192)).expect("gemm C");
-        assert!(c.contains("static inline kiln_vf fused_lanes("), "{c}");
+        assert!(c.contains("KILN_STATIC_INLINE kiln_vf fused_lanes("), "{c}");
         assert!(c.contains(
             "c0_0 = fused_lanes(c0_0, kiln_b, kiln_r0 + 0, kiln_c0 + 0, A, B, bias, C);"
         ));

@@ -206,7 +206,7 @@ pub(crate) fn emit_ukernel(
         )
     });
     w.open(format!(
-        "static inline void {}(long kc, {a_type}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate{extra})",
+        "KILN_STATIC_INLINE void {}(long kc, {a_type}, const float* restrict b, long ldb, float* restrict c, long ldc, int accumulate{extra})",
         ukernel_name(shape, source, epilogue)
     ));
     for i in 0..mr {

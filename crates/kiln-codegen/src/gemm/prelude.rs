@@ -21,6 +21,13 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+/* Helpers and micro-kernels a file may not call: no unused-function warnings (Clang warns even
+   for static inline functions). */
+#if defined(__GNUC__)
+#define KILN_STATIC_INLINE static inline __attribute__((unused))
+#else
+#define KILN_STATIC_INLINE static inline
+#endif
 /* An OpenMP directive, `KILN_OMP(omp simd)`: nothing without OpenMP, so code built without it
    has no unknown pragmas to warn about. */
 #ifdef _OPENMP
@@ -29,6 +36,9 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #define KILN_OMP(...)
 #endif
 #if defined(__clang__)
+/* `omp simd` is a request: a loop Clang cannot vectorize (a gather, a call) stays scalar,
+   which is not worth a warning per loop. */
+#pragma clang diagnostic ignored "-Wpass-failed"
 #pragma clang fp contract(fast)
 #endif
 @WIDTH@
@@ -36,13 +46,13 @@ typedef float kiln_vf __attribute__((vector_size(KILN_VBYTES)));
 
 /* Vector load/store at any float address (memcpy: no alignment or aliasing assumption;
    compilers turn it into one vector move). */
-static inline kiln_vf kiln_vload(const float* p)
+KILN_STATIC_INLINE kiln_vf kiln_vload(const float* p)
 {
     kiln_vf v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-static inline void kiln_vstore(float* p, kiln_vf v)
+KILN_STATIC_INLINE void kiln_vstore(float* p, kiln_vf v)
 {
     memcpy(p, &v, sizeof v);
 }
@@ -51,7 +61,7 @@ static inline void kiln_vstore(float* p, kiln_vf v)
 #ifndef KILN_MAX_THREADS
 #define KILN_MAX_THREADS 1
 #endif
-static inline long kiln_gemm_threads(void)
+KILN_STATIC_INLINE long kiln_gemm_threads(void)
 {
 #ifdef _OPENMP
     const long t = omp_get_max_threads();
@@ -60,7 +70,7 @@ static inline long kiln_gemm_threads(void)
     return 1;
 #endif
 }
-static inline long kiln_thread_num(void)
+KILN_STATIC_INLINE long kiln_thread_num(void)
 {
 #ifdef _OPENMP
     return omp_get_thread_num();
@@ -73,7 +83,7 @@ static inline long kiln_thread_num(void)
    (16 floats) at a time: a prepacked weight panel the next tiles read, streamed from memory
    a slice per tile while the current panel is in use instead of all at once, stalled, when
    its first tile starts. */
-static inline void kiln_gemm_prefetch_part(const float* p, long floats, long part, long parts)
+KILN_STATIC_INLINE void kiln_gemm_prefetch_part(const float* p, long floats, long part, long parts)
 {
     const long lines = (floats + 15) / 16, per = (lines + parts - 1) / parts;
     for (long l = part * per; l < (part + 1) * per && l < lines; l++)
@@ -85,7 +95,7 @@ static inline void kiln_gemm_prefetch_part(const float* p, long floats, long par
    makespan (tasks per thread times the largest task, in panels; blocks differ by at most one
    panel), then the least repacking (every M block packs its own copy of B when B is packed
    per call, every N block its own copy of A when A is), then the fewest tasks. */
-static inline void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
+KILN_STATIC_INLINE void kiln_gemm_split(long batch, long mpan, long npan, long mr, long nr, int pack_a,
                             int pack_b, long* mb, long* nb)
 {
     const long threads = kiln_gemm_threads();
