@@ -6,8 +6,8 @@
 //! node left to the interpreter is an error naming every such node).
 //! Guarantees: a directory with `NAME.h` (the API, and as `#define`s the
 //! sizes of the weights, arena and workspace and every input/output's
-//! name, dtype and shape), `NAME.c` (the run function and concurrent
-//! blocks) and `NAME_kernels_<j>.c` (the kernels), the weights — already
+//! name, dtype and shape), `NAME.c` (the run function) and
+//! `NAME_kernels_<j>.c` (the kernels and concurrent blocks), the weights — already
 //! packed for the generated matmuls, for the vector width of the chosen
 //! CPU preset — as `NAME.weights.bin` or as a C array (`NAME_weights.c`),
 //! an example program `main.c` and a `Makefile` building it. The model
@@ -28,6 +28,9 @@ use kiln_target::CpuPreset;
 use std::path::{Path, PathBuf};
 
 pub use weights::WeightsMode;
+
+/// How many files the kernels are spread over (`make -j` builds them at once).
+const KERNEL_FILES: usize = 4;
 
 /// How to export.
 #[derive(Debug, Clone)]
@@ -120,7 +123,11 @@ pub fn export(graph: &Graph, cpu: &CpuOptions, aot: &AotOptions, dir: &Path) -> 
         run_c::run_c(&program, aot, &defines, &image)?.as_bytes(),
     )?;
     let mut kernel_files = Vec::new();
-    for (j, unit) in kernel_units(&program, &defines).into_iter().enumerate() {
+    for (j, unit) in program
+        .c_units(KERNEL_FILES, &defines, "")
+        .into_iter()
+        .enumerate()
+    {
         kernel_files.push(format!("{name}_kernels_{j}.c"));
         write(format!("{name}_kernels_{j}.c"), unit.as_bytes())?;
     }
@@ -143,24 +150,6 @@ pub fn export(graph: &Graph, cpu: &CpuOptions, aot: &AotOptions, dir: &Path) -> 
         arena_bound: program.plan.arena_bound,
         workspace_bytes: program.plan.workspace_bytes,
     })
-}
-
-/// The kernels' compile units (without the concurrent blocks, which
-/// `NAME.c` holds).
-fn kernel_units(program: &CpuProgram, defines: &str) -> Vec<String> {
-    let sources = program.kernel_sources();
-    let per = sources.len().div_ceil(4).max(1);
-    sources
-        .chunks(per)
-        .map(|chunk| {
-            let mut s = format!("{defines}{}", kiln_codegen::c::prelude());
-            for k in chunk {
-                s.push_str(k);
-                s.push('\n');
-            }
-            s
-        })
-        .collect()
 }
 
 /// A C identifier that leaves room for kiln's suffixes.

@@ -1,7 +1,7 @@
-//! `NAME.c`: the run function (the execution plan printed as C: one call
+//! `NAME.c`: the run function, the execution plan printed as C: one call
 //! per kernel step with its arguments' addresses, concurrent blocks
-//! through their section functions, outputs copied out of the arena) and
-//! the concurrent blocks.
+//! through their section functions (defined with the kernels), outputs
+//! copied out of the arena.
 
 use super::weights::{unplaced, weight_expr, WeightImage};
 use super::AotOptions;
@@ -21,12 +21,18 @@ pub fn run_c(
     let upper = name.to_uppercase();
     let plan = &program.plan;
     let mut s = format!("{defines}#include \"{name}.h\"\n#include <string.h>\n");
-    for k in plan.kernels() {
-        if let Step::Kernel { kernel, .. } = k {
-            writeln!(s, "int {kernel}(void* const* restrict args);").ok();
+    for e in &plan.exec {
+        match e {
+            Exec::Step(i) => {
+                if let Step::Kernel { kernel, .. } = &plan.steps[*i] {
+                    writeln!(s, "int {kernel}(void* const* restrict args);").ok();
+                }
+            }
+            Exec::Concurrent { func, .. } => {
+                writeln!(s, "int {func}(void* const* const* args);").ok();
+            }
         }
     }
-    s += &program.blocks_c();
     writeln!(
         s,
         "\nint {name}_run(const {name}_io* io, const void* weights, void* arena, void* workspace)\n{{\n  \
