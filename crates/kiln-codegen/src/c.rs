@@ -12,8 +12,8 @@
 //! plain `/` and `%` where the dividend is provably non-negative.
 
 use crate::gemm::{
-    self, gemm_c, gemm_prepack_c, gemm_workspace, prepack_name, Factor, GemmSpec, GemmWorkspace,
-    Operand, Param, Prepacked, Window,
+    self, gemm_c_tuned, gemm_prepack_c_tuned, gemm_workspace_tuned, prepack_name, Factor, GemmSpec,
+    GemmWorkspace, Operand, Param, Prepacked, Tuning, Window,
 };
 use crate::scalar_c::{c_type, call_c};
 use kiln_ir::{bail, DType, Result, Tensor};
@@ -22,6 +22,7 @@ use kiln_loop::{
     Val, WindowLayout,
 };
 use kiln_ops::te::Combiner;
+use kiln_target::TargetDesc;
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -63,13 +64,23 @@ KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
 /// then takes the packing as one more argument after its buffers.
 pub const PREPACK_SUFFIX: &str = "_prepack";
 
-/// Prints `k` as a C function. `alias`: an input buffer the output may
-/// share (in-place execution); neither gets `restrict`. `constants`: input
-/// buffers whose values are known before any run (weights), which a gemm
-/// may pack once ([`PREPACK_SUFFIX`]).
-pub fn kernel_c(k: &Kernel, alias: Option<usize>, constants: &[usize]) -> Result<KernelSource> {
+/// Prints `k` as a C function for `target` (a gemm's cache blocking reads
+/// its L2). `alias`: an input buffer the output may share (in-place
+/// execution); neither gets `restrict`. `constants`: input buffers whose
+/// values are known before any run (weights), which a gemm may pack once
+/// ([`PREPACK_SUFFIX`]).
+pub fn kernel_c(
+    k: &Kernel,
+    alias: Option<usize>,
+    constants: &[usize],
+    target: &TargetDesc,
+) -> Result<KernelSource> {
     if let [Stmt::Gemm(g)] = k.body.as_slice() {
-        return gemm_kernel_c(k, g, constants);
+        let tuning = Tuning {
+            l2_bytes: Some(target.l2_per_core()),
+            ..Tuning::default()
+        };
+        return gemm_kernel_c(k, g, constants, &tuning);
     }
     let mut p = Printer {
         k,
@@ -117,7 +128,12 @@ pub struct KernelSource {
 /// of an unbatched product (strided, or any index of its own buffer, like
 /// HWIO weights read in OIHW order) is prepacked (B preferred: a weight
 /// right of the activations).
-fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSource> {
+fn gemm_kernel_c(
+    k: &Kernel,
+    g: &Gemm,
+    constants: &[usize],
+    tuning: &Tuning,
+) -> Result<KernelSource> {
     let mut params: Vec<Param> = k
         .buffers
         .iter()
@@ -181,8 +197,8 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
         },
         prepacked,
     };
-    let mut out = gemm_c(&spec)?;
-    let workspace = gemm_workspace(&spec)?;
+    let mut out = gemm_c_tuned(&spec, tuning)?;
+    let workspace = gemm_workspace_tuned(&spec, tuning)?;
     let mut args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
     let unpack = buffer_arguments(k, &|_| false)?;
     write!(
@@ -209,7 +225,7 @@ fn gemm_kernel_c(k: &Kernel, g: &Gemm, constants: &[usize]) -> Result<KernelSour
     )
     .ok();
     if spec.prepacked.is_some() {
-        out.push_str(&gemm_prepack_c(&spec)?);
+        out.push_str(&gemm_prepack_c_tuned(&spec, tuning)?);
         let packing = prepack_name(&spec);
         let name = format!("{}{PREPACK_SUFFIX}", k.name);
         let n = k.buffers.len();
@@ -763,7 +779,7 @@ mod tests {
 
     fn c_of(text: &str) -> Result<String> {
         let k = kiln_loop::parse_kernel(text)?;
-        Ok(kernel_c(&k, None, &[])?.c)
+        Ok(kernel_c(&k, None, &[], &kiln_target::CpuPreset::X86_64V4.desc(2))?.c)
     }
 
     #[test]

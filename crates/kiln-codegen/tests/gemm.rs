@@ -413,9 +413,7 @@ fn small_blocks(shape: Option<KernelShape>, transposed: Option<bool>) -> Tuning 
         nc: Some(100),
         shape,
         transposed,
-        pack_a: None,
-        pack_b: None,
-        staged: None,
+        ..Tuning::default()
     }
 }
 

@@ -93,7 +93,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
         .filter(|&i| te.inputs[i].is_some())
         .collect();
     if let Some(kernel) = kiln_loop::contraction::lower_contraction(&te, name, &dtypes)? {
-        let source = kernel_c(&kernel, None, &constant_buffers(g, node, &inputs))?;
+        let source = kernel_c(&kernel, None, &constant_buffers(g, node, &inputs), target)?;
         return Ok(NodeKernel {
             c: source.c,
             packs: source.packed_buffer.map(|b| inputs[b]),
@@ -110,7 +110,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
     let alias = in_place_input(&kernel);
     let schedule = default_schedule(&kernel, target);
     let scheduled = kiln_loop::apply(&kernel, &schedule)?;
-    let c = kernel_c(&scheduled, alias, &[])?.c;
+    let c = kernel_c(&scheduled, alias, &[], target)?.c;
     Ok(NodeKernel {
         kernel: scheduled,
         schedule,
@@ -145,7 +145,7 @@ pub fn fused_kernel(
     };
     let group = group_expr(body)?;
     let lowered = kiln_loop::fused::lower_group(&group, name, target)?;
-    let source = kernel_c(&lowered.kernel, None, constants)?;
+    let source = kernel_c(&lowered.kernel, None, constants, target)?;
     Ok(NodeKernel {
         c: source.c,
         // A fused node's kernel buffers are its inputs, in order.

@@ -44,7 +44,8 @@ pub(crate) struct VectorTarget {
     /// Deepest K block: long enough to amortise the C tile's read-modify-write per block,
     /// measured best on Zen 4 for every AVX-512 shape (192-512 all within noise).
     pub kc_max: usize,
-    /// L2 per core in bytes: a packed A block (mc x kc) takes up to 3/4 of it.
+    /// Typical L2 per core in bytes, where the target description does not give it
+    /// (`Tuning::l2_bytes`): a packed A block (mc x kc) takes up to 3/4 of it.
     pub l2_bytes: usize,
 }
 

@@ -149,6 +149,9 @@ pub struct Tuning {
     /// Pack a convolution window from a zero-padded copy by gathers (true) or by runs of image
     /// rows (false).
     pub staged: Option<bool>,
+    /// L2 per core of the target (`kiln_target::TargetDesc::l2_per_core`), which bounds the
+    /// packed A block; `None` keeps each vector width's typical size.
+    pub l2_bytes: Option<usize>,
 }
 
 /// The C function for `spec` (plus nothing else: the shared helpers are in `gemm_prelude`).

@@ -255,7 +255,8 @@ fn blocked(
         Some(kc) => kc,
         None => spec.k.div_ceil(spec.k.div_ceil(kc_max)),
     };
-    let mc_max = tuning.mc.unwrap_or(target.l2_bytes * 3 / 4 / (kc * 4));
+    let l2_bytes = tuning.l2_bytes.unwrap_or(target.l2_bytes);
+    let mc_max = tuning.mc.unwrap_or(l2_bytes * 3 / 4 / (kc * 4));
     let nc_max = tuning.nc.unwrap_or(NC_MAX);
     Plan {
         shape,
@@ -403,6 +404,25 @@ mod tests {
         // transposing pack; reading it in place measured 86 vs 58 GFLOP/s on one Zen 4 core.
         let plan = plan(&row_major(512, 49, 2048), &TARGETS[0], &Tuning::default());
         assert!(!plan.transposed && !plan.pack_a, "{plan:?}");
+    }
+
+    #[test]
+    fn the_packed_a_block_follows_the_targets_l2() {
+        let spec = row_major(3072, 768, 768);
+        let with = |l2: usize| {
+            let tuning = Tuning {
+                l2_bytes: Some(l2),
+                ..Tuning::default()
+            };
+            plan(&spec, &TARGETS[0], &tuning).mc_panels
+        };
+        assert!(
+            with(256 << 10) < with(1 << 20),
+            "{} {}",
+            with(256 << 10),
+            with(1 << 20)
+        );
+        assert!(with(1 << 20) < with(4 << 20));
     }
 
     #[test]
