@@ -120,7 +120,8 @@ pub fn main_c(program: &CpuProgram, aot: &AotOptions) -> String {
          const char* program = argv[0];\n  int runs = 0;\n  \
          if (argc > 2 && strcmp(argv[1], \"--runs\") == 0) {{\n    runs = atoi(argv[2]);\n    argv += 2;\n    argc -= 2;\n  }}\n  \
          if (argc != {} + 2) {{\n    fprintf(stderr, \"usage: %s [--runs N]{} OUT_DIR\\n\", program);\n    return 2;\n  }}\n  \
-         {name}_io io;\n  memset(&io, 0, sizeof io);",
+         {name}_io io;\n  memset(&io, 0, sizeof io);\n  \
+         (void)load_npy; /* unused by a model without inputs */",
         inputs,
         (0..inputs).map(|k| format!(" IN_{k}.npy")).collect::<String>()
     )

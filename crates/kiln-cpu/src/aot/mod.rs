@@ -66,7 +66,7 @@ pub fn default_name(model: &Path) -> String {
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic()) || name == "main" {
         name.insert_str(0, "model_");
     }
     name
@@ -159,6 +159,9 @@ fn check_name(name: &str) -> Result<()> {
         && name.len() <= 64;
     if !ok {
         bail!("export name '{name}' is not a C identifier (letters, digits, '_', starting with a letter, at most 64)");
+    }
+    if name == "main" {
+        bail!("export name 'main' would overwrite the example program's main.c");
     }
     Ok(())
 }
