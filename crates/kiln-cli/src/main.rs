@@ -20,6 +20,31 @@ const DEFAULT_MODEL: &[u8] = include_bytes!("../assets/default.onnx");
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Memory budget every size taken from a model is checked against
+    /// before allocation: bytes, or with a K, M or G suffix (default: the
+    /// machine's memory).
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_bytes)]
+    max_memory: Option<u64>,
+}
+
+/// "4096", "512K", "64M", "8G" → bytes.
+fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let (digits, shift) = match s.strip_suffix(['K', 'k']) {
+        Some(d) => (d, 10),
+        None => match s.strip_suffix(['M', 'm']) {
+            Some(d) => (d, 20),
+            None => match s.strip_suffix(['G', 'g']) {
+                Some(d) => (d, 30),
+                None => (s, 0),
+            },
+        },
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (bytes, or with K, M or G)"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("'{s}' is not a positive size that fits in 64 bits"))
 }
 
 #[derive(clap::Args)]
@@ -278,6 +303,9 @@ fn restore_sigpipe() {
 fn main() {
     restore_sigpipe();
     let cli = Cli::parse();
+    if let Some(bytes) = cli.max_memory {
+        kiln_ir::limits::set_max_memory(bytes);
+    }
     let res = match cli.command {
         Command::Info {
             model,
@@ -580,6 +608,7 @@ fn random_input(ty: &kiln_ir::TensorType, name: &str, seed: &mut u64) -> Result<
     let Some(shape) = ty.shape.clone() else {
         bail!("input '{name}' has no static shape; pass -i or --input-shape")
     };
+    kiln_ir::limits::check_tensor(&format!("random input '{name}'"), ty.dtype, &shape)?;
     let n: usize = shape.iter().product();
     let mut next = || {
         *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);

@@ -279,3 +279,19 @@ fn compile_emits_a_plan_that_parses_back_and_an_aot_directory() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn sizes_over_the_memory_budget_are_one_line_errors() {
+    let model = assets().join("default.onnx");
+    let out = kiln(&["run", model.to_str().unwrap(), "--max-memory", "64K"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("graph input 'input' needs 110592 bytes") && err.contains("65536"),
+        "{err}"
+    );
+    let bad = kiln(&["run", model.to_str().unwrap(), "--max-memory", "lots"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("'lots' is not a size"));
+}

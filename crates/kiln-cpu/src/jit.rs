@@ -601,6 +601,7 @@ fn prepack(lib: &Library, name: &str, args: &[*mut u8]) -> Result<AlignedBytes> 
     // SAFETY: no arguments; returns a size.
     let n = usize::try_from(unsafe { floats() })
         .map_err(|_| Error::new("negative weight packing size"))?;
+    kiln_ir::limits::check_bytes(&format!("kernel {name}'s weight packing"), n as u128 * 4)?;
     let mut packing = AlignedBytes::new(n * 4);
     let mut ptrs = args.to_vec();
     ptrs.push(packing.ptr(0));

@@ -12,7 +12,8 @@
 //! parallel sets whose members are all kernels become concurrent blocks,
 //! whose members get one time step (their buffers never share memory) and
 //! disjoint workspace slices. The workspace is the largest need of any
-//! entry of the execution order.
+//! entry of the execution order. Arena and workspace together fit the
+//! memory budget (`kiln_ir::limits`), or the build fails saying so.
 
 use crate::memplan::{self, Lifetime};
 use crate::plan::{Exec, ExecPlan, Loc, Packing, PlanValue, Step, WorkspaceSlice};
@@ -146,6 +147,10 @@ pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
         })
         .collect();
     let workspace_bytes = place_workspaces(req, &exec, &mut steps);
+    kiln_ir::limits::check_bytes(
+        &"the model's arena and workspace",
+        places.arena_bytes as u128 + workspace_bytes as u128,
+    )?;
     let values = places.values(g);
     Ok(ExecPlan {
         values,

@@ -272,3 +272,26 @@ fn bad_tensors_are_errors() {
     f8.data_type = 17;
     assert!(err(encode(&add_model(f8))).contains("FLOAT8E4M3FN"));
 }
+
+#[test]
+fn a_declared_input_beyond_any_memory_is_an_error_naming_it() {
+    let m = model(
+        GraphProto {
+            name: "huge".into(),
+            node: vec![node("Relu", &["x"], &["y"])],
+            input: vec![value("x", 1, &[1 << 20, 1 << 20, 1 << 10])],
+            output: vec![value("y", 1, &[1 << 20, 1 << 20, 1 << 10])],
+            ..Default::default()
+        },
+        13,
+    );
+    let err = load_bytes(encode(&m), None, &ImportOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("graph input 'x'")
+            && err.contains("4503599627370496 bytes")
+            && err.contains("--max-memory"),
+        "{err}"
+    );
+}

@@ -24,6 +24,9 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
             g.values[c.index()].ty = t;
         }
     }
+    for &v in &g.inputs {
+        check_budget(g, v, &format!("graph input '{}'", g.name(v)))?;
+    }
     let mut consts: HashMap<ValueId, Tensor> = HashMap::new();
     for i in 0..g.nodes.len() {
         let opset = node_opset(g, i);
@@ -35,7 +38,11 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
         for (k, o) in node.outputs.iter().enumerate() {
             if let Some(o) = o {
                 match types.get(k) {
-                    Some(t) => g.values[o.index()].ty = t.clone(),
+                    Some(t) => {
+                        g.values[o.index()].ty = t.clone();
+                        let what = format!("{} output '{}'", node.describe(), g.name(*o));
+                        check_budget(g, *o, &what)?;
+                    }
                     None => bail!(
                         "{}: op did not produce a type for output {k}",
                         node.describe()
@@ -45,6 +52,14 @@ pub fn infer_graph(g: &mut Graph, outer: &dyn Fn(&str) -> Option<TensorType>) ->
         }
     }
     Ok(())
+}
+
+/// Value `v` of a static shape within the memory budget.
+fn check_budget(g: &Graph, v: ValueId, what: &str) -> Result<()> {
+    match &g.ty(v).shape {
+        Some(shape) => kiln_ir::limits::check_tensor(&what, g.ty(v).dtype, shape),
+        None => Ok(()),
+    }
 }
 
 fn node_opset(g: &Graph, i: usize) -> i64 {
