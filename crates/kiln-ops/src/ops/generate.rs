@@ -558,6 +558,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_range_computed_from_data_beyond_any_memory_is_an_error() {
+        let err = Range::eval_range(
+            &Tensor::scalar(0i64),
+            &Tensor::scalar(1i64 << 60),
+            &Tensor::scalar(1i64),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("memory budget"), "{err}");
+    }
+
+    #[test]
     fn range_counts() {
         assert_eq!(Range::count_int(0, 10, 3), 4);
         assert_eq!(Range::count_int(10, 4, -3), 2);

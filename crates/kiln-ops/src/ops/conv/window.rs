@@ -128,11 +128,16 @@ fn wide(x: usize) -> i128 {
     x as i128
 }
 
-/// Product of `dims`, or an error when it overflows.
+/// Product of `dims`, or an error when it overflows or is over the memory
+/// budget (`kiln_ir::limits`).
 pub fn checked_numel(dims: &[usize]) -> Result<usize> {
-    dims.iter()
+    let n = dims
+        .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| kiln_ir::Error::new(format!("shape {dims:?} has too many elements")))
+        .ok_or_else(|| kiln_ir::Error::new(format!("shape {dims:?} has too many elements")))?;
+    // At least a byte per element: a size computed from data meets the budget too.
+    kiln_ir::limits::check_bytes(&format!("a tensor of shape {dims:?}"), n as u128)?;
+    Ok(n)
 }
 
 /// One spatial dimension of a geometry, checked so that every tap

@@ -9,11 +9,6 @@ use kiln_ir::{
     bail, dispatch_all, dispatch_num, DType, Data, Elem, Num, Result, Tensor, TensorType,
 };
 
-/// Largest element count an op will allocate for a shape that comes from
-/// data; beyond it the model is treated as malformed instead of aborting on
-/// allocation failure.
-const MAX_ELEMS: usize = 1 << 34;
-
 /// A type whose shape is known when `shape` is `Some`.
 pub(crate) fn typed(dtype: DType, shape: Option<Vec<usize>>) -> TensorType {
     match shape {
@@ -53,20 +48,8 @@ pub(crate) fn moved(
     .simplified()
 }
 
-/// Element count of `shape`, failing on overflow or absurd sizes.
-pub(crate) fn checked_numel(shape: &[usize]) -> Result<usize> {
-    let mut n: usize = 1;
-    for &d in shape {
-        n = match n.checked_mul(d) {
-            Some(v) => v,
-            None => bail!("shape {shape:?} has too many elements"),
-        };
-    }
-    if n > MAX_ELEMS {
-        bail!("shape {shape:?} has too many elements ({n})");
-    }
-    Ok(n)
-}
+/// Element count of a shape, failing on overflow or beyond the memory budget.
+pub(crate) use crate::ops::conv::window::checked_numel;
 
 /// Dimensions given as data (shape inputs, repeats, ...): each must be >= 0.
 pub(crate) fn dims_from_i64(v: &[i64], what: &str) -> Result<Vec<usize>> {
