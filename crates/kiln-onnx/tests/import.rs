@@ -295,3 +295,54 @@ fn a_declared_input_beyond_any_memory_is_an_error_naming_it() {
         "{err}"
     );
 }
+
+/// A graph whose one node is an If nested `depth` deep (each then-branch
+/// holds the next If), returning `x`.
+fn nested_if(depth: usize) -> GraphProto {
+    let leaf = GraphProto {
+        name: "leaf".into(),
+        node: vec![node("Identity", &["x"], &["y"])],
+        output: vec![value("y", 1, &[2])],
+        ..Default::default()
+    };
+    let mut body = leaf.clone();
+    for level in 0..depth {
+        let mut n = node("If", &["c"], &["y"]);
+        for (branch, g) in [("then_branch", body), ("else_branch", leaf.clone())] {
+            n.attribute.push(AttributeProto {
+                name: branch.into(),
+                r#type: attribute_type::GRAPH,
+                g: Some(g),
+                ..Default::default()
+            });
+        }
+        body = GraphProto {
+            name: format!("level{level}"),
+            node: vec![n],
+            output: vec![value("y", 1, &[2])],
+            ..Default::default()
+        };
+    }
+    body.input = vec![value("c", 9, &[]), value("x", 1, &[2])];
+    body
+}
+
+#[test]
+fn nesting_is_bounded_by_the_decoder_and_deep_models_are_errors() {
+    // prost refuses messages nested more than 100 deep: about 33 levels of
+    // subgraphs (graph -> node -> attribute -> graph).
+    assert!(load_bytes(
+        encode(&model(nested_if(8), 13)),
+        None,
+        &ImportOptions::default()
+    )
+    .is_ok());
+    let err = load_bytes(
+        encode(&model(nested_if(60), 13)),
+        None,
+        &ImportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("recursion limit"), "{err}");
+}
