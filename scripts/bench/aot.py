@@ -15,8 +15,13 @@ them), this:
      one run) against weights + arena + workspace from the export's header;
   6. reports the arena against its lower bound (the most bytes live at once).
 
+With --sanitize the programs are built with AddressSanitizer and
+UndefinedBehaviorSanitizer (-O1 -g, no recovery) and run once: any report
+fails; only the comparison with onnxruntime is printed.
+
 Usage:
     python scripts/bench/aot.py [--kiln target/release/kiln] [--threads 2] [--runs 30] [models...]
+    python scripts/bench/aot.py --sanitize [models...]
 """
 from __future__ import annotations
 
@@ -60,12 +65,26 @@ def run_child(cmd: list[str], env: dict) -> tuple[str, int]:
     return text, usage.ru_maxrss
 
 
+def worst_error(mdir: Path, out: Path) -> float:
+    """The largest max|aot - ort| / (1e-3 max|ort| + 1e-5) over the outputs."""
+    worst, k = 0.0, 0
+    while (mdir / f"ort_output_{k}.npy").exists():
+        want = np.load(mdir / f"ort_output_{k}.npy")
+        got = np.load(out / "out" / f"output_{k}.npy")
+        err_k = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+        scale = float(np.max(np.abs(want))) if want.size else 0.0
+        worst = max(worst, err_k / (1e-3 * scale + 1e-5))
+        k += 1
+    return worst
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default=str(REPO / "target/release/kiln"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--out", default="/tmp/kiln-aot-suite")
+    ap.add_argument("--sanitize", action="store_true")
     ap.add_argument("models", nargs="*")
     a = ap.parse_args()
     names = a.models or sorted(p.name for p in (REPO / "models").iterdir() if (p / "model.onnx").exists())
@@ -76,21 +95,24 @@ def main() -> int:
         ins = inputs_of(mdir)
         subprocess.run([a.kiln, "compile", str(mdir / "model.onnx"), "--emit", "aot", "-o", str(out),
                         "--name", name, "--threads", str(a.threads)], check=True, capture_output=True)
-        subprocess.run(["make", "-s", "-C", str(out), "-j2"], check=True)
+        make = ["make", "-s", "-C", str(out), "-j2"]
+        if a.sanitize:
+            san = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+            subprocess.run(make[:-1] + ["clean"], check=True)
+            make += [f"CFLAGS=-O1 -g -march=native -std=c11 {san}", f"LDFLAGS={san}"]
+        subprocess.run(make, check=True)
         (out / "out").mkdir(exist_ok=True)
+        if a.sanitize:
+            run_child([str(out / f"{name}_main"), *map(str, ins), str(out / "out")], env)
+            worst = worst_error(mdir, out)
+            print(f"{name}: clean under ASan+UBSan, err/tol {worst:.3f}")
+            ok &= worst <= 1.0
+            continue
         # One run alone for the resident-memory figure, then the timed runs.
         _, rss_kib = run_child([str(out / f"{name}_main"), *map(str, ins), str(out / "out")], env)
         err, _ = run_child([str(out / f"{name}_main"), "--runs", str(a.runs), *map(str, ins), str(out / "out")], env)
         aot_ms = float(re.search(r"median ([0-9.]+) ms", err).group(1))
-        worst = 0.0
-        k = 0
-        while (mdir / f"ort_output_{k}.npy").exists():
-            want = np.load(mdir / f"ort_output_{k}.npy")
-            got = np.load(out / "out" / f"output_{k}.npy")
-            err_k = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
-            scale = float(np.max(np.abs(want))) if want.size else 0.0
-            worst = max(worst, err_k / (1e-3 * scale + 1e-5))
-            k += 1
+        worst = worst_error(mdir, out)
         bench = subprocess.run([a.kiln, "bench", str(mdir / "model.onnx"), *sum((["-i", str(i)] for i in ins), []),
                                 "--runs", str(a.runs), "--threads", str(a.threads), "--json"],
                                check=True, capture_output=True, text=True)
@@ -103,6 +125,8 @@ def main() -> int:
                      arena / 2**20, bound / 2**20, arena / max(bound, 1), weights / 2**20, ws / 2**20,
                      rss_kib / 1024, rss_kib / 1024 / planned_mib))
         ok &= worst <= 1.0
+    if a.sanitize:
+        return 0 if ok else 1
     print(f"| model | AOT ms | JIT ms | AOT/JIT | matches ort | err/tol | arena MiB | bound MiB | arena/bound "
           f"| weights MiB | workspace MiB | AOT max RSS MiB | RSS/(w+a+ws) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

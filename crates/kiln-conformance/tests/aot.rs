@@ -138,6 +138,44 @@ fn default_model_builds_warning_free_with_clang() {
     }
 }
 
+#[test]
+fn default_model_is_clean_under_asan_and_ubsan() {
+    if !has_compiler() {
+        return;
+    }
+    let sanitize = "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer";
+    let aot = Aot {
+        cflags: format!("-O1 -g {} -std=c11 {sanitize}", aot_march()),
+        ldflags: sanitize.into(),
+        ..Aot::host()
+    };
+    if !sanitizers_build(&aot) {
+        eprintln!("note: the C compiler cannot build sanitized programs; test skipped");
+        return;
+    }
+    export_run_and_compare(&aot, "default model (AddressSanitizer + UndefinedBehaviorSanitizer)");
+}
+
+/// The host preset's `-march` flags.
+fn aot_march() -> String {
+    kiln_cpu::aot::host_preset().desc(1).cflags.join(" ")
+}
+
+/// Whether `aot`'s compiler links a sanitized program.
+fn sanitizers_build(aot: &Aot) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("probe.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    Command::new(&aot.cc)
+        .args(aot.cflags.split_whitespace())
+        .arg(&src)
+        .arg("-o")
+        .arg(dir.path().join("probe"))
+        .args(aot.ldflags.split_whitespace())
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
 /// Whether `program` runs; in CI (`CI` set) `.ci/run` installs `package`,
 /// so its absence fails there.
 fn tool_present(program: &str, package: &str) -> bool {

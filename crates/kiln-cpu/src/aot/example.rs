@@ -169,16 +169,23 @@ pub fn main_c(program: &CpuProgram, aot: &AotOptions) -> String {
         )
         .ok();
     }
-    s += "  return 0;\n}\n";
+    // Everything freed, so leak checkers see a clean run.
+    s += &format!(
+        "  for (int k = 0; k < {inputs}; k++) free((void*)io.inputs[k]);\n  \
+         for (int k = 0; k < {outputs}; k++) free(io.outputs[k]);\n  \
+         free(arena);\n  free(workspace);\n  free_weights(weights);\n  return 0;\n}}\n"
+    );
     s
 }
 
 /// `load_weights(argv0)`: the compiled-in array, or the weights file
-/// (`$NAME_WEIGHTS`, else `NAME.weights.bin` beside the program).
+/// (`$NAME_WEIGHTS`, else `NAME.weights.bin` beside the program); and
+/// `free_weights`.
 fn weights_loader(name: &str, upper: &str, mode: WeightsMode) -> String {
     match mode {
         WeightsMode::Embed => format!(
-            "static const void* load_weights(const char* argv0)\n{{\n  (void)argv0;\n  return {name}_weights;\n}}\n\n"
+            "static const void* load_weights(const char* argv0)\n{{\n  (void)argv0;\n  return {name}_weights;\n}}\n\n\
+             static void free_weights(const void* w)\n{{\n  (void)w;\n}}\n\n"
         ),
         WeightsMode::File => format!(
             "static const void* load_weights(const char* argv0)\n{{\n  \
@@ -189,7 +196,8 @@ fn weights_loader(name: &str, upper: &str, mode: WeightsMode) -> String {
              snprintf(path, sizeof path, \"%.*s{name}.weights.bin\", dir, argv0);\n  }}\n  \
              size_t size;\n  unsigned char* w = read_all(path, &size);\n  \
              if (size != {upper}_WEIGHTS_BYTES) die(\"weights file of the wrong size\", path);\n  \
-             return w;\n}}\n\n"
+             return w;\n}}\n\n\
+             static void free_weights(const void* w)\n{{\n  free((void*)w);\n}}\n\n"
         ),
     }
 }
