@@ -297,6 +297,7 @@ fn lex_string(chars: &[char], start: usize, line: usize) -> Result<(String, usiz
                         let close = chars[i..]
                             .iter()
                             .position(|&c| c == '}')
+                            .filter(|&close| chars[i] == '{' && close > 1)
                             .ok_or_else(|| Error::new(format!("line {line}: bad \\u escape")))?;
                         let hex: String = chars[i + 1..i + close].iter().collect();
                         let code = u32::from_str_radix(&hex, 16)
