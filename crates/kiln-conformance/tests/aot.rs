@@ -153,7 +153,10 @@ fn default_model_is_clean_under_asan_and_ubsan() {
         eprintln!("note: the C compiler cannot build sanitized programs; test skipped");
         return;
     }
-    export_run_and_compare(&aot, "default model (AddressSanitizer + UndefinedBehaviorSanitizer)");
+    export_run_and_compare(
+        &aot,
+        "default model (AddressSanitizer + UndefinedBehaviorSanitizer)",
+    );
 }
 
 /// The host preset's `-march` flags.

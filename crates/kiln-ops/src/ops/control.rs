@@ -593,7 +593,12 @@ fn drop_axis(t: &TensorType, axis: i64) -> Result<TensorType> {
     Ok(match &t.shape {
         Some(s) => {
             let mut s = s.clone();
-            s.remove(normalize_axis(axis, s.len())?);
+            let a = normalize_axis(axis, s.len())?;
+            ensure!(
+                a < s.len(),
+                "a scanned tensor needs axis {axis}, but it is a scalar"
+            );
+            s.remove(a);
             TensorType::new(t.dtype, s)
         }
         None => TensorType::unknown_shape(t.dtype),
