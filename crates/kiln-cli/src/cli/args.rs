@@ -1,0 +1,282 @@
+//! The command line's arguments (clap): commands and their option groups.
+
+use clap::{Parser, Subcommand};
+use kiln_ir::Result;
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "kiln: a deep-learning compiler for ONNX models"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Memory budget every size taken from a model is checked against
+    /// before allocation: bytes, or with a K, M or G suffix (default: the
+    /// machine's memory).
+    #[arg(long, global = true, value_name = "BYTES", value_parser = parse_bytes)]
+    pub(crate) max_memory: Option<u64>,
+}
+
+/// "4096", "512K", "64M", "8G" → bytes.
+pub(crate) fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let (digits, shift) = match s.strip_suffix(['K', 'k']) {
+        Some(d) => (d, 10),
+        None => match s.strip_suffix(['M', 'm']) {
+            Some(d) => (d, 20),
+            None => match s.strip_suffix(['G', 'g']) {
+                Some(d) => (d, 30),
+                None => (s, 0),
+            },
+        },
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (bytes, or with K, M or G)"))?;
+    n.checked_mul(1 << shift)
+        .filter(|&b| b > 0)
+        .ok_or_else(|| format!("'{s}' is not a positive size that fits in 64 bits"))
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ModelArgs {
+    /// Concrete shape for an input with symbolic dims: NAME=D0,D1,... (repeatable)
+    #[arg(long = "input-shape", value_name = "NAME=DIMS")]
+    pub(crate) input_shapes: Vec<String>,
+}
+
+/// How the graph passes run after import.
+#[derive(clap::Args)]
+pub(crate) struct PassArgs {
+    /// Skip the graph passes (compound ops stay unopened).
+    #[arg(long)]
+    pub(crate) no_opt: bool,
+    /// Verify the graph after every pass.
+    #[arg(long)]
+    pub(crate) verify_each: bool,
+    /// Print the graph after every run of the pass NAME that changed it.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) print_after: Option<String>,
+    /// Print a table of pass run times and node counts.
+    #[arg(long)]
+    pub(crate) time_passes: bool,
+    /// Data layout of convolutions and pooling on the CPU backend: `auto`
+    /// (channels-last when the model has a 2-D convolution), `nchw`
+    /// or `nhwc`. The reference backend and `info` always take the graph as
+    /// ONNX defines it (nchw).
+    #[arg(long, default_value = "auto")]
+    pub(crate) layout: kiln_passes::Layout,
+}
+
+/// How nodes are grouped into kernels.
+#[derive(clap::Args)]
+pub(crate) struct FusionArgs {
+    /// Fusion planner: `none` (one kernel per op), `tvm` (TVM's greedy
+    /// rules), `apollo` (APOLLO's partition and stitching) or `dp` (mapping
+    /// rules with a cost-model search).
+    #[arg(long, default_value = "apollo")]
+    pub(crate) fusion: kiln_fuse::PlannerKind,
+}
+
+/// Options of `--emit aot`.
+#[derive(clap::Args)]
+pub(crate) struct AotArgs {
+    /// Prefix of the export's files and C symbols (default: the model
+    /// file's name as a C identifier).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// CPU to generate for: x86-64-v4, x86-64-v3, x86-64 or aarch64-neon
+    /// (default: the host's).
+    #[arg(long)]
+    pub(crate) cpu: Option<String>,
+    /// Threads: the export's most (default: all cores); also compiles.
+    #[arg(long, conflicts_with = "no_openmp")]
+    pub(crate) threads: Option<usize>,
+    /// Export single-threaded code built without OpenMP.
+    #[arg(long)]
+    pub(crate) no_openmp: bool,
+    /// `file` (NAME.weights.bin) or `embed` (a C array).
+    #[arg(long, default_value = "file")]
+    pub(crate) weights: String,
+}
+
+impl AotArgs {
+    pub(crate) fn options(&self, model: &Path) -> Result<kiln_cpu::aot::AotOptions> {
+        Ok(kiln_cpu::aot::AotOptions {
+            name: self
+                .name
+                .clone()
+                .unwrap_or_else(|| kiln_cpu::aot::default_name(model)),
+            preset: match &self.cpu {
+                Some(p) => kiln_target::CpuPreset::parse(p)?,
+                None => kiln_cpu::aot::host_preset(),
+            },
+            threads: self
+                .threads
+                .unwrap_or_else(kiln_runtime::cpu::available_threads),
+            openmp: !self.no_openmp,
+            weights: kiln_cpu::aot::WeightsMode::parse(&self.weights)?,
+        })
+    }
+}
+
+/// Where and how a model executes.
+#[derive(clap::Args)]
+pub(crate) struct ExecArgs {
+    /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
+    #[arg(short = 'i', long = "input", value_name = "FILE")]
+    pub(crate) inputs: Vec<PathBuf>,
+    /// Execution backend: `cpu` (generated C, compiled and cached) or
+    /// `reference` (the interpreter).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "reference"])]
+    pub(crate) backend: String,
+    /// Threads for the CPU backend (default: all cores).
+    #[arg(long)]
+    pub(crate) threads: Option<usize>,
+    /// Seed for random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+    #[command(flatten)]
+    pub(crate) fusion: FusionArgs,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Show a model's inputs, outputs, op histogram, parameters and FLOPs.
+    Info {
+        model: PathBuf,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+        /// List every node with its APOLLO and mapping classes.
+        #[arg(long)]
+        classify: bool,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Run a model (the embedded default model when MODEL is omitted).
+    Run {
+        model: Option<PathBuf>,
+        /// Directory to write output_<k>.npy into.
+        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+        output_dir: Option<PathBuf>,
+        #[command(flatten)]
+        exec: ExecArgs,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Time a model: warm-up runs, then the median and minimum of timed runs,
+    /// plus compile time (cold or cached, then cached).
+    Bench {
+        model: Option<PathBuf>,
+        /// Timed runs.
+        #[arg(long, default_value_t = 20)]
+        runs: usize,
+        /// Untimed warm-up runs.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Compile into a fresh, empty cache (measures a cold compile).
+        #[arg(long)]
+        cold: bool,
+        /// Print the time per node (kernel), the median of 11 runs, slowest first.
+        #[arg(long)]
+        profile: bool,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Also compile the model with this fusion planner and alternate the two, inference
+        /// by inference (the order flipping each pair), so both see the same machine state:
+        /// prints both medians and the median of the per-pair time ratios.
+        #[arg(long, value_name = "PLANNER")]
+        versus: Option<kiln_fuse::PlannerKind>,
+        #[command(flatten)]
+        exec: ExecArgs,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Compile a model and write what was generated.
+    Compile {
+        model: PathBuf,
+        /// What to write: `c` (the C source of every kernel), `loops` (the
+        /// scheduled loop IR), `plan` (the execution plan) or `aot` (a
+        /// standalone C library with an example program and Makefile).
+        #[arg(long, default_value = "c")]
+        emit: kiln_cli::emit::Emit,
+        /// Directory to write into.
+        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+        output_dir: PathBuf,
+        #[command(flatten)]
+        fusion: FusionArgs,
+        #[command(flatten)]
+        aot: AotArgs,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Measure the machine's fp32 FMA peak (GFLOP/s) with a small generated C kernel.
+    Peak {
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the primitive ops with their APOLLO and mapping classes, derived
+    /// from their tensor expressions (and the compound and library ops).
+    Ops {
+        /// Also print each instance's tensor expression.
+        #[arg(long)]
+        exprs: bool,
+        /// Print docs/classification.md instead.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Plan operator fusion and report the kernels: a text summary (or
+    /// JSON) and, with -o, an HTML page drawing the graph with each fused
+    /// group outlined.
+    Explain {
+        model: PathBuf,
+        /// Fusion planner.
+        #[arg(long, default_value = "apollo", value_name = "none|tvm|apollo|dp")]
+        fusion: kiln_fuse::PlannerKind,
+        /// Write the HTML report (graph drawing) to FILE.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Print one JSON object instead of the text summary.
+        #[arg(long)]
+        json: bool,
+        /// List the groups the backend refused, why, and how they were split.
+        #[arg(long)]
+        explain_feedback: bool,
+        /// Compile and run the model (random inputs) and label each kernel
+        /// with its time.
+        #[arg(long)]
+        profile: bool,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
+    /// Print the imported graph in kiln's textual IR.
+    Print {
+        model: PathBuf,
+        /// Show at most this many elements of each constant (the output then does not parse back).
+        #[arg(long)]
+        elide: Option<usize>,
+        /// Print the graph after the graph passes instead of as imported.
+        #[arg(long)]
+        optimized: bool,
+        #[command(flatten)]
+        args: ModelArgs,
+    },
+}
