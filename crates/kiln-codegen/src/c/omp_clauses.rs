@@ -1,0 +1,170 @@
+//! The OpenMP clauses of a loop: `reduction` for the locals a vectorized
+//! loop updates, and array-section reductions for a parallel loop whose
+//! stores combine into the same elements.
+
+use kiln_ir::{bail, DType, Result};
+use kiln_loop::{Idx, Kernel, LoopKind, Stmt, Val};
+use kiln_ops::te::Combiner;
+use std::collections::HashMap;
+
+/// For a vectorized loop that updates locals declared outside it: the
+/// OpenMP clause that lets those updates run in lanes (partial results
+/// combined at the end). `local_type` gives each local's type. Float
+/// max/min use kiln's NaN-propagating reductions (`kiln_rmaxf`, ...);
+/// a combiner without a clause is an error rather than a wrong vector loop.
+pub(super) fn reduction_clause(
+    l: &kiln_loop::Loop,
+    local_type: &dyn Fn(&str) -> Option<DType>,
+) -> Result<String> {
+    if l.kind != LoopKind::Vectorized {
+        return Ok(String::new());
+    }
+    let mut declared = Vec::new();
+    let mut updates = Vec::new();
+    collect_updates(&l.body, &mut declared, &mut updates);
+    let mut clauses = String::new();
+    for (name, c) in updates
+        .into_iter()
+        .filter(|(name, _)| !declared.contains(name))
+    {
+        let dtype = local_type(&name);
+        let Some(op) = omp_reduction(c, dtype) else {
+            bail!(
+                "loop '{}' is vectorized over a {c:?} reduction of '{name}' ({dtype:?}) that has no vector form",
+                l.var
+            )
+        };
+        clauses.push_str(&format!(" reduction({op}:{name})"));
+    }
+    Ok(clauses)
+}
+
+/// The OpenMP reduction identifier combining partial results of `dtype` by `c`.
+fn omp_reduction(c: Combiner, dtype: Option<DType>) -> Option<&'static str> {
+    Some(match (c, dtype) {
+        (Combiner::Sum, _) => "+",
+        (Combiner::Prod, _) => "*",
+        (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
+        (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
+        (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
+        (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
+        (Combiner::Max, Some(d)) if !d.is_float() => "max",
+        (Combiner::Min, Some(d)) if !d.is_float() => "min",
+        _ => return None,
+    })
+}
+
+/// For a parallel loop whose iterations combine into the same elements of a buffer (a
+/// reduction split across threads: `buf[off] = combine(buf[off], v)` with `off` independent
+/// of the loop): OpenMP array-section reductions, so each thread accumulates into a private
+/// copy of the elements it combines into, merged into `buf` at the end. Any other store at an
+/// offset independent of the loop would race, and is an error.
+pub(super) fn array_reduction_clause(k: &Kernel, l: &kiln_loop::Loop) -> Result<String> {
+    if l.kind != LoopKind::Parallel {
+        return Ok(String::new());
+    }
+    let mut inner = HashMap::new();
+    let mut stores = Vec::new();
+    let mut private = Vec::new();
+    collect_stores(&l.body, &mut inner, &mut stores, &mut private);
+    // Per buffer: the combiner and the element range combined into.
+    let mut sections: Vec<(usize, Combiner, i64, i64)> = Vec::new();
+    let shared =
+        |(buf, offset, _): &(usize, &Idx, &Val)| !offset.uses(&l.var) && !private.contains(buf);
+    for (buf, offset, value) in stores.into_iter().filter(shared) {
+        let name = &k.buffers[buf].name;
+        let race = || -> Result<String> {
+            bail!(
+                "parallel loop '{}' stores to {name} at an offset that does not depend on it, and not as a reduction",
+                l.var
+            )
+        };
+        let Some(combiner) = combined_into(value, buf, offset) else {
+            return race();
+        };
+        let mut vars = Vec::new();
+        offset.vars(&mut vars);
+        if vars.iter().any(|v| !inner.contains_key(v)) {
+            return race();
+        }
+        let (lo, hi) = offset.range(&|v| inner[v]);
+        match sections.iter_mut().find(|s| s.0 == buf) {
+            Some(s) if s.1 == combiner => (s.2, s.3) = (s.2.min(lo), s.3.max(hi)),
+            Some(_) => return race(),
+            None => sections.push((buf, combiner, lo, hi)),
+        }
+    }
+    let mut clauses = String::new();
+    for (buf, combiner, lo, hi) in sections {
+        let b = &k.buffers[buf];
+        let Some(op) = omp_reduction(combiner, Some(b.dtype)) else {
+            bail!(
+                "parallel loop '{}' combines into {} by {combiner:?}, which has no OpenMP reduction on {}",
+                l.var,
+                b.name,
+                b.dtype
+            );
+        };
+        clauses.push_str(&format!(
+            " reduction({op}:{}[{lo}:{}])",
+            b.name,
+            hi - lo + 1
+        ));
+    }
+    Ok(clauses)
+}
+
+/// The stores in `body`, the value range of each loop around them (inside `body`), and the
+/// local buffers `body` declares (each iteration's own).
+fn collect_stores<'a>(
+    body: &'a [Stmt],
+    loops: &mut HashMap<String, (i64, i64)>,
+    out: &mut Vec<(usize, &'a Idx, &'a Val)>,
+    private: &mut Vec<usize>,
+) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => {
+                loops.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+                collect_stores(&l.body, loops, out, private);
+            }
+            Stmt::Store { buf, offset, value } => out.push((*buf, offset, value)),
+            Stmt::Alloc(buf) => private.push(*buf),
+            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Gemm(_) => {}
+        }
+    }
+}
+
+/// The combiner when `value` is `combine(buf[offset], v)`.
+fn combined_into(value: &Val, buf: usize, offset: &Idx) -> Option<Combiner> {
+    let Val::Call(scalar, args) = value else {
+        return None;
+    };
+    let [Val::Load {
+        buf: read,
+        offset: at,
+        guard,
+    }, _] = args.as_slice()
+    else {
+        return None;
+    };
+    if *read != buf || at != offset || !guard.is_empty() {
+        return None;
+    }
+    Combiner::ALL.into_iter().find(|c| c.scalar() == *scalar)
+}
+
+fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => collect_updates(&l.body, declared, out),
+            Stmt::Let { name, .. } => declared.push(name.clone()),
+            Stmt::Update { name, combiner, .. } => {
+                if !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.clone(), *combiner));
+                }
+            }
+            Stmt::Store { .. } | Stmt::Gemm(_) | Stmt::Alloc(_) => {}
+        }
+    }
+}
