@@ -1,0 +1,309 @@
+//! The rows form (APOLLO §3.4 Layer II memory stitching): per row of the
+//! reductions' output space, every reduction into a register, then the
+//! outputs over the rest of their dimensions (Softmax, LayerNorm).
+
+use super::*;
+
+/// The row program (memory stitching; see the module doc).
+pub(super) fn rows(
+    group: &GroupExpr,
+    name: &str,
+    buffers: Vec<Buffer>,
+    target: &TargetDesc,
+) -> Result<LoweredGroup> {
+    let reds = reductions(group);
+    if let Some(&c) = reds.iter().find(|&&r| group.nodes[r].is_contraction()) {
+        bail!(
+            "{}: a matmul/convolution whose result is read other than element by element (only element-wise epilogues are fused)",
+            group.nodes[c].label
+        );
+    }
+    let first = &group.nodes[reds[0]].te;
+    let row_extents: Vec<usize> = real_dims(&first.shape)
+        .into_iter()
+        .map(|l| first.shape[l])
+        .collect();
+    let row_vars: Vec<String> = (0..row_extents.len()).map(|t| format!("o{t}")).collect();
+    let mut inliner = Inliner::new(group);
+    for (v, &e) in row_vars.iter().zip(&row_extents) {
+        inliner.bind(v, e as i64);
+    }
+    let mut row_body = Vec::new();
+    for (j, &r) in reds.iter().enumerate() {
+        row_body.extend(row_reduction(
+            &mut inliner,
+            group,
+            j,
+            r,
+            &row_vars,
+            &row_extents,
+        )?);
+    }
+    // Outputs that read no reduction are plain nests before the rows.
+    let after_reduction = reads_reductions(group);
+    let mut before = Vec::new();
+    let mut before_schedule = Vec::new();
+    for (k, &n) in group.outputs.iter().enumerate() {
+        if group.nodes[n].te.reduction.is_none() && !after_reduction[n] {
+            let nest = Kernel {
+                name: name.to_string(),
+                buffers: buffers.clone(),
+                body: node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?,
+            };
+            let s = default_schedule(&nest, target);
+            before.extend(apply(&nest, &s)?.body);
+            before_schedule.extend(s.0);
+        }
+    }
+    for (k, &n) in group.outputs.iter().enumerate() {
+        if group.nodes[n].te.reduction.is_none() && after_reduction[n] {
+            row_body.extend(row_output(
+                &mut inliner,
+                group,
+                n,
+                k,
+                &row_vars,
+                &row_extents,
+            )?);
+        }
+    }
+    store_reduced_values(&mut row_body, &|b| buffers[b].dtype);
+    let mut body = row_body;
+    for (v, &e) in row_vars.iter().zip(&row_extents).rev() {
+        body = loop_or_zero(v, e as i64, body);
+    }
+    let kernel = Kernel {
+        name: name.to_string(),
+        buffers,
+        body,
+    };
+    let schedule = row_schedule(&kernel, &row_vars);
+    let mut kernel = apply(&kernel, &schedule)?;
+    kernel.body.splice(0..0, before);
+    before_schedule.extend(schedule.0);
+    Ok(LoweredGroup {
+        kernel,
+        form: "rows",
+        schedule: Schedule(before_schedule),
+    })
+}
+
+/// For each node, whether it reads a reduction of the group, directly or
+/// through other nodes (one pass: nodes are in topological order).
+fn reads_reductions(group: &GroupExpr) -> Vec<bool> {
+    let mut reads = vec![false; group.nodes.len()];
+    for (n, node) in group.nodes.iter().enumerate() {
+        reads[n] = node.args.iter().flatten().any(|a| match a {
+            Src::Node(p) => group.nodes[*p].te.reduction.is_some() || reads[*p],
+            _ => false,
+        });
+    }
+    reads
+}
+
+/// Reduction `r` (the `j`-th) of a row program: accumulate into a local,
+/// round it to the node's type, record where it is computed, and store it
+/// when it is an output.
+fn row_reduction(
+    inliner: &mut Inliner,
+    group: &GroupExpr,
+    j: usize,
+    r: usize,
+    row_vars: &[String],
+    row_extents: &[usize],
+) -> Result<Vec<Stmt>> {
+    let te = &group.nodes[r].te;
+    let dims = real_dims(&te.shape);
+    let extents: Vec<usize> = dims.iter().map(|&l| te.shape[l]).collect();
+    if extents != row_extents {
+        bail!(
+            "{}: reductions of different output shapes ({:?} and {:?}) in one kernel",
+            group.nodes[r].label,
+            extents,
+            row_extents
+        );
+    }
+    let point: Vec<Idx> = (0..te.shape.len())
+        .map(|l| match dims.iter().position(|&d| d == l) {
+            Some(t) => Idx::var(&row_vars[t]),
+            None => Idx::constant(0),
+        })
+        .collect();
+    let Some(red) = te.reduction.clone() else {
+        bail!("{} is not a reduction", group.nodes[r].label);
+    };
+    let var = |k: usize| format!("r{k}_{j}");
+    for (k, &e) in red.extents.iter().enumerate() {
+        inliner.bind(&var(k), e as i64);
+    }
+    let env = Env {
+        out: point.clone(),
+        red: (0..red.extents.len()).map(|k| Idx::var(&var(k))).collect(),
+    };
+    let value = inliner.body(r, &env)?;
+    let acc = format!("acc{j}");
+    let acc_type = accumulator_type(te.dtype, red.combiner);
+    let mut stmts = reduce_over(&acc, acc_type, &red, value, &var)?;
+    let local = format!("v{j}");
+    stmts.push(Stmt::Let {
+        name: local.clone(),
+        dtype: te.dtype,
+        value: Val::Local(acc),
+    });
+    if let Some(k) = group.outputs.iter().position(|&o| o == r) {
+        stmts.push(Stmt::Store {
+            buf: output_buffer(group, k),
+            offset: flatten(&point, &te.shape),
+            value: Val::Local(local.clone()),
+        });
+    }
+    inliner.computed.insert(r, (Val::Local(local), point));
+    Ok(stmts)
+}
+
+/// Output `n` (kernel output `k`) of a row program: its dimensions that
+/// hold the row are the row variables, the others loop inside the row.
+/// Tries each way of placing the row on the output's dimensions (in
+/// order, matching extents) until every reduction it reads is read at
+/// the row being computed.
+fn row_output(
+    inliner: &mut Inliner,
+    group: &GroupExpr,
+    n: usize,
+    k: usize,
+    row_vars: &[String],
+    row_extents: &[usize],
+) -> Result<Vec<Stmt>> {
+    let te = &group.nodes[n].te;
+    let dims = real_dims(&te.shape);
+    let mut last_error = None;
+    for placement in placements(&dims, &te.shape, row_extents) {
+        let inner: Vec<usize> = dims
+            .iter()
+            .copied()
+            .filter(|l| !placement.contains(l))
+            .collect();
+        let index: Vec<Idx> = (0..te.shape.len())
+            .map(|l| {
+                if let Some(t) = placement.iter().position(|&p| p == l) {
+                    Idx::var(&row_vars[t])
+                } else if inner.contains(&l) {
+                    Idx::var(&format!("j{l}"))
+                } else {
+                    Idx::constant(0)
+                }
+            })
+            .collect();
+        for &l in &inner {
+            inliner.bind(&format!("j{l}"), te.shape[l] as i64);
+        }
+        match inliner.read(&Src::Node(n), &index) {
+            Ok(value) => {
+                let mut stmts = vec![Stmt::Store {
+                    buf: output_buffer(group, k),
+                    offset: flatten(&index, &te.shape),
+                    value,
+                }];
+                for &l in inner.iter().rev() {
+                    stmts = loop_or_zero(&format!("j{l}"), te.shape[l] as i64, stmts);
+                }
+                return Ok(stmts);
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    match last_error {
+        Some(e) => Err(e),
+        None => bail!(
+            "{}: no dimensions of its shape {:?} hold the row {:?}",
+            group.nodes[n].label,
+            te.shape,
+            row_extents
+        ),
+    }
+}
+
+/// Ordered choices of `row.len()` dimensions among `dims` whose extents
+/// are `row` (at most a few dozen for real shapes).
+fn placements(dims: &[usize], shape: &[usize], row: &[usize]) -> Vec<Vec<usize>> {
+    if row.is_empty() {
+        return vec![Vec::new()];
+    }
+    let mut out = Vec::new();
+    for (i, &l) in dims.iter().enumerate() {
+        if shape[l] != row[0] {
+            continue;
+        }
+        for mut rest in placements(&dims[i + 1..], shape, &row[1..]) {
+            rest.insert(0, l);
+            out.push(rest);
+        }
+    }
+    out
+}
+
+/// Coalesce the row loops, run them in parallel when the kernel does
+/// enough work, and vectorize the innermost loop of each output store.
+fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
+    let mut directives = Vec::new();
+    let mut outer = match row_vars.first() {
+        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
+        _ => return Schedule::default(),
+    };
+    for v in &row_vars[1..] {
+        directives.push(Directive::Fuse {
+            outer: outer.clone(),
+            inner: v.clone(),
+        });
+        outer = fused_name(&outer, v);
+    }
+    if work(&k.body) >= PARALLEL_MIN_WORK {
+        directives.push(Directive::Parallel(outer));
+    }
+    let mut inner_loops = Vec::new();
+    for s in &k.body {
+        innermost_store_loops(s, &mut inner_loops);
+        innermost_reduction_loops(s, &mut inner_loops);
+    }
+    directives.extend(inner_loops.into_iter().map(Directive::Vectorize));
+    Schedule(directives)
+}
+
+fn loop_named(s: &Stmt, v: &str) -> bool {
+    matches!(s, Stmt::Loop(l) if l.var == v)
+}
+
+/// Variables of the innermost reduction loops whose body is one sum,
+/// product, max or min update, possibly after locals and stores
+/// (`row_values.rs`), vectorized with partial results per lane (the C
+/// printer's max/min reductions propagate NaN as the serial loop does).
+fn innermost_reduction_loops(s: &Stmt, out: &mut Vec<String>) {
+    if let Stmt::Loop(l) = s {
+        if let [before @ .., Stmt::Update { combiner, .. }] = l.body.as_slice() {
+            let plain = before
+                .iter()
+                .all(|s| matches!(s, Stmt::Let { .. } | Stmt::Store { .. }));
+            if plain
+                && matches!(
+                    combiner,
+                    Combiner::Sum | Combiner::Prod | Combiner::Max | Combiner::Min
+                )
+            {
+                out.push(l.var.clone());
+            }
+        }
+        l.body
+            .iter()
+            .for_each(|s| innermost_reduction_loops(s, out));
+    }
+}
+
+/// Variables of the innermost `j` loops whose body is one store.
+fn innermost_store_loops(s: &Stmt, out: &mut Vec<String>) {
+    if let Stmt::Loop(l) = s {
+        if l.var.starts_with('j') && matches!(l.body.as_slice(), [Stmt::Store { .. }]) {
+            out.push(l.var.clone());
+        }
+        l.body.iter().for_each(|s| innermost_store_loops(s, out));
+    }
+}
