@@ -261,6 +261,7 @@ impl CompiledModel {
             scratch,
             boxed: vec![None; self.plan.boxed],
             ptrs: Vec::new(),
+            block_args: Vec::new(),
         };
         for e in &self.plan.exec {
             let start = Instant::now();
@@ -302,6 +303,7 @@ struct Run<'a> {
     scratch: &'a mut Scratch,
     boxed: Vec<Option<Tensor>>,
     ptrs: Vec<*mut u8>,
+    block_args: Vec<Vec<*mut u8>>,
 }
 
 impl Run<'_> {
@@ -334,20 +336,21 @@ impl Run<'_> {
     /// Runs the kernel steps `steps` through their block function.
     fn concurrent(&mut self, func: BlockFn, steps: &[usize]) -> Result<()> {
         let m = self.model;
-        let mut arrays: Vec<Vec<*mut u8>> = Vec::with_capacity(steps.len());
-        for &i in steps {
+        // One reused pointer array per member (blocks recur every run).
+        let mut arrays = std::mem::take(&mut self.block_args);
+        arrays.resize_with(arrays.len().max(steps.len()), Vec::new);
+        for (&i, ptrs) in steps.iter().zip(arrays.iter_mut()) {
             let Resolved::Kernel { args, .. } = &m.resolved[i] else {
                 bail!("internal error: a concurrent block holds a step that is not a kernel");
             };
-            let mut ptrs = Vec::new();
-            self.pointers(args, &mut ptrs)?;
-            arrays.push(ptrs);
+            self.pointers(args, ptrs)?;
         }
-        let heads: Vec<*const *mut u8> = arrays.iter().map(|a| a.as_ptr()).collect();
+        let heads: Vec<*const *mut u8> = arrays[..steps.len()].iter().map(|a| a.as_ptr()).collect();
         // SAFETY: each array holds its kernel's arguments (as for one
         // step); the kernels of a block write disjoint buffers and
         // workspace slices, which the plan keeps apart.
         let rc = unsafe { func(heads.as_ptr()) };
+        self.block_args = arrays;
         if rc != 0 {
             let names: Vec<String> = steps.iter().map(|&i| m.graph.nodes[i].describe()).collect();
             bail!(
