@@ -1,0 +1,3 @@
+//! kiln's CUDA backend.
+
+pub mod ffi;
