@@ -41,7 +41,7 @@ pub fn compile_line(m: &CompiledModel) -> String {
     )
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n == 0 {

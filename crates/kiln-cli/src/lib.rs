@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod classes_doc;
+pub mod cuda;
 pub mod emit;
 pub mod flops;
 pub use kiln_ir::npy;

@@ -84,7 +84,11 @@ fn main() {
                 cpu: cpu_options(&exec),
                 reference: exec.backend == "reference",
             };
-            bench::bench(&p.graph, &p.label, &p.inputs, &opts)
+            if exec.backend == "cuda" {
+                kiln_cli::cuda::bench(&p.graph, &p.label, &p.inputs, &opts)
+            } else {
+                bench::bench(&p.graph, &p.label, &p.inputs, &opts)
+            }
         }),
         Command::Compile {
             model,
@@ -436,6 +440,12 @@ fn run(
     let t0 = Instant::now();
     let outputs = if exec.backend == "reference" {
         kiln_interp::run(g, &p.inputs)?
+    } else if exec.backend == "cuda" {
+        let m = kiln_cli::cuda::compile(g, exec.fusion.fusion)?;
+        let t1 = Instant::now();
+        let outs = m.run(&p.inputs)?;
+        println!("run: {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);
+        outs
     } else {
         let m = kiln_cpu::CompiledModel::compile(g, &cpu_options(exec)).map_err(|e| {
             Error::new(format!(

@@ -11,7 +11,7 @@
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
-mod gemm_kernel;
+pub(crate) mod gemm_kernel;
 mod omp_clauses;
 
 use crate::gemm::{GemmWorkspace, Tuning};
@@ -37,25 +37,25 @@ pub fn prelude() -> String {
         "#if defined(__GNUC__)\n#define KILN_INLINE static inline __attribute__((always_inline, unused))\n#else\n#define KILN_INLINE static inline\n#endif\n",
     );
     s.push_str(
-        r#"
-KILN_INLINE int64_t kiln_fdiv(int64_t a, int64_t d) { int64_t q = a / d; return (a % d != 0 && a < 0) ? q - 1 : q; }
-KILN_INLINE int64_t kiln_fmod(int64_t a, int64_t d) { int64_t r = a % d; return r < 0 ? r + d : r; }
-KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
-  if (v < 0) v += n;
-  if (v < 0 || v >= n) { __atomic_store_n(err, 1, __ATOMIC_RELAXED); return 0; }
-  return v;
-}
-#if defined(__clang__)
-#define KILN_UNROLL _Pragma("unroll")
-#else
-#define KILN_UNROLL _Pragma("GCC unroll 16")
-#endif
-"#,
+        "#define KILN_SET_ERR(e) __atomic_store_n(e, 1, __ATOMIC_RELAXED)\n#if defined(__clang__)\n#define KILN_UNROLL _Pragma(\"unroll\")\n#else\n#define KILN_UNROLL _Pragma(\"GCC unroll 16\")\n#endif\n",
     );
+    s.push_str(INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
     s.push_str(crate::gemm::gemm_prelude());
     s
 }
+
+/// Floor division, remainder and checked data-dependent indices, for
+/// every dialect (each defines `KILN_INLINE` and `KILN_SET_ERR` first).
+pub(crate) const INDEX_HELPERS: &str = r#"
+KILN_INLINE int64_t kiln_fdiv(int64_t a, int64_t d) { int64_t q = a / d; return (a % d != 0 && a < 0) ? q - 1 : q; }
+KILN_INLINE int64_t kiln_fmod(int64_t a, int64_t d) { int64_t r = a % d; return r < 0 ? r + d : r; }
+KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
+  if (v < 0) v += n;
+  if (v < 0 || v >= n) { KILN_SET_ERR(err); return 0; }
+  return v;
+}
+"#;
 
 /// Suffix of a gemm kernel's prepacking entry points: `int NAME_prepack(void* const* args)`
 /// (the kernel's buffers, then where to write the packing) and `long NAME_prepack_floats(void)`
@@ -81,12 +81,7 @@ pub fn kernel_c(
         };
         return gemm_kernel_c(k, g, constants, &tuning);
     }
-    let mut p = Printer {
-        k,
-        out: String::new(),
-        ranges: HashMap::new(),
-        locals: HashMap::new(),
-    };
+    let mut p = Printer::new(k);
     // An in-place pair may alias: neither gets `restrict`.
     let restrict = |i: usize| alias.is_none() || !(k.buffers[i].output || alias == Some(i));
     let args = buffer_arguments(k, &restrict)?;
@@ -141,17 +136,26 @@ fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<Stri
     Ok(s)
 }
 
-struct Printer<'a> {
-    k: &'a Kernel,
-    out: String,
+pub(crate) struct Printer<'a> {
+    pub(crate) k: &'a Kernel,
+    pub(crate) out: String,
     /// Value range of each enclosing loop variable.
-    ranges: HashMap<String, (i64, i64)>,
+    pub(crate) ranges: HashMap<String, (i64, i64)>,
     /// Element type of each local scalar.
-    locals: HashMap<String, DType>,
+    pub(crate) locals: HashMap<String, DType>,
 }
 
-impl Printer<'_> {
-    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<()> {
+impl<'a> Printer<'a> {
+    pub(crate) fn new(k: &'a Kernel) -> Printer<'a> {
+        Printer {
+            k,
+            out: String::new(),
+            ranges: HashMap::new(),
+            locals: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<()> {
         let pad = "  ".repeat(depth);
         match s {
             Stmt::Loop(l) => {
@@ -250,7 +254,7 @@ impl Printer<'_> {
         })
     }
 
-    fn idx(&self, i: &Idx) -> Result<String> {
+    pub(crate) fn idx(&self, i: &Idx) -> Result<String> {
         let mut parts = Vec::new();
         for (a, c) in &i.terms {
             let atom = self.atom(a)?;
@@ -288,7 +292,7 @@ impl Printer<'_> {
     }
 
     /// The C expression of `v` and its element type.
-    fn val(&self, v: &Val) -> Result<(String, DType)> {
+    pub(crate) fn val(&self, v: &Val) -> Result<(String, DType)> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
                 let b = &self.k.buffers[*buf];

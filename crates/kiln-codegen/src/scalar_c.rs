@@ -272,7 +272,8 @@ KILN_INLINE float kiln_expf(float x) {
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
   int32_t e = ((int32_t)n + 127) << 23;
-  union { int32_t i; float f; } scale = { .i = e };
+  union { int32_t i; float f; } scale;
+  scale.i = e;
   float y = p * scale.f;
   y = x > 88.7228391116729996f ? INFINITY : y;
   y = x < -103.972076416015625f ? 0.0f : y;

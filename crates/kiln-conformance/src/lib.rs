@@ -6,6 +6,7 @@
 //! `expected/<backend>.txt`; `KILN_BLESS=1` rewrites it and the per-op table.
 
 pub mod aot;
+pub mod cuda;
 
 use kiln_ir::{Data, Result, Tensor};
 use std::path::{Path, PathBuf};

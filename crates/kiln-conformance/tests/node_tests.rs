@@ -135,6 +135,18 @@ fn onnx_node_tests_cpu_channels_last() {
     });
 }
 
+/// Every case the reference interpreter passes must pass on the CUDA
+/// backend. Needs a GPU: runs only with `KILN_CUDA_TESTS=1` (the device
+/// check script sets it), and is a no-op elsewhere.
+#[test]
+fn onnx_node_tests_cuda() {
+    if std::env::var("KILN_CUDA_TESTS").is_err() {
+        println!("skipped: set KILN_CUDA_TESTS=1 on a machine with an NVIDIA GPU");
+        return;
+    }
+    check(&kiln_conformance::cuda::Cuda::default(), false);
+}
+
 /// Nodes of the node tests the CPU backend compiled when this was last
 /// raised (5423 on 2026-11-22); fewer means kernels silently fell back.
 const MIN_COMPILED_NODES: usize = 5400;

@@ -441,7 +441,7 @@ impl Run<'_> {
 }
 
 /// The plan's weights, decoded, by slot.
-pub(crate) fn weight_tensors(graph: &Graph, plan: &ExecPlan) -> Result<Vec<Tensor>> {
+pub fn weight_tensors(graph: &Graph, plan: &ExecPlan) -> Result<Vec<Tensor>> {
     plan.weights
         .iter()
         .map(|&w| match graph.initializers.get(&ValueId(w as u32)) {

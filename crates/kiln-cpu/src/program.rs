@@ -205,24 +205,31 @@ fn select(
     name: &str,
     target: &TargetDesc,
 ) -> std::result::Result<NodeKernel, String> {
-    let static_outputs = node
+    static_outputs(g, node)
+        .and_then(|()| node_kernel(g, node, name, target))
+        .map_err(|e| e.to_string())
+}
+
+/// An error when an output's shape depends on data (no kernel then, on
+/// any target).
+pub fn static_outputs(g: &Graph, node: &kiln_ir::Node) -> Result<()> {
+    if node
         .outputs
         .iter()
         .flatten()
-        .all(|&o| g.ty(o).shape.is_some());
-    let k = if static_outputs {
-        node_kernel(g, node, name, target)
+        .all(|&o| g.ty(o).shape.is_some())
+    {
+        Ok(())
     } else {
         Err(Error::new(format!(
             "{}: output shape depends on data",
             node.op
         )))
-    };
-    k.map_err(|e| e.to_string())
+    }
 }
 
 /// Per node, the values its subgraphs read by name.
-fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
+pub fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
     g.nodes
         .iter()
         .map(|n| {

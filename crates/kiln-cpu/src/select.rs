@@ -65,12 +65,46 @@ pub fn has_c_type(dtype: DType) -> bool {
     kiln_codegen::scalar_c::c_type(dtype).is_ok()
 }
 
+/// A node lowered and scheduled for a target, before any printing.
+#[derive(Debug, Clone)]
+pub struct LoweredNode {
+    pub kernel: Kernel,
+    pub schedule: Schedule,
+    /// Node input positions passed as the kernel's input buffers, in order.
+    pub inputs: Vec<usize>,
+    /// Kernel buffer the output may overwrite in place.
+    pub alias: Option<usize>,
+    /// Input position whose bytes the output is (a reshape).
+    pub view: Option<usize>,
+    /// Kernel buffers holding weights (a gemm may pack them once).
+    pub constants: Vec<usize>,
+}
+
 /// The kernel for `node` (named `name`) scheduled for `target`, or why
 /// there is none.
 pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Result<NodeKernel> {
+    let lowered = lower_node(g, node, name, target)?;
+    let source = kernel_c(&lowered.kernel, lowered.alias, &lowered.constants, target)?;
+    let inputs = lowered.inputs;
+    Ok(NodeKernel {
+        c: source.c,
+        packs: source.packed_buffer.map(|b| inputs[b]),
+        workspace: source.workspace,
+        kernel: lowered.kernel,
+        schedule: lowered.schedule,
+        in_place: lowered.alias.map(|b| inputs[b]),
+        view: lowered.view,
+        inputs,
+    })
+}
+
+/// `node` lowered for `target` (see [`LoweredNode`]), or why it has no
+/// kernel; the element types must be C types (`has_c_type`), which every
+/// dialect of the C printer shares.
+pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Result<LoweredNode> {
     if node.domain == FUSED_DOMAIN && node.op == FUSED_OP {
         let all: Vec<usize> = (0..node.inputs.len()).collect();
-        return fused_kernel(node, name, &constant_buffers(g, node, &all), target);
+        return lower_fused(node, name, constant_buffers(g, node, &all), target);
     }
     let outputs: Vec<_> = node.outputs.iter().flatten().collect();
     if outputs.len() != 1 || node.outputs.len() != 1 {
@@ -93,15 +127,12 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
         .filter(|&i| te.inputs[i].is_some())
         .collect();
     if let Some(kernel) = kiln_loop::contraction::lower_contraction(&te, name, &dtypes)? {
-        let source = kernel_c(&kernel, None, &constant_buffers(g, node, &inputs), target)?;
-        return Ok(NodeKernel {
-            c: source.c,
-            packs: source.packed_buffer.map(|b| inputs[b]),
-            workspace: source.workspace,
+        return Ok(LoweredNode {
+            constants: constant_buffers(g, node, &inputs),
             kernel,
             schedule: Schedule::default(),
             inputs,
-            in_place: None,
+            alias: None,
             view: None,
         });
     }
@@ -109,17 +140,13 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> R
     let kernel = inline_constants(&kernel, &scalar_constants(g, node, &inputs)?);
     let alias = in_place_input(&kernel);
     let schedule = default_schedule(&kernel, target);
-    let scheduled = kiln_loop::apply(&kernel, &schedule)?;
-    let c = kernel_c(&scheduled, alias, &[], target)?.c;
-    Ok(NodeKernel {
-        kernel: scheduled,
+    Ok(LoweredNode {
+        kernel: kiln_loop::apply(&kernel, &schedule)?,
         schedule,
-        c,
-        packs: None,
-        workspace: GemmWorkspace::default(),
-        in_place: alias.map(|b| inputs[b]),
+        alias,
         inputs,
         view: is_view(&te).then(|| te.accesses[0].input),
+        constants: Vec::new(),
     })
 }
 
@@ -131,20 +158,14 @@ fn constant_buffers(g: &Graph, node: &Node, inputs: &[usize]) -> Vec<usize> {
         .collect()
 }
 
-/// The kernel of a fused node: its body's nodes lowered as one group,
-/// scheduled for `target`. `constants`: its inputs that hold weights (see
-/// `kernel_c`).
+/// The kernel of a fused node (see [`lower_fused`]) printed as C.
 pub fn fused_kernel(
     node: &Node,
     name: &str,
     constants: &[usize],
     target: &TargetDesc,
 ) -> Result<NodeKernel> {
-    let Some(body) = node.attr_graph("body")? else {
-        bail!("fused node {} has no body", node.name);
-    };
-    let group = group_expr(body)?;
-    let lowered = kiln_loop::fused::lower_group(&group, name, target)?;
+    let lowered = lower_fused(node, name, constants.to_vec(), target)?;
     let source = kernel_c(&lowered.kernel, None, constants, target)?;
     Ok(NodeKernel {
         c: source.c,
@@ -153,9 +174,32 @@ pub fn fused_kernel(
         workspace: source.workspace,
         kernel: lowered.kernel,
         schedule: lowered.schedule,
-        inputs: (0..node.inputs.len()).collect(),
+        inputs: lowered.inputs,
         in_place: None,
         view: None,
+    })
+}
+
+/// A fused node's body lowered as one group, scheduled for `target`.
+/// `constants`: its inputs that hold weights.
+pub fn lower_fused(
+    node: &Node,
+    name: &str,
+    constants: Vec<usize>,
+    target: &TargetDesc,
+) -> Result<LoweredNode> {
+    let Some(body) = node.attr_graph("body")? else {
+        bail!("fused node {} has no body", node.name);
+    };
+    let group = group_expr(body)?;
+    let lowered = kiln_loop::fused::lower_group(&group, name, target)?;
+    Ok(LoweredNode {
+        kernel: lowered.kernel,
+        schedule: lowered.schedule,
+        inputs: (0..node.inputs.len()).collect(),
+        alias: None,
+        view: None,
+        constants,
     })
 }
 

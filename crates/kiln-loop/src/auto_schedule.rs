@@ -23,6 +23,9 @@
 //!    off the padded borders of that loop so its interior runs without
 //!    bounds checks.
 //!
+//! On a GPU target only step 1 applies, to every output loop whatever
+//! the offsets (one coalesced loop is what blocks and threads divide).
+//!
 //! The chunk sizes and the work threshold are constants of the algorithm,
 //! the same for every target (see each); what depends on the machine is
 //! read from the [`TargetDesc`].
@@ -99,13 +102,18 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
             break;
         };
         let name = fused_name(outer, &inner);
-        if has_div_mod_of(&fused.body, &name) {
+        if has_div_mod_of(&fused.body, &name) && !target.is_gpu() {
             break;
         }
         schedule.0.push(d);
         current = fused;
         inner = name;
         outer_index -= 1;
+    }
+    if target.is_gpu() {
+        // Blocks and threads are assigned later (`gpu_map.rs`) over the
+        // one coalesced loop; chunks and vector lanes are CPU notions.
+        return schedule;
     }
     let nest: Vec<(String, i64, bool)> = output_nest(&current.body)
         .iter()

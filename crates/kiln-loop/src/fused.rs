@@ -109,7 +109,9 @@ pub fn lower_group(group: &GroupExpr, name: &str, target: &TargetDesc) -> Result
         // Windows and matrix-vector products keep their own (vectorized,
         // y-reduce) loop order; plain reductions stitch into rows.
         let opaque = matches!(classify(&group.nodes[r].te).apollo, ApolloType::Opaque(_));
-        if opaque {
+        // Both forms order loops for CPU vector lanes; a GPU's threads
+        // take the rows form's output points instead.
+        if opaque && !target.is_gpu() {
             if let Some(lowered) = window_in_registers(group, name, &buffers, r, target)? {
                 return Ok(lowered);
             }

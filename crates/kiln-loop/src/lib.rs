@@ -5,6 +5,7 @@ pub mod auto_schedule;
 pub mod cache;
 pub mod contraction;
 pub mod fused;
+pub mod gpu_map;
 pub mod group;
 pub mod guards;
 pub mod inline_constants;

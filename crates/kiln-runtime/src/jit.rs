@@ -85,7 +85,7 @@ fn env_nonempty(name: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-fn default_cache_dir() -> PathBuf {
+pub fn default_cache_dir() -> PathBuf {
     if let Some(dir) = env_nonempty("KILN_CACHE_DIR") {
         return PathBuf::from(dir);
     }

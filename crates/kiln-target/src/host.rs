@@ -32,6 +32,7 @@ pub fn host() -> TargetDesc {
             f32_add: true,
         },
         cflags: Vec::new(),
+        gpu: None,
     }
 }
 

@@ -8,9 +8,11 @@
 //! compiler flags that select its instruction set and the vector width the
 //! generated C is forced to ([`TargetDesc::vector_bytes`]).
 
+mod gpu;
 mod host;
 mod preset;
 
+pub use gpu::{GpuDesc, GpuPreset};
 pub use host::host;
 pub use preset::CpuPreset;
 
@@ -21,6 +23,8 @@ pub enum Arch {
     Aarch64,
     /// Any other CPU: generic C, 16-byte vectors.
     Generic,
+    /// An NVIDIA GPU (CUDA C through NVRTC); [`TargetDesc::gpu`] says which.
+    Cuda,
 }
 
 /// One level of the memory hierarchy (a cache, or a scratchpad a program
@@ -65,6 +69,9 @@ pub struct TargetDesc {
     /// C compiler flags selecting the instruction set (`-march=…`); empty
     /// for the host, which the JIT compiles for with `-march=native`.
     pub cflags: Vec<String>,
+    /// What a GPU target adds (`None` on CPUs): how loops map to blocks
+    /// and threads instead of cores and vector lanes.
+    pub gpu: Option<GpuDesc>,
 }
 
 impl TargetDesc {
@@ -85,6 +92,11 @@ impl TargetDesc {
             Some(l2) => l2.bytes / self.cores.max(1),
             None => 256 << 10,
         }
+    }
+
+    /// Whether code for this target runs on a GPU.
+    pub fn is_gpu(&self) -> bool {
+        self.gpu.is_some()
     }
 
     /// Nanoseconds to do `flops` operations and move `bytes` bytes, the

@@ -86,6 +86,7 @@ impl CpuPreset {
                 f32_add: true,
             },
             cflags: vec![format!("-march={}", self.march())],
+            gpu: None,
         }
     }
 }

@@ -128,9 +128,10 @@ pub(crate) struct ExecArgs {
     /// Input tensor file (.npy or ONNX TensorProto .pb), in graph-input order.
     #[arg(short = 'i', long = "input", value_name = "FILE")]
     pub(crate) inputs: Vec<PathBuf>,
-    /// Execution backend: `cpu` (generated C, compiled and cached) or
-    /// `reference` (the interpreter).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "reference"])]
+    /// Execution backend: `cpu` (generated C, compiled and cached), `cuda`
+    /// (generated CUDA on the first NVIDIA GPU, through the driver and
+    /// NVRTC loaded at run time) or `reference` (the interpreter).
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda", "reference"])]
     pub(crate) backend: String,
     /// Threads for the CPU backend (default: all cores).
     #[arg(long)]

@@ -11,7 +11,6 @@ use crate::gemm::{
 use crate::scalar_c::c_type;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Atom, ConvWindow, Gemm, GemmInput, GemmOperand, Kernel, Val, WindowLayout};
-use std::collections::HashMap;
 use std::fmt::Write;
 
 /// A kernel that is one matrix product: the gemm template instantiated on
@@ -141,7 +140,7 @@ const PACKED_PARAM: &str = "packed";
 
 /// The C expression of a gemm epilogue: the product is the float `acc`,
 /// and `b`, `r`, `c` range over the batch, rows and columns.
-fn epilogue(k: &Kernel, g: &Gemm, e: &Val) -> Result<String> {
+pub(crate) fn epilogue(k: &Kernel, g: &Gemm, e: &Val) -> Result<String> {
     let mut p = printer(k, [g.batch, g.m, g.n]);
     p.locals.insert("acc".to_string(), DType::F32);
     let (text, dtype) = p.val(e)?;
@@ -174,7 +173,7 @@ fn window(param: &str, w: &ConvWindow) -> Window {
 
 /// A computed gemm factor (a prologue): its value as a C expression over
 /// `b`, `r`, `c`, evaluated while the factor is packed.
-fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand> {
+pub(crate) fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand> {
     let (text, dtype) = printer(k, extents).val(v)?;
     if dtype != DType::F32 {
         bail!(
@@ -186,13 +185,8 @@ fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand> {
 }
 
 /// A printer of values over a gemm operand's `b`, `r`, `c` below `extents`.
-fn printer(k: &Kernel, extents: [i64; 3]) -> Printer<'_> {
-    let mut p = Printer {
-        k,
-        out: String::new(),
-        ranges: HashMap::new(),
-        locals: HashMap::new(),
-    };
+pub(crate) fn printer(k: &Kernel, extents: [i64; 3]) -> Printer<'_> {
+    let mut p = Printer::new(k);
     for (v, e) in ["b", "r", "c"].iter().zip(extents) {
         p.ranges.insert(v.to_string(), (0, e - 1));
     }

@@ -1,0 +1,217 @@
+//! The CUDA printer for loop IR kernels.
+//!
+//! Needs: a kernel lowered for a GPU target (see `kiln_loop::gpu_map`) whose
+//! element types the C dialect has, and the GPU description.
+//! Guarantees: CUDA C (compiled by NVRTC, no headers) holding one
+//! `extern "C" __global__` function per launch of the kernel's
+//! [`GpuMapping`], each taking the kernel's buffers in order (inputs
+//! `const T*`) then `int* kiln_err`, and the launch configurations to run
+//! them in order on one stream. Values are printed by the C printer (one
+//! definition of every scalar rule for both dialects); threads take the
+//! mapped loop's iterations grid-stride, so any grid size is correct. A
+//! data-dependent index out of range sets `*kiln_err` (and reads element 0,
+//! never outside the buffer).
+
+mod gemm;
+pub mod prelude;
+
+use crate::c::Printer;
+use crate::scalar_c::c_type;
+use kiln_ir::{bail, Result};
+use kiln_loop::gpu_map::{map_kernel, GpuMapping, Launch};
+use kiln_loop::{Kernel, LoopKind, Scope, Stmt};
+use kiln_target::GpuDesc;
+use std::fmt::Write;
+
+/// How to launch one generated function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub function: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    /// Dynamic shared memory in bytes.
+    pub shared_bytes: u32,
+}
+
+/// A kernel's CUDA source and its launches, in order.
+#[derive(Debug, Clone)]
+pub struct CudaSource {
+    pub cuda: String,
+    pub launches: Vec<LaunchConfig>,
+    pub mapping: GpuMapping,
+}
+
+/// Prints `k` for the GPU `gpu` (see the module doc).
+pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
+    let k = all_serial(k);
+    let mapping = map_kernel(&k);
+    let params = parameters(&k)?;
+    let mut cuda = String::new();
+    let mut launches = Vec::new();
+    for (j, launch) in mapping.0.iter().enumerate() {
+        let function = format!("{}_l{j}", k.name);
+        let (text, grid, block) = match launch {
+            Launch::Threads { stmt, var, extent } => {
+                let text = threads_function(&k, &function, &params, *stmt, var, *extent, gpu)?;
+                let grid = [gpu.grid_for(*extent), 1, 1];
+                (text, grid, [gpu.block_threads as u32, 1, 1])
+            }
+            Launch::Single { from, to } => {
+                let text = single_function(&k, &function, &params, *from..*to)?;
+                (text, [1, 1, 1], [1, 1, 1])
+            }
+            Launch::Gemm { stmt } => {
+                let Stmt::Gemm(g) = &k.body[*stmt] else {
+                    bail!("{}: launch {j} is not a gemm", k.name);
+                };
+                let (text, grid) = gemm::gemm_function(&k, g, &function, &params)?;
+                (text, grid, [gemm::THREADS, 1, 1])
+            }
+        };
+        cuda.push_str(&text);
+        launches.push(LaunchConfig {
+            function,
+            grid,
+            block,
+            shared_bytes: 0,
+        });
+    }
+    Ok(CudaSource {
+        cuda,
+        launches,
+        mapping,
+    })
+}
+
+/// `k` with every loop serial: OpenMP and vector marks are the CPU
+/// schedule's; inside a thread loops run in order (unrolling stays).
+fn all_serial(k: &Kernel) -> Kernel {
+    fn strip(body: &[Stmt]) -> Vec<Stmt> {
+        body.iter()
+            .map(|s| match s {
+                Stmt::Loop(l) => {
+                    let mut l = l.clone();
+                    if l.kind != LoopKind::Unrolled {
+                        l.kind = LoopKind::Serial;
+                    }
+                    l.body = strip(&l.body);
+                    Stmt::Loop(l)
+                }
+                other => other.clone(),
+            })
+            .collect()
+    }
+    Kernel {
+        body: strip(&k.body),
+        ..k.clone()
+    }
+}
+
+/// The parameter list every launch of `k` takes.
+fn parameters(k: &Kernel) -> Result<String> {
+    let mut parts = Vec::new();
+    for b in k.buffers.iter().filter(|b| b.scope == Scope::Param) {
+        let ty = c_type(b.dtype)?;
+        let konst = if b.output { "" } else { "const " };
+        parts.push(format!("{konst}{ty}* __restrict__ {}", b.name));
+    }
+    parts.push("int* __restrict__ kiln_err".into());
+    Ok(parts.join(", "))
+}
+
+/// One thread per iteration of the loop `k.body[stmt]` over `var`.
+fn threads_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    stmt: usize,
+    var: &str,
+    extent: i64,
+    gpu: &GpuDesc,
+) -> Result<String> {
+    let Stmt::Loop(l) = &k.body[stmt] else {
+        bail!("{}: statement {stmt} is not a loop", k.name);
+    };
+    let mut p = Printer::new(k);
+    p.ranges.insert(var.to_string(), (0, extent.max(1) - 1));
+    for s in &l.body {
+        p.stmt(s, 2)?;
+    }
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n  int err = 0;\n  for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {extent}; {var} += (int64_t)gridDim.x * blockDim.x) {{\n{body}  }}\n  if (err) *kiln_err = 1;\n}}\n",
+        threads = gpu.block_threads,
+        body = p.out,
+    ))
+}
+
+/// Statements `range` of `k` run by one thread.
+fn single_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    range: std::ops::Range<usize>,
+) -> Result<String> {
+    let mut p = Printer::new(k);
+    for s in &k.body[range] {
+        p.stmt(s, 1)?;
+    }
+    let mut out = String::new();
+    write!(
+        out,
+        "extern \"C\" __global__ void {function}({params}) {{\n  int err = 0;\n{}  if (err) *kiln_err = 1;\n}}\n",
+        p.out
+    )
+    .ok();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln_target::GpuPreset;
+
+    fn cuda_of(text: &str) -> CudaSource {
+        let k = kiln_loop::parse_kernel(text).expect("kernel");
+        let gpu = GpuPreset::Sm90.desc().gpu.expect("a GPU");
+        kernel_cuda(&k, &gpu).expect("CUDA")
+    }
+
+    #[test]
+    fn an_elementwise_kernel_is_one_grid_stride_launch() {
+        let s = cuda_of(
+            "kernel k(in0: f32[1000], out out0: f32[1000]) {
+  vectorized for i0 in 0..1000 {
+    out0[i0] = Relu(in0[i0])
+  }
+}",
+        );
+        assert_eq!(s.launches.len(), 1);
+        assert_eq!(s.launches[0].grid, [4, 1, 1]);
+        assert!(s.cuda.contains("extern \"C\" __global__"), "{}", s.cuda);
+        assert!(
+            s.cuda.contains("i0 < 1000; i0 += (int64_t)gridDim.x"),
+            "{}",
+            s.cuda
+        );
+        assert!(!s.cuda.contains("KILN_OMP"), "{}", s.cuda);
+    }
+
+    #[test]
+    fn a_carried_reduction_becomes_a_second_single_thread_launch() {
+        let s = cuda_of(
+            "kernel k(in0: f32[8,40], out out0: f32[40]) {
+  for i1 in 0..40 {
+    out0[i1] = 0.0:f32
+  }
+  parallel for r0 in 0..8 {
+    for i1 in 0..40 {
+      out0[i1] = Add(out0[i1], in0[40*r0 + i1])
+    }
+  }
+}",
+        );
+        let functions: Vec<&str> = s.launches.iter().map(|l| l.function.as_str()).collect();
+        assert_eq!(functions, ["k_l0", "k_l1"]);
+        assert_eq!(s.launches[1].grid, [1, 1, 1]);
+    }
+}

@@ -1,0 +1,44 @@
+//! What every generated CUDA file starts with: the fixed-width integer
+//! types and limits NVRTC does not provide (it has no C library headers),
+//! then the same scalar helpers the C dialect uses, as device functions.
+
+/// The CUDA prelude (see the module doc).
+pub fn prelude() -> String {
+    let mut s = String::from(TYPES);
+    s.push_str(crate::c::INDEX_HELPERS);
+    s.push_str(crate::scalar_c::PRELUDE);
+    s
+}
+
+const TYPES: &str = r#"/* the prelude's helpers are static: most files use only some */
+#pragma nv_diag_suppress 177
+typedef signed char int8_t;
+typedef unsigned char uint8_t;
+typedef short int16_t;
+typedef unsigned short uint16_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+typedef long long int64_t;
+typedef unsigned long long uint64_t;
+#define INT8_MIN (-128)
+#define INT8_MAX 127
+#define INT16_MIN (-32768)
+#define INT16_MAX 32767
+#define INT32_MIN (-2147483647 - 1)
+#define INT32_MAX 2147483647
+#define INT64_C(c) c##LL
+#define UINT64_C(c) c##ULL
+#define INT64_MAX INT64_C(9223372036854775807)
+#define INT64_MIN (-INT64_MAX - 1)
+#define UINT8_MAX 255
+#define UINT16_MAX 65535
+#define UINT32_MAX 4294967295u
+#define UINT64_MAX UINT64_C(18446744073709551615)
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fc00000)
+#define KILN_INLINE static __device__ __forceinline__
+#define KILN_UNROLL _Pragma("unroll")
+#define KILN_OMP(x)
+/* each thread has its own error flag; the kernel publishes it at the end */
+#define KILN_SET_ERR(e) (*(e) = 1)
+"#;

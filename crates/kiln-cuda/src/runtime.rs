@@ -1,0 +1,387 @@
+//! Running a [`CudaProgram`] on a GPU.
+//!
+//! Needs: a CUDA driver and NVRTC at run time (both loaded, never linked).
+//! Guarantees: one device arena sized by the execution plan, weights
+//! uploaded once, inputs copied in and outputs copied out per run, every
+//! kernel launched in plan order on one stream; nodes without a kernel run
+//! on the reference interpreter on the host, their inputs copied out and
+//! outputs copied back. Each kernel step has its own error word, so a
+//! data-dependent index out of range is reported naming its node. Runs of
+//! one model are serialised (the arena is reused).
+
+use crate::cache::compile_cached;
+use crate::ffi::device::Gpu;
+use crate::ffi::memory::DeviceBuffer;
+use crate::ffi::module::{Function, Module};
+use crate::ffi::nvrtc::Arch;
+use crate::program::CudaProgram;
+use crate::target::device_target;
+use kiln_cpu::memory::{data_ptr, from_bytes};
+use kiln_exec::{Exec, Loc, Step};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{bail, Error, Graph, Result, Tensor, ValueId};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// How to compile for a GPU.
+#[derive(Debug, Clone)]
+pub struct CudaOptions {
+    pub fusion: PlannerKind,
+    /// Device ordinal.
+    pub device: usize,
+    /// Where compiled modules are cached (default: kiln's cache).
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            fusion: PlannerKind::default(),
+            device: 0,
+            cache_dir: None,
+        }
+    }
+}
+
+/// What compiling took.
+#[derive(Debug, Clone)]
+pub struct CudaSummary {
+    pub device: String,
+    pub kernels: usize,
+    pub launches: usize,
+    /// Nodes run by the interpreter: (node, why).
+    pub interpreted: Vec<(String, String)>,
+    pub source_bytes: usize,
+    pub seconds: f64,
+    /// The module came from the cache.
+    pub cached: bool,
+}
+
+/// One launch of a kernel step: the function and its configuration.
+struct Launch {
+    function: Function,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared: u32,
+}
+
+/// A model compiled for a GPU, ready to run.
+pub struct CudaModel {
+    graph: Graph,
+    plan: kiln_exec::ExecPlan,
+    /// Per step: its launches (empty for aliases and interpreted nodes).
+    launches: Vec<Vec<Launch>>,
+    weights: Vec<DeviceBuffer>,
+    host_weights: Vec<Tensor>,
+    arena: DeviceBuffer,
+    /// One error word per step.
+    errors: DeviceBuffer,
+    /// Device copies of the inputs, reused across runs of the same sizes.
+    inputs: Mutex<Vec<DeviceBuffer>>,
+    summary: CudaSummary,
+    // Dropped last: the functions above belong to it.
+    _module: Module,
+    gpu: Gpu,
+}
+
+impl CudaModel {
+    /// Compiles `graph` (optimized, static shapes) for GPU `opts.device`.
+    pub fn compile(graph: &Graph, opts: &CudaOptions) -> Result<CudaModel> {
+        let start = Instant::now();
+        let gpu = Gpu::open(opts.device)?;
+        let target = device_target(&gpu)?;
+        let program = CudaProgram::build(graph, opts.fusion, &target, "kiln")?;
+        let source = program.source();
+        let cc = target.gpu.as_ref().map_or(80, |g| g.compute_capability);
+        let cache_dir = opts
+            .cache_dir
+            .clone()
+            .unwrap_or_else(kiln_runtime::jit::default_cache_dir);
+        let image = compile_cached(&source, Arch::Compute(cc), &cache_dir)?;
+        let module = gpu.load_module(&image.bytes)?;
+        let launches = resolve_launches(&program, &module)?;
+        let host_weights = kiln_cpu::jit::weight_tensors(&program.graph, &program.plan)?;
+        let weights = host_weights
+            .iter()
+            .map(|t| upload_tensor(&gpu, t))
+            .collect::<Result<Vec<_>>>()?;
+        let arena = gpu.alloc(program.plan.arena_bytes)?;
+        let errors = gpu.alloc(4 * program.plan.steps.len().max(1))?;
+        let summary = CudaSummary {
+            device: gpu.name()?,
+            kernels: program.kernels.iter().flatten().count(),
+            launches: launches.iter().map(Vec::len).sum(),
+            interpreted: program.interpreted(),
+            source_bytes: source.len(),
+            seconds: start.elapsed().as_secs_f64(),
+            cached: image.cached,
+        };
+        Ok(CudaModel {
+            graph: program.graph,
+            plan: program.plan,
+            launches,
+            weights,
+            host_weights,
+            arena,
+            errors,
+            inputs: Mutex::new(Vec::new()),
+            summary,
+            _module: module,
+            gpu,
+        })
+    }
+
+    pub fn summary(&self) -> &CudaSummary {
+        &self.summary
+    }
+
+    pub fn plan(&self) -> &kiln_exec::ExecPlan {
+        &self.plan
+    }
+
+    /// Runs the model on host tensors and returns the outputs.
+    pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut device_inputs = self.lock_inputs()?;
+        self.upload_inputs(inputs, &mut device_inputs)?;
+        let mut boxed = vec![None; self.plan.boxed];
+        self.execute(inputs, &device_inputs, &mut boxed)?;
+        self.check_errors()?;
+        let outputs = self.graph.outputs.clone();
+        outputs
+            .iter()
+            .map(|&o| self.read(o, inputs, &boxed))
+            .collect()
+    }
+
+    /// Milliseconds of each of `runs` executions on the device (inputs
+    /// uploaded once before, outputs left on the device), timed by events.
+    pub fn time_device(&self, inputs: &[Tensor], runs: usize) -> Result<Vec<f32>> {
+        let mut device_inputs = self.lock_inputs()?;
+        self.upload_inputs(inputs, &mut device_inputs)?;
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let mut boxed = vec![None; self.plan.boxed];
+            let ms = self
+                .gpu
+                .elapsed_ms(|| self.execute(inputs, &device_inputs, &mut boxed))?;
+            times.push(ms);
+        }
+        self.check_errors()?;
+        Ok(times)
+    }
+
+    fn lock_inputs(&self) -> Result<std::sync::MutexGuard<'_, Vec<DeviceBuffer>>> {
+        self.inputs
+            .lock()
+            .map_err(|_| Error::new("a previous run of this model panicked"))
+    }
+
+    fn upload_inputs(&self, inputs: &[Tensor], device: &mut Vec<DeviceBuffer>) -> Result<()> {
+        kiln_interp::check_inputs(&self.graph, inputs)?;
+        device.truncate(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            let bytes = tensor_bytes(t)?;
+            if device.get(i).is_none_or(|b| b.bytes() != bytes.len()) {
+                let buf = self.gpu.alloc(bytes.len())?;
+                if i < device.len() {
+                    device[i] = buf;
+                } else {
+                    device.push(buf);
+                }
+            }
+            self.gpu.upload(&device[i], 0, bytes)?;
+        }
+        Ok(())
+    }
+
+    /// Every step in plan order (concurrent blocks one after another).
+    fn execute(
+        &self,
+        inputs: &[Tensor],
+        device: &[DeviceBuffer],
+        boxed: &mut [Option<Tensor>],
+    ) -> Result<()> {
+        self.gpu
+            .memset_zero(self.errors.ptr(), self.errors.bytes())?;
+        for e in &self.plan.exec {
+            let steps = match e {
+                Exec::Step(i) => std::slice::from_ref(i),
+                Exec::Concurrent { steps, .. } => steps.as_slice(),
+            };
+            for &i in steps {
+                match &self.plan.steps[i] {
+                    Step::Kernel { args, .. } => self.launch(i, args, device)?,
+                    Step::Interp { node, .. } => self.interpret(*node, inputs, boxed)?,
+                    Step::Alias { .. } => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn launch(&self, step: usize, args: &[usize], device: &[DeviceBuffer]) -> Result<()> {
+        let mut ptrs: Vec<u64> = args
+            .iter()
+            .map(|&v| self.device_ptr(v, device))
+            .collect::<Result<_>>()?;
+        ptrs.push(self.errors.ptr() + 4 * step as u64);
+        let mut params: Vec<*mut c_void> = ptrs
+            .iter_mut()
+            .map(|p| p as *mut u64 as *mut c_void)
+            .collect();
+        for l in &self.launches[step] {
+            // SAFETY: every generated function takes the kernel's buffers
+            // (device pointers, `args` in order) then the error word: one
+            // u64 per parameter, which `params` points at.
+            unsafe {
+                self.gpu
+                    .launch(&l.function, l.grid, l.block, l.shared, &mut params)?
+            };
+        }
+        Ok(())
+    }
+
+    /// Where value `id` (a graph value index) lives on the device.
+    fn device_ptr(&self, id: usize, device: &[DeviceBuffer]) -> Result<u64> {
+        let Some(v) = self.plan.value(id) else {
+            bail!("internal error: value {id} has no storage");
+        };
+        Ok(match v.loc {
+            Loc::Input(i) => device[i].ptr(),
+            Loc::Weight(w) => self.weights[w].ptr(),
+            Loc::Arena(off) => self.arena.ptr() + off as u64,
+            Loc::Boxed(_) => bail!(
+                "value '{}' is not in device memory a kernel can read",
+                v.name
+            ),
+        })
+    }
+
+    fn location(&self, v: ValueId) -> Result<Loc> {
+        self.plan
+            .value(v.index())
+            .map(|p| p.loc)
+            .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
+    }
+
+    /// Runs node `n` on the interpreter, reading and writing device memory.
+    fn interpret(&self, n: usize, inputs: &[Tensor], boxed: &mut [Option<Tensor>]) -> Result<()> {
+        let node = &self.graph.nodes[n];
+        let ins: Vec<Option<Tensor>> = node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| self.read(v, inputs, boxed)).transpose())
+            .collect::<Result<_>>()?;
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+        let mut scope = HashMap::new();
+        for name in kiln_interp::subgraph_reads(node) {
+            if let Some(id) = self.graph.find(&name) {
+                scope.insert(name, self.read(id, inputs, boxed)?);
+            }
+        }
+        let outs = kiln_interp::eval_node(&self.graph, node, &refs, &scope)?;
+        for (o, t) in node.outputs.iter().zip(outs) {
+            if let Some(o) = o {
+                self.write(*o, t, boxed)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Value `v` on the host (inputs and weights from their host copies).
+    fn read(&self, v: ValueId, inputs: &[Tensor], boxed: &[Option<Tensor>]) -> Result<Tensor> {
+        let declared = |t: Tensor| match &self.graph.ty(v).shape {
+            Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
+            _ => Ok(t),
+        };
+        let loc = self.location(v)?;
+        match loc {
+            Loc::Input(i) => declared(inputs[i].clone()),
+            Loc::Weight(w) => declared(self.host_weights[w].clone()),
+            Loc::Boxed(b) => boxed[b].clone().ok_or_else(|| {
+                Error::new(format!("value '{}' was not computed", self.graph.name(v)))
+            }),
+            Loc::Arena(off) => {
+                let ty = self.graph.ty(v);
+                let shape = ty.shape.clone().unwrap_or_default();
+                let mut bytes = vec![0u8; shape.iter().product::<usize>() * ty.dtype.size()];
+                self.gpu.download(&self.arena, off, &mut bytes)?;
+                from_bytes(ty.dtype, shape, bytes.as_ptr())
+            }
+        }
+    }
+
+    fn write(&self, v: ValueId, t: Tensor, boxed: &mut [Option<Tensor>]) -> Result<()> {
+        match self.location(v)? {
+            Loc::Boxed(b) => boxed[b] = Some(t),
+            Loc::Arena(off) => self.gpu.upload(&self.arena, off, tensor_bytes(&t)?)?,
+            Loc::Input(_) | Loc::Weight(_) => {
+                bail!("value '{}' is written twice", self.graph.name(v))
+            }
+        }
+        Ok(())
+    }
+
+    /// An error naming the first kernel whose data-dependent index was out
+    /// of range.
+    fn check_errors(&self) -> Result<()> {
+        let mut words = vec![0u8; self.errors.bytes()];
+        self.gpu.download(&self.errors, 0, &mut words)?;
+        let failed = words.chunks_exact(4).position(|w| w != [0, 0, 0, 0]);
+        if let Some(step) = failed {
+            bail!(
+                "{}: an index read from data is out of range",
+                self.graph.nodes[step].describe()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Each kernel step's functions, looked up in `module`.
+fn resolve_launches(program: &CudaProgram, module: &Module) -> Result<Vec<Vec<Launch>>> {
+    program
+        .plan
+        .steps
+        .iter()
+        .map(|s| {
+            let Step::Kernel { node, .. } = s else {
+                return Ok(Vec::new());
+            };
+            let Some(k) = &program.kernels[*node] else {
+                bail!("internal error: kernel step {node} has no kernel");
+            };
+            k.source
+                .launches
+                .iter()
+                .map(|l| {
+                    Ok(Launch {
+                        function: module.function(&l.function)?,
+                        grid: l.grid,
+                        block: l.block,
+                        shared: l.shared_bytes,
+                    })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A tensor's elements as bytes.
+fn tensor_bytes(t: &Tensor) -> Result<&[u8]> {
+    let n = t.len() * t.dtype().size();
+    let p = data_ptr(t)?;
+    // SAFETY: `data_ptr` points at the tensor's `len` initialised elements,
+    // alive as long as `t`.
+    Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
+}
+
+fn upload_tensor(gpu: &Gpu, t: &Tensor) -> Result<DeviceBuffer> {
+    let bytes = tensor_bytes(t)?;
+    let buf = gpu.alloc(bytes.len())?;
+    gpu.upload(&buf, 0, bytes)?;
+    Ok(buf)
+}
