@@ -18,6 +18,9 @@ pub enum Emit {
     Plan,
     /// A standalone C library and example program (`kiln_cpu::aot`).
     Aot,
+    /// The CUDA of every kernel for an H100/H200 (sm_90), with each
+    /// kernel's launches as comments (`model.cu`).
+    Cuda,
 }
 
 impl std::str::FromStr for Emit {
@@ -28,7 +31,8 @@ impl std::str::FromStr for Emit {
             "loops" => Ok(Emit::Loops),
             "plan" => Ok(Emit::Plan),
             "aot" => Ok(Emit::Aot),
-            _ => Err(format!("'{s}' is not one of c, loops, plan, aot")),
+            "cuda" => Ok(Emit::Cuda),
+            _ => Err(format!("'{s}' is not one of c, loops, plan, aot, cuda")),
         }
     }
 }
@@ -50,6 +54,9 @@ pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Pat
         println!("build: make -C {}", dir.display());
         return Ok(());
     }
+    if what == Emit::Cuda {
+        return write_file(dir, "model.cu", &cuda_text(g, cpu)?, "wrote CUDA to");
+    }
     let naming = Naming {
         prefix: "kiln".into(),
         threads: cpu.threads,
@@ -60,17 +67,39 @@ pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Pat
         Emit::Loops => ("model.loops", loops_text(&program)),
         _ => ("model.plan", program.plan.to_string()),
     };
+    let what = format!("wrote {} kernels to", program.plan.kernels().count());
+    write_file(dir, file, &text, &what)
+}
+
+/// Writes `text` to `dir/file` and says so after `what`.
+fn write_file(dir: &Path, file: &str, text: &str, what: &str) -> Result<()> {
     std::fs::create_dir_all(dir)
         .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     let path = dir.join(file);
     std::fs::write(&path, text)
         .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
-    println!(
-        "wrote {} kernels to {}",
-        program.plan.kernels().count(),
-        path.display()
-    );
+    println!("{what} {}", path.display());
     Ok(())
+}
+
+/// The CUDA program for an sm_90 GPU: the prelude, then per node its
+/// launches (as a comment) and functions, or why it has none.
+fn cuda_text(g: &Graph, cpu: &CpuOptions) -> Result<String> {
+    let target = kiln_target::GpuPreset::Sm90.desc();
+    let program = kiln_cuda::program::CudaProgram::build(g, cpu.fusion, &target, "kiln")?;
+    let mut s = kiln_codegen::cuda::prelude::prelude();
+    for (node, k) in program.graph.nodes.iter().zip(&program.kernels) {
+        let Some(k) = k else { continue };
+        s += &format!("\n/* {}: {} */\n", node.describe(), k.source.mapping);
+        for l in &k.source.launches {
+            s += &format!("/* launch {} grid {:?} block {:?} */\n", l.function, l.grid, l.block);
+        }
+        s += &k.source.cuda;
+    }
+    for (node, why) in program.interpreted() {
+        s += &format!("/* {node} runs on the interpreter: {} */\n", why.replace("*/", "* /"));
+    }
+    Ok(s)
 }
 
 /// Every kernel's C in one file, after the prelude; nodes without a kernel

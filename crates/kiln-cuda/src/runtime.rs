@@ -183,7 +183,7 @@ impl CudaModel {
         kiln_interp::check_inputs(&self.graph, inputs)?;
         device.truncate(inputs.len());
         for (i, t) in inputs.iter().enumerate() {
-            let bytes = tensor_bytes(t)?;
+            let bytes = device_bytes(t)?;
             if device.get(i).is_none_or(|b| b.bytes() != bytes.len()) {
                 let buf = self.gpu.alloc(bytes.len())?;
                 if i < device.len() {
@@ -379,8 +379,19 @@ fn tensor_bytes(t: &Tensor) -> Result<&[u8]> {
     Ok(unsafe { std::slice::from_raw_parts(p as *const u8, n) })
 }
 
+/// What of a graph input or weight goes to the device: its bytes, or
+/// nothing for types no kernel reads (strings stay on the host, where the
+/// interpreter reads them).
+fn device_bytes(t: &Tensor) -> Result<&[u8]> {
+    if kiln_cpu::select::has_c_type(t.dtype()) {
+        tensor_bytes(t)
+    } else {
+        Ok(&[])
+    }
+}
+
 fn upload_tensor(gpu: &Gpu, t: &Tensor) -> Result<DeviceBuffer> {
-    let bytes = tensor_bytes(t)?;
+    let bytes = device_bytes(t)?;
     let buf = gpu.alloc(bytes.len())?;
     gpu.upload(&buf, 0, bytes)?;
     Ok(buf)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The CUDA backend's checks on a machine with an NVIDIA GPU (not CI: CI has
+# no GPU). Needs what `scripts/gpu/pack.sh` put in .gpu/ (the kiln binary,
+# the node-test binary, the node tests); writes logs to $OUT (or out/gpu).
+#   1. the embedded default model on --backend cuda against the interpreter;
+#   2. every ONNX node test the interpreter passes, on --backend cuda;
+#   3. the default model's device time (kiln bench --backend cuda).
+set -u
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+G=.gpu
+nvidia-smi -L || true
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())' || true
+
+echo "== default model"
+$G/kiln run --backend reference -o /tmp/ref >"$OUT/default_ref.log" 2>&1
+$G/kiln run --backend cuda -o /tmp/cuda 2>&1 | tee "$OUT/default_cuda.log"
+python3 - <<'PY'
+import numpy as np, glob
+for f in sorted(glob.glob("/tmp/ref/output_*.npy")):
+    a = np.load(f); b = np.load(f.replace("/tmp/ref", "/tmp/cuda"))
+    err = float(np.max(np.abs(a.astype(np.float64) - b)))
+    bound = 1e-3 * float(np.max(np.abs(a))) + 1e-5
+    print(f"default model {f[-12:]}: max |cuda - reference| = {err:.3g} (bound {bound:.3g}):", "OK" if err <= bound else "MISMATCH")
+PY
+
+echo "== node tests"
+mkdir -p /tmp/nt && tar xzf $G/node-tests.tar.gz -C /tmp/nt
+KILN_CUDA_TESTS=1 KILN_ONNX_NODE_TESTS=/tmp/nt/onnx-node-tests timeout 300 \
+  $G/node_tests onnx_node_tests_cuda --nocapture >"$OUT/node_tests.log" 2>&1
+echo "node tests exit $?"
+grep -E "node tests pass|listed cases regressed" "$OUT/node_tests.log"
+grep -A40 "listed cases regressed" "$OUT/node_tests.log" | cut -c1-300 | head -60
+
+echo "== bench default model"
+$G/kiln bench --backend cuda --runs 50 2>&1 | tail -3
