@@ -2,6 +2,7 @@
 # The CUDA backend's checks on a machine with an NVIDIA GPU (not CI: CI has
 # no GPU). Needs what `scripts/gpu/pack.sh` put in .gpu/ (the kiln binary,
 # the node-test binary, the node tests); writes logs to $OUT (or out/gpu).
+# KILN_GPU_BENCH=0 skips step 4, scripts/bench/gpu.py (kiln against PyTorch).
 #   1. the embedded default model on --backend cuda against the interpreter;
 #   2. every ONNX node test the interpreter passes, on --backend cuda;
 #   3. the default model's device time (kiln bench --backend cuda).
@@ -34,3 +35,9 @@ grep -A40 "listed cases regressed" "$OUT/node_tests.log" | cut -c1-300 | head -6
 
 echo "== bench default model"
 $G/kiln bench --backend cuda --runs 50 2>&1 | tail -3
+
+if [ "${KILN_GPU_BENCH:-1}" = 1 ]; then
+  echo "== benchmarks (scripts/bench/gpu.py)"
+  PYTHONUNBUFFERED=1 timeout ${KILN_GPU_BENCH_TIMEOUT:-300} python3 scripts/bench/gpu.py --kiln $G/kiln \
+    --runs 50 --warmup 5 ${KILN_GPU_BENCH_ARGS:-} --out "$OUT/gpu_bench.json" 2>&1 | tee "$OUT/gpu_bench.log" | grep -v '^{'
+fi

@@ -14,6 +14,7 @@
 
 mod gemm;
 pub mod prelude;
+mod rows;
 
 use crate::c::Printer;
 use crate::scalar_c::c_type;
@@ -44,7 +45,7 @@ pub struct CudaSource {
 /// Prints `k` for the GPU `gpu` (see the module doc).
 pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     let k = all_serial(k);
-    let mapping = map_kernel(&k);
+    let mapping = map_kernel(&k, gpu);
     let params = parameters(&k)?;
     let mut cuda = String::new();
     let mut launches = Vec::new();
@@ -55,6 +56,30 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
                 let text = threads_function(&k, &function, &params, *stmt, var, *extent, gpu)?;
                 let grid = [gpu.grid_for(*extent), 1, 1];
                 (text, grid, [gpu.block_threads as u32, 1, 1])
+            }
+            Launch::Rows {
+                stmt,
+                extent,
+                threads,
+                ..
+            } => {
+                let text = rows::rows_function(&k, &function, &params, *stmt, *threads)?;
+                let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
+                (text, [(*extent).clamp(1, most) as u32, 1, 1], [*threads, 1, 1])
+            }
+            Launch::AllReduce {
+                from,
+                blocks,
+                threads,
+                ..
+            } => {
+                let text =
+                    rows::all_reduce_function(&k, &function, &params, *from, *blocks, *threads)?;
+                (text, [*blocks, 1, 1], [*threads, 1, 1])
+            }
+            Launch::Block { from, threads, .. } => {
+                let text = rows::block_function(&k, &function, &params, *from, *threads)?;
+                (text, [1, 1, 1], [*threads, 1, 1])
             }
             Launch::Single { from, to } => {
                 let text = single_function(&k, &function, &params, *from..*to)?;

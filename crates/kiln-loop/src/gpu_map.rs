@@ -1,23 +1,43 @@
-//! Mapping a kernel onto a GPU's blocks and threads.
+//! Mapping a kernel onto a GPU's blocks and threads (PANAMERA §4.2 for
+//! reductions).
 //!
 //! Needs: a kernel lowered for a GPU target (output loops coalesced by
-//! `default_schedule`; loop kinds are CPU marks and are ignored here).
+//! `default_schedule`; loop kinds are CPU marks and are ignored here) and
+//! the GPU's description.
 //! Guarantees: a [`GpuMapping`] (data) that splits the body into launches
 //! run in order on one stream, each one of
-//! - **threads** — a top-level loop whose iterations touch disjoint
-//!   elements of every output (proved from the offsets: each access of an
-//!   output is `c·v + rest` with the same stride `c` per buffer and `rest`
-//!   within `[0, c)` over the inner loops), one GPU thread per iteration;
+//! - **threads** — a top-level loop whose iterations are independent
+//!   (`independence.rs`), one thread per iteration (grid-stride);
+//! - **rows** — the same, one block per iteration, when its body is a row
+//!   program (`rows.rs`) with a reduction and either the reduction reads
+//!   memory along its innermost loop (x-reduce: a thread per row would read
+//!   rows apart, uncoalesced) or there are fewer rows than multiprocessors:
+//!   the reduced loops go to the block's threads, combined through warp
+//!   shuffles and shared memory (a y-reduce over many outputs stays one
+//!   thread per output: neighbouring threads read neighbouring elements);
+//! - **all-reduce** — a body of top-level locals (reductions to scalars)
+//!   that is a row program whose reductions read no earlier reduction:
+//!   `blocks` blocks share the reduced iterations, each block's partial
+//!   result is stored, and the last block to finish (an atomic counter)
+//!   combines the partials in block order — deterministic for a given grid
+//!   — and runs the rest of the program (PANAMERA §5.1's one kernel, with
+//!   an ordered combine in place of atomic updates so every combiner and
+//!   type works);
+//! - **block** — a row program of top-level locals whose reductions
+//!   depend on each other (Softmax or LayerNorm over one row): one block;
 //! - **gemm** — the kernel's matrix product (the tiled template);
-//! - **single** — statements whose iterations are not provably
-//!   independent (a reduction carried across the loop, a data-dependent
-//!   store), run by one thread: slow, never wrong.
-//!
-//! A top-level local (`let`, `alloc`) lives across statements, so a kernel
-//! with one is a single launch of one thread.
+//! - **single** — statements with no provable parallelism, one thread:
+//!   slow, never wrong.
+//! Statements before a kernel's first top-level local are mapped one by
+//! one.
 
-use crate::ir::{Extent, Idx, Kernel, Loop, Scope, Stmt, Val};
-use std::collections::HashMap;
+mod independence;
+pub mod rows;
+
+use crate::ir::{Extent, Kernel, Loop, Stmt};
+pub use independence::independent;
+use kiln_target::GpuDesc;
+use rows::{reduces, row_parts, RowPart};
 use std::fmt;
 
 /// How one launch runs its statements.
@@ -30,6 +50,25 @@ pub enum Launch {
         var: String,
         extent: i64,
     },
+    /// Statement `stmt` is a loop over `var` in `0..extent`, one block of
+    /// `threads` threads per iteration running its body as a row program.
+    Rows {
+        stmt: usize,
+        var: String,
+        extent: i64,
+        threads: u32,
+    },
+    /// Statements `from..to` are a row program of reductions to scalars
+    /// run by `blocks` blocks of `threads` threads.
+    AllReduce {
+        from: usize,
+        to: usize,
+        blocks: u32,
+        threads: u32,
+    },
+    /// Statements `from..to` are a row program run by one block of
+    /// `threads` threads (its reductions depend on each other).
+    Block { from: usize, to: usize, threads: u32 },
     /// Statement `stmt` is the kernel's gemm.
     Gemm { stmt: usize },
     /// Statements `from..to` run by one thread.
@@ -46,6 +85,24 @@ impl fmt::Display for Launch {
             Launch::Threads { stmt, var, extent } => {
                 write!(f, "threads(#{stmt}, {var}, {extent})")
             }
+            Launch::Rows {
+                stmt,
+                var,
+                extent,
+                threads,
+            } => write!(f, "rows(#{stmt}, {var}, {extent}, {threads} threads)"),
+            Launch::AllReduce {
+                from,
+                to,
+                blocks,
+                threads,
+            } => write!(
+                f,
+                "all_reduce(#{from}..#{to}, {blocks} blocks, {threads} threads)"
+            ),
+            Launch::Block { from, to, threads } => {
+                write!(f, "block(#{from}..#{to}, {threads} threads)")
+            }
             Launch::Gemm { stmt } => write!(f, "gemm(#{stmt})"),
             Launch::Single { from, to } => write!(f, "single(#{from}..#{to})"),
         }
@@ -59,152 +116,196 @@ impl fmt::Display for GpuMapping {
     }
 }
 
-/// The launches of `k` (see the module doc).
-pub fn map_kernel(k: &Kernel) -> GpuMapping {
+/// The launches of `k` on `gpu` (see the module doc).
+pub fn map_kernel(k: &Kernel, gpu: &GpuDesc) -> GpuMapping {
     let n = k.body.len();
-    let has_top_local = k
+    let first_local = k
         .body
         .iter()
-        .any(|s| matches!(s, Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Alloc(_)));
-    if has_top_local {
-        return GpuMapping(vec![Launch::Single { from: 0, to: n }]);
-    }
-    let launches = k
-        .body
+        .position(|s| matches!(s, Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Alloc(_)))
+        .unwrap_or(n);
+    let mut launches: Vec<Launch> = k.body[..first_local]
         .iter()
         .enumerate()
-        .map(|(i, s)| match s {
-            Stmt::Gemm(_) => Launch::Gemm { stmt: i },
-            Stmt::Loop(l) if independent_iterations(k, l) => Launch::Threads {
-                stmt: i,
-                var: l.var.clone(),
-                extent: l.extent.max(),
-            },
-            _ => Launch::Single { from: i, to: i + 1 },
-        })
+        .map(|(i, s)| statement_launch(k, i, s, gpu))
         .collect();
+    if first_local < n {
+        let tail = all_reduce(k, first_local, gpu)
+            .or_else(|| one_block(k, first_local, gpu))
+            .unwrap_or(Launch::Single {
+                from: first_local,
+                to: n,
+            });
+        launches.push(tail);
+    }
     GpuMapping(launches)
 }
 
-/// One access of an output buffer: its offset and the ranges of the loop
-/// variables inside the mapped loop at that point.
-struct Access {
-    buf: usize,
-    offset: Idx,
-    ranges: HashMap<String, (i64, i64)>,
-}
-
-/// Whether the iterations of `l` (a top-level loop of `k`) touch disjoint
-/// elements of every output buffer.
-fn independent_iterations(k: &Kernel, l: &Loop) -> bool {
-    if !matches!(l.extent, Extent::Const(_)) {
-        return false;
-    }
-    let mut accesses = Vec::new();
-    let mut ranges = HashMap::new();
-    if !collect_accesses(k, &l.body, &mut ranges, &mut accesses) {
-        return false;
-    }
-    let mut stride_of: HashMap<usize, i64> = HashMap::new();
-    for a in &accesses {
-        let Some(c) = stride_within(a, &l.var) else {
-            return false;
-        };
-        if *stride_of.entry(a.buf).or_insert(c) != c {
-            return false;
+/// The launch of top-level statement `i`.
+fn statement_launch(k: &Kernel, i: usize, s: &Stmt, gpu: &GpuDesc) -> Launch {
+    match s {
+        Stmt::Gemm(_) => Launch::Gemm { stmt: i },
+        Stmt::Loop(l) if matches!(l.extent, Extent::Const(_)) && independent(k, l) => {
+            let extent = l.extent.max();
+            match row_threads(k, l, extent, gpu) {
+                Some(threads) => Launch::Rows {
+                    stmt: i,
+                    var: l.var.clone(),
+                    extent,
+                    threads,
+                },
+                None => Launch::Threads {
+                    stmt: i,
+                    var: l.var.clone(),
+                    extent,
+                },
+            }
         }
+        _ => Launch::Single { from: i, to: i + 1 },
     }
-    true
 }
 
-/// The stride `c` of `a`'s offset in `var` when the rest of the offset
-/// stays within `[0, c)`.
-fn stride_within(a: &Access, var: &str) -> Option<i64> {
-    let var_atom = crate::ir::Atom::Var(var.to_string());
-    let c = a
-        .offset
-        .terms
-        .iter()
-        .find(|(t, _)| *t == var_atom)
-        .map(|(_, c)| *c)?;
-    let rest = Idx {
-        terms: a
-            .offset
-            .terms
-            .iter()
-            .filter(|(t, _)| *t != var_atom)
-            .cloned()
-            .collect(),
-        constant: a.offset.constant,
-    };
-    if c < 1 || rest.uses(var) {
+/// Threads per block when `l`'s iterations should be rows (one block
+/// each), `None` when one thread per iteration is better.
+fn row_threads(k: &Kernel, l: &Loop, rows: i64, gpu: &GpuDesc) -> Option<u32> {
+    let parts = row_parts(k, &l.body)?;
+    if !reduces(&parts) {
         return None;
     }
-    let unknown = (i64::MIN / 4, i64::MAX / 4);
-    let (lo, hi) = rest.range(&|v| a.ranges.get(v).copied().unwrap_or(unknown));
-    (lo >= 0 && hi < c).then_some(c)
+    let longest = longest_part(&parts);
+    // Fewer rows than multiprocessors: one thread each leaves the GPU idle
+    // whatever the access pattern.
+    let few_rows = rows < gpu.sm_count as i64;
+    let along = parts.iter().any(|p| match p {
+        RowPart::Reduce { loops, body, .. } => loops
+            .last()
+            .is_some_and(|inner| reads_along(body, &inner.var)),
+        _ => false,
+    });
+    (longest >= gpu.warp_size as i64 && (along || few_rows)).then(|| block_size(longest, gpu))
 }
 
-/// Records every access of an output buffer in `body`; false when the body
-/// holds something a thread cannot run on its own (a gemm).
-fn collect_accesses(
-    k: &Kernel,
-    body: &[Stmt],
-    ranges: &mut HashMap<String, (i64, i64)>,
-    out: &mut Vec<Access>,
-) -> bool {
-    let is_output = |b: usize| k.buffers[b].output && k.buffers[b].scope == Scope::Param;
-    let record_loads = |v: &Val, ranges: &HashMap<String, (i64, i64)>, out: &mut Vec<Access>| {
-        v.for_each_load(&mut |buf, offset, _| {
-            if is_output(buf) {
-                out.push(Access {
-                    buf,
-                    offset: offset.clone(),
-                    ranges: ranges.clone(),
-                });
-            }
-        })
+/// The all-reduce launch of statements `from..` of `k`, when they are a
+/// row program whose reductions read no earlier reduction's result.
+fn all_reduce(k: &Kernel, from: usize, gpu: &GpuDesc) -> Option<Launch> {
+    let parts = row_parts(k, &k.body[from..])?;
+    if !reduces(&parts) || !reductions_independent(&parts) {
+        return None;
+    }
+    let longest = longest_part(&parts);
+    let threads = block_size(longest, gpu);
+    let per_block = threads as i64 * ITEMS_PER_THREAD;
+    let most = (gpu.sm_count * 2) as i64;
+    let blocks = ((longest + per_block - 1) / per_block).clamp(1, most);
+    Some(Launch::AllReduce {
+        from,
+        to: k.body.len(),
+        blocks: blocks as u32,
+        threads,
+    })
+}
+
+/// Statements `from..` of `k` as a row program for one block, when they
+/// are one.
+fn one_block(k: &Kernel, from: usize, gpu: &GpuDesc) -> Option<Launch> {
+    let parts = row_parts(k, &k.body[from..])?;
+    Some(Launch::Block {
+        from,
+        to: k.body.len(),
+        threads: block_size(longest_part(&parts), gpu),
+    })
+}
+
+/// Elements each thread of an all-reduce combines before the block does
+/// (PANAMERA's Part 1: fewer blocks, fewer partials to combine).
+pub const ITEMS_PER_THREAD: i64 = 16;
+
+/// Whether `parts` split into what every block can run and a tail: before
+/// the last reduction only locals and reductions that read no combined
+/// value (a reduced local, or a local computed from one: those exist only
+/// after every block is done), then anything (the last block runs it).
+fn reductions_independent(parts: &[RowPart]) -> bool {
+    let Some(last) = parts
+        .iter()
+        .rposition(|p| matches!(p, RowPart::Reduce { .. }))
+    else {
+        return false;
     };
-    for s in body {
-        match s {
-            Stmt::Loop(inner) => {
-                ranges.insert(inner.var.clone(), (0, inner.extent.max().max(1) - 1));
-                let ok = collect_accesses(k, &inner.body, ranges, out);
-                ranges.remove(&inner.var);
-                if !ok {
-                    return false;
+    let mut combined: Vec<String> = Vec::new();
+    for p in &parts[..=last] {
+        let mut read = Vec::new();
+        match p {
+            RowPart::Reduce { loops, .. } => {
+                for l in loops {
+                    locals_read(&l.body, &mut read);
                 }
             }
-            Stmt::Store { buf, offset, value } => {
-                record_loads(value, ranges, out);
-                offset_loads(offset, &mut |v| record_loads(v, ranges, out));
-                if is_output(*buf) {
-                    out.push(Access {
-                        buf: *buf,
-                        offset: offset.clone(),
-                        ranges: ranges.clone(),
-                    });
-                }
-            }
-            Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                record_loads(value, ranges, out)
-            }
-            Stmt::Alloc(_) => {}
-            Stmt::Gemm(_) => return false,
+            RowPart::Local(s) => locals_read(std::slice::from_ref(*s), &mut read),
+            RowPart::Spread(_) | RowPart::Once(_) => return false,
+        }
+        if read.iter().any(|v| combined.contains(v)) {
+            return false;
+        }
+        if let RowPart::Reduce { reduced, .. } = p {
+            combined.extend(reduced.iter().map(|(n, _)| n.clone()));
         }
     }
     true
 }
 
-/// Calls `f` on the values read inside `i`'s data-dependent atoms.
-fn offset_loads(i: &Idx, f: &mut dyn FnMut(&Val)) {
-    for (a, _) in &i.terms {
-        match a {
-            crate::ir::Atom::Data { value, .. } => f(value),
-            crate::ir::Atom::Div(e, _) | crate::ir::Atom::Mod(e, _) => offset_loads(e, f),
-            crate::ir::Atom::Var(_) => {}
+/// Locals read by the values of `body`.
+fn locals_read(body: &[Stmt], out: &mut Vec<String>) {
+    for s in body {
+        match s {
+            Stmt::Loop(l) => locals_read(&l.body, out),
+            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
+                value_locals(value, out)
+            }
+            _ => {}
         }
     }
+}
+
+fn value_locals(v: &crate::ir::Val, out: &mut Vec<String>) {
+    match v {
+        crate::ir::Val::Local(n) => out.push(n.clone()),
+        crate::ir::Val::Call(_, args) => args.iter().for_each(|a| value_locals(a, out)),
+        _ => {}
+    }
+}
+
+/// The most iterations one part of a row program spreads over threads.
+fn longest_part(parts: &[RowPart]) -> i64 {
+    parts
+        .iter()
+        .map(|p| match p {
+            RowPart::Reduce { loops, .. } => loops.iter().map(|l| l.extent.max()).product(),
+            RowPart::Spread(l) => l.extent.max(),
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1)
+}
+
+/// Threads of a block sharing `n` iterations: a power of two, at least a
+/// warp, at most the target's block size, about four iterations each.
+fn block_size(n: i64, gpu: &GpuDesc) -> u32 {
+    let want = ((n + 3) / 4).max(1) as u64;
+    let pow2 = want.next_power_of_two();
+    pow2.clamp(gpu.warp_size as u64, gpu.block_threads as u64) as u32
+}
+
+/// Whether some load in `body` walks `var` with stride 1 (consecutive
+/// threads then read consecutive elements).
+fn reads_along(body: &[Stmt], var: &str) -> bool {
+    let mut along = false;
+    crate::ir::for_each_load(body, &mut |_, offset, _| {
+        along |= offset
+            .terms
+            .iter()
+            .any(|(a, c)| *c == 1 && matches!(a, crate::ir::Atom::Var(v) if v == var));
+    });
+    along
 }
 
 #[cfg(test)]
@@ -212,7 +313,8 @@ mod tests {
     use super::*;
 
     fn mapping(text: &str) -> String {
-        map_kernel(&crate::parse_kernel(text).expect("kernel")).to_string()
+        let gpu = kiln_target::GpuPreset::Sm90.desc().gpu.expect("a GPU");
+        map_kernel(&crate::parse_kernel(text).expect("kernel"), &gpu).to_string()
     }
 
     #[test]
@@ -238,7 +340,7 @@ mod tests {
     }
   }
 }";
-        assert_eq!(mapping(k), "threads(#0, o0, 8)");
+        assert_eq!(mapping(k), "rows(#0, o0, 8, 32 threads)");
     }
 
     #[test]
@@ -278,6 +380,69 @@ mod tests {
   }
   out0[0] = acc
 }";
-        assert_eq!(mapping(k), "single(#0..#3)");
+        assert_eq!(mapping(k), "all_reduce(#0..#3, 1 blocks, 32 threads)");
+    }
+
+    #[test]
+    fn a_long_sum_to_a_scalar_spreads_over_blocks() {
+        let k = "kernel k(in0: f32[8388608], out out0: f32[]) {
+  let acc: f32 = 0.0:f32
+  for r0 in 0..8388608 {
+    acc = sum(acc, in0[r0])
+  }
+  out0[0] = Div(acc, 8388608.0:f32)
+}";
+        assert_eq!(mapping(k), "all_reduce(#0..#3, 264 blocks, 256 threads)");
+    }
+
+    #[test]
+    fn a_reduction_reading_an_earlier_scalar_reduction_runs_on_one_block() {
+        let k = "kernel k(in0: f32[4096], out out0: f32[]) {
+  let mean: f32 = 0.0:f32
+  for r0 in 0..4096 {
+    mean = sum(mean, in0[r0])
+  }
+  let var: f32 = 0.0:f32
+  for r0 in 0..4096 {
+    var = sum(var, Mul(Sub(in0[r0], mean), Sub(in0[r0], mean)))
+  }
+  out0[0] = var
+}";
+        assert_eq!(mapping(k), "block(#0..#5, 256 threads)");
+    }
+
+    #[test]
+    fn a_reduction_over_the_outer_axis_keeps_one_thread_per_output() {
+        // y-reduce: consecutive outputs read consecutive elements.
+        let k = "kernel k(in0: f32[1280,21128], out out0: f32[21128]) {
+  for i0 in 0..21128 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..1280 {
+      acc = sum(acc, in0[21128*r0 + i0])
+    }
+    out0[i0] = acc
+  }
+}";
+        assert_eq!(mapping(k), "threads(#0, i0, 21128)");
+    }
+
+    #[test]
+    fn layer_norm_rows_are_blocks_with_dependent_reductions() {
+        let k = "kernel k(in0: f32[64,768], out out0: f32[64,768]) {
+  for o0 in 0..64 {
+    let mean: f32 = 0.0:f32
+    for r0 in 0..768 {
+      mean = sum(mean, in0[768*o0 + r0])
+    }
+    let var: f32 = 0.0:f32
+    for r0 in 0..768 {
+      var = sum(var, Mul(Sub(in0[768*o0 + r0], mean), Sub(in0[768*o0 + r0], mean)))
+    }
+    for i1 in 0..768 {
+      out0[768*o0 + i1] = Div(Sub(in0[768*o0 + i1], mean), var)
+    }
+  }
+}";
+        assert_eq!(mapping(k), "rows(#0, o0, 64, 256 threads)");
     }
 }

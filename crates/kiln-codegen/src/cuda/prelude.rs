@@ -7,8 +7,17 @@ pub fn prelude() -> String {
     let mut s = String::from(TYPES);
     s.push_str(crate::c::INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
+    s.push_str(SHUFFLES);
     s
 }
+
+/// `kiln_shfl_down(v, s)`: lane `+ s`'s value for every element type (the
+/// hardware shuffles 32- and 64-bit words; narrower types go through int).
+const SHUFFLES: &str = r#"#define KILN_SHFL(T) KILN_INLINE T kiln_shfl_down(T v, int s) { return __shfl_down_sync(0xffffffffu, v, s); }
+#define KILN_SHFL_NARROW(T) KILN_INLINE T kiln_shfl_down(T v, int s) { return (T)__shfl_down_sync(0xffffffffu, (int)v, s); }
+KILN_SHFL(float) KILN_SHFL(double) KILN_SHFL(int32_t) KILN_SHFL(uint32_t) KILN_SHFL(int64_t) KILN_SHFL(uint64_t)
+KILN_SHFL_NARROW(int8_t) KILN_SHFL_NARROW(uint8_t) KILN_SHFL_NARROW(int16_t) KILN_SHFL_NARROW(uint16_t)
+"#;
 
 const TYPES: &str = r#"/* the prelude's helpers are static: most files use only some */
 #pragma nv_diag_suppress 177

@@ -1,0 +1,298 @@
+//! CUDA for row programs (`kiln_loop::gpu_map::rows`): a block runs one
+//! row's parts together, and the all-reduce form where blocks share the
+//! reductions and the last one finishes (PANAMERA §5.1, Figure 7's parts
+//! 1–3 with an ordered combine).
+//!
+//! Needs: a row program the mapping accepted. Guarantees: every thread
+//! computes each `let`; a reduction's coalesced iterations go to the
+//! threads (grid-stride in the all-reduce form), each combining into its
+//! own copy of the reduced locals; the copies are then combined in a fixed
+//! order — warp shuffles, then warps in order through shared memory, then
+//! (all-reduce) blocks in order by the last block — so results are the
+//! same on every run with the same launch; every thread then holds the
+//! result. Output loops are spread over the block's threads and lone
+//! stores done by thread 0, with a barrier after each part.
+
+use crate::c::Printer;
+use kiln_ir::{bail, DType, Result};
+use kiln_loop::gpu_map::rows::{row_parts, RowPart};
+use kiln_loop::{Kernel, Loop, Stmt, Val};
+use kiln_ops::te::Combiner;
+use std::fmt::Write;
+
+/// The function running statements `from..` of `k` (a row program) on
+/// one block.
+pub fn block_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    from: usize,
+    threads: u32,
+) -> Result<String> {
+    let Some(parts) = row_parts(k, &k.body[from..]) else {
+        bail!("{}: statements from {from} are not a row program", k.name);
+    };
+    let mut w = RowWriter::new(k);
+    for part in &parts {
+        w.part(part, 1, Spread::Block)?;
+    }
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
+        shared = w.shared,
+        body = w.p.out,
+    ))
+}
+
+/// The function running `k.body[stmt]` (a loop over `var`) one block per
+/// iteration.
+pub fn rows_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    stmt: usize,
+    threads: u32,
+) -> Result<String> {
+    let Stmt::Loop(l) = &k.body[stmt] else {
+        bail!("{}: statement {stmt} is not a loop", k.name);
+    };
+    let Some(parts) = row_parts(k, &l.body) else {
+        bail!("{}: statement {stmt} is not a row program", k.name);
+    };
+    let mut w = RowWriter::new(k);
+    w.p.ranges
+        .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+    for part in &parts {
+        w.part(part, 2, Spread::Block)?;
+    }
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  for (int64_t {v} = blockIdx.x; {v} < {e}; {v} += gridDim.x) {{\n{body}    __syncthreads();\n  }}\n  if (err) *kiln_err = 1;\n}}\n",
+        shared = w.shared,
+        v = l.var,
+        e = l.extent.max(),
+        body = w.p.out,
+    ))
+}
+
+/// The function running statements `from..` of `k` as an all-reduce over
+/// `blocks` blocks.
+pub fn all_reduce_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    from: usize,
+    blocks: u32,
+    threads: u32,
+) -> Result<String> {
+    let Some(parts) = row_parts(k, &k.body[from..]) else {
+        bail!("{}: statements from {from} are not a row program", k.name);
+    };
+    let Some(last) = parts
+        .iter()
+        .rposition(|p| matches!(p, RowPart::Reduce { .. }))
+    else {
+        bail!("{}: an all-reduce without a reduction", k.name);
+    };
+    let mut w = RowWriter::new(k);
+    let mut globals = format!("__device__ unsigned int {function}_count;\n");
+    let mut finals = Vec::new();
+    for part in &parts[..=last] {
+        w.part(part, 1, Spread::Grid)?;
+        if let RowPart::Reduce { reduced, .. } = part {
+            for (name, combiner) in reduced {
+                let partials = format!("{function}_{name}");
+                let ty = w.c_type_of(name)?;
+                writeln!(globals, "__device__ {ty} {partials}[{blocks}];").ok();
+                writeln!(
+                    w.p.out,
+                    "  if (threadIdx.x == 0) {partials}[blockIdx.x] = {name};"
+                )
+                .ok();
+                finals.push((name.clone(), *combiner, partials));
+            }
+        }
+    }
+    // The last block to finish combines the partials in block order.
+    writeln!(w.p.out, "  __shared__ int kiln_last;\n  if (threadIdx.x == 0) {{\n    __threadfence();\n    kiln_last = atomicAdd(&{function}_count, 1u) == gridDim.x - 1;\n  }}\n  __syncthreads();\n  if (!kiln_last) {{ if (err) *kiln_err = 1; return; }}").ok();
+    for (name, combiner, partials) in &finals {
+        let ty = w.c_type_of(name)?;
+        writeln!(
+            w.p.out,
+            "  if (threadIdx.x == 0) {{\n    {name} = ((volatile {ty}*){partials})[0];\n    for (unsigned int kiln_b = 1; kiln_b < gridDim.x; ++kiln_b) {{\n      {ty} kiln_o = ((volatile {ty}*){partials})[kiln_b];"
+        )
+        .ok();
+        w.combine_into(name, *combiner, 3)?;
+        let slot = w.shared_slot(name)?;
+        writeln!(w.p.out, "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];").ok();
+    }
+    writeln!(w.p.out, "  if (threadIdx.x == 0) {function}_count = 0;").ok();
+    for part in &parts[last + 1..] {
+        w.part(part, 1, Spread::Block)?;
+    }
+    Ok(format!(
+        "{globals}extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
+        shared = w.shared,
+        body = w.p.out,
+    ))
+}
+
+/// Which threads share a part's iterations.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// The block's threads.
+    Block,
+    /// Every thread of the grid (a reduction of the all-reduce form).
+    Grid,
+}
+
+impl Spread {
+    fn start_and_step(self) -> (&'static str, &'static str) {
+        match self {
+            Spread::Block => ("threadIdx.x", "blockDim.x"),
+            Spread::Grid => (
+                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
+                "(int64_t)gridDim.x * blockDim.x",
+            ),
+        }
+    }
+}
+
+/// Prints row parts, declaring the shared memory the combines use.
+struct RowWriter<'a> {
+    p: Printer<'a>,
+    shared: String,
+    /// Reduced locals with a shared slot, in order.
+    slots: Vec<String>,
+}
+
+impl<'a> RowWriter<'a> {
+    fn new(k: &'a Kernel) -> RowWriter<'a> {
+        RowWriter {
+            p: Printer::new(k),
+            shared: String::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    fn part(&mut self, part: &RowPart, depth: usize, spread: Spread) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        match part {
+            RowPart::Local(s) => self.p.stmt(s, depth)?,
+            RowPart::Once(s) => {
+                writeln!(self.p.out, "{pad}if (threadIdx.x == 0) {{").ok();
+                self.p.stmt(s, depth + 1)?;
+                writeln!(self.p.out, "{pad}}}\n{pad}__syncthreads();").ok();
+            }
+            RowPart::Spread(l) => {
+                self.spread(std::slice::from_ref(l), &l.body, depth, spread)?;
+                writeln!(self.p.out, "{pad}__syncthreads();").ok();
+            }
+            RowPart::Reduce {
+                loops,
+                body,
+                reduced,
+            } => {
+                self.spread(loops, body, depth, spread)?;
+                for (name, combiner) in reduced {
+                    self.block_combine(name, *combiner, depth)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The perfect nest `loops` (body `body`) coalesced and shared by the
+    /// threads of `spread`.
+    fn spread(&mut self, loops: &[&Loop], body: &[Stmt], depth: usize, spread: Spread) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let total: i64 = loops.iter().map(|l| l.extent.max()).product();
+        let (start, step) = spread.start_and_step();
+        writeln!(
+            self.p.out,
+            "{pad}for (int64_t kiln_t = {start}; kiln_t < {total}; kiln_t += {step}) {{"
+        )
+        .ok();
+        let mut inner: i64 = 1;
+        for (j, l) in loops.iter().enumerate().rev() {
+            let e = l.extent.max();
+            let div = if inner == 1 {
+                "kiln_t".to_string()
+            } else {
+                format!("(kiln_t / {inner})")
+            };
+            let value = if j == 0 { div } else { format!("{div} % {e}") };
+            writeln!(self.p.out, "{pad}  const int64_t {} = {value};", l.var).ok();
+            self.p.ranges.insert(l.var.clone(), (0, e.max(1) - 1));
+            inner *= e;
+        }
+        for s in body {
+            self.p.stmt(s, depth + 1)?;
+        }
+        for l in loops {
+            self.p.ranges.remove(&l.var);
+        }
+        writeln!(self.p.out, "{pad}}}").ok();
+        Ok(())
+    }
+
+    /// Combines every thread's `name` across the block: warp shuffles,
+    /// then the warps' results in order; every thread gets the result.
+    fn block_combine(&mut self, name: &str, combiner: Combiner, depth: usize) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let ty = self.c_type_of(name)?;
+        let slot = self.shared_slot(name)?;
+        writeln!(
+            self.p.out,
+            "{pad}for (int kiln_s = 16; kiln_s > 0; kiln_s >>= 1) {{\n{pad}  {ty} kiln_o = kiln_shfl_down({name}, kiln_s);"
+        )
+        .ok();
+        self.combine_into(name, combiner, depth + 1)?;
+        writeln!(
+            self.p.out,
+            "{pad}}}\n{pad}if ((threadIdx.x & 31) == 0) {slot}[threadIdx.x >> 5] = {name};\n{pad}__syncthreads();\n{pad}if (threadIdx.x == 0) {{\n{pad}  for (unsigned int kiln_w = 1; kiln_w < (blockDim.x >> 5); ++kiln_w) {{\n{pad}    {ty} kiln_o = {slot}[kiln_w];"
+        )
+        .ok();
+        self.combine_into(name, combiner, depth + 2)?;
+        writeln!(
+            self.p.out,
+            "{pad}  }}\n{pad}  {slot}[0] = {name};\n{pad}}}\n{pad}__syncthreads();\n{pad}{name} = {slot}[0];"
+        )
+        .ok();
+        Ok(())
+    }
+
+    /// `name = combiner(name, kiln_o)`, printed by the C printer's rule.
+    fn combine_into(&mut self, name: &str, combiner: Combiner, depth: usize) -> Result<()> {
+        let dtype = self.dtype_of(name)?;
+        self.p.locals.insert("kiln_o".into(), dtype);
+        let update = Stmt::Update {
+            name: name.to_string(),
+            combiner,
+            value: Val::Local("kiln_o".into()),
+        };
+        let r = self.p.stmt(&update, depth);
+        self.p.locals.remove("kiln_o");
+        r
+    }
+
+    /// The shared array (one slot per warp) of reduced local `name`.
+    fn shared_slot(&mut self, name: &str) -> Result<String> {
+        let slot = format!("kiln_sh_{name}");
+        if !self.slots.iter().any(|s| s == name) {
+            let ty = self.c_type_of(name)?;
+            writeln!(self.shared, "  __shared__ {ty} {slot}[32];").ok();
+            self.slots.push(name.to_string());
+        }
+        Ok(slot)
+    }
+
+    fn dtype_of(&self, name: &str) -> Result<DType> {
+        match self.p.locals.get(name) {
+            Some(d) => Ok(*d),
+            None => bail!("reduced local '{name}' is not declared"),
+        }
+    }
+
+    fn c_type_of(&self, name: &str) -> Result<&'static str> {
+        crate::scalar_c::c_type(self.dtype_of(name)?)
+    }
+}

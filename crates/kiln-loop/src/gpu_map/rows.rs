@@ -1,0 +1,155 @@
+//! A loop body as a block's cooperative program (PANAMERA §4.2: the
+//! parallel dimension bound to blocks, the reduced one to threads).
+//!
+//! Needs: the body of a loop whose iterations are independent (one block
+//! runs one iteration). Guarantees: the body split into [`RowPart`]s that
+//! the block's threads can run together — every thread computes each
+//! `let` (so each holds the same values); a reduction nest's coalesced
+//! iterations are spread over the threads, each updating its own copy of
+//! the reduced locals, which the block then combines (every thread gets the
+//! result); a loop of independent iterations (outputs) is spread over the
+//! threads; a lone store is done once. `None` when a part fits none of
+//! these (a local buffer, a reduction nest whose stores could collide).
+
+use super::independence::independent;
+use crate::ir::{Extent, Kernel, Loop, Stmt};
+use kiln_ops::te::Combiner;
+use std::collections::HashSet;
+
+/// One part of a row program.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowPart<'a> {
+    /// Computed by every thread.
+    Local(&'a Stmt),
+    /// A reduction: the perfect nest `loops` (outermost first) whose
+    /// coalesced iterations the threads share, its innermost body, and the
+    /// locals it reduces (declared before it), combined across the block
+    /// afterwards.
+    Reduce {
+        loops: Vec<&'a Loop>,
+        body: &'a [Stmt],
+        reduced: Vec<(String, Combiner)>,
+    },
+    /// A loop of independent iterations shared by the threads.
+    Spread(&'a Loop),
+    /// A statement done by one thread.
+    Once(&'a Stmt),
+}
+
+/// `body` as row parts (see the module doc), or `None`.
+pub fn row_parts<'a>(k: &Kernel, body: &'a [Stmt]) -> Option<Vec<RowPart<'a>>> {
+    let mut declared: HashSet<String> = HashSet::new();
+    let mut parts = Vec::new();
+    for s in body {
+        parts.push(match s {
+            Stmt::Let { name, .. } => {
+                declared.insert(name.clone());
+                RowPart::Local(s)
+            }
+            Stmt::Loop(l) => {
+                let mut reduced = Vec::new();
+                updates_outside(&l.body, &mut HashSet::new(), &mut reduced);
+                if !matches!(l.extent, Extent::Const(_)) {
+                    return None;
+                }
+                if reduced.is_empty() {
+                    if !independent(k, l) || has_alloc(&l.body) {
+                        return None;
+                    }
+                    RowPart::Spread(l)
+                } else {
+                    if reduced.iter().any(|(n, _)| !declared.contains(n)) {
+                        return None;
+                    }
+                    reduction(k, l, reduced)?
+                }
+            }
+            Stmt::Store { .. } => RowPart::Once(s),
+            Stmt::Update { .. } | Stmt::Alloc(_) | Stmt::Gemm(_) => return None,
+        });
+    }
+    Some(parts)
+}
+
+/// Whether any part is a reduction.
+pub fn reduces(parts: &[RowPart]) -> bool {
+    parts.iter().any(|p| matches!(p, RowPart::Reduce { .. }))
+}
+
+/// The reduction nest rooted at `l`: its perfect nest of loops, each
+/// level's iterations independent apart from the reduced locals (so
+/// stores inside never collide once coalesced).
+fn reduction<'a>(k: &Kernel, l: &'a Loop, reduced: Vec<(String, Combiner)>) -> Option<RowPart<'a>> {
+    let mut loops = vec![l];
+    let mut body = l.body.as_slice();
+    while let [Stmt::Loop(inner)] = body {
+        if !matches!(inner.extent, Extent::Const(_)) {
+            break;
+        }
+        loops.push(inner);
+        body = inner.body.as_slice();
+    }
+    if has_alloc(body) {
+        return None;
+    }
+    let names: HashSet<&str> = reduced.iter().map(|(n, _)| n.as_str()).collect();
+    for level in &loops {
+        let without = strip_updates(level, &names);
+        if !independent(k, &without) {
+            return None;
+        }
+    }
+    Some(RowPart::Reduce {
+        loops,
+        body,
+        reduced,
+    })
+}
+
+/// The updates in `body` of locals not declared inside it, with their
+/// combiners (each name once).
+fn updates_outside(body: &[Stmt], inside: &mut HashSet<String>, out: &mut Vec<(String, Combiner)>) {
+    for s in body {
+        match s {
+            Stmt::Let { name, .. } => {
+                inside.insert(name.clone());
+            }
+            Stmt::Update { name, combiner, .. } => {
+                if !inside.contains(name) && !out.iter().any(|(n, _)| n == name) {
+                    out.push((name.clone(), *combiner));
+                }
+            }
+            Stmt::Loop(l) => updates_outside(&l.body, inside, out),
+            _ => {}
+        }
+    }
+}
+
+/// `l` without the updates of `names` (for the independence check: those
+/// are combined across threads, not stored).
+fn strip_updates(l: &Loop, names: &HashSet<&str>) -> Loop {
+    fn strip(body: &[Stmt], names: &HashSet<&str>) -> Vec<Stmt> {
+        body.iter()
+            .filter(|s| !matches!(s, Stmt::Update { name, .. } if names.contains(name.as_str())))
+            .map(|s| match s {
+                Stmt::Loop(l) => Stmt::Loop(Loop {
+                    body: strip(&l.body, names),
+                    ..l.clone()
+                }),
+                other => other.clone(),
+            })
+            .collect()
+    }
+    Loop {
+        body: strip(&l.body, names),
+        ..l.clone()
+    }
+}
+
+fn has_alloc(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Alloc(_) => true,
+        Stmt::Loop(l) => has_alloc(&l.body),
+        _ => false,
+    })
+}

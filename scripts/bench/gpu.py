@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""kiln's CUDA backend against PyTorch on one GPU (not run in CI).
+
+Each case is an ONNX graph built here with onnx.helper and the same
+computation written in PyTorch. For each case, in one run on the same GPU:
+
+    kiln           KILN bench CASE.onnx --backend cuda --json (device time of
+                   the kernels by CUDA events, inputs already on the device)
+    torch          PyTorch eager, CUDA events around each call
+    torch_compile  torch.compile (Inductor, default mode), the same timing
+
+median milliseconds of --runs runs after --warmup, and kiln / peer ratios
+(< 1: kiln is faster). Cases: PANAMERA (Table 2's f32 sub-graphs 4-9 and
+single reductions in its three canonical forms), Softmax and LayerNorm rows,
+and models (torchvision resnet50 / mobilenet_v2 exported here with
+torch.onnx at opset 17, static shapes, random weights).
+
+Usage (on the GPU machine, see scripts/gpu/check.sh):
+    python3 scripts/bench/gpu.py --kiln .gpu/kiln --out $OUT/gpu_bench.json
+    python3 scripts/bench/gpu.py --only sum_all_8M,softmax --no-compile
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+F = TensorProto.FLOAT
+
+
+def graph(name, inputs, outputs, nodes, inits=()):
+    g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def vi(name, shape, ty=F):
+    return helper.make_tensor_value_info(name, ty, shape)
+
+
+def axes(name, values):
+    return helper.make_tensor(name, TensorProto.INT64, [len(values)], values)
+
+
+def reduce_case(shape, ax, keep=0):
+    """x -> ReduceSum(axes)"""
+    out_shape = [d for i, d in enumerate(shape) if i not in ax] if not keep else [
+        1 if i in ax else d for i, d in enumerate(shape)]
+    m = graph("r", [vi("x", shape)], [vi("y", out_shape)],
+              [helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=keep)],
+              [axes("ax", ax)])
+    return m, lambda t: t["x"].sum(dim=tuple(ax), keepdim=bool(keep)), {"x": shape}
+
+
+def chain_case(shape, ops, ax):
+    """x -> elementwise ops (with constants 0.5/1.5) -> ReduceSum(ax)"""
+    nodes, cur, inits = [], "x", []
+    for i, op in enumerate(ops):
+        out = f"t{i}"
+        if op == "neg":
+            nodes.append(helper.make_node("Neg", [cur], [out]))
+        else:
+            c = f"c{i}"
+            inits.append(helper.make_tensor(c, F, [], [1.5 if op == "mul" else 0.5]))
+            nodes.append(helper.make_node({"mul": "Mul", "add": "Add"}[op], [cur, c], [out]))
+        cur = out
+    out_shape = [d for i, d in enumerate(shape) if i not in ax]
+    nodes.append(helper.make_node("ReduceSum", [cur, "ax"], ["y"], keepdims=0))
+    inits.append(axes("ax", ax))
+    m = graph("c", [vi("x", shape)], [vi("y", out_shape)], nodes, inits)
+
+    def torch_fn(t):
+        v = t["x"]
+        for op in ops:
+            v = -v if op == "neg" else (v * 1.5 if op == "mul" else v + 0.5)
+        return v.sum(dim=tuple(ax))
+    return m, torch_fn, {"x": shape}
+
+
+def two_reductions_case(shape, ax):
+    """Sub-graph 8: two independent add-mul-sum branches of one input."""
+    m1, _, _ = chain_case(shape, ["add", "mul"], ax)
+    nodes = list(m1.graph.node)
+    extra = [helper.make_node("Add", ["x", "c0"], ["u0"]),
+             helper.make_node("Mul", ["u0", "c1"], ["u1"]),
+             helper.make_node("Mul", ["u1", "c1"], ["u2"]),
+             helper.make_node("ReduceSum", ["u2", "ax"], ["z"], keepdims=0)]
+    out_shape = [d for i, d in enumerate(shape) if i not in ax]
+    m = graph("two", [vi("x", shape)], [vi("y", out_shape), vi("z", out_shape)],
+              nodes + extra, list(m1.graph.initializer))
+
+    def torch_fn(t):
+        v = (t["x"] + 0.5) * 1.5
+        return v.sum(dim=tuple(ax)), (v * 1.5).sum(dim=tuple(ax))
+    return m, torch_fn, {"x": shape}
+
+
+def softmax_case(shape):
+    m = graph("s", [vi("x", shape)], [vi("y", shape)],
+              [helper.make_node("Softmax", ["x"], ["y"], axis=-1)])
+    import torch
+    return m, lambda t: torch.softmax(t["x"], dim=-1), {"x": shape}
+
+
+def layernorm_case(shape):
+    n = shape[-1]
+    rng = np.random.default_rng(0)
+    scale = rng.standard_normal(n).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    m = graph("ln", [vi("x", shape)], [vi("y", shape)],
+              [helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-5)],
+              [helper.make_tensor("s", F, [n], scale), helper.make_tensor("b", F, [n], bias)])
+    import torch
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    s, b = torch.tensor(scale).to(dev), torch.tensor(bias).to(dev)
+    return m, lambda t: torch.nn.functional.layer_norm(t["x"], (n,), s, b, 1e-5), {"x": shape}
+
+
+def cases():
+    c = {
+        # PANAMERA Table 2, f32 sub-graphs (reduced axes as in its text).
+        "sg4_mul_sum_1280x21128": chain_case([1280, 21128], ["mul"], [0]),
+        "sg5_neg_mul_sum_1280": chain_case([1280], ["neg", "mul"], [0]),
+        "sg6_mul_mul_sum_3072": chain_case([3072], ["mul", "mul"], [0]),
+        "sg7_add_mul_sum_64x128x768": chain_case([64, 128, 768], ["add", "mul"], [2]),
+        "sg8_two_sums_64x128x768": two_reductions_case([64, 128, 768], [2]),
+        "sg9_sum_8192x768": reduce_case([8192, 768], [0, 1]),
+        # Single reductions in the three canonical forms.
+        "sum_all_8M": reduce_case([8388608], [0]),
+        "sum_x_1024x1024": reduce_case([1024, 1024], [1]),
+        "sum_y_1024x1024": reduce_case([1024, 1024], [0]),
+        # Rows.
+        "softmax_1x16x384x384": softmax_case([1, 16, 384, 384]),
+        "layernorm_8x512x768": layernorm_case([8, 512, 768]),
+        "layernorm_1x32768": layernorm_case([1, 32768]),
+        "layernorm_8x1048576": layernorm_case([8, 1048576]),
+        "softmax_1x1048576": softmax_case([1, 1048576]),
+    }
+    return c
+
+
+def model_cases(batches):
+    import torch
+    import torchvision
+    out = {}
+    for name in ["resnet50", "mobilenet_v2"]:
+        for b in batches:
+            torch.manual_seed(0)
+            mod = getattr(torchvision.models, name)().eval().cuda()
+            out[f"{name}_b{b}"] = (mod, [b, 3, 224, 224])
+    return out
+
+
+def export_module(mod, shape, path):
+    import torch
+    x = torch.randn(*shape, device="cuda")
+    kw = dict(input_names=["x"], output_names=["y"], opset_version=17)
+    try:
+        torch.onnx.export(mod, (x,), str(path), dynamo=False, **kw)
+    except Exception as e:  # the legacy exporter may be gone: try dynamo
+        print(f"  legacy export failed ({e}); trying dynamo", flush=True)
+        torch.onnx.export(mod, (x,), str(path), dynamo=True, external_data=False, **kw)
+
+
+def time_torch(fn, inputs, runs, warmup):
+    import torch
+    with torch.inference_mode():
+        for _ in range(warmup):
+            fn(inputs)
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(runs):
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(inputs)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def time_kiln(kiln, path, runs, warmup):
+    r = subprocess.run([kiln, "bench", str(path), "--backend", "cuda", "--json",
+                        "--runs", str(runs), "--warmup", str(warmup)],
+                       capture_output=True, text=True, timeout=300)
+    line = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not line:
+        raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1:])
+    return json.loads(line[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", default="target/release/kiln")
+    ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--models", default="1,8", help="batch sizes of the model cases ('' for none)")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    import torch
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
+    only = [s for s in args.only.split(",") if s]
+    tmp = Path(tempfile.mkdtemp())
+    rows = []
+    todo = list(cases().items())
+    batches = [int(b) for b in args.models.split(",") if b]
+    if batches:
+        todo += list(model_cases(batches).items())
+    for name, case in todo:
+        if only and not any(o in name for o in only):
+            continue
+        path = tmp / f"{name}.onnx"
+        try:
+            if isinstance(case[0], onnx.ModelProto):
+                model, torch_fn, shapes = case
+                onnx.save(model, path)
+                inputs = {k: torch.randn(*s, device="cuda") for k, s in shapes.items()}
+            else:
+                mod, shape = case
+                export_module(mod, shape, path)
+                inputs = {"x": torch.randn(*shape, device="cuda")}
+                torch_fn = lambda t, mod=mod: mod(t["x"])
+            row = {"case": name}
+            k = time_kiln(args.kiln, path, args.runs, args.warmup)
+            row["kiln_ms"] = k["median_ms"]
+            row["kiln_launches"] = k["launches"]
+            row["kiln_interpreted"] = k["interpreted"]
+            row["torch_ms"] = time_torch(torch_fn, inputs, args.runs, args.warmup)
+            if not args.no_compile:
+                t0 = time.time()
+                compiled = torch.compile(torch_fn)
+                row["torch_compile_ms"] = time_torch(compiled, inputs, args.runs, args.warmup)
+                row["torch_compile_s"] = round(time.time() - t0, 1)
+            best = min(v for key, v in row.items() if key in ("torch_ms", "torch_compile_ms"))
+            row["kiln_over_best_torch"] = row["kiln_ms"] / best
+        except Exception as e:
+            row = {"case": name, "error": str(e)[-300:]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    print("\n| case | kiln ms | torch eager ms | torch.compile ms | kiln / best torch |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['case']} | error: {r['error'][:80]} | | | |")
+            continue
+        tc = r.get("torch_compile_ms")
+        print(f"| {r['case']} | {r['kiln_ms']:.4f} | {r['torch_ms']:.4f} | "
+              f"{'' if tc is None else f'{tc:.4f}'} | {r['kiln_over_best_torch']:.2f} |")
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
