@@ -207,6 +207,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--only", default="")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-models", action="store_true",
+                    help="also torch.compile the model cases (about a minute each)")
     ap.add_argument("--models", default="1,8", help="batch sizes of the model cases ('' for none)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -239,7 +241,8 @@ def main():
             row["kiln_launches"] = k["launches"]
             row["kiln_interpreted"] = k["interpreted"]
             row["torch_ms"] = time_torch(torch_fn, inputs, args.runs, args.warmup)
-            if not args.no_compile:
+            is_model = not isinstance(case[0], onnx.ModelProto)
+            if not args.no_compile and (args.compile_models or not is_model):
                 t0 = time.time()
                 compiled = torch.compile(torch_fn)
                 row["torch_compile_ms"] = time_torch(compiled, inputs, args.runs, args.warmup)
