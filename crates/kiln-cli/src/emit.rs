@@ -92,12 +92,18 @@ fn cuda_text(g: &Graph, cpu: &CpuOptions) -> Result<String> {
         let Some(k) = k else { continue };
         s += &format!("\n/* {}: {} */\n", node.describe(), k.source.mapping);
         for l in &k.source.launches {
-            s += &format!("/* launch {} grid {:?} block {:?} */\n", l.function, l.grid, l.block);
+            s += &format!(
+                "/* launch {} grid {:?} block {:?} */\n",
+                l.function, l.grid, l.block
+            );
         }
         s += &k.source.cuda;
     }
     for (node, why) in program.interpreted() {
-        s += &format!("/* {node} runs on the interpreter: {} */\n", why.replace("*/", "* /"));
+        s += &format!(
+            "/* {node} runs on the interpreter: {} */\n",
+            why.replace("*/", "* /")
+        );
     }
     Ok(s)
 }

@@ -32,6 +32,8 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Dynamic shared memory in bytes.
     pub shared_bytes: u32,
+    /// Every block must be resident at once (blocks wait for each other).
+    pub cooperative: bool,
 }
 
 /// A kernel's CUDA source and its launches, in order.
@@ -51,6 +53,7 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     let mut launches = Vec::new();
     for (j, launch) in mapping.0.iter().enumerate() {
         let function = format!("{}_l{j}", k.name);
+        let cooperative = matches!(launch, Launch::SplitRows { .. });
         let (text, grid, block) = match launch {
             Launch::Threads { stmt, var, extent } => {
                 let text = threads_function(&k, &function, &params, *stmt, var, *extent, gpu)?;
@@ -65,7 +68,26 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
             } => {
                 let text = rows::rows_function(&k, &function, &params, *stmt, *threads)?;
                 let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
-                (text, [(*extent).clamp(1, most) as u32, 1, 1], [*threads, 1, 1])
+                (
+                    text,
+                    [(*extent).clamp(1, most) as u32, 1, 1],
+                    [*threads, 1, 1],
+                )
+            }
+            Launch::Columns {
+                stmt,
+                extent,
+                groups,
+                ..
+            } => {
+                let text = rows::columns_function(&k, &function, &params, *stmt, *groups)?;
+                let tiles = (extent + 31) / 32;
+                let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
+                (
+                    text,
+                    [tiles.clamp(1, most) as u32, 1, 1],
+                    [groups * 32, 1, 1],
+                )
             }
             Launch::AllReduce {
                 from,
@@ -80,6 +102,25 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
             Launch::Block { from, threads, .. } => {
                 let text = rows::block_function(&k, &function, &params, *from, *threads)?;
                 (text, [1, 1, 1], [*threads, 1, 1])
+            }
+            Launch::SplitRows {
+                stmt,
+                rows,
+                blocks_per_row,
+                threads,
+            } => {
+                let rows = rows.as_ref().map(|(v, e)| (v.as_str(), *e));
+                let text = rows::split_rows_function(
+                    &k,
+                    &function,
+                    &params,
+                    *stmt,
+                    rows,
+                    *blocks_per_row,
+                    *threads,
+                )?;
+                let blocks = rows.map_or(1, |r| r.1) as u32 * blocks_per_row;
+                (text, [blocks, 1, 1], [*threads, 1, 1])
             }
             Launch::Single { from, to } => {
                 let text = single_function(&k, &function, &params, *from..*to)?;
@@ -99,6 +140,7 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
             grid,
             block,
             shared_bytes: 0,
+            cooperative,
         });
     }
     Ok(CudaSource {

@@ -66,6 +66,7 @@ struct Launch {
     grid: [u32; 3],
     block: [u32; 3],
     shared: u32,
+    cooperative: bool,
 }
 
 /// A model compiled for a GPU, ready to run.
@@ -237,8 +238,14 @@ impl CudaModel {
             // (device pointers, `args` in order) then the error word: one
             // u64 per parameter, which `params` points at.
             unsafe {
-                self.gpu
-                    .launch(&l.function, l.grid, l.block, l.shared, &mut params)?
+                self.gpu.launch(
+                    &l.function,
+                    l.grid,
+                    l.block,
+                    l.shared,
+                    l.cooperative,
+                    &mut params,
+                )?
             };
         }
         Ok(())
@@ -363,6 +370,7 @@ fn resolve_launches(program: &CudaProgram, module: &Module) -> Result<Vec<Vec<La
                         grid: l.grid,
                         block: l.block,
                         shared: l.shared_bytes,
+                        cooperative: l.cooperative,
                     })
                 })
                 .collect()

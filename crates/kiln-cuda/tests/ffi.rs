@@ -178,7 +178,7 @@ fn launch_add(gpu: &Gpu, nvrtc: &Nvrtc, arch: Arch) {
     let ms = gpu
         // SAFETY: three arguments matching add's (pointer, pointer, i64),
         // pointing at buffers of n floats.
-        .elapsed_ms(|| unsafe { gpu.launch(&add, grid, [256, 1, 1], 0, &mut args) })
+        .elapsed_ms(|| unsafe { gpu.launch(&add, grid, [256, 1, 1], 0, false, &mut args) })
         .expect("timed launch");
     assert!(ms >= 0.0);
     gpu.synchronize().expect("synchronize");

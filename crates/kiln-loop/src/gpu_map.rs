@@ -13,8 +13,11 @@
 //!   memory along its innermost loop (x-reduce: a thread per row would read
 //!   rows apart, uncoalesced) or there are fewer rows than multiprocessors:
 //!   the reduced loops go to the block's threads, combined through warp
-//!   shuffles and shared memory (a y-reduce over many outputs stays one
-//!   thread per output: neighbouring threads read neighbouring elements);
+//!   shuffles and shared memory;
+//! - **columns** — the same loop when its reduction reads across rows
+//!   (y-reduce): lanes of a warp take neighbouring iterations (coalesced),
+//!   the warps of a block split each iteration's reduction, combined in
+//!   shared memory in order;
 //! - **all-reduce** — a body of top-level locals (reductions to scalars)
 //!   that is a row program whose reductions read no earlier reduction:
 //!   `blocks` blocks share the reduced iterations, each block's partial
@@ -25,6 +28,11 @@
 //!   type works);
 //! - **block** — a row program of top-level locals whose reductions
 //!   depend on each other (Softmax or LayerNorm over one row): one block;
+//! - **split rows** — rows (or such a top-level program) too long and too
+//!   few for one block each: several blocks per row, all resident at once
+//!   (a cooperative launch), meeting at a barrier of the row's blocks
+//!   after each part; partial results combined in block order by every
+//!   block of the row;
 //! - **gemm** — the kernel's matrix product (the tiled template);
 //! - **single** — statements with no provable parallelism, one thread:
 //!   slow, never wrong.
@@ -58,6 +66,17 @@ pub enum Launch {
         extent: i64,
         threads: u32,
     },
+    /// Statement `stmt` is a loop over `var` in `0..extent` whose
+    /// iterations (outputs) are a warp's lanes, `groups` warps of a block
+    /// sharing each output's reduction (a reduction over an outer axis:
+    /// neighbouring lanes read neighbouring elements), combined in shared
+    /// memory in group order.
+    Columns {
+        stmt: usize,
+        var: String,
+        extent: i64,
+        groups: u32,
+    },
     /// Statements `from..to` are a row program of reductions to scalars
     /// run by `blocks` blocks of `threads` threads.
     AllReduce {
@@ -68,7 +87,23 @@ pub enum Launch {
     },
     /// Statements `from..to` are a row program run by one block of
     /// `threads` threads (its reductions depend on each other).
-    Block { from: usize, to: usize, threads: u32 },
+    Block {
+        from: usize,
+        to: usize,
+        threads: u32,
+    },
+    /// A row program over rows too long for one block: `blocks_per_row`
+    /// blocks of `threads` threads share each row, meeting at a barrier of
+    /// the row's blocks after each part (every block resident at once: a
+    /// cooperative launch of at most one block per multiprocessor).
+    /// `rows`: statement `stmt`, a loop over `var` in `0..extent`, one row
+    /// per iteration; or `None`: statements `stmt..` as one row.
+    SplitRows {
+        stmt: usize,
+        rows: Option<(String, i64)>,
+        blocks_per_row: u32,
+        threads: u32,
+    },
     /// Statement `stmt` is the kernel's gemm.
     Gemm { stmt: usize },
     /// Statements `from..to` run by one thread.
@@ -100,9 +135,30 @@ impl fmt::Display for Launch {
                 f,
                 "all_reduce(#{from}..#{to}, {blocks} blocks, {threads} threads)"
             ),
+            Launch::Columns {
+                stmt,
+                var,
+                extent,
+                groups,
+            } => write!(f, "columns(#{stmt}, {var}, {extent}, {groups} groups)"),
             Launch::Block { from, to, threads } => {
                 write!(f, "block(#{from}..#{to}, {threads} threads)")
             }
+            Launch::SplitRows {
+                stmt,
+                rows,
+                blocks_per_row,
+                threads,
+            } => match rows {
+                Some((var, extent)) => write!(
+                    f,
+                    "split_rows(#{stmt}, {var}, {extent}, {blocks_per_row} blocks per row, {threads} threads)"
+                ),
+                None => write!(
+                    f,
+                    "split_rows(#{stmt}.., {blocks_per_row} blocks, {threads} threads)"
+                ),
+            },
             Launch::Gemm { stmt } => write!(f, "gemm(#{stmt})"),
             Launch::Single { from, to } => write!(f, "single(#{from}..#{to})"),
         }
@@ -146,43 +202,78 @@ fn statement_launch(k: &Kernel, i: usize, s: &Stmt, gpu: &GpuDesc) -> Launch {
     match s {
         Stmt::Gemm(_) => Launch::Gemm { stmt: i },
         Stmt::Loop(l) if matches!(l.extent, Extent::Const(_)) && independent(k, l) => {
-            let extent = l.extent.max();
-            match row_threads(k, l, extent, gpu) {
-                Some(threads) => Launch::Rows {
-                    stmt: i,
-                    var: l.var.clone(),
-                    extent,
-                    threads,
-                },
-                None => Launch::Threads {
-                    stmt: i,
-                    var: l.var.clone(),
-                    extent,
-                },
-            }
+            loop_launch(k, i, l, gpu)
         }
         _ => Launch::Single { from: i, to: i + 1 },
     }
 }
 
-/// Threads per block when `l`'s iterations should be rows (one block
-/// each), `None` when one thread per iteration is better.
-fn row_threads(k: &Kernel, l: &Loop, rows: i64, gpu: &GpuDesc) -> Option<u32> {
-    let parts = row_parts(k, &l.body)?;
-    if !reduces(&parts) {
-        return None;
-    }
+/// The launch of top-level loop `l` (statement `i`), whose iterations are
+/// independent: rows of a reduction go to blocks when the reduction reads
+/// along its innermost loop or the rows are fewer than multiprocessors
+/// (and rows few and long to several blocks each); a reduction over an
+/// outer axis to columns; anything else one thread per iteration.
+fn loop_launch(k: &Kernel, i: usize, l: &Loop, gpu: &GpuDesc) -> Launch {
+    let extent = l.extent.max();
+    let threads_launch = Launch::Threads {
+        stmt: i,
+        var: l.var.clone(),
+        extent,
+    };
+    let Some(parts) = row_parts(k, &l.body).filter(|p| reduces(p)) else {
+        return threads_launch;
+    };
     let longest = longest_part(&parts);
-    // Fewer rows than multiprocessors: one thread each leaves the GPU idle
-    // whatever the access pattern.
-    let few_rows = rows < gpu.sm_count as i64;
+    let warp = gpu.warp_size as i64;
+    if longest < warp {
+        return threads_launch;
+    }
     let along = parts.iter().any(|p| match p {
         RowPart::Reduce { loops, body, .. } => loops
             .last()
             .is_some_and(|inner| reads_along(body, &inner.var)),
         _ => false,
     });
-    (longest >= gpu.warp_size as i64 && (along || few_rows)).then(|| block_size(longest, gpu))
+    // Fewer rows than multiprocessors: one thread each leaves the GPU idle
+    // whatever the access pattern.
+    if along || extent < gpu.sm_count as i64 {
+        let threads = block_size(longest, gpu);
+        return match blocks_per_row(longest, extent, threads, gpu) {
+            Some(blocks_per_row) => Launch::SplitRows {
+                stmt: i,
+                rows: Some((l.var.clone(), extent)),
+                blocks_per_row,
+                threads,
+            },
+            None => Launch::Rows {
+                stmt: i,
+                var: l.var.clone(),
+                extent,
+                threads,
+            },
+        };
+    }
+    if longest >= 2 * warp {
+        return Launch::Columns {
+            stmt: i,
+            var: l.var.clone(),
+            extent,
+            groups: (gpu.block_threads / gpu.warp_size).max(1) as u32,
+        };
+    }
+    threads_launch
+}
+
+/// Blocks per row when `rows` rows whose longest part has `longest`
+/// iterations leave most multiprocessors idle with one block each: enough
+/// blocks for every thread to take [`ITEMS_PER_THREAD`] iterations or
+/// more, all rows' blocks at most one per multiprocessor. `None` for one.
+fn blocks_per_row(longest: i64, rows: i64, threads: u32, gpu: &GpuDesc) -> Option<u32> {
+    let per_block = threads as i64 * ITEMS_PER_THREAD;
+    let wanted = (longest + per_block - 1) / per_block;
+    let most = gpu.sm_count as i64 / rows.max(1);
+    let n = wanted.min(most);
+    (n >= 2).then_some(n as u32)
 }
 
 /// The all-reduce launch of statements `from..` of `k`, when they are a
@@ -209,10 +300,20 @@ fn all_reduce(k: &Kernel, from: usize, gpu: &GpuDesc) -> Option<Launch> {
 /// are one.
 fn one_block(k: &Kernel, from: usize, gpu: &GpuDesc) -> Option<Launch> {
     let parts = row_parts(k, &k.body[from..])?;
-    Some(Launch::Block {
-        from,
-        to: k.body.len(),
-        threads: block_size(longest_part(&parts), gpu),
+    let longest = longest_part(&parts);
+    let threads = block_size(longest, gpu);
+    Some(match blocks_per_row(longest, 1, threads, gpu) {
+        Some(blocks_per_row) => Launch::SplitRows {
+            stmt: from,
+            rows: None,
+            blocks_per_row,
+            threads,
+        },
+        None => Launch::Block {
+            from,
+            to: k.body.len(),
+            threads,
+        },
     })
 }
 
@@ -409,11 +510,14 @@ mod tests {
   out0[0] = var
 }";
         assert_eq!(mapping(k), "block(#0..#5, 256 threads)");
+        let long = k.replace("4096", "1048576");
+        assert_eq!(mapping(&long), "split_rows(#0.., 132 blocks, 256 threads)");
     }
 
     #[test]
-    fn a_reduction_over_the_outer_axis_keeps_one_thread_per_output() {
-        // y-reduce: consecutive outputs read consecutive elements.
+    fn a_reduction_over_the_outer_axis_is_columns() {
+        // y-reduce: consecutive outputs read consecutive elements; warps
+        // share each output's 1280 rows.
         let k = "kernel k(in0: f32[1280,21128], out out0: f32[21128]) {
   for i0 in 0..21128 {
     let acc: f32 = 0.0:f32
@@ -423,7 +527,26 @@ mod tests {
     out0[i0] = acc
   }
 }";
-        assert_eq!(mapping(k), "threads(#0, i0, 21128)");
+        assert_eq!(mapping(k), "columns(#0, i0, 21128, 8 groups)");
+    }
+
+    #[test]
+    fn few_long_rows_split_over_blocks() {
+        let k = "kernel k(in0: f32[8,1048576], out out0: f32[8,1048576]) {
+  for o0 in 0..8 {
+    let m: f32 = -inf:f32
+    for r0 in 0..1048576 {
+      m = max(m, in0[1048576*o0 + r0])
+    }
+    for i1 in 0..1048576 {
+      out0[1048576*o0 + i1] = Sub(in0[1048576*o0 + i1], m)
+    }
+  }
+}";
+        assert_eq!(
+            mapping(k),
+            "split_rows(#0, o0, 8, 16 blocks per row, 256 threads)"
+        );
     }
 
     #[test]

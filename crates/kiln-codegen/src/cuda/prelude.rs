@@ -17,6 +17,27 @@ const SHUFFLES: &str = r#"#define KILN_SHFL(T) KILN_INLINE T kiln_shfl_down(T v,
 #define KILN_SHFL_NARROW(T) KILN_INLINE T kiln_shfl_down(T v, int s) { return (T)__shfl_down_sync(0xffffffffu, (int)v, s); }
 KILN_SHFL(float) KILN_SHFL(double) KILN_SHFL(int32_t) KILN_SHFL(uint32_t) KILN_SHFL(int64_t) KILN_SHFL(uint64_t)
 KILN_SHFL_NARROW(int8_t) KILN_SHFL_NARROW(uint8_t) KILN_SHFL_NARROW(int16_t) KILN_SHFL_NARROW(uint16_t)
+/* A barrier of the `n` blocks sharing a row (all resident: a cooperative
+   launch). Each block's thread 0 reads the generation, then arrives; the
+   last to arrive resets the count and starts the next generation, which
+   the others wait for. Memory written before it is visible after it. */
+KILN_INLINE void kiln_row_barrier(unsigned int* count, unsigned int* gen, unsigned int n) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* g = gen;
+    unsigned int seen = *g;
+    __threadfence();
+    if (atomicAdd(count, 1u) == n - 1) {
+      *count = 0;
+      __threadfence();
+      *g = seen + 1;
+    } else {
+      while (*g == seen) { }
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
 "#;
 
 const TYPES: &str = r#"/* the prelude's helpers are static: most files use only some */

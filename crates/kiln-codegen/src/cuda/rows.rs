@@ -122,7 +122,11 @@ pub fn all_reduce_function(
         .ok();
         w.combine_into(name, *combiner, 3)?;
         let slot = w.shared_slot(name)?;
-        writeln!(w.p.out, "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];").ok();
+        writeln!(
+            w.p.out,
+            "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];"
+        )
+        .ok();
     }
     writeln!(w.p.out, "  if (threadIdx.x == 0) {function}_count = 0;").ok();
     for part in &parts[last + 1..] {
@@ -135,6 +139,130 @@ pub fn all_reduce_function(
     ))
 }
 
+/// The function running a row program with `blocks_per_row` blocks per
+/// row: `stmt` a loop over the rows (`rows` is its variable and extent),
+/// or with `rows` `None`, statements `stmt..` as one row.
+pub fn split_rows_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    stmt: usize,
+    rows: Option<(&str, i64)>,
+    blocks_per_row: u32,
+    threads: u32,
+) -> Result<String> {
+    let body = match (rows, &k.body[stmt]) {
+        (Some(_), Stmt::Loop(l)) => l.body.as_slice(),
+        (None, _) => &k.body[stmt..],
+        _ => bail!("{}: statement {stmt} is not a loop", k.name),
+    };
+    let Some(parts) = row_parts(k, body) else {
+        bail!("{}: statement {stmt} is not a row program", k.name);
+    };
+    let (var, extent) = rows.unwrap_or(("kiln_row", 1));
+    let mut w = RowWriter::new(k);
+    w.p.ranges.insert(var.to_string(), (0, extent.max(1) - 1));
+    let mut globals = format!(
+        "__device__ unsigned int {function}_count[{extent}];\n__device__ unsigned int {function}_gen[{extent}];\n"
+    );
+    let barrier = format!(
+        "kiln_row_barrier(&{function}_count[{var}], &{function}_gen[{var}], {blocks_per_row});"
+    );
+    let spread = Spread::Row(blocks_per_row);
+    for part in &parts {
+        match part {
+            RowPart::Reduce { reduced, .. } => {
+                w.part(part, 1, spread)?;
+                for (name, combiner) in reduced {
+                    let partials = format!("{function}_{name}");
+                    let ty = w.c_type_of(name)?;
+                    let slot = w.shared_slot(name)?;
+                    writeln!(
+                        globals,
+                        "__device__ {ty} {partials}[{}];",
+                        extent * blocks_per_row as i64
+                    )
+                    .ok();
+                    writeln!(w.p.out, "  if (threadIdx.x == 0) {partials}[{var} * {blocks_per_row} + kiln_b] = {name};\n  {barrier}\n  if (threadIdx.x == 0) {{\n    {name} = ((volatile {ty}*){partials})[{var} * {blocks_per_row}];\n    for (unsigned int kiln_j = 1; kiln_j < {blocks_per_row}; ++kiln_j) {{\n      {ty} kiln_o = ((volatile {ty}*){partials})[{var} * {blocks_per_row} + kiln_j];").ok();
+                    w.combine_into(name, *combiner, 3)?;
+                    writeln!(w.p.out, "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];").ok();
+                }
+            }
+            RowPart::Once(s) => {
+                writeln!(w.p.out, "  if (kiln_b == 0 && threadIdx.x == 0) {{").ok();
+                w.p.stmt(s, 2)?;
+                writeln!(w.p.out, "  }}\n  {barrier}").ok();
+            }
+            RowPart::Spread(_) => {
+                w.part(part, 1, spread)?;
+                writeln!(w.p.out, "  {barrier}").ok();
+            }
+            RowPart::Local(_) => w.part(part, 1, spread)?,
+        }
+    }
+    Ok(format!(
+        "{globals}extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  const int64_t {var} = blockIdx.x / {blocks_per_row};\n  const unsigned int kiln_b = blockIdx.x % {blocks_per_row};\n  (void){var};\n{body}  if (err) *kiln_err = 1;\n}}\n",
+        shared = w.shared,
+        body = w.p.out,
+    ))
+}
+
+/// The function running `k.body[stmt]` (a loop over `var`) as columns:
+/// a warp's lanes take neighbouring iterations, `groups` warps split each
+/// iteration's reductions and combine them in shared memory in order.
+/// Lanes past the end compute the last iteration again and store nothing.
+pub fn columns_function(
+    k: &Kernel,
+    function: &str,
+    params: &str,
+    stmt: usize,
+    groups: u32,
+) -> Result<String> {
+    let Stmt::Loop(l) = &k.body[stmt] else {
+        bail!("{}: statement {stmt} is not a loop", k.name);
+    };
+    let Some(parts) = row_parts(k, &l.body) else {
+        bail!("{}: statement {stmt} is not a row program", k.name);
+    };
+    let (var, e) = (&l.var, l.extent.max());
+    let mut w = RowWriter::new(k);
+    w.p.ranges.insert(var.clone(), (0, e.max(1) - 1));
+    let spread = Spread::Groups(groups);
+    for part in &parts {
+        match part {
+            RowPart::Reduce { reduced, .. } => {
+                w.part_spread(part, 2, spread)?;
+                for (name, combiner) in reduced {
+                    let ty = w.c_type_of(name)?;
+                    let col = format!("kiln_col_{name}");
+                    writeln!(w.shared, "  __shared__ {ty} {col}[{groups}][33];").ok();
+                    writeln!(w.p.out, "    {col}[kiln_g][kiln_lane] = {name};\n    __syncthreads();\n    if (kiln_g == 0) {{\n      for (int kiln_h = 1; kiln_h < {groups}; ++kiln_h) {{\n        {ty} kiln_o = {col}[kiln_h][kiln_lane];").ok();
+                    w.combine_into(name, *combiner, 4)?;
+                    writeln!(w.p.out, "      }}\n      {col}[0][kiln_lane] = {name};\n    }}\n    __syncthreads();\n    {name} = {col}[0][kiln_lane];").ok();
+                }
+            }
+            RowPart::Spread(l) => {
+                writeln!(w.p.out, "    if (kiln_live) {{").ok();
+                w.spread(std::slice::from_ref(l), &l.body, 3, spread)?;
+                writeln!(w.p.out, "    }}\n    __syncthreads();").ok();
+            }
+            RowPart::Once(s) => {
+                writeln!(w.p.out, "    if (kiln_g == 0 && kiln_live) {{").ok();
+                w.p.stmt(s, 3)?;
+                writeln!(w.p.out, "    }}\n    __syncthreads();").ok();
+            }
+            RowPart::Local(s) => w.p.stmt(s, 2)?,
+        }
+    }
+    Ok(format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  const int kiln_lane = threadIdx.x % 32, kiln_g = threadIdx.x / 32;\n  for (int64_t kiln_base = (int64_t)blockIdx.x * 32; kiln_base < {e}; kiln_base += (int64_t)gridDim.x * 32) {{\n    const bool kiln_live = kiln_base + kiln_lane < {e};\n    const int64_t {var} = kiln_live ? kiln_base + kiln_lane : {last};\n{body}    __syncthreads();\n  }}\n  if (err) *kiln_err = 1;\n}}\n",
+        threads = groups * 32,
+        last = e - 1,
+        shared = w.shared,
+        body = w.p.out,
+    ))
+}
+
 /// Which threads share a part's iterations.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Spread {
@@ -142,16 +270,26 @@ enum Spread {
     Block,
     /// Every thread of the grid (a reduction of the all-reduce form).
     Grid,
+    /// The threads of the row's blocks (`kiln_b` is the block's number in
+    /// its row).
+    Row(u32),
+    /// The warps of a block of columns (`kiln_g` is the warp's number).
+    Groups(u32),
 }
 
 impl Spread {
-    fn start_and_step(self) -> (&'static str, &'static str) {
+    fn start_and_step(self) -> (String, String) {
         match self {
-            Spread::Block => ("threadIdx.x", "blockDim.x"),
+            Spread::Block => ("threadIdx.x".into(), "blockDim.x".into()),
             Spread::Grid => (
-                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x",
-                "(int64_t)gridDim.x * blockDim.x",
+                "(int64_t)blockIdx.x * blockDim.x + threadIdx.x".into(),
+                "(int64_t)gridDim.x * blockDim.x".into(),
             ),
+            Spread::Row(n) => (
+                "(int64_t)kiln_b * blockDim.x + threadIdx.x".into(),
+                format!("(int64_t){n} * blockDim.x"),
+            ),
+            Spread::Groups(n) => ("kiln_g".into(), n.to_string()),
         }
     }
 }
@@ -200,9 +338,24 @@ impl<'a> RowWriter<'a> {
         Ok(())
     }
 
+    /// A reduction part's loops shared by the threads of `spread`, each
+    /// combining into its own copies (the caller combines them).
+    fn part_spread(&mut self, part: &RowPart, depth: usize, spread: Spread) -> Result<()> {
+        if let RowPart::Reduce { loops, body, .. } = part {
+            self.spread(loops, body, depth, spread)?;
+        }
+        Ok(())
+    }
+
     /// The perfect nest `loops` (body `body`) coalesced and shared by the
     /// threads of `spread`.
-    fn spread(&mut self, loops: &[&Loop], body: &[Stmt], depth: usize, spread: Spread) -> Result<()> {
+    fn spread(
+        &mut self,
+        loops: &[&Loop],
+        body: &[Stmt],
+        depth: usize,
+        spread: Spread,
+    ) -> Result<()> {
         let pad = "  ".repeat(depth);
         let total: i64 = loops.iter().map(|l| l.extent.max()).product();
         let (start, step) = spread.start_and_step();

@@ -85,6 +85,18 @@ fn_table! {
             params: *mut *mut c_void,
             extra: *mut *mut c_void,
         ) -> CUresult;
+        fn cuLaunchCooperativeKernel(
+            func: CUfunction,
+            grid_x: c_uint,
+            grid_y: c_uint,
+            grid_z: c_uint,
+            block_x: c_uint,
+            block_y: c_uint,
+            block_z: c_uint,
+            shared_bytes: c_uint,
+            stream: CUstream,
+            params: *mut *mut c_void,
+        ) -> CUresult;
         fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
         fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;
         fn cuEventSynchronize(event: CUevent) -> CUresult;

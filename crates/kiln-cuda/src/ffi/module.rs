@@ -70,7 +70,9 @@ impl Gpu {
     }
 
     /// Launches `func` on this GPU's stream (asynchronously). More than
-    /// 48 KiB of dynamic shared memory is opted into first.
+    /// 48 KiB of dynamic shared memory is opted into first. A
+    /// `cooperative` launch guarantees every block is resident at once
+    /// (blocks may wait for each other) or fails.
     ///
     /// # Safety
     /// `args` must hold one pointer per kernel parameter, in order, each to
@@ -83,6 +85,7 @@ impl Gpu {
         grid: [u32; 3],
         block: [u32; 3],
         shared_bytes: u32,
+        cooperative: bool,
         args: &mut [*mut c_void],
     ) -> Result<()> {
         self.set_current()?;
@@ -108,22 +111,40 @@ impl Gpu {
         };
         // SAFETY: the caller vouches for `args`; handles are live.
         unsafe {
-            cu!(
-                self.driver(),
-                cuLaunchKernel(
-                    func.raw(),
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    shared_bytes,
-                    self.stream(),
-                    params,
-                    std::ptr::null_mut()
+            if cooperative {
+                cu!(
+                    self.driver(),
+                    cuLaunchCooperativeKernel(
+                        func.raw(),
+                        gx,
+                        gy,
+                        gz,
+                        bx,
+                        by,
+                        bz,
+                        shared_bytes,
+                        self.stream(),
+                        params
+                    )
                 )
-            )
+            } else {
+                cu!(
+                    self.driver(),
+                    cuLaunchKernel(
+                        func.raw(),
+                        gx,
+                        gy,
+                        gz,
+                        bx,
+                        by,
+                        bz,
+                        shared_bytes,
+                        self.stream(),
+                        params,
+                        std::ptr::null_mut()
+                    )
+                )
+            }
         }
     }
 }

@@ -37,7 +37,9 @@ pub fn independent(k: &Kernel, l: &Loop) -> bool {
         let Some((c, fixed, lo, hi)) = split(a, &l.var) else {
             return false;
         };
-        let e = per_buffer.entry(a.buf).or_insert((c, fixed.clone(), lo, hi));
+        let e = per_buffer
+            .entry(a.buf)
+            .or_insert((c, fixed.clone(), lo, hi));
         if e.0 != c || e.1 != fixed {
             return false;
         }
