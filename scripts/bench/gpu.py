@@ -2,7 +2,10 @@
 """kiln's CUDA backend against PyTorch on one GPU (not run in CI).
 
 Each case is an ONNX graph built here with onnx.helper and the same
-computation written in PyTorch. For each case, in one run on the same GPU:
+computation written in PyTorch. For each case, in one run on the same
+GPU, kiln's outputs (`kiln run --backend cuda`) are first checked against
+PyTorch's computed in full f32 (TF32 off): the largest error must be at
+most 1e-3 of the largest reference magnitude. Then each engine is timed:
 
     kiln           KILN bench CASE.onnx --backend cuda --json (device time of
                    the kernels by CUDA events, inputs already on the device)
@@ -200,6 +203,34 @@ def time_kiln(kiln, path, runs, warmup):
     return json.loads(line[-1])
 
 
+def check_kiln(kiln, path, fn, inputs, tmp):
+    """kiln run --backend cuda on `inputs` against PyTorch in full f32
+    (TF32 off); returns the largest error relative to the reference's
+    largest magnitude, over all outputs."""
+    import torch
+    names = list(inputs)
+    args = [kiln, "run", str(path), "--backend", "cuda", "-o", str(tmp / "out")]
+    for k in names:
+        np.save(tmp / f"{k}.npy", inputs[k].cpu().numpy())
+        args += ["-i", str(tmp / f"{k}.npy")]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1:])
+    tf32 = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    with torch.inference_mode():
+        want = fn(inputs)
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
+    want = want if isinstance(want, tuple) else (want,)
+    worst = 0.0
+    for k, w in enumerate(want):
+        got = np.load(tmp / "out" / f"output_{k}.npy").astype(np.float64)
+        ref = w.double().cpu().numpy()
+        scale = max(float(np.max(np.abs(ref))), 1e-30)
+        worst = max(worst, float(np.max(np.abs(got - ref))) / scale)
+    return worst
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default="target/release/kiln")
@@ -238,6 +269,8 @@ def main():
             row = {"case": name}
             k = time_kiln(args.kiln, path, args.runs, args.warmup)
             row["kiln_ms"] = k["median_ms"]
+            row["max_rel_err"] = check_kiln(args.kiln, path, torch_fn, inputs, tmp)
+            row["correct"] = row["max_rel_err"] <= 1e-3
             row["kiln_launches"] = k["launches"]
             row["kiln_interpreted"] = k["interpreted"]
             row["torch_ms"] = time_torch(torch_fn, inputs, args.runs, args.warmup)
@@ -253,15 +286,16 @@ def main():
             row = {"case": name, "error": str(e)[-300:]}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| case | kiln ms | torch eager ms | torch.compile ms | kiln / best torch |")
-    print("|---|---:|---:|---:|---:|")
+    print("\n| case | kiln ms | torch eager ms | torch.compile ms | kiln / best torch | max error / max |reference| |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         if "error" in r:
             print(f"| {r['case']} | error: {r['error'][:80]} | | | |")
             continue
         tc = r.get("torch_compile_ms")
         print(f"| {r['case']} | {r['kiln_ms']:.4f} | {r['torch_ms']:.4f} | "
-              f"{'' if tc is None else f'{tc:.4f}'} | {r['kiln_over_best_torch']:.2f} |")
+              f"{'' if tc is None else f'{tc:.4f}'} | {r['kiln_over_best_torch']:.2f} | "
+              f"{r['max_rel_err']:.1e}{'' if r['correct'] else ' WRONG'} |")
     if args.out:
         Path(args.out).write_text(json.dumps(rows, indent=1))
 

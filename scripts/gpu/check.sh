@@ -2,10 +2,11 @@
 # The CUDA backend's checks on a machine with an NVIDIA GPU (not CI: CI has
 # no GPU). Needs what `scripts/gpu/pack.sh` put in .gpu/ (the kiln binary,
 # the node-test binary, the node tests); writes logs to $OUT (or out/gpu).
-# KILN_GPU_BENCH=0 skips step 4, scripts/bench/gpu.py (kiln against PyTorch).
+# KILN_GPU_BENCH=0 skips step 5, scripts/bench/gpu.py (kiln against PyTorch).
 #   1. the embedded default model on --backend cuda against the interpreter;
 #   2. every ONNX node test the interpreter passes, on --backend cuda;
-#   3. the default model's device time (kiln bench --backend cuda).
+#   3. random graphs under every fusion planner against the interpreter;
+#   4. the default model's device time (kiln bench --backend cuda).
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -32,6 +33,11 @@ KILN_CUDA_TESTS=1 KILN_ONNX_NODE_TESTS=/tmp/nt/onnx-node-tests timeout 300 \
 echo "node tests exit $?"
 grep -E "node tests pass|listed cases regressed" "$OUT/node_tests.log"
 grep -A40 "listed cases regressed" "$OUT/node_tests.log" | cut -c1-300 | head -60
+
+echo "== random graphs, every planner"
+KILN_RANDOM_GRAPHS=${KILN_RANDOM_GRAPHS:-8} KILN_CUDA_TESTS=1 timeout 200 $G/random_graphs --nocapture >"$OUT/random_graphs.log" 2>&1
+echo "random graphs exit $?"
+grep -E "test result|panicked" -A3 "$OUT/random_graphs.log" | head -20
 
 echo "== bench default model"
 $G/kiln bench --backend cuda --runs 50 2>&1 | tail -3

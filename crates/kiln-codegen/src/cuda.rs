@@ -130,7 +130,7 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
                 let Stmt::Gemm(g) = &k.body[*stmt] else {
                     bail!("{}: launch {j} is not a gemm", k.name);
                 };
-                let (text, grid) = gemm::gemm_function(&k, g, &function, &params)?;
+                let (text, grid) = gemm::gemm_function(&k, g, &function, &params, gpu.sm_count)?;
                 (text, grid, [gemm::THREADS, 1, 1])
             }
         };
@@ -280,5 +280,111 @@ mod tests {
         let functions: Vec<&str> = s.launches.iter().map(|l| l.function.as_str()).collect();
         assert_eq!(functions, ["k_l0", "k_l1"]);
         assert_eq!(s.launches[1].grid, [1, 1, 1]);
+    }
+
+    #[test]
+    fn a_row_reduction_is_a_block_per_row_combined_by_shuffles() {
+        let s = cuda_of(
+            "kernel k(in0: f32[8,4000], out out0: f32[8]) {
+  for i0 in 0..8 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..4000 {
+      acc = sum(acc, in0[4000*i0 + r0])
+    }
+    out0[i0] = acc
+  }
+}",
+        );
+        assert_eq!(s.mapping.to_string(), "rows(#0, i0, 8, 256 threads)");
+        assert_eq!(s.launches[0].grid, [8, 1, 1]);
+        assert!(s.cuda.contains("kiln_shfl_down(acc, kiln_s)"), "{}", s.cuda);
+        assert!(
+            s.cuda.contains("if (threadIdx.x == 0) {\n      out0[(i0)]"),
+            "{}",
+            s.cuda
+        );
+        assert!(!s.launches[0].cooperative);
+    }
+
+    #[test]
+    fn few_long_rows_are_a_cooperative_launch_with_row_barriers() {
+        let s = cuda_of(
+            "kernel k(in0: f32[2,1048576], out out0: f32[2,1048576]) {
+  for o0 in 0..2 {
+    let m: f32 = -inf:f32
+    for r0 in 0..1048576 {
+      m = max(m, in0[1048576*o0 + r0])
+    }
+    for i1 in 0..1048576 {
+      out0[1048576*o0 + i1] = Sub(in0[1048576*o0 + i1], m)
+    }
+  }
+}",
+        );
+        assert_eq!(s.launches[0].grid, [132, 1, 1]);
+        assert!(s.launches[0].cooperative);
+        assert!(
+            s.cuda.contains("kiln_row_barrier(&k_l0_count[o0]"),
+            "{}",
+            s.cuda
+        );
+        assert!(
+            s.cuda.contains("__device__ float k_l0_m[132];"),
+            "{}",
+            s.cuda
+        );
+    }
+
+    #[test]
+    fn an_outer_axis_reduction_is_columns_combined_in_shared_memory() {
+        let s = cuda_of(
+            "kernel k(in0: f32[1024,1024], out out0: f32[1024]) {
+  for i0 in 0..1024 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..1024 {
+      acc = sum(acc, in0[1024*r0 + i0])
+    }
+    out0[i0] = acc
+  }
+}",
+        );
+        assert_eq!(s.launches[0].grid, [32, 1, 1]);
+        assert!(
+            s.cuda.contains("__shared__ float kiln_col_acc[8][33];"),
+            "{}",
+            s.cuda
+        );
+        assert!(
+            s.cuda
+                .contains("kiln_t = kiln_g; kiln_t < 1024; kiln_t += 8"),
+            "{}",
+            s.cuda
+        );
+    }
+
+    #[test]
+    fn a_sum_to_a_scalar_is_one_launch_finished_by_the_last_block() {
+        let s = cuda_of(
+            "kernel k(in0: f32[8388608], out out0: f32[]) {
+  let acc: f32 = 0.0:f32
+  for r0 in 0..8388608 {
+    acc = sum(acc, in0[r0])
+  }
+  out0[0] = acc
+}",
+        );
+        assert_eq!(s.launches.len(), 1);
+        assert_eq!(s.launches[0].grid, [264, 1, 1]);
+        assert!(
+            s.cuda.contains("__device__ float k_l0_acc[264];"),
+            "{}",
+            s.cuda
+        );
+        assert!(
+            s.cuda
+                .contains("atomicAdd(&k_l0_count, 1u) == gridDim.x - 1"),
+            "{}",
+            s.cuda
+        );
     }
 }

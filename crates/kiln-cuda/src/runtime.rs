@@ -26,24 +26,15 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// How to compile for a GPU.
-#[derive(Debug, Clone)]
+/// How to compile for a GPU (default: the default planner on device 0,
+/// kiln's cache).
+#[derive(Debug, Clone, Default)]
 pub struct CudaOptions {
     pub fusion: PlannerKind,
     /// Device ordinal.
     pub device: usize,
     /// Where compiled modules are cached (default: kiln's cache).
     pub cache_dir: Option<PathBuf>,
-}
-
-impl Default for CudaOptions {
-    fn default() -> Self {
-        CudaOptions {
-            fusion: PlannerKind::default(),
-            device: 0,
-            cache_dir: None,
-        }
-    }
 }
 
 /// What compiling took.

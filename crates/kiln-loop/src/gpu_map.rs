@@ -36,6 +36,7 @@
 //! - **gemm** — the kernel's matrix product (the tiled template);
 //! - **single** — statements with no provable parallelism, one thread:
 //!   slow, never wrong.
+//!
 //! Statements before a kernel's first top-level local are mapped one by
 //! one.
 

@@ -3,6 +3,8 @@
 // Each test binary uses some of these helpers.
 #![allow(dead_code)]
 
+pub mod random_graph;
+
 use kiln_ir::{Data, Graph, Result, Tensor};
 
 /// Parses the textual IR, infers types and verifies.

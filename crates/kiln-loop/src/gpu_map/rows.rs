@@ -114,10 +114,10 @@ fn updates_outside(body: &[Stmt], inside: &mut HashSet<String>, out: &mut Vec<(S
             Stmt::Let { name, .. } => {
                 inside.insert(name.clone());
             }
-            Stmt::Update { name, combiner, .. } => {
-                if !inside.contains(name) && !out.iter().any(|(n, _)| n == name) {
-                    out.push((name.clone(), *combiner));
-                }
+            Stmt::Update { name, combiner, .. }
+                if !inside.contains(name) && !out.iter().any(|(n, _)| n == name) =>
+            {
+                out.push((name.clone(), *combiner));
             }
             Stmt::Loop(l) => updates_outside(&l.body, inside, out),
             _ => {}
