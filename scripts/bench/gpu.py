@@ -152,26 +152,44 @@ def cases():
     return c
 
 
-def model_cases(batches):
+def model_cases(batches, names):
+    """(module, input factory) per model and batch: torchvision's
+    resnet50, mobilenet_v2 and vit_b_16 on f32[b,3,224,224], and
+    transformers' bert-base (eager attention) on i64 token ids [b,128]."""
     import torch
-    import torchvision
     out = {}
-    for name in ["resnet50", "mobilenet_v2"]:
+    for name in names:
         for b in batches:
             torch.manual_seed(0)
-            mod = getattr(torchvision.models, name)().eval().cuda()
-            out[f"{name}_b{b}"] = (mod, [b, 3, 224, 224])
+            if name == "bert":
+                import transformers
+
+                class Bert(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        cfg = transformers.BertConfig(attn_implementation="eager")
+                        self.bert = transformers.BertModel(cfg)
+
+                    def forward(self, ids):
+                        return self.bert(input_ids=ids).last_hidden_state
+
+                mod = Bert().eval().cuda()
+                make = lambda b=b: torch.randint(0, 30522, (b, 128), device="cuda")
+            else:
+                import torchvision
+                mod = getattr(torchvision.models, name)().eval().cuda()
+                make = lambda b=b: torch.randn(b, 3, 224, 224, device="cuda")
+            out[f"{name}_b{b}"] = (mod, make)
     return out
 
 
-def export_module(mod, shape, path):
+def export_module(mod, x, path):
     import torch
-    x = torch.randn(*shape, device="cuda")
     kw = dict(input_names=["x"], output_names=["y"], opset_version=17)
     try:
         torch.onnx.export(mod, (x,), str(path), dynamo=False, **kw)
     except Exception as e:  # the legacy exporter may be gone: try dynamo
-        print(f"  legacy export failed ({e}); trying dynamo", flush=True)
+        print(f"  legacy export failed ({str(e)[:200]}); trying dynamo", flush=True)
         torch.onnx.export(mod, (x,), str(path), dynamo=True, external_data=False, **kw)
 
 
@@ -241,6 +259,8 @@ def main():
     ap.add_argument("--compile-models", action="store_true",
                     help="also torch.compile the model cases (about a minute each)")
     ap.add_argument("--models", default="1,8", help="batch sizes of the model cases ('' for none)")
+    ap.add_argument("--model-names", default="resnet50,mobilenet_v2",
+                    help="of resnet50, mobilenet_v2, vit_b_16, bert")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     import torch
@@ -251,7 +271,7 @@ def main():
     todo = list(cases().items())
     batches = [int(b) for b in args.models.split(",") if b]
     if batches:
-        todo += list(model_cases(batches).items())
+        todo += list(model_cases(batches, args.model_names.split(",")).items())
     for name, case in todo:
         if only and not any(o in name for o in only):
             continue
@@ -262,9 +282,10 @@ def main():
                 onnx.save(model, path)
                 inputs = {k: torch.randn(*s, device="cuda") for k, s in shapes.items()}
             else:
-                mod, shape = case
-                export_module(mod, shape, path)
-                inputs = {"x": torch.randn(*shape, device="cuda")}
+                mod, make = case
+                inputs = {"x": make()}
+                with torch.no_grad():
+                    export_module(mod, inputs["x"], path)
                 torch_fn = lambda t, mod=mod: mod(t["x"])
             row = {"case": name}
             k = time_kiln(args.kiln, path, args.runs, args.warmup)
