@@ -53,100 +53,95 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     let mut launches = Vec::new();
     for (j, launch) in mapping.0.iter().enumerate() {
         let function = format!("{}_l{j}", k.name);
-        let cooperative = matches!(launch, Launch::SplitRows { .. });
-        let (text, grid, block) = match launch {
-            Launch::Threads { stmt, var, extent } => {
-                let text = threads_function(&k, &function, &params, *stmt, var, *extent, gpu)?;
-                let grid = [gpu.grid_for(*extent), 1, 1];
-                (text, grid, [gpu.block_threads as u32, 1, 1])
-            }
-            Launch::Rows {
-                stmt,
-                extent,
-                threads,
-                ..
-            } => {
-                let text = rows::rows_function(&k, &function, &params, *stmt, *threads)?;
-                let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
-                (
-                    text,
-                    [(*extent).clamp(1, most) as u32, 1, 1],
-                    [*threads, 1, 1],
-                )
-            }
-            Launch::Columns {
-                stmt,
-                extent,
-                groups,
-                ..
-            } => {
-                let text = rows::columns_function(&k, &function, &params, *stmt, *groups)?;
-                let tiles = (extent + 31) / 32;
-                let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
-                (
-                    text,
-                    [tiles.clamp(1, most) as u32, 1, 1],
-                    [groups * 32, 1, 1],
-                )
-            }
-            Launch::AllReduce {
-                from,
-                blocks,
-                threads,
-                ..
-            } => {
-                let text =
-                    rows::all_reduce_function(&k, &function, &params, *from, *blocks, *threads)?;
-                (text, [*blocks, 1, 1], [*threads, 1, 1])
-            }
-            Launch::Block { from, threads, .. } => {
-                let text = rows::block_function(&k, &function, &params, *from, *threads)?;
-                (text, [1, 1, 1], [*threads, 1, 1])
-            }
-            Launch::SplitRows {
-                stmt,
-                rows,
-                blocks_per_row,
-                threads,
-            } => {
-                let rows = rows.as_ref().map(|(v, e)| (v.as_str(), *e));
-                let text = rows::split_rows_function(
-                    &k,
-                    &function,
-                    &params,
-                    *stmt,
-                    rows,
-                    *blocks_per_row,
-                    *threads,
-                )?;
-                let blocks = rows.map_or(1, |r| r.1) as u32 * blocks_per_row;
-                (text, [blocks, 1, 1], [*threads, 1, 1])
-            }
-            Launch::Single { from, to } => {
-                let text = single_function(&k, &function, &params, *from..*to)?;
-                (text, [1, 1, 1], [1, 1, 1])
-            }
-            Launch::Gemm { stmt } => {
-                let Stmt::Gemm(g) = &k.body[*stmt] else {
-                    bail!("{}: launch {j} is not a gemm", k.name);
-                };
-                let (text, grid) = gemm::gemm_function(&k, g, &function, &params, gpu.sm_count)?;
-                (text, grid, [gemm::THREADS, 1, 1])
-            }
-        };
+        let (text, grid, block) = launch_function(&k, launch, &function, &params, gpu)?;
         cuda.push_str(&text);
         launches.push(LaunchConfig {
             function,
             grid,
             block,
             shared_bytes: 0,
-            cooperative,
+            cooperative: matches!(launch, Launch::SplitRows { .. }),
         });
     }
     Ok(CudaSource {
         cuda,
         launches,
         mapping,
+    })
+}
+
+/// The CUDA of one launch of `k` as `function`, with its grid and block.
+fn launch_function(
+    k: &Kernel,
+    launch: &Launch,
+    function: &str,
+    params: &str,
+    gpu: &GpuDesc,
+) -> Result<(String, [u32; 3], [u32; 3])> {
+    // Grid-stride launches need no more blocks than a few waves.
+    let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
+    Ok(match launch {
+        Launch::Threads { stmt, var, extent } => {
+            let text = threads_function(k, function, params, *stmt, var, *extent, gpu)?;
+            let grid = [gpu.grid_for(*extent), 1, 1];
+            (text, grid, [gpu.block_threads as u32, 1, 1])
+        }
+        Launch::Rows {
+            stmt,
+            extent,
+            threads,
+            ..
+        } => {
+            let text = rows::rows_function(k, function, params, *stmt, *threads)?;
+            let grid = [(*extent).clamp(1, most) as u32, 1, 1];
+            (text, grid, [*threads, 1, 1])
+        }
+        Launch::Columns {
+            stmt,
+            extent,
+            groups,
+            ..
+        } => {
+            let text = rows::columns_function(k, function, params, *stmt, *groups)?;
+            let grid = [((extent + 31) / 32).clamp(1, most) as u32, 1, 1];
+            (text, grid, [groups * 32, 1, 1])
+        }
+        Launch::AllReduce {
+            from,
+            blocks,
+            threads,
+            ..
+        } => {
+            let text = rows::all_reduce_function(k, function, params, *from, *blocks, *threads)?;
+            (text, [*blocks, 1, 1], [*threads, 1, 1])
+        }
+        Launch::Block { from, threads, .. } => {
+            let text = rows::block_function(k, function, params, *from, *threads)?;
+            (text, [1, 1, 1], [*threads, 1, 1])
+        }
+        Launch::SplitRows {
+            stmt,
+            rows,
+            blocks_per_row,
+            threads,
+        } => {
+            let rows = rows.as_ref().map(|(v, e)| (v.as_str(), *e));
+            let shape = (*stmt, rows, *blocks_per_row, *threads);
+            let text = rows::split_rows_function(k, function, params, shape)?;
+            let blocks = rows.map_or(1, |r| r.1) as u32 * blocks_per_row;
+            (text, [blocks, 1, 1], [*threads, 1, 1])
+        }
+        Launch::Single { from, to } => {
+            let text = single_function(k, function, params, *from..*to)?;
+            (text, [1, 1, 1], [1, 1, 1])
+        }
+        Launch::Gemm { stmt } => {
+            let Stmt::Gemm(g) = &k.body[*stmt] else {
+                bail!("{}: statement {stmt} is not a gemm", k.name);
+            };
+            let (text, grid) = gemm::gemm_function(k, g, function, params, gpu.sm_count)?;
+            (text, grid, [gemm::THREADS, 1, 1])
+        }
     })
 }
 
@@ -237,6 +232,21 @@ mod tests {
     use super::*;
     use kiln_target::GpuPreset;
 
+    /// `out0[i0] = Σ_r0 in0[read]` over `rows` outputs and `len` terms.
+    fn row_sums(rows: i64, len: i64, read: &str) -> String {
+        format!(
+            "kernel k(in0: f32[{rows},{len}], out out0: f32[{rows}]) {{
+  for i0 in 0..{rows} {{
+    let acc: f32 = 0.0:f32
+    for r0 in 0..{len} {{
+      acc = sum(acc, in0[{read}])
+    }}
+    out0[i0] = acc
+  }}
+}}"
+        )
+    }
+
     fn cuda_of(text: &str) -> CudaSource {
         let k = kiln_loop::parse_kernel(text).expect("kernel");
         let gpu = GpuPreset::Sm90.desc().gpu.expect("a GPU");
@@ -284,17 +294,7 @@ mod tests {
 
     #[test]
     fn a_row_reduction_is_a_block_per_row_combined_by_shuffles() {
-        let s = cuda_of(
-            "kernel k(in0: f32[8,4000], out out0: f32[8]) {
-  for i0 in 0..8 {
-    let acc: f32 = 0.0:f32
-    for r0 in 0..4000 {
-      acc = sum(acc, in0[4000*i0 + r0])
-    }
-    out0[i0] = acc
-  }
-}",
-        );
+        let s = cuda_of(&row_sums(8, 4000, "4000*i0 + r0"));
         assert_eq!(s.mapping.to_string(), "rows(#0, i0, 8, 256 threads)");
         assert_eq!(s.launches[0].grid, [8, 1, 1]);
         assert!(s.cuda.contains("kiln_shfl_down(acc, kiln_s)"), "{}", s.cuda);
@@ -337,17 +337,7 @@ mod tests {
 
     #[test]
     fn an_outer_axis_reduction_is_columns_combined_in_shared_memory() {
-        let s = cuda_of(
-            "kernel k(in0: f32[1024,1024], out out0: f32[1024]) {
-  for i0 in 0..1024 {
-    let acc: f32 = 0.0:f32
-    for r0 in 0..1024 {
-      acc = sum(acc, in0[1024*r0 + i0])
-    }
-    out0[i0] = acc
-  }
-}",
-        );
+        let s = cuda_of(&row_sums(1024, 1024, "1024*r0 + i0"));
         assert_eq!(s.launches[0].grid, [32, 1, 1]);
         assert!(
             s.cuda.contains("__shared__ float kiln_col_acc[8][33];"),

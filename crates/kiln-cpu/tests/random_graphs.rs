@@ -8,27 +8,17 @@
 
 mod common;
 
-use common::random_graph::random_graph;
+use common::random_graph;
 use common::{assert_close, inputs, load};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 
 #[test]
 fn every_planner_matches_the_interpreter_on_random_graphs() {
-    let count: u64 = std::env::var("KILN_RANDOM_GRAPHS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
-    let mut fused_groups = 0;
-    let mut prologues = 0;
-    let mut concurrent_blocks = 0;
-    for seed in 0..count {
-        let text = random_graph(seed);
-        let original = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let ins = inputs(&original).unwrap();
-        let want = kiln_interp::run(&original, &ins).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut g = original.clone();
-        kiln_passes::optimize(&mut g, &Default::default()).unwrap();
+    let (mut count, mut fused_groups, mut prologues, mut concurrent_blocks) = (0, 0, 0, 0);
+    for case in random_graph::cases() {
+        count += 1;
+        let (g, text, seed) = (&case.graph, &case.text, case.seed);
         for fusion in PlannerKind::ALL {
             let opts = CpuOptions {
                 threads: 2,
@@ -37,7 +27,7 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
             };
             let name = format!("graph {seed} under {fusion}");
             let model =
-                CompiledModel::compile(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
+                CompiledModel::compile(g, &opts).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
             fused_groups += model
                 .report
                 .fusion
@@ -46,25 +36,19 @@ fn every_planner_matches_the_interpreter_on_random_graphs() {
                 .iter()
                 .filter(|g| g.nodes.len() > 1)
                 .count();
-            prologues += prologue_groups(&g, &model.report.fusion.plan);
+            prologues += prologue_groups(g, &model.report.fusion.plan);
             concurrent_blocks += model.report.concurrent_blocks;
             let got = model
-                .run(&ins)
+                .run(&case.inputs)
                 .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
-            if let Err(e) = std::panic::catch_unwind(|| assert_close(&got, &want, &name)) {
-                eprintln!("{text}");
-                std::panic::resume_unwind(e);
-            }
+            random_graph::check(&case, &got, &name);
         }
     }
     // The test must exercise fusion, not only single-node kernels.
     eprintln!(
         "{count} graphs, {fused_groups} fused groups ({prologues} with a prologue) and {concurrent_blocks} concurrent blocks over all planners"
     );
-    assert!(
-        fused_groups > count as usize,
-        "only {fused_groups} fused groups"
-    );
+    assert!(fused_groups > count, "only {fused_groups} fused groups");
     assert!(
         prologues > 0,
         "no group fused a prologue into a matmul/convolution"

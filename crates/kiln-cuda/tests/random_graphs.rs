@@ -8,8 +8,7 @@
 #[path = "../../kiln-cpu/tests/common/mod.rs"]
 mod common;
 
-use common::random_graph::random_graph;
-use common::{assert_close, inputs, load};
+use common::random_graph;
 use kiln_cuda::{CudaModel, CudaOptions};
 use kiln_fuse::PlannerKind;
 
@@ -19,32 +18,17 @@ fn every_planner_matches_the_interpreter_on_random_graphs_on_the_gpu() {
         println!("skipped: set KILN_CUDA_TESTS=1 on a machine with an NVIDIA GPU");
         return;
     }
-    let count: u64 = std::env::var("KILN_RANDOM_GRAPHS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(24);
-    for seed in 0..count {
-        let text = random_graph(seed);
-        let original = load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let ins = inputs(&original).expect("inputs");
-        let want = kiln_interp::run(&original, &ins).unwrap_or_else(|e| panic!("{e}\n{text}"));
-        let mut g = original.clone();
-        kiln_passes::optimize(&mut g, &Default::default()).expect("passes");
+    for case in random_graph::cases() {
         for fusion in PlannerKind::ALL {
-            let name = format!("graph {seed} under {fusion} on the GPU");
+            let name = format!("graph {} under {fusion} on the GPU", case.seed);
             let opts = CudaOptions {
                 fusion,
                 ..Default::default()
             };
-            let model =
-                CudaModel::compile(&g, &opts).unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
-            let got = model
-                .run(&ins)
-                .unwrap_or_else(|e| panic!("{name}: {e}\n{text}"));
-            if let Err(e) = std::panic::catch_unwind(|| assert_close(&got, &want, &name)) {
-                eprintln!("{text}");
-                std::panic::resume_unwind(e);
-            }
+            let fail = |e: kiln_ir::Error| -> ! { panic!("{name}: {e}\n{}", case.text) };
+            let model = CudaModel::compile(&case.graph, &opts).unwrap_or_else(|e| fail(e));
+            let got = model.run(&case.inputs).unwrap_or_else(|e| fail(e));
+            random_graph::check(&case, &got, &name);
         }
     }
 }

@@ -414,6 +414,37 @@ fn reads_along(body: &[Stmt], var: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A sum of `in0: f32[n]` to a scalar, stored as `store` (of `acc`).
+    fn scalar_sum(n: i64, store: &str) -> String {
+        format!(
+            "kernel k(in0: f32[{n}], out out0: f32[]) {{
+  let acc: f32 = 0.0:f32
+  for r0 in 0..{n} {{
+    acc = sum(acc, in0[r0])
+  }}
+  out0[0] = {store}
+}}"
+        )
+    }
+
+    /// Rows of `in0: f32[rows,len]`: `x` reduced over the row from `init`
+    /// with `combine`, then `out0 = op(in0, x)` along the row.
+    fn row_program(rows: i64, len: i64, init: &str, combine: &str, op: &str) -> String {
+        format!(
+            "kernel k(in0: f32[{rows},{len}], out out0: f32[{rows},{len}]) {{
+  for o0 in 0..{rows} {{
+    let x: f32 = {init}
+    for r0 in 0..{len} {{
+      x = {combine}(x, in0[{len}*o0 + r0])
+    }}
+    for i1 in 0..{len} {{
+      out0[{len}*o0 + i1] = {op}(in0[{len}*o0 + i1], x)
+    }}
+  }}
+}}"
+        )
+    }
+
     fn mapping(text: &str) -> String {
         let gpu = kiln_target::GpuPreset::Sm90.desc().gpu.expect("a GPU");
         map_kernel(&crate::parse_kernel(text).expect("kernel"), &gpu).to_string()
@@ -430,19 +461,9 @@ mod tests {
     }
 
     #[test]
-    fn rows_with_inner_loops_are_one_thread_per_row() {
-        let k = "kernel k(in0: f32[8,40], out out0: f32[8,40]) {
-  for o0 in 0..8 {
-    let acc: f32 = 0.0:f32
-    for r0 in 0..40 {
-      acc = sum(acc, in0[40*o0 + r0])
-    }
-    for i1 in 0..40 {
-      out0[40*o0 + i1] = Div(in0[40*o0 + i1], acc)
-    }
-  }
-}";
-        assert_eq!(mapping(k), "rows(#0, o0, 8, 32 threads)");
+    fn rows_with_inner_loops_are_one_block_per_row() {
+        let k = row_program(8, 40, "0.0:f32", "sum", "Div");
+        assert_eq!(mapping(&k), "rows(#0, o0, 8, 32 threads)");
     }
 
     #[test]
@@ -475,26 +496,14 @@ mod tests {
 
     #[test]
     fn a_top_level_local_makes_one_launch() {
-        let k = "kernel k(in0: f32[40], out out0: f32[]) {
-  let acc: f32 = 0.0:f32
-  for r0 in 0..40 {
-    acc = sum(acc, in0[r0])
-  }
-  out0[0] = acc
-}";
-        assert_eq!(mapping(k), "all_reduce(#0..#3, 1 blocks, 32 threads)");
+        let k = scalar_sum(40, "acc");
+        assert_eq!(mapping(&k), "all_reduce(#0..#3, 1 blocks, 32 threads)");
     }
 
     #[test]
     fn a_long_sum_to_a_scalar_spreads_over_blocks() {
-        let k = "kernel k(in0: f32[8388608], out out0: f32[]) {
-  let acc: f32 = 0.0:f32
-  for r0 in 0..8388608 {
-    acc = sum(acc, in0[r0])
-  }
-  out0[0] = Div(acc, 8388608.0:f32)
-}";
-        assert_eq!(mapping(k), "all_reduce(#0..#3, 264 blocks, 256 threads)");
+        let k = scalar_sum(8388608, "Div(acc, 8388608.0:f32)");
+        assert_eq!(mapping(&k), "all_reduce(#0..#3, 264 blocks, 256 threads)");
     }
 
     #[test]
@@ -533,19 +542,9 @@ mod tests {
 
     #[test]
     fn few_long_rows_split_over_blocks() {
-        let k = "kernel k(in0: f32[8,1048576], out out0: f32[8,1048576]) {
-  for o0 in 0..8 {
-    let m: f32 = -inf:f32
-    for r0 in 0..1048576 {
-      m = max(m, in0[1048576*o0 + r0])
-    }
-    for i1 in 0..1048576 {
-      out0[1048576*o0 + i1] = Sub(in0[1048576*o0 + i1], m)
-    }
-  }
-}";
+        let k = row_program(8, 1048576, "-inf:f32", "max", "Sub");
         assert_eq!(
-            mapping(k),
+            mapping(&k),
             "split_rows(#0, o0, 8, 16 blocks per row, 256 threads)"
         );
     }

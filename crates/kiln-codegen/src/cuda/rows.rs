@@ -146,10 +146,7 @@ pub fn split_rows_function(
     k: &Kernel,
     function: &str,
     params: &str,
-    stmt: usize,
-    rows: Option<(&str, i64)>,
-    blocks_per_row: u32,
-    threads: u32,
+    (stmt, rows, blocks_per_row, threads): (usize, Option<(&str, i64)>, u32, u32),
 ) -> Result<String> {
     let body = match (rows, &k.body[stmt]) {
         (Some(_), Stmt::Loop(l)) => l.body.as_slice(),

@@ -5,6 +5,50 @@
 //! backend's (`kiln-cuda/tests/random_graphs.rs`, which includes this
 //! file by path).
 
+use kiln_ir::{Graph, Tensor};
+
+/// A random graph ready for a backend: its text (printed on failure), the
+/// graph after the default passes, inputs, and the interpreter's outputs.
+pub struct Case {
+    pub seed: u64,
+    pub text: String,
+    pub graph: Graph,
+    pub inputs: Vec<Tensor>,
+    pub want: Vec<Tensor>,
+}
+
+/// The first `count` random graphs (`$KILN_RANDOM_GRAPHS`, default 24) as
+/// cases.
+pub fn cases() -> impl Iterator<Item = Case> {
+    let count: u64 = std::env::var("KILN_RANDOM_GRAPHS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    (0..count).map(|seed| {
+        let text = random_graph(seed);
+        let original = super::load(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let inputs = super::inputs(&original).expect("inputs");
+        let want = kiln_interp::run(&original, &inputs).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let mut graph = original;
+        kiln_passes::optimize(&mut graph, &Default::default()).expect("passes");
+        Case {
+            seed,
+            text,
+            graph,
+            inputs,
+            want,
+        }
+    })
+}
+
+/// Panics with `c`'s text when `got` differs from the interpreter's.
+pub fn check(c: &Case, got: &[Tensor], name: &str) {
+    if let Err(e) = std::panic::catch_unwind(|| super::assert_close(got, &c.want, name)) {
+        eprintln!("{}", c.text);
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// A small deterministic generator (64-bit LCG).
 struct Rng(u64);
 

@@ -72,31 +72,10 @@ fn_table! {
         fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult;
         fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, bytes: usize, stream: CUstream) -> CUresult;
         fn cuMemsetD8Async(dst: CUdeviceptr, value: u8, count: usize, stream: CUstream) -> CUresult;
-        fn cuLaunchKernel(
-            func: CUfunction,
-            grid_x: c_uint,
-            grid_y: c_uint,
-            grid_z: c_uint,
-            block_x: c_uint,
-            block_y: c_uint,
-            block_z: c_uint,
-            shared_bytes: c_uint,
-            stream: CUstream,
-            params: *mut *mut c_void,
-            extra: *mut *mut c_void,
-        ) -> CUresult;
-        fn cuLaunchCooperativeKernel(
-            func: CUfunction,
-            grid_x: c_uint,
-            grid_y: c_uint,
-            grid_z: c_uint,
-            block_x: c_uint,
-            block_y: c_uint,
-            block_z: c_uint,
-            shared_bytes: c_uint,
-            stream: CUstream,
-            params: *mut *mut c_void,
-        ) -> CUresult;
+        // (function, grid x/y/z, block x/y/z, shared bytes, stream, params, extra)
+        fn cuLaunchKernel(func: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) -> CUresult;
+        // The same without `extra`; every block resident at once, or an error.
+        fn cuLaunchCooperativeKernel(func: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared_bytes: c_uint, stream: CUstream, params: *mut *mut c_void) -> CUresult;
         fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult;
         fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult;
         fn cuEventSynchronize(event: CUevent) -> CUresult;

@@ -109,43 +109,27 @@ impl Gpu {
         } else {
             args.as_mut_ptr()
         };
-        // SAFETY: the caller vouches for `args`; handles are live.
-        unsafe {
-            if cooperative {
-                cu!(
-                    self.driver(),
-                    cuLaunchCooperativeKernel(
-                        func.raw(),
-                        gx,
-                        gy,
-                        gz,
-                        bx,
-                        by,
-                        bz,
-                        shared_bytes,
-                        self.stream(),
-                        params
-                    )
-                )
-            } else {
-                cu!(
-                    self.driver(),
-                    cuLaunchKernel(
-                        func.raw(),
-                        gx,
-                        gy,
-                        gz,
-                        bx,
-                        by,
-                        bz,
-                        shared_bytes,
-                        self.stream(),
-                        params,
-                        std::ptr::null_mut()
-                    )
-                )
-            }
+        let (f, stream, api) = (func.raw(), self.stream(), &self.driver().api);
+        // Both launch calls take the same leading arguments.
+        macro_rules! launch {
+            ($call:ident $(, $extra:expr)?) => {
+                (api.$call)(f, gx, gy, gz, bx, by, bz, shared_bytes, stream, params $(, $extra)?)
+            };
         }
+        // SAFETY: the caller vouches for `args`; handles are live.
+        let rc = unsafe {
+            if cooperative {
+                launch!(cuLaunchCooperativeKernel)
+            } else {
+                launch!(cuLaunchKernel, std::ptr::null_mut())
+            }
+        };
+        let call = if cooperative {
+            "cuLaunchCooperativeKernel"
+        } else {
+            "cuLaunchKernel"
+        };
+        self.driver().check(rc, call)
     }
 }
 
