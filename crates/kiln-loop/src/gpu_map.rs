@@ -42,12 +42,12 @@
 
 mod independence;
 pub mod rows;
+mod text;
 
 use crate::ir::{Extent, Kernel, Loop, Stmt};
 pub use independence::independent;
 use kiln_target::GpuDesc;
 use rows::{reduces, row_parts, RowPart};
-use std::fmt;
 
 /// How one launch runs its statements.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,67 +111,11 @@ pub enum Launch {
     Single { from: usize, to: usize },
 }
 
-/// A kernel's launches, in order.
+/// A kernel's launches, in order. Its text form (`text.rs`), e.g.
+/// `threads(#0, i0, 64); rows(#1, o0, 8, 32 threads)`, parses back with
+/// `str::parse`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuMapping(pub Vec<Launch>);
-
-impl fmt::Display for Launch {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        match self {
-            Launch::Threads { stmt, var, extent } => {
-                write!(f, "threads(#{stmt}, {var}, {extent})")
-            }
-            Launch::Rows {
-                stmt,
-                var,
-                extent,
-                threads,
-            } => write!(f, "rows(#{stmt}, {var}, {extent}, {threads} threads)"),
-            Launch::AllReduce {
-                from,
-                to,
-                blocks,
-                threads,
-            } => write!(
-                f,
-                "all_reduce(#{from}..#{to}, {blocks} blocks, {threads} threads)"
-            ),
-            Launch::Columns {
-                stmt,
-                var,
-                extent,
-                groups,
-            } => write!(f, "columns(#{stmt}, {var}, {extent}, {groups} groups)"),
-            Launch::Block { from, to, threads } => {
-                write!(f, "block(#{from}..#{to}, {threads} threads)")
-            }
-            Launch::SplitRows {
-                stmt,
-                rows,
-                blocks_per_row,
-                threads,
-            } => match rows {
-                Some((var, extent)) => write!(
-                    f,
-                    "split_rows(#{stmt}, {var}, {extent}, {blocks_per_row} blocks per row, {threads} threads)"
-                ),
-                None => write!(
-                    f,
-                    "split_rows(#{stmt}.., {blocks_per_row} blocks, {threads} threads)"
-                ),
-            },
-            Launch::Gemm { stmt } => write!(f, "gemm(#{stmt})"),
-            Launch::Single { from, to } => write!(f, "single(#{from}..#{to})"),
-        }
-    }
-}
-
-impl fmt::Display for GpuMapping {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let parts: Vec<String> = self.0.iter().map(|l| l.to_string()).collect();
-        write!(f, "{}", parts.join("; "))
-    }
-}
 
 /// The launches of `k` on `gpu` (see the module doc).
 pub fn map_kernel(k: &Kernel, gpu: &GpuDesc) -> GpuMapping {
