@@ -6,13 +6,16 @@
 //! taking the kernel's buffers in order (inputs `const T* restrict`,
 //! outputs `T* restrict`; no `restrict` on an in-place pair), returning 0, or 1 when a data-dependent index
 //! was out of range (that read then reads element 0, never outside the
-//! buffer). Parallel loops become `omp parallel for`, vectorized loops
+//! buffer). Parallel loops become `omp parallel for` (one that reduces into
+//! outer locals becomes an ordered parallel reduction,
+//! `c/ordered_reduction.rs`), vectorized loops
 //! `omp simd`, unrolled loops `GCC unroll`; without OpenMP the pragmas are
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
 pub(crate) mod gemm_kernel;
 mod omp_clauses;
+mod ordered_reduction;
 
 use crate::gemm::{GemmWorkspace, Tuning};
 use crate::scalar_c::{c_type, call_c};
@@ -158,6 +161,12 @@ impl<'a> Printer<'a> {
     pub(crate) fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<()> {
         let pad = "  ".repeat(depth);
         match s {
+            Stmt::Loop(l)
+                if l.kind == LoopKind::Parallel
+                    && !kiln_loop::ir::reduced_locals(&l.body).is_empty() =>
+            {
+                self.ordered_reduction(l, depth)?
+            }
             Stmt::Loop(l) => {
                 let omp = match l.kind {
                     LoopKind::Serial | LoopKind::Unrolled => None,

@@ -23,6 +23,11 @@
 //!    off the padded borders of that loop so its interior runs without
 //!    bounds checks.
 //!
+//! A kernel without output loops (reductions to scalars) instead has each
+//! long reduction nest coalesced, its chunks run in parallel and
+//! vectorized within a chunk (`scalar_reductions`; the C printer combines
+//! the threads' partials in order).
+//!
 //! On a GPU target only step 1 applies, to every output loop whatever
 //! the offsets (one coalesced loop is what blocks and threads divide).
 //!
@@ -89,7 +94,11 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
     let Some(mut inner) = vars.last().cloned() else {
-        return schedule;
+        return if target.is_gpu() {
+            schedule
+        } else {
+            scalar_reductions(k)
+        };
     };
     let mut outer_index = vars.len() - 1;
     while outer_index > 0 {
@@ -192,6 +201,45 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         }
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
+    }
+    schedule
+}
+
+/// The schedule of a kernel without output loops (reductions to scalars):
+/// each top-level reduction nest doing at least [`PARALLEL_MIN_WORK`]
+/// iterations is coalesced, split into [`CHUNK`]s run in parallel, and
+/// vectorized within a chunk. The C printer combines the threads' partial
+/// results in thread order (deterministic for a given thread count).
+fn scalar_reductions(k: &Kernel) -> Schedule {
+    let mut schedule = Schedule::default();
+    let mut current = k.clone();
+    for s in &k.body {
+        let Stmt::Loop(l) = s else { continue };
+        let nest = std::slice::from_ref(s);
+        if crate::ir::reduced_locals(nest).is_empty() || work(nest) < PARALLEL_MIN_WORK {
+            continue;
+        }
+        let mut var = l.var.clone();
+        let mut level: &Loop = l;
+        while let [Stmt::Loop(inner)] = level.body.as_slice() {
+            let d = Directive::Fuse {
+                outer: var.clone(),
+                inner: inner.var.clone(),
+            };
+            let Ok(fused) = apply(&current, &Schedule(vec![d.clone()])) else {
+                break;
+            };
+            var = fused_name(&var, &inner.var);
+            schedule.0.push(d);
+            current = fused;
+            level = inner;
+        }
+        let (o, i) = split_names(&var);
+        schedule.0.push(Directive::Split { var, factor: CHUNK });
+        schedule.0.push(Directive::Parallel(o));
+        if level.body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
+            schedule.0.push(Directive::Vectorize(i));
+        }
     }
     schedule
 }
@@ -334,5 +382,47 @@ mod tests {
             factor: ROW_CHUNK,
         };
         assert!(chunked.0.contains(&row_chunks), "{chunked:?}");
+    }
+
+    #[test]
+    fn a_long_reduction_to_a_scalar_is_chunked_over_threads() {
+        let k = parse_kernel(
+            "kernel k(in0: f32[64,8192], out out0: f32[]) {
+  let acc: f32 = 0.0:f32
+  for r0 in 0..64 {
+    for r1 in 0..8192 {
+      acc = sum(acc, in0[8192*r0 + r1])
+    }
+  }
+  out0[0] = acc
+}",
+        )
+        .unwrap();
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        let s = default_schedule(&k, &v4);
+        let text: Vec<String> = s.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "fuse(r0, r1)",
+                "split(r0r1, 4096)",
+                "parallel(r0r1o)",
+                "vectorize(r0r1i)"
+            ]
+        );
+        // Short ones stay on one thread; a GPU gets nothing here.
+        let short = parse_kernel(
+            "kernel k(in0: f32[100], out out0: f32[]) {
+  let acc: f32 = 0.0:f32
+  for r0 in 0..100 {
+    acc = sum(acc, in0[r0])
+  }
+  out0[0] = acc
+}",
+        )
+        .unwrap();
+        assert!(default_schedule(&short, &v4).0.is_empty());
+        let gpu = kiln_target::GpuPreset::Sm90.desc();
+        assert!(default_schedule(&k, &gpu).0.is_empty());
     }
 }

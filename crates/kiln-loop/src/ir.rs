@@ -601,6 +601,28 @@ impl Stmt {
     }
 }
 
+/// The locals `body` updates without declaring them (reductions carried
+/// in from outside it), with their combiners, each once, in order.
+pub fn reduced_locals(body: &[Stmt]) -> Vec<(String, Combiner)> {
+    fn walk(body: &[Stmt], inside: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
+        for s in body {
+            match s {
+                Stmt::Let { name, .. } => inside.push(name.clone()),
+                Stmt::Update { name, combiner, .. }
+                    if !inside.contains(name) && !out.iter().any(|(n, _)| n == name) =>
+                {
+                    out.push((name.clone(), *combiner));
+                }
+                Stmt::Loop(l) => walk(&l.body, inside, out),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(body, &mut Vec::new(), &mut out);
+    out
+}
+
 /// Calls `f` on every load of the values `body` stores, declares and
 /// combines, inside loops too (see [`Val::for_each_load`]).
 pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {

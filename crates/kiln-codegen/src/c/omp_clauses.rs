@@ -19,14 +19,8 @@ pub(super) fn reduction_clause(
     if l.kind != LoopKind::Vectorized {
         return Ok(String::new());
     }
-    let mut declared = Vec::new();
-    let mut updates = Vec::new();
-    collect_updates(&l.body, &mut declared, &mut updates);
     let mut clauses = String::new();
-    for (name, c) in updates
-        .into_iter()
-        .filter(|(name, _)| !declared.contains(name))
-    {
+    for (name, c) in kiln_loop::ir::reduced_locals(&l.body) {
         let dtype = local_type(&name);
         let Some(op) = omp_reduction(c, dtype) else {
             bail!(
@@ -152,19 +146,4 @@ fn combined_into(value: &Val, buf: usize, offset: &Idx) -> Option<Combiner> {
         return None;
     }
     Combiner::ALL.into_iter().find(|c| c.scalar() == *scalar)
-}
-
-fn collect_updates(body: &[Stmt], declared: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) => collect_updates(&l.body, declared, out),
-            Stmt::Let { name, .. } => declared.push(name.clone()),
-            Stmt::Update { name, combiner, .. } => {
-                if !out.iter().any(|(n, _)| n == name) {
-                    out.push((name.clone(), *combiner));
-                }
-            }
-            Stmt::Store { .. } | Stmt::Gemm(_) | Stmt::Alloc(_) => {}
-        }
-    }
 }

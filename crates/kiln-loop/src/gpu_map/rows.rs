@@ -12,7 +12,7 @@
 //! these (a local buffer, a reduction nest whose stores could collide).
 
 use super::independence::independent;
-use crate::ir::{Extent, Kernel, Loop, Stmt};
+use crate::ir::{reduced_locals, Extent, Kernel, Loop, Stmt};
 use kiln_ops::te::Combiner;
 use std::collections::HashSet;
 
@@ -47,8 +47,7 @@ pub fn row_parts<'a>(k: &Kernel, body: &'a [Stmt]) -> Option<Vec<RowPart<'a>>> {
                 RowPart::Local(s)
             }
             Stmt::Loop(l) => {
-                let mut reduced = Vec::new();
-                updates_outside(&l.body, &mut HashSet::new(), &mut reduced);
+                let reduced = reduced_locals(&l.body);
                 if !matches!(l.extent, Extent::Const(_)) {
                     return None;
                 }
@@ -104,25 +103,6 @@ fn reduction<'a>(k: &Kernel, l: &'a Loop, reduced: Vec<(String, Combiner)>) -> O
         body,
         reduced,
     })
-}
-
-/// The updates in `body` of locals not declared inside it, with their
-/// combiners (each name once).
-fn updates_outside(body: &[Stmt], inside: &mut HashSet<String>, out: &mut Vec<(String, Combiner)>) {
-    for s in body {
-        match s {
-            Stmt::Let { name, .. } => {
-                inside.insert(name.clone());
-            }
-            Stmt::Update { name, combiner, .. }
-                if !inside.contains(name) && !out.iter().any(|(n, _)| n == name) =>
-            {
-                out.push((name.clone(), *combiner));
-            }
-            Stmt::Loop(l) => updates_outside(&l.body, inside, out),
-            _ => {}
-        }
-    }
 }
 
 /// `l` without the updates of `names` (for the independence check: those
