@@ -35,6 +35,7 @@
 //! the same for every target (see each); what depends on the machine is
 //! read from the [`TargetDesc`].
 
+use crate::gpu_map::rows::RowPart;
 use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
 use kiln_target::TargetDesc;
@@ -212,16 +213,22 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
 /// results in thread order (deterministic for a given thread count).
 fn scalar_reductions(k: &Kernel) -> Schedule {
     let mut schedule = Schedule::default();
+    // Only row programs: their reduction nests are proved to store nothing
+    // two iterations share (`gpu_map::rows`), so chunks may run at once.
+    let Some(parts) = crate::gpu_map::rows::row_parts(k, &k.body) else {
+        return schedule;
+    };
     let mut current = k.clone();
-    for s in &k.body {
-        let Stmt::Loop(l) = s else { continue };
-        let nest = std::slice::from_ref(s);
-        if crate::ir::reduced_locals(nest).is_empty() || work(nest) < PARALLEL_MIN_WORK {
+    for part in &parts {
+        let RowPart::Reduce { loops, body, .. } = part else {
+            continue;
+        };
+        let total: i64 = loops.iter().map(|l| l.extent.max()).product();
+        if total * work(body).max(1) < PARALLEL_MIN_WORK {
             continue;
         }
-        let mut var = l.var.clone();
-        let mut level: &Loop = l;
-        while let [Stmt::Loop(inner)] = level.body.as_slice() {
+        let mut var = loops[0].var.clone();
+        for inner in &loops[1..] {
             let d = Directive::Fuse {
                 outer: var.clone(),
                 inner: inner.var.clone(),
@@ -232,12 +239,11 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
             var = fused_name(&var, &inner.var);
             schedule.0.push(d);
             current = fused;
-            level = inner;
         }
         let (o, i) = split_names(&var);
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));
-        if level.body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
+        if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
             schedule.0.push(Directive::Vectorize(i));
         }
     }

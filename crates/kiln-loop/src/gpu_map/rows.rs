@@ -10,6 +10,8 @@
 //! result); a loop of independent iterations (outputs) is spread over the
 //! threads; a lone store is done once. `None` when a part fits none of
 //! these (a local buffer, a reduction nest whose stores could collide).
+//! The CPU's schedule uses the same proof to run a reduction to scalars
+//! in parallel chunks (`auto_schedule::scalar_reductions`).
 
 use super::independence::independent;
 use crate::ir::{reduced_locals, Extent, Kernel, Loop, Stmt};
