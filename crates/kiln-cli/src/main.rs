@@ -28,8 +28,24 @@ fn restore_sigpipe() {
     }
 }
 
+/// glibc returns freed blocks of 128 KiB and more to the system (and
+/// trims the heap), so a model whose outputs are large page-faults through
+/// fresh memory on every run, which can cost more than the kernels
+/// (BENCHMARKS.md, session 11, has a case). The kiln binary keeps freed
+/// memory for reuse instead; a process embedding kiln makes its own choice.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes the allocator's thresholds; called
+    // before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+}
+
 fn main() {
     restore_sigpipe();
+    keep_freed_memory();
     let cli = Cli::parse();
     if let Some(bytes) = cli.max_memory {
         kiln_ir::limits::set_max_memory(bytes);

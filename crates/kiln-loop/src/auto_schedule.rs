@@ -16,7 +16,9 @@
 //!    [`split_reduction_max_output`] allows;
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
-//! 4. vectorizes the innermost output loop when its body is plain stores;
+//! 4. vectorizes the innermost output loop when its body is plain stores,
+//!    or else the innermost loop of an x-reduce (a reduction reading
+//!    consecutive elements);
 //!    for a reduction whose loads walk that loop's variable with stride 1
 //!    or 2 (windows, small matmuls), first moves the reduction loops
 //!    outside it (`accumulate_outward`) so it vectorizes too, and peels
@@ -202,16 +204,39 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         }
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
+    } else if let Some(r) = last.as_ref().and_then(contiguous_reduction) {
+        // An x-reduce: each output's reduction reads consecutive elements,
+        // so its innermost loop runs in vector lanes (partials combined by
+        // the loop's reduction clause).
+        schedule.0.push(Directive::Vectorize(r));
     }
     schedule
 }
 
-/// The schedule of a kernel without output loops (reductions to scalars):
-/// each top-level reduction nest doing at least [`PARALLEL_MIN_WORK`]
-/// iterations is coalesced, split into [`CHUNK`]s run in parallel, and
-/// vectorized within a chunk. The C printer combines the threads' partial
-/// results in thread order (deterministic for a given thread count).
-fn scalar_reductions(k: &Kernel) -> Schedule {
+/// The innermost loop of output loop `l`'s reduction nest when its loads
+/// walk it with stride 1 and its body is straight-line code.
+fn contiguous_reduction(l: &Loop) -> Option<String> {
+    let [Stmt::Let { .. }, Stmt::Loop(outer), ..] = l.body.as_slice() else {
+        return None;
+    };
+    let mut inner = outer;
+    while let [Stmt::Loop(next)] = inner.body.as_slice() {
+        inner = next;
+    }
+    let straight = inner.body.iter().all(|s| !matches!(s, Stmt::Loop(_)));
+    let unit = load_strides(&inner.body, &inner.var).contains(&1);
+    (straight && unit && !crate::ir::reduced_locals(&inner.body).is_empty())
+        .then(|| inner.var.clone())
+}
+
+/// The schedule of a kernel without output loops (reductions to scalars,
+/// or a row program over one row: Softmax of a vector): each top-level
+/// reduction nest doing at least [`PARALLEL_MIN_WORK`] iterations is
+/// coalesced, split into [`CHUNK`]s run in parallel, and vectorized within
+/// a chunk (the C printer combines the threads' partial results in thread
+/// order: deterministic for a given thread count); each such output loop
+/// too ([`chunked_loop`]).
+pub(crate) fn scalar_reductions(k: &Kernel) -> Schedule {
     let mut schedule = Schedule::default();
     // Only row programs: their reduction nests are proved to store nothing
     // two iterations share (`gpu_map::rows`), so chunks may run at once.
@@ -220,6 +245,10 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
     };
     let mut current = k.clone();
     for part in &parts {
+        if let RowPart::Spread(l) = part {
+            schedule.0.extend(chunked_loop(l));
+            continue;
+        }
         let RowPart::Reduce { loops, body, .. } = part else {
             continue;
         };
@@ -248,6 +277,27 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
         }
     }
     schedule
+}
+
+/// A loop of independent iterations (an output of a row program) in
+/// parallel chunks, vectorized within a chunk when it only stores; nothing
+/// when it does too little work to pay for threads.
+fn chunked_loop(l: &Loop) -> Vec<Directive> {
+    if l.extent.max() * work(&l.body).max(1) < PARALLEL_MIN_WORK {
+        return Vec::new();
+    }
+    let (o, i) = split_names(&l.var);
+    let mut d = vec![
+        Directive::Split {
+            var: l.var.clone(),
+            factor: CHUNK,
+        },
+        Directive::Parallel(o),
+    ];
+    if l.body.iter().all(|s| matches!(s, Stmt::Store { .. })) {
+        d.push(Directive::Vectorize(i));
+    }
+    d
 }
 
 /// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth

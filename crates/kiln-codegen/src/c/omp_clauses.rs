@@ -38,6 +38,8 @@ fn omp_reduction(c: Combiner, dtype: Option<DType>) -> Option<&'static str> {
     Some(match (c, dtype) {
         (Combiner::Sum, _) => "+",
         (Combiner::Prod, _) => "*",
+        (Combiner::And, _) => "&&",
+        (Combiner::Or, _) => "||",
         (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
         (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
         (Combiner::Max, Some(DType::F64)) => "kiln_rmax",

@@ -77,7 +77,12 @@ pub(super) fn rows(
         buffers,
         body,
     };
-    let schedule = row_schedule(&kernel, &row_vars);
+    let schedule = if row_vars.is_empty() && !target.is_gpu() {
+        // One row (all dimensions reduced): its parts in parallel chunks.
+        crate::auto_schedule::scalar_reductions(&kernel)
+    } else {
+        row_schedule(&kernel, &row_vars)
+    };
     let mut kernel = apply(&kernel, &schedule)?;
     kernel.body.splice(0..0, before);
     before_schedule.extend(schedule.0);
