@@ -11,7 +11,7 @@
 //! inputs. Results equal the interpreter's up to float rounding; errors
 //! name the node.
 
-use crate::memory::{data_ptr, from_bytes, AlignedBytes};
+use crate::memory::{data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage};
 use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
 use kiln_exec::{Exec, ExecPlan, Loc, Step};
 use kiln_fuse::{Plan, Planned};
@@ -29,6 +29,9 @@ type SetThreadsFn = unsafe extern "C" fn(i32);
 #[derive(Debug, Clone, Copy)]
 enum Arg {
     Value(Loc),
+    /// The storage of graph output `k`, written in place (see
+    /// [`direct_outputs`]).
+    Output(usize),
     /// `packed[i]`.
     Packed(usize),
     /// The workspace at this byte offset.
@@ -90,6 +93,9 @@ pub struct CompiledModel {
     graph: Graph,
     plan: ExecPlan,
     resolved: Vec<Resolved>,
+    /// Graph outputs kernels write straight into the returned tensors:
+    /// value id → output position.
+    direct: HashMap<usize, usize>,
     blocks: HashMap<String, BlockFn>,
     weights: Vec<Tensor>,
     /// Weights packed for their gemms at compile time.
@@ -163,10 +169,11 @@ impl CompiledModel {
         };
         let weights = weight_tensors(&program.graph, &program.plan)?;
         let mut plan = program.plan;
+        let direct = direct_outputs(&program.graph, &plan);
         let (resolved, blocks, packed, set_threads) = match &library {
             Some(lib) => {
                 let packed = prepack_all(lib, &mut plan, &weights, threads)?;
-                let resolved = resolve_steps(lib, &plan)?;
+                let resolved = resolve_steps(lib, &plan, &direct)?;
                 let blocks = resolve_blocks(lib, &plan)?;
                 // SAFETY: the first unit defines `void kiln_set_threads(int)`.
                 let set: SetThreadsFn = unsafe { lib.symbol("kiln_set_threads")? };
@@ -200,6 +207,7 @@ impl CompiledModel {
             graph: program.graph,
             plan,
             resolved,
+            direct,
             blocks,
             weights,
             packed,
@@ -260,6 +268,7 @@ impl CompiledModel {
             inputs,
             scratch,
             boxed: vec![None; self.plan.boxed],
+            fresh: self.fresh_outputs()?,
             ptrs: Vec::new(),
             block_args: Vec::new(),
         };
@@ -277,7 +286,28 @@ impl CompiledModel {
                 }
             }
         }
-        self.graph.outputs.iter().map(|&o| run.read(o)).collect()
+        let fresh = std::mem::take(&mut run.fresh);
+        self.graph
+            .outputs
+            .iter()
+            .zip(fresh)
+            .map(|(&o, storage)| match storage {
+                Some(s) => s.into_tensor(self.graph.ty(o).shape.clone().unwrap_or_default()),
+                None => run.read(o),
+            })
+            .collect()
+    }
+
+    /// Storage for the outputs kernels write in place, by output position.
+    fn fresh_outputs(&self) -> Result<Vec<Option<Box<dyn OutputStorage>>>> {
+        let mut fresh: Vec<Option<Box<dyn OutputStorage>>> =
+            (0..self.graph.outputs.len()).map(|_| None).collect();
+        for (&v, &k) in &self.direct {
+            let ty = self.graph.ty(ValueId(v as u32));
+            let n = ty.shape.as_ref().map_or(0, |s| s.iter().product());
+            fresh[k] = Some(output_storage(ty.dtype, n)?);
+        }
+        Ok(fresh)
     }
 
     fn location(&self, v: ValueId) -> Result<Loc> {
@@ -302,6 +332,8 @@ struct Run<'a> {
     inputs: &'a [Tensor],
     scratch: &'a mut Scratch,
     boxed: Vec<Option<Tensor>>,
+    /// Per graph output: its storage when kernels write it in place.
+    fresh: Vec<Option<Box<dyn OutputStorage>>>,
     ptrs: Vec<*mut u8>,
     block_args: Vec<Vec<*mut u8>>,
 }
@@ -366,6 +398,7 @@ impl Run<'_> {
         for &a in args {
             out.push(match a {
                 Arg::Value(l) => self.pointer(l)?,
+                Arg::Output(k) => self.output_ptr(k)?,
                 Arg::Packed(p) => self.model.packed[p].ptr_const(0) as *mut u8,
                 Arg::Workspace(off) => self.scratch.workspace.ptr(off),
             });
@@ -405,8 +438,21 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn read(&self, v: ValueId) -> Result<Tensor> {
+    /// Where graph output `k`, written in place, lives.
+    fn output_ptr(&mut self, k: usize) -> Result<*mut u8> {
+        match self.fresh.get_mut(k).and_then(|s| s.as_mut()) {
+            Some(s) => s.ptr(),
+            None => bail!("internal error: output {k} has no storage"),
+        }
+    }
+
+    fn read(&mut self, v: ValueId) -> Result<Tensor> {
         let m = self.model;
+        if let Some(&k) = m.direct.get(&v.index()) {
+            let ty = m.graph.ty(v);
+            let p = self.output_ptr(k)?;
+            return from_bytes(ty.dtype, ty.shape.clone().unwrap_or_default(), p);
+        }
         Ok(match m.location(v)? {
             // A view of an input or weight shares its memory: same data,
             // the view's shape.
@@ -452,7 +498,11 @@ pub fn weight_tensors(graph: &Graph, plan: &ExecPlan) -> Result<Vec<Tensor>> {
 }
 
 /// Every kernel step's function and arguments.
-fn resolve_steps(lib: &Library, plan: &ExecPlan) -> Result<Vec<Resolved>> {
+fn resolve_steps(
+    lib: &Library,
+    plan: &ExecPlan,
+    direct: &HashMap<usize, usize>,
+) -> Result<Vec<Resolved>> {
     plan.steps
         .iter()
         .map(|s| {
@@ -470,7 +520,10 @@ fn resolve_steps(lib: &Library, plan: &ExecPlan) -> Result<Vec<Resolved>> {
             let func: KernelFn = unsafe { lib.symbol(kernel)? };
             let mut resolved = args
                 .iter()
-                .map(|&a| Ok(Arg::Value(value_loc(plan, a)?)))
+                .map(|&a| match direct.get(&a) {
+                    Some(&k) => Ok(Arg::Output(k)),
+                    None => Ok(Arg::Value(value_loc(plan, a)?)),
+                })
                 .collect::<Result<Vec<_>>>()?;
             resolved.extend(packing.map(Arg::Packed));
             resolved.extend(workspace.map(|w| Arg::Workspace(w.offset)));
@@ -478,6 +531,49 @@ fn resolve_steps(lib: &Library, plan: &ExecPlan) -> Result<Vec<Resolved>> {
                 func,
                 args: resolved,
             })
+        })
+        .collect()
+}
+
+/// The graph outputs a kernel can write straight into the returned tensor
+/// (value id → output position): computed by a kernel into the arena,
+/// listed once among the outputs, and sharing no bytes with another value
+/// (no view of or by it). The rest are copied out of the arena.
+fn direct_outputs(graph: &Graph, plan: &ExecPlan) -> HashMap<usize, usize> {
+    let mut viewed = std::collections::HashSet::new();
+    let mut by_kernel = std::collections::HashSet::new();
+    for s in &plan.steps {
+        match s {
+            Step::Alias { value, of, .. } => {
+                viewed.insert(*value);
+                viewed.insert(*of);
+            }
+            Step::Kernel { node, .. } => {
+                by_kernel.extend(
+                    graph.nodes[*node]
+                        .outputs
+                        .iter()
+                        .flatten()
+                        .map(|v| v.index()),
+                );
+            }
+            Step::Interp { .. } => {}
+        }
+    }
+    let mut count: HashMap<usize, usize> = HashMap::new();
+    for o in &graph.outputs {
+        *count.entry(o.index()).or_default() += 1;
+    }
+    graph
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(k, o)| (o.index(), k))
+        .filter(|(v, _)| {
+            count[v] == 1
+                && by_kernel.contains(v)
+                && !viewed.contains(v)
+                && matches!(plan.value(*v).map(|p| p.loc), Some(Loc::Arena(_)))
         })
         .collect()
 }

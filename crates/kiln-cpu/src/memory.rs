@@ -63,3 +63,54 @@ pub fn from_bytes(dtype: DType, shape: Vec<usize>, p: *const u8) -> Result<Tenso
     });
     Tensor::new(shape, data)
 }
+
+/// Storage for a graph output that kernels write in place, becoming the
+/// returned tensor without a copy out of the arena.
+pub trait OutputStorage {
+    /// Where kernels write the elements.
+    fn ptr(&mut self) -> Result<*mut u8>;
+    /// The tensor of the elements written.
+    fn into_tensor(self: Box<Self>, shape: Vec<usize>) -> Result<Tensor>;
+}
+
+/// Zeroed shared storage of `T`s (all-zero bits are a value of every
+/// numeric type and of bool).
+struct Zeroed<T>(std::sync::Arc<[std::mem::MaybeUninit<T>]>);
+
+impl<T: Elem> OutputStorage for Zeroed<T> {
+    fn ptr(&mut self) -> Result<*mut u8> {
+        match std::sync::Arc::get_mut(&mut self.0) {
+            Some(s) => Ok(s.as_mut_ptr() as *mut u8),
+            None => bail!("internal error: output storage is shared before its run ends"),
+        }
+    }
+
+    fn into_tensor(self: Box<Self>, shape: Vec<usize>) -> Result<Tensor> {
+        // SAFETY: zeroed when made (a valid `T`: see `output_storage`),
+        // then only written with `T`s by kernels.
+        let data = unsafe { self.0.assume_init() };
+        Tensor::new(shape, T::wrap_shared(data))
+    }
+}
+
+/// Zeroed storage for `n` elements of `dtype`, a numeric type or bool.
+pub fn output_storage(dtype: DType, n: usize) -> Result<Box<dyn OutputStorage>> {
+    use kiln_ir::tensor::{bf16, f16};
+    use std::sync::Arc;
+    Ok(match dtype {
+        DType::F32 => Box::new(Zeroed::<f32>(Arc::new_zeroed_slice(n))),
+        DType::F64 => Box::new(Zeroed::<f64>(Arc::new_zeroed_slice(n))),
+        DType::F16 => Box::new(Zeroed::<f16>(Arc::new_zeroed_slice(n))),
+        DType::BF16 => Box::new(Zeroed::<bf16>(Arc::new_zeroed_slice(n))),
+        DType::I8 => Box::new(Zeroed::<i8>(Arc::new_zeroed_slice(n))),
+        DType::I16 => Box::new(Zeroed::<i16>(Arc::new_zeroed_slice(n))),
+        DType::I32 => Box::new(Zeroed::<i32>(Arc::new_zeroed_slice(n))),
+        DType::I64 => Box::new(Zeroed::<i64>(Arc::new_zeroed_slice(n))),
+        DType::U8 => Box::new(Zeroed::<u8>(Arc::new_zeroed_slice(n))),
+        DType::U16 => Box::new(Zeroed::<u16>(Arc::new_zeroed_slice(n))),
+        DType::U32 => Box::new(Zeroed::<u32>(Arc::new_zeroed_slice(n))),
+        DType::U64 => Box::new(Zeroed::<u64>(Arc::new_zeroed_slice(n))),
+        DType::Bool => Box::new(Zeroed::<bool>(Arc::new_zeroed_slice(n))),
+        other => bail!("no output storage for {other} tensors"),
+    })
+}

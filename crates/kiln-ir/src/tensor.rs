@@ -29,6 +29,8 @@ pub enum Data {
 pub trait Elem: Clone + Send + Sync + std::fmt::Debug + PartialEq + 'static {
     const DTYPE: DType;
     fn wrap(v: Vec<Self>) -> Data;
+    /// The data of elements already in shared storage (no copy).
+    fn wrap_shared(v: Arc<[Self]>) -> Data;
     fn unwrap(d: &Data) -> Option<&[Self]>;
 }
 
@@ -57,6 +59,9 @@ macro_rules! impl_elem {
             const DTYPE: DType = DType::$dtype;
             fn wrap(v: Vec<Self>) -> Data {
                 Data::$variant(v.into())
+            }
+            fn wrap_shared(v: Arc<[Self]>) -> Data {
+                Data::$variant(v)
             }
             fn unwrap(d: &Data) -> Option<&[Self]> {
                 match d {
