@@ -204,29 +204,59 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         }
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
-    } else if let Some(r) = last.as_ref().and_then(contiguous_reduction) {
+    } else if let Some(nest) = last.as_ref().and_then(contiguous_reduction) {
         // An x-reduce: each output's reduction reads consecutive elements,
-        // so its innermost loop runs in vector lanes (partials combined by
-        // the loop's reduction clause).
+        // so its innermost loop — coalesced with the loops around it while
+        // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
+        // in vector lanes (partials combined by the loop's reduction clause).
+        let r = coalesce_inward(&mut current, &mut schedule, &nest);
         schedule.0.push(Directive::Vectorize(r));
     }
     schedule
 }
 
-/// The innermost loop of output loop `l`'s reduction nest when its loads
-/// walk it with stride 1 and its body is straight-line code.
-fn contiguous_reduction(l: &Loop) -> Option<String> {
+/// The perfect nest of output loop `l`'s reduction, outermost first, when
+/// the innermost loop's loads walk it with stride 1 and its body is
+/// straight-line code.
+fn contiguous_reduction(l: &Loop) -> Option<Vec<String>> {
     let [Stmt::Let { .. }, Stmt::Loop(outer), ..] = l.body.as_slice() else {
         return None;
     };
+    let mut nest = vec![outer.var.clone()];
     let mut inner = outer;
     while let [Stmt::Loop(next)] = inner.body.as_slice() {
         inner = next;
+        nest.push(inner.var.clone());
     }
     let straight = inner.body.iter().all(|s| !matches!(s, Stmt::Loop(_)));
     let unit = load_strides(&inner.body, &inner.var).contains(&1);
-    (straight && unit && !crate::ir::reduced_locals(&inner.body).is_empty())
-        .then(|| inner.var.clone())
+    (straight && unit && !crate::ir::reduced_locals(&inner.body).is_empty()).then_some(nest)
+}
+
+/// Fuses the loops of `nest` (outermost first) from the innermost
+/// outwards while no offset needs `floordiv`/`mod` of the fused variable
+/// (the iterations stay consecutive in memory); the innermost loop's name.
+fn coalesce_inward(current: &mut Kernel, schedule: &mut Schedule, nest: &[String]) -> String {
+    let Some((mut inner, outers)) = nest.split_last().map(|(i, o)| (i.clone(), o)) else {
+        return String::new();
+    };
+    for outer in outers.iter().rev() {
+        let d = Directive::Fuse {
+            outer: outer.clone(),
+            inner: inner.clone(),
+        };
+        let Ok(fused) = apply(current, &Schedule(vec![d.clone()])) else {
+            break;
+        };
+        let name = fused_name(outer, &inner);
+        if has_div_mod_of(&fused.body, &name) {
+            break;
+        }
+        schedule.0.push(d);
+        *current = fused;
+        inner = name;
+    }
+    inner
 }
 
 /// The schedule of a kernel without output loops (reductions to scalars,
@@ -480,5 +510,31 @@ mod tests {
         assert!(default_schedule(&short, &v4).0.is_empty());
         let gpu = kiln_target::GpuPreset::Sm90.desc();
         assert!(default_schedule(&k, &gpu).0.is_empty());
+    }
+
+    #[test]
+    fn contiguous_reduced_loops_coalesce_before_vectorizing() {
+        // PANAMERA Figure 4: h, x and y reduced around the parallel w. x
+        // and y are consecutive in memory and coalesce into one vector
+        // loop of 50; h is not (w lies between) and stays outside.
+        let k = parse_kernel(
+            "kernel k(in0: f32[40,20,10,5], out out0: f32[20]) {
+  for i0 in 0..20 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..40 {
+      for r1 in 0..10 {
+        for r2 in 0..5 {
+          acc = sum(acc, in0[1000*r0 + 50*i0 + 5*r1 + r2])
+        }
+      }
+    }
+    out0[i0] = acc
+  }
+}",
+        )
+        .unwrap();
+        let s = default_schedule(&k, &CpuPreset::X86_64V4.desc(2));
+        let text: Vec<String> = s.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(text, ["parallel(i0)", "fuse(r1, r2)", "vectorize(r1r2)"]);
     }
 }
