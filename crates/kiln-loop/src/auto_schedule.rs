@@ -96,32 +96,16 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
-    let Some(mut inner) = vars.last().cloned() else {
+    if vars.is_empty() {
         return if target.is_gpu() {
             schedule
         } else {
             scalar_reductions(k)
         };
-    };
-    let mut outer_index = vars.len() - 1;
-    while outer_index > 0 {
-        let outer = &vars[outer_index - 1];
-        let d = Directive::Fuse {
-            outer: outer.clone(),
-            inner: inner.clone(),
-        };
-        let Ok(fused) = apply(&current, &Schedule(vec![d.clone()])) else {
-            break;
-        };
-        let name = fused_name(outer, &inner);
-        if has_div_mod_of(&fused.body, &name) && !target.is_gpu() {
-            break;
-        }
-        schedule.0.push(d);
-        current = fused;
-        inner = name;
-        outer_index -= 1;
     }
+    // A GPU coalesces every output loop whatever the offsets (threads take
+    // the one loop); a CPU only while the elements stay consecutive.
+    coalesce_inward(&mut current, &mut schedule, &vars, target.is_gpu());
     if target.is_gpu() {
         // Blocks and threads are assigned later (`gpu_map.rs`) over the
         // one coalesced loop; chunks and vector lanes are CPU notions.
@@ -209,7 +193,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // so its innermost loop — coalesced with the loops around it while
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
-        let r = coalesce_inward(&mut current, &mut schedule, &nest);
+        let r = coalesce_inward(&mut current, &mut schedule, &nest, false);
         schedule.0.push(Directive::Vectorize(r));
     }
     schedule
@@ -234,9 +218,15 @@ fn contiguous_reduction(l: &Loop) -> Option<Vec<String>> {
 }
 
 /// Fuses the loops of `nest` (outermost first) from the innermost
-/// outwards while no offset needs `floordiv`/`mod` of the fused variable
-/// (the iterations stay consecutive in memory); the innermost loop's name.
-fn coalesce_inward(current: &mut Kernel, schedule: &mut Schedule, nest: &[String]) -> String {
+/// outwards — while no offset needs `floordiv`/`mod` of the fused variable
+/// (the iterations stay consecutive in memory), or all of them with
+/// `any_offsets` — and returns the innermost loop's name.
+fn coalesce_inward(
+    current: &mut Kernel,
+    schedule: &mut Schedule,
+    nest: &[String],
+    any_offsets: bool,
+) -> String {
     let Some((mut inner, outers)) = nest.split_last().map(|(i, o)| (i.clone(), o)) else {
         return String::new();
     };
@@ -249,7 +239,7 @@ fn coalesce_inward(current: &mut Kernel, schedule: &mut Schedule, nest: &[String
             break;
         };
         let name = fused_name(outer, &inner);
-        if has_div_mod_of(&fused.body, &name) {
+        if !any_offsets && has_div_mod_of(&fused.body, &name) {
             break;
         }
         schedule.0.push(d);
@@ -286,19 +276,8 @@ pub(crate) fn scalar_reductions(k: &Kernel) -> Schedule {
         if total * work(body).max(1) < PARALLEL_MIN_WORK {
             continue;
         }
-        let mut var = loops[0].var.clone();
-        for inner in &loops[1..] {
-            let d = Directive::Fuse {
-                outer: var.clone(),
-                inner: inner.var.clone(),
-            };
-            let Ok(fused) = apply(&current, &Schedule(vec![d.clone()])) else {
-                break;
-            };
-            var = fused_name(&var, &inner.var);
-            schedule.0.push(d);
-            current = fused;
-        }
+        let vars: Vec<String> = loops.iter().map(|l| l.var.clone()).collect();
+        let var = coalesce_inward(&mut current, &mut schedule, &vars, true);
         let (o, i) = split_names(&var);
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));

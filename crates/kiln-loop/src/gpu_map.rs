@@ -44,6 +44,7 @@ mod independence;
 pub mod rows;
 mod text;
 
+use crate::auto_schedule::load_strides;
 use crate::ir::{Extent, Kernel, Loop, Stmt};
 pub use independence::independent;
 use kiln_target::GpuDesc;
@@ -176,7 +177,7 @@ fn loop_launch(k: &Kernel, i: usize, l: &Loop, gpu: &GpuDesc) -> Launch {
     let along = parts.iter().any(|p| match p {
         RowPart::Reduce { loops, body, .. } => loops
             .last()
-            .is_some_and(|inner| reads_along(body, &inner.var)),
+            .is_some_and(|inner| load_strides(body, &inner.var).contains(&1)),
         _ => false,
     });
     // Fewer rows than multiprocessors: one thread each leaves the GPU idle
@@ -339,19 +340,6 @@ fn block_size(n: i64, gpu: &GpuDesc) -> u32 {
     let want = ((n + 3) / 4).max(1) as u64;
     let pow2 = want.next_power_of_two();
     pow2.clamp(gpu.warp_size as u64, gpu.block_threads as u64) as u32
-}
-
-/// Whether some load in `body` walks `var` with stride 1 (consecutive
-/// threads then read consecutive elements).
-fn reads_along(body: &[Stmt], var: &str) -> bool {
-    let mut along = false;
-    crate::ir::for_each_load(body, &mut |_, offset, _| {
-        along |= offset
-            .terms
-            .iter()
-            .any(|(a, c)| *c == 1 && matches!(a, crate::ir::Atom::Var(v) if v == var));
-    });
-    along
 }
 
 #[cfg(test)]
