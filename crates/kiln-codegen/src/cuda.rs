@@ -30,8 +30,6 @@ pub struct LaunchConfig {
     pub function: String,
     pub grid: [u32; 3],
     pub block: [u32; 3],
-    /// Dynamic shared memory in bytes.
-    pub shared_bytes: u32,
     /// Every block must be resident at once (blocks wait for each other).
     pub cooperative: bool,
 }
@@ -59,7 +57,6 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
             function,
             grid,
             block,
-            shared_bytes: 0,
             cooperative: matches!(launch, Launch::SplitRows { .. }),
         });
     }
@@ -139,7 +136,7 @@ fn launch_function(
             let Stmt::Gemm(g) = &k.body[*stmt] else {
                 bail!("{}: statement {stmt} is not a gemm", k.name);
             };
-            let (text, grid) = gemm::gemm_function(k, g, function, params, gpu.sm_count)?;
+            let (text, grid) = gemm::gemm_function(k, g, function, params, gpu)?;
             (text, grid, [gemm::THREADS, 1, 1])
         }
     })

@@ -11,7 +11,9 @@
 //! inputs. Results equal the interpreter's up to float rounding; errors
 //! name the node.
 
-use crate::memory::{data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage};
+use crate::memory::{
+    as_declared, data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage,
+};
 use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
 use kiln_exec::{Exec, ExecPlan, Loc, Step};
 use kiln_fuse::{Plan, Planned};
@@ -316,14 +318,6 @@ impl CompiledModel {
             .map(|p| p.loc)
             .ok_or_else(|| Error::new(format!("value '{}' has no storage", self.graph.name(v))))
     }
-
-    /// `t` with value `v`'s declared shape (they differ for views).
-    fn as_declared(&self, v: ValueId, t: Tensor) -> Result<Tensor> {
-        match &self.graph.ty(v).shape {
-            Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
-            _ => Ok(t),
-        }
-    }
 }
 
 /// The state of one run.
@@ -416,24 +410,9 @@ impl Run<'_> {
     }
 
     fn interpret(&mut self, node: &kiln_ir::Node) -> Result<()> {
-        let g = &self.model.graph;
-        let ins: Vec<Option<Tensor>> = node
-            .inputs
-            .iter()
-            .map(|v| v.map(|v| self.read(v)).transpose())
-            .collect::<Result<_>>()?;
-        let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-        let mut scope = HashMap::new();
-        for name in kiln_interp::subgraph_reads(node) {
-            if let Some(id) = g.find(&name) {
-                scope.insert(name, self.read(id)?);
-            }
-        }
-        let outs = kiln_interp::eval_node(g, node, &refs, &scope)?;
-        for (o, t) in node.outputs.iter().zip(outs) {
-            if let Some(o) = o {
-                self.write(*o, t)?;
-            }
+        let outs = kiln_interp::eval_node_reading(&self.model.graph, node, &mut |v| self.read(v))?;
+        for (o, t) in outs {
+            self.write(o, t)?;
         }
         Ok(())
     }
@@ -456,8 +435,8 @@ impl Run<'_> {
         Ok(match m.location(v)? {
             // A view of an input or weight shares its memory: same data,
             // the view's shape.
-            Loc::Input(i) => m.as_declared(v, self.inputs[i].clone())?,
-            Loc::Weight(w) => m.as_declared(v, m.weights[w].clone())?,
+            Loc::Input(i) => as_declared(&m.graph, v, self.inputs[i].clone())?,
+            Loc::Weight(w) => as_declared(&m.graph, v, m.weights[w].clone())?,
             Loc::Boxed(b) => self.boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", m.graph.name(v)))
             })?,

@@ -52,6 +52,15 @@ pub fn data_ptr(t: &Tensor) -> Result<*mut u8> {
     )
 }
 
+/// `t` with value `v`'s declared shape in `g` (a view of an input or weight
+/// shares its storage but has its own shape).
+pub fn as_declared(g: &kiln_ir::Graph, v: kiln_ir::ValueId, t: Tensor) -> Result<Tensor> {
+    match &g.ty(v).shape {
+        Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
+        _ => Ok(t),
+    }
+}
+
 /// A tensor copied from `n` elements of raw memory.
 pub fn from_bytes(dtype: DType, shape: Vec<usize>, p: *const u8) -> Result<Tensor> {
     let n: usize = shape.iter().product();

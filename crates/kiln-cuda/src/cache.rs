@@ -12,7 +12,7 @@
 use crate::ffi::nvrtc::{Arch, Nvrtc};
 use kiln_ir::Result;
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Bumped when the way images are made changes (options, prelude rules).
 const FORMAT: &str = "kiln-cuda-1";
@@ -22,7 +22,6 @@ pub struct Image {
     pub bytes: Vec<u8>,
     /// Read from the cache rather than compiled.
     pub cached: bool,
-    pub path: PathBuf,
 }
 
 /// The PTX of `source` for `arch` from `cache_dir`, compiling on a miss.
@@ -36,7 +35,6 @@ pub fn compile_cached(source: &str, arch: Arch, cache_dir: &Path) -> Result<Imag
             return Ok(Image {
                 bytes,
                 cached: true,
-                path,
             });
         }
     }
@@ -45,7 +43,6 @@ pub fn compile_cached(source: &str, arch: Arch, cache_dir: &Path) -> Result<Imag
     Ok(Image {
         bytes: compiled.image,
         cached: false,
-        path,
     })
 }
 

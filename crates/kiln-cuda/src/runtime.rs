@@ -16,11 +16,10 @@ use crate::ffi::module::{Function, Module};
 use crate::ffi::nvrtc::Arch;
 use crate::program::CudaProgram;
 use crate::target::device_target;
-use kiln_cpu::memory::{data_ptr, from_bytes};
+use kiln_cpu::memory::{as_declared, data_ptr, from_bytes};
 use kiln_exec::{Exec, Loc, Step};
 use kiln_fuse::PlannerKind;
 use kiln_ir::{bail, Error, Graph, Result, Tensor, ValueId};
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -56,7 +55,6 @@ struct Launch {
     function: Function,
     grid: [u32; 3],
     block: [u32; 3],
-    shared: u32,
     cooperative: bool,
 }
 
@@ -66,6 +64,8 @@ pub struct CudaModel {
     plan: kiln_exec::ExecPlan,
     /// Per step: its launches (empty for aliases and interpreted nodes).
     launches: Vec<Vec<Launch>>,
+    /// Per step: where its kernel's arguments live (empty for others).
+    step_args: Vec<Vec<Loc>>,
     weights: Vec<DeviceBuffer>,
     host_weights: Vec<Tensor>,
     arena: DeviceBuffer,
@@ -95,6 +95,7 @@ impl CudaModel {
         let image = compile_cached(&source, Arch::Compute(cc), &cache_dir)?;
         let module = gpu.load_module(&image.bytes)?;
         let launches = resolve_launches(&program, &module)?;
+        let step_args = resolve_args(&program.plan)?;
         let host_weights = kiln_cpu::jit::weight_tensors(&program.graph, &program.plan)?;
         let weights = host_weights
             .iter()
@@ -115,6 +116,7 @@ impl CudaModel {
             graph: program.graph,
             plan: program.plan,
             launches,
+            step_args,
             weights,
             host_weights,
             arena,
@@ -198,6 +200,8 @@ impl CudaModel {
     ) -> Result<()> {
         self.gpu
             .memset_zero(self.errors.ptr(), self.errors.bytes())?;
+        // Argument words and the pointers to them, reused by every launch.
+        let (mut words, mut params) = (Vec::new(), Vec::new());
         for e in &self.plan.exec {
             let steps = match e {
                 Exec::Step(i) => std::slice::from_ref(i),
@@ -205,7 +209,7 @@ impl CudaModel {
             };
             for &i in steps {
                 match &self.plan.steps[i] {
-                    Step::Kernel { args, .. } => self.launch(i, args, device)?,
+                    Step::Kernel { .. } => self.launch(i, device, &mut words, &mut params)?,
                     Step::Interp { node, .. } => self.interpret(*node, inputs, boxed)?,
                     Step::Alias { .. } => {}
                 }
@@ -214,47 +218,41 @@ impl CudaModel {
         Ok(())
     }
 
-    fn launch(&self, step: usize, args: &[usize], device: &[DeviceBuffer]) -> Result<()> {
-        let mut ptrs: Vec<u64> = args
-            .iter()
-            .map(|&v| self.device_ptr(v, device))
-            .collect::<Result<_>>()?;
-        ptrs.push(self.errors.ptr() + 4 * step as u64);
-        let mut params: Vec<*mut c_void> = ptrs
-            .iter_mut()
-            .map(|p| p as *mut u64 as *mut c_void)
-            .collect();
+    /// Launches step `step`'s functions on its arguments (their places
+    /// resolved at compile time) and its error word.
+    fn launch(
+        &self,
+        step: usize,
+        device: &[DeviceBuffer],
+        words: &mut Vec<u64>,
+        params: &mut Vec<*mut c_void>,
+    ) -> Result<()> {
+        words.clear();
+        for &loc in &self.step_args[step] {
+            words.push(self.device_ptr(loc, device)?);
+        }
+        words.push(self.errors.ptr() + 4 * step as u64);
+        params.clear();
+        params.extend(words.iter_mut().map(|p| p as *mut u64 as *mut c_void));
         for l in &self.launches[step] {
             // SAFETY: every generated function takes the kernel's buffers
             // (device pointers, `args` in order) then the error word: one
             // u64 per parameter, which `params` points at.
             unsafe {
-                self.gpu.launch(
-                    &l.function,
-                    l.grid,
-                    l.block,
-                    l.shared,
-                    l.cooperative,
-                    &mut params,
-                )?
+                self.gpu
+                    .launch(&l.function, l.grid, l.block, 0, l.cooperative, params)?
             };
         }
         Ok(())
     }
 
-    /// Where value `id` (a graph value index) lives on the device.
-    fn device_ptr(&self, id: usize, device: &[DeviceBuffer]) -> Result<u64> {
-        let Some(v) = self.plan.value(id) else {
-            bail!("internal error: value {id} has no storage");
-        };
-        Ok(match v.loc {
+    /// The device address of place `loc`.
+    fn device_ptr(&self, loc: Loc, device: &[DeviceBuffer]) -> Result<u64> {
+        Ok(match loc {
             Loc::Input(i) => device[i].ptr(),
             Loc::Weight(w) => self.weights[w].ptr(),
             Loc::Arena(off) => self.arena.ptr() + off as u64,
-            Loc::Boxed(_) => bail!(
-                "value '{}' is not in device memory a kernel can read",
-                v.name
-            ),
+            Loc::Boxed(_) => bail!("a kernel argument is not in device memory"),
         })
     }
 
@@ -268,37 +266,21 @@ impl CudaModel {
     /// Runs node `n` on the interpreter, reading and writing device memory.
     fn interpret(&self, n: usize, inputs: &[Tensor], boxed: &mut [Option<Tensor>]) -> Result<()> {
         let node = &self.graph.nodes[n];
-        let ins: Vec<Option<Tensor>> = node
-            .inputs
-            .iter()
-            .map(|v| v.map(|v| self.read(v, inputs, boxed)).transpose())
-            .collect::<Result<_>>()?;
-        let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
-        let mut scope = HashMap::new();
-        for name in kiln_interp::subgraph_reads(node) {
-            if let Some(id) = self.graph.find(&name) {
-                scope.insert(name, self.read(id, inputs, boxed)?);
-            }
-        }
-        let outs = kiln_interp::eval_node(&self.graph, node, &refs, &scope)?;
-        for (o, t) in node.outputs.iter().zip(outs) {
-            if let Some(o) = o {
-                self.write(*o, t, boxed)?;
-            }
+        let outs = kiln_interp::eval_node_reading(&self.graph, node, &mut |v| {
+            self.read(v, inputs, boxed)
+        })?;
+        for (o, t) in outs {
+            self.write(o, t, boxed)?;
         }
         Ok(())
     }
 
     /// Value `v` on the host (inputs and weights from their host copies).
     fn read(&self, v: ValueId, inputs: &[Tensor], boxed: &[Option<Tensor>]) -> Result<Tensor> {
-        let declared = |t: Tensor| match &self.graph.ty(v).shape {
-            Some(shape) if *shape != t.shape => t.reshaped(shape.clone()),
-            _ => Ok(t),
-        };
         let loc = self.location(v)?;
         match loc {
-            Loc::Input(i) => declared(inputs[i].clone()),
-            Loc::Weight(w) => declared(self.host_weights[w].clone()),
+            Loc::Input(i) => as_declared(&self.graph, v, inputs[i].clone()),
+            Loc::Weight(w) => as_declared(&self.graph, v, self.host_weights[w].clone()),
             Loc::Boxed(b) => boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", self.graph.name(v)))
             }),
@@ -360,9 +342,30 @@ fn resolve_launches(program: &CudaProgram, module: &Module) -> Result<Vec<Vec<La
                         function: module.function(&l.function)?,
                         grid: l.grid,
                         block: l.block,
-                        shared: l.shared_bytes,
                         cooperative: l.cooperative,
                     })
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Each kernel step's argument places; a value the device cannot hold is
+/// an error naming it.
+fn resolve_args(plan: &kiln_exec::ExecPlan) -> Result<Vec<Vec<Loc>>> {
+    plan.steps
+        .iter()
+        .map(|s| {
+            let Step::Kernel { args, .. } = s else {
+                return Ok(Vec::new());
+            };
+            args.iter()
+                .map(|&id| match plan.value(id) {
+                    Some(v) if matches!(v.loc, Loc::Boxed(_)) => {
+                        bail!("value '{}' is not in memory a kernel can read", v.name)
+                    }
+                    Some(v) => Ok(v.loc),
+                    None => bail!("internal error: value {id} has no storage"),
                 })
                 .collect()
         })

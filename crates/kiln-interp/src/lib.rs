@@ -210,6 +210,35 @@ impl Env<'_> {
     }
 }
 
+/// Evaluates `node` of `g` taking its inputs, and the values its subgraphs
+/// read by name, from `read` (an executor's own storage); returns each
+/// computed output with its value.
+pub fn eval_node_reading(
+    g: &Graph,
+    node: &kiln_ir::Node,
+    read: &mut dyn FnMut(kiln_ir::ValueId) -> Result<Tensor>,
+) -> Result<Vec<(kiln_ir::ValueId, Tensor)>> {
+    let ins: Vec<Option<Tensor>> = node
+        .inputs
+        .iter()
+        .map(|v| v.map(&mut *read).transpose())
+        .collect::<Result<_>>()?;
+    let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
+    let mut scope = HashMap::new();
+    for name in subgraph_reads(node) {
+        if let Some(id) = g.find(&name) {
+            scope.insert(name, read(id)?);
+        }
+    }
+    let outs = eval_node(g, node, &refs, &scope)?;
+    Ok(node
+        .outputs
+        .iter()
+        .zip(outs)
+        .filter_map(|(o, t)| o.map(|o| (o, t)))
+        .collect())
+}
+
 /// Evaluates one node of `g` on its input values; `scope` holds the values
 /// its subgraphs read by name ([`subgraph_reads`]). Returns one tensor per
 /// node output position it computes (trailing omitted outputs may be left

@@ -335,11 +335,16 @@ fn longest_part(parts: &[RowPart]) -> i64 {
 }
 
 /// Threads of a block sharing `n` iterations: a power of two, at least a
-/// warp, at most the target's block size, about four iterations each.
+/// warp, at most the target's block size (and what a block may have),
+/// about four iterations each.
 fn block_size(n: i64, gpu: &GpuDesc) -> u32 {
     let want = ((n + 3) / 4).max(1) as u64;
-    let pow2 = want.next_power_of_two();
-    pow2.clamp(gpu.warp_size as u64, gpu.block_threads as u64) as u32
+    let most = gpu
+        .block_threads
+        .min(gpu.max_threads_per_block)
+        .max(gpu.warp_size);
+    want.next_power_of_two()
+        .clamp(gpu.warp_size as u64, most as u64) as u32
 }
 
 #[cfg(test)]

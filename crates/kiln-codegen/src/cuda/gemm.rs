@@ -26,6 +26,7 @@
 use crate::c::gemm_kernel::{epilogue, printer};
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Gemm, GemmInput, Kernel, Val};
+use kiln_target::GpuDesc;
 
 /// Threads per block: a 16×16 grid, each thread a `micro`×`micro`
 /// sub-tile of the block's tile.
@@ -50,10 +51,12 @@ struct Blocking {
 
 impl Blocking {
     /// 128×128 tiles (8×8 per thread: twice the multiply-adds per shared
-    /// load) when both sides of C are that large, else 64×64 (4×4); then
-    /// the splits that fill `sms` multiprocessors (see [`splits`]).
-    fn of(g: &Gemm, sms: usize) -> Blocking {
-        let (tile, micro) = if g.m >= 128 && g.n >= 128 {
+    /// load) when both sides of C are that large and their staging fits
+    /// the GPU's shared memory per block, else 64×64 (4×4); then the
+    /// splits that fill its multiprocessors (see [`Blocking::splits_for`]).
+    fn of(g: &Gemm, gpu: &GpuDesc) -> Blocking {
+        let large_fits = staging_bytes(128) <= gpu.shared_bytes_per_block;
+        let (tile, micro) = if g.m >= 128 && g.n >= 128 && large_fits {
             (128, 8)
         } else {
             (64, 4)
@@ -63,7 +66,7 @@ impl Blocking {
             micro,
             splits: 1,
         };
-        b.splits = b.splits_for(g, sms);
+        b.splits = b.splits_for(g, gpu.sm_count);
         b
     }
 
@@ -83,19 +86,24 @@ impl Blocking {
     }
 }
 
-/// The kernel `function` computing `g` and its grid, for a GPU of `sms`
-/// multiprocessors.
+/// Bytes of shared memory staging a `tile`-wide step takes: A's rows
+/// (padded by one word) and B's columns, `DEPTH` deep, in f32.
+fn staging_bytes(tile: i64) -> usize {
+    (DEPTH * (2 * tile + 1)) as usize * std::mem::size_of::<f32>()
+}
+
+/// The kernel `function` computing `g` and its grid, for `gpu`.
 pub fn gemm_function(
     k: &Kernel,
     g: &Gemm,
     function: &str,
     params: &str,
-    sms: usize,
+    gpu: &GpuDesc,
 ) -> Result<(String, [u32; 3])> {
     let a = factor(k, &g.a, [g.batch, g.m, g.k])?;
     let b = factor(k, &g.b, [g.batch, g.k, g.n])?;
     let store = store(k, g)?;
-    let bl = Blocking::of(g, sms);
+    let bl = Blocking::of(g, gpu);
     let batch = g.batch.max(1);
     let grid = [
         bl.tiles(g.n).min(MAX_GRID) as u32,
