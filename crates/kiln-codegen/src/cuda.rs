@@ -22,7 +22,6 @@ use kiln_ir::{bail, Result};
 use kiln_loop::gpu_map::{map_kernel, GpuMapping, Launch};
 use kiln_loop::{Kernel, LoopKind, Scope, Stmt};
 use kiln_target::GpuDesc;
-use std::fmt::Write;
 
 /// How to launch one generated function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +141,34 @@ fn launch_function(
     })
 }
 
+/// The frame of every generated function: module-scope `globals` before
+/// it, then `extern "C" __global__` (bounded to `threads` per block when
+/// given) over the kernel's `params`, its `shared` declarations, the
+/// thread's error flag, `body`, and the flag published to `kiln_err`.
+pub(crate) struct Frame<'a> {
+    pub function: &'a str,
+    pub params: &'a str,
+    pub threads: Option<u32>,
+    pub globals: &'a str,
+    pub shared: &'a str,
+}
+
+impl Frame<'_> {
+    pub(crate) fn wrap(&self, body: &str) -> String {
+        let bounds = self
+            .threads
+            .map(|t| format!("__launch_bounds__({t}) "))
+            .unwrap_or_default();
+        format!(
+            "{globals}extern \"C\" __global__ void {bounds}{function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
+            globals = self.globals,
+            function = self.function,
+            params = self.params,
+            shared = self.shared,
+        )
+    }
+}
+
 /// `k` with every loop serial: OpenMP and vector marks are the CPU
 /// schedule's; inside a thread loops run in order (unrolling stays).
 fn all_serial(k: &Kernel) -> Kernel {
@@ -196,11 +223,17 @@ fn threads_function(
     for s in &l.body {
         p.stmt(s, 2)?;
     }
-    Ok(format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n  int err = 0;\n  for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {extent}; {var} += (int64_t)gridDim.x * blockDim.x) {{\n{body}  }}\n  if (err) *kiln_err = 1;\n}}\n",
-        threads = gpu.block_threads,
-        body = p.out,
-    ))
+    let frame = Frame {
+        function,
+        params,
+        threads: Some(gpu.block_threads as u32),
+        globals: "",
+        shared: "",
+    };
+    Ok(frame.wrap(&format!(
+        "  for (int64_t {var} = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; {var} < {extent}; {var} += (int64_t)gridDim.x * blockDim.x) {{\n{}  }}\n",
+        p.out
+    )))
 }
 
 /// Statements `range` of `k` run by one thread.
@@ -214,14 +247,14 @@ fn single_function(
     for s in &k.body[range] {
         p.stmt(s, 1)?;
     }
-    let mut out = String::new();
-    write!(
-        out,
-        "extern \"C\" __global__ void {function}({params}) {{\n  int err = 0;\n{}  if (err) *kiln_err = 1;\n}}\n",
-        p.out
-    )
-    .ok();
-    Ok(out)
+    let frame = Frame {
+        function,
+        params,
+        threads: None,
+        globals: "",
+        shared: "",
+    };
+    Ok(frame.wrap(&p.out))
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 //! the epilogue. Partials and counters are the module's own global memory,
 //! so the kernel stays one launch with no workspace.
 
+use super::Frame;
 use crate::c::gemm_kernel::{epilogue, printer};
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Gemm, GemmInput, Kernel, Val};
@@ -129,25 +130,30 @@ pub fn gemm_function(
     };
     let main = main_loop(g, &bl, &a, &b);
     let (tile, micro) = (bl.tile, bl.micro);
-    let text = format!(
-        r#"{globals}extern "C" __global__ void __launch_bounds__({THREADS}) {function}({params}) {{
-  __shared__ float kiln_as[{DEPTH}][{tile} + 1];
-  __shared__ float kiln_bs[{DEPTH}][{tile}];
-{last_flag}  int err = 0;
-  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    let shared = format!(
+        "  __shared__ float kiln_as[{DEPTH}][{tile} + 1];\n  __shared__ float kiln_bs[{DEPTH}][{tile}];\n{last_flag}"
+    );
+    let body = format!(
+        r#"  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   for (int64_t kiln_z = blockIdx.z; kiln_z < {zs}; kiln_z += gridDim.z)
   for (int64_t m0 = (int64_t)blockIdx.y * {tile}; m0 < {m}; m0 += (int64_t)gridDim.y * {tile})
   for (int64_t n0 = (int64_t)blockIdx.x * {tile}; n0 < {n}; n0 += (int64_t)gridDim.x * {tile}) {{
     float kiln_acc[{micro}][{micro}] = {{{{0.0f}}}};
 {main}{finish}
   }}
-  if (err) *kiln_err = 1;
-}}
 "#,
         zs = batch * bl.splits,
         m = g.m,
         n = g.n,
     );
+    let frame = Frame {
+        function,
+        params,
+        threads: Some(THREADS),
+        globals: &globals,
+        shared: &shared,
+    };
+    let text = frame.wrap(&body);
     Ok((text, grid))
 }
 

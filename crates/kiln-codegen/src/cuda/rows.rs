@@ -13,6 +13,7 @@
 //! result. Output loops are spread over the block's threads and lone
 //! stores done by thread 0, with a barrier after each part.
 
+use super::Frame;
 use crate::c::Printer;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::gpu_map::rows::{row_parts, RowPart};
@@ -36,11 +37,7 @@ pub fn block_function(
     for part in &parts {
         w.part(part, 1, Spread::Block)?;
     }
-    Ok(format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
-        shared = w.shared,
-        body = w.p.out,
-    ))
+    Ok(w.frame(function, params, threads, "").wrap(&w.p.out))
 }
 
 /// The function running `k.body[stmt]` (a loop over `var`) one block per
@@ -64,13 +61,13 @@ pub fn rows_function(
     for part in &parts {
         w.part(part, 2, Spread::Block)?;
     }
-    Ok(format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  for (int64_t {v} = blockIdx.x; {v} < {e}; {v} += gridDim.x) {{\n{body}    __syncthreads();\n  }}\n  if (err) *kiln_err = 1;\n}}\n",
-        shared = w.shared,
+    let body = format!(
+        "  for (int64_t {v} = blockIdx.x; {v} < {e}; {v} += gridDim.x) {{\n{body}    __syncthreads();\n  }}\n",
         v = l.var,
         e = l.extent.max(),
         body = w.p.out,
-    ))
+    );
+    Ok(w.frame(function, params, threads, "").wrap(&body))
 }
 
 /// The function running statements `from..` of `k` as an all-reduce over
@@ -132,11 +129,7 @@ pub fn all_reduce_function(
     for part in &parts[last + 1..] {
         w.part(part, 1, Spread::Block)?;
     }
-    Ok(format!(
-        "{globals}extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
-        shared = w.shared,
-        body = w.p.out,
-    ))
+    Ok(w.frame(function, params, threads, &globals).wrap(&w.p.out))
 }
 
 /// The function running a row program with `blocks_per_row` blocks per
@@ -197,11 +190,11 @@ pub fn split_rows_function(
             RowPart::Local(_) => w.part(part, 1, spread)?,
         }
     }
-    Ok(format!(
-        "{globals}extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  const int64_t {var} = blockIdx.x / {blocks_per_row};\n  const unsigned int kiln_b = blockIdx.x % {blocks_per_row};\n  (void){var};\n{body}  if (err) *kiln_err = 1;\n}}\n",
-        shared = w.shared,
-        body = w.p.out,
-    ))
+    let body = format!(
+        "  const int64_t {var} = blockIdx.x / {blocks_per_row};\n  const unsigned int kiln_b = blockIdx.x % {blocks_per_row};\n  (void){var};\n{}",
+        w.p.out
+    );
+    Ok(w.frame(function, params, threads, &globals).wrap(&body))
 }
 
 /// The function running `k.body[stmt]` (a loop over `var`) as columns:
@@ -251,13 +244,12 @@ pub fn columns_function(
             RowPart::Local(s) => w.p.stmt(s, 2)?,
         }
     }
-    Ok(format!(
-        "extern \"C\" __global__ void __launch_bounds__({threads}) {function}({params}) {{\n{shared}  int err = 0;\n  const int kiln_lane = threadIdx.x % 32, kiln_g = threadIdx.x / 32;\n  for (int64_t kiln_base = (int64_t)blockIdx.x * 32; kiln_base < {e}; kiln_base += (int64_t)gridDim.x * 32) {{\n    const bool kiln_live = kiln_base + kiln_lane < {e};\n    const int64_t {var} = kiln_live ? kiln_base + kiln_lane : {last};\n{body}    __syncthreads();\n  }}\n  if (err) *kiln_err = 1;\n}}\n",
-        threads = groups * 32,
+    let body = format!(
+        "  const int kiln_lane = threadIdx.x % 32, kiln_g = threadIdx.x / 32;\n  for (int64_t kiln_base = (int64_t)blockIdx.x * 32; kiln_base < {e}; kiln_base += (int64_t)gridDim.x * 32) {{\n    const bool kiln_live = kiln_base + kiln_lane < {e};\n    const int64_t {var} = kiln_live ? kiln_base + kiln_lane : {last};\n{body}    __syncthreads();\n  }}\n",
         last = e - 1,
-        shared = w.shared,
         body = w.p.out,
-    ))
+    );
+    Ok(w.frame(function, params, groups * 32, "").wrap(&body))
 }
 
 /// Which threads share a part's iterations.
@@ -300,6 +292,23 @@ struct RowWriter<'a> {
 }
 
 impl<'a> RowWriter<'a> {
+    /// The frame of the function this writer's body goes into.
+    fn frame<'f>(
+        &'f self,
+        function: &'f str,
+        params: &'f str,
+        threads: u32,
+        globals: &'f str,
+    ) -> Frame<'f> {
+        Frame {
+            function,
+            params,
+            threads: Some(threads),
+            globals,
+            shared: &self.shared,
+        }
+    }
+
     fn new(k: &'a Kernel) -> RowWriter<'a> {
         RowWriter {
             p: Printer::new(k),
