@@ -97,29 +97,19 @@ impl CpuProgram {
     ) -> Result<CpuProgram> {
         let applied = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?;
         let graph = applied.graph;
-        let chosen: Vec<std::result::Result<NodeKernel, String>> = graph
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| select(&graph, node, &format!("{}_k{i}", naming.prefix), target))
-            .collect();
-        let infos: Vec<_> = chosen
-            .iter()
-            .map(|k| k.as_ref().map(NodeKernel::info).map_err(Clone::clone))
-            .collect();
-        let scope_reads = scope_reads(&graph);
-        let plan = kiln_exec::build(&PlanRequest {
-            graph: &graph,
-            kernels: &infos,
-            parallel: &applied.parallel,
-            scope_reads: &scope_reads,
-            threads: naming.threads,
-            prefix: &naming.prefix,
-            arena_dtype: &has_c_type,
-            alignment: ALIGNMENT,
-        })?;
+        let (kernels, plan) = kernels_and_plan(
+            &graph,
+            &|node, name| node_kernel(&graph, node, name, target),
+            NodeKernel::info,
+            &KernelPlacing {
+                parallel: &applied.parallel,
+                threads: naming.threads,
+                prefix: &naming.prefix,
+                alignment: ALIGNMENT,
+            },
+        )?;
         Ok(CpuProgram {
-            kernels: chosen.into_iter().map(Result::ok).collect(),
+            kernels,
             graph,
             plan,
             fusion,
@@ -198,21 +188,57 @@ impl CpuProgram {
     }
 }
 
-/// The kernel of a node (named `name`), or why it has none.
-fn select(
-    g: &Graph,
-    node: &kiln_ir::Node,
-    name: &str,
-    target: &TargetDesc,
-) -> std::result::Result<NodeKernel, String> {
-    static_outputs(g, node)
-        .and_then(|()| node_kernel(g, node, name, target))
-        .map_err(|e| e.to_string())
+/// How a fused graph's kernels are placed in its execution plan.
+pub struct KernelPlacing<'a> {
+    /// Sets of nodes that may run at the same time.
+    pub parallel: &'a [Vec<usize>],
+    /// Threads the workspace is sized for.
+    pub threads: usize,
+    /// Prefix of kernel (`PREFIX_kN`) and block names: a C identifier.
+    pub prefix: &'a str,
+    pub alignment: usize,
+}
+
+/// For a fused graph, any target: each node's kernel from `select` (given
+/// the node and its name, `PREFIX_kN`), or why it has none (an output
+/// shape that depends on data, or `select`'s error), and the execution
+/// plan placing them (`info` says what the plan needs of a kernel).
+pub fn kernels_and_plan<K>(
+    graph: &Graph,
+    select: &dyn Fn(&kiln_ir::Node, &str) -> Result<K>,
+    info: fn(&K) -> kiln_exec::KernelInfo,
+    placing: &KernelPlacing,
+) -> Result<(Vec<Option<K>>, ExecPlan)> {
+    let chosen: Vec<std::result::Result<K, String>> = graph
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            static_outputs(graph, node)
+                .and_then(|()| select(node, &format!("{}_k{i}", placing.prefix)))
+                .map_err(|e| e.to_string())
+        })
+        .collect();
+    let infos: Vec<_> = chosen
+        .iter()
+        .map(|k| k.as_ref().map(info).map_err(Clone::clone))
+        .collect();
+    let plan = kiln_exec::build(&PlanRequest {
+        graph,
+        kernels: &infos,
+        parallel: placing.parallel,
+        scope_reads: &scope_reads(graph),
+        threads: placing.threads,
+        prefix: placing.prefix,
+        arena_dtype: &has_c_type,
+        alignment: placing.alignment,
+    })?;
+    Ok((chosen.into_iter().map(Result::ok).collect(), plan))
 }
 
 /// An error when an output's shape depends on data (no kernel then, on
 /// any target).
-pub fn static_outputs(g: &Graph, node: &kiln_ir::Node) -> Result<()> {
+fn static_outputs(g: &Graph, node: &kiln_ir::Node) -> Result<()> {
     if node
         .outputs
         .iter()
@@ -229,7 +255,7 @@ pub fn static_outputs(g: &Graph, node: &kiln_ir::Node) -> Result<()> {
 }
 
 /// Per node, the values its subgraphs read by name.
-pub fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
+fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
     g.nodes
         .iter()
         .map(|n| {

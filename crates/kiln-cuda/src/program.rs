@@ -11,9 +11,8 @@
 //! prelude. Nothing is compiled here.
 
 use crate::select::{node_kernel, CudaGroupCheck, CudaKernel};
-use kiln_cpu::program::{scope_reads, static_outputs};
-use kiln_cpu::select::has_c_type;
-use kiln_exec::{ExecPlan, PlanRequest};
+use kiln_cpu::program::{kernels_and_plan, KernelPlacing};
+use kiln_exec::ExecPlan;
 use kiln_fuse::{PlanOptions, Planned, PlannerKind};
 use kiln_ir::{Graph, Result};
 use kiln_target::TargetDesc;
@@ -43,34 +42,20 @@ impl CudaProgram {
         let check = CudaGroupCheck { target };
         let plan_opts = PlanOptions::for_target(target.clone());
         let fusion = kiln_fuse::plan(graph, planner, &check, &plan_opts)?;
-        let applied = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?;
-        let graph = applied.graph;
-        let chosen: Vec<std::result::Result<CudaKernel, String>> = graph
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                static_outputs(&graph, node)
-                    .and_then(|()| node_kernel(&graph, node, &format!("{prefix}_k{i}"), target))
-                    .map_err(|e| e.to_string())
-            })
-            .collect();
-        let infos: Vec<_> = chosen
-            .iter()
-            .map(|k| k.as_ref().map(CudaKernel::info).map_err(Clone::clone))
-            .collect();
-        let plan = kiln_exec::build(&PlanRequest {
-            graph: &graph,
-            kernels: &infos,
-            parallel: &[],
-            scope_reads: &scope_reads(&graph),
-            threads: 1,
-            prefix,
-            arena_dtype: &has_c_type,
-            alignment: ALIGNMENT,
-        })?;
+        let graph = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?.graph;
+        let (kernels, plan) = kernels_and_plan(
+            &graph,
+            &|node, name| node_kernel(&graph, node, name, target),
+            CudaKernel::info,
+            &KernelPlacing {
+                parallel: &[],
+                threads: 1,
+                prefix,
+                alignment: ALIGNMENT,
+            },
+        )?;
         Ok(CudaProgram {
-            kernels: chosen.into_iter().map(std::result::Result::ok).collect(),
+            kernels,
             graph,
             plan,
             fusion,
