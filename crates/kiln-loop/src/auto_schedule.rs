@@ -256,7 +256,7 @@ fn coalesce_inward(
 /// a chunk (the C printer combines the threads' partial results in thread
 /// order: deterministic for a given thread count); each such output loop
 /// too ([`chunked_loop`]).
-pub(crate) fn scalar_reductions(k: &Kernel) -> Schedule {
+fn scalar_reductions(k: &Kernel) -> Schedule {
     let mut schedule = Schedule::default();
     // Only row programs: their reduction nests are proved to store nothing
     // two iterations share (`gpu_map::rows`), so chunks may run at once.

@@ -77,9 +77,10 @@ pub(super) fn rows(
         buffers,
         body,
     };
-    let schedule = if row_vars.is_empty() && !target.is_gpu() {
-        // One row (all dimensions reduced): its parts in parallel chunks.
-        crate::auto_schedule::scalar_reductions(&kernel)
+    let schedule = if row_vars.is_empty() {
+        // One row (all dimensions reduced): no output loops, which the
+        // default rule schedules for the target.
+        default_schedule(&kernel, target)
     } else {
         row_schedule(&kernel, &row_vars)
     };
