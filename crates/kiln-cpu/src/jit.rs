@@ -11,6 +11,7 @@
 //! inputs. Results equal the interpreter's up to float rounding; errors
 //! name the node.
 
+use crate::inputs::Input;
 use crate::memory::{
     as_declared, data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage,
 };
@@ -226,13 +227,20 @@ impl CompiledModel {
     }
 
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let inputs: Vec<Input> = inputs.iter().map(Input::Tensor).collect();
+        self.run_inner(&inputs, None)
+    }
+
+    /// Runs on inputs that may be memory the caller owns, read in place.
+    pub fn run_inputs(&self, inputs: &[Input]) -> Result<Vec<Tensor>> {
         self.run_inner(inputs, None)
     }
 
     /// Runs once, returning the time of each node too.
     pub fn run_profiled(&self, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Vec<NodeTime>)> {
         let mut times = vec![Duration::ZERO; self.plan.steps.len()];
-        let outs = self.run_inner(inputs, Some(&mut times))?;
+        let inputs: Vec<Input> = inputs.iter().map(Input::Tensor).collect();
+        let outs = self.run_inner(&inputs, Some(&mut times))?;
         let t = self
             .graph
             .nodes
@@ -251,10 +259,10 @@ impl CompiledModel {
 
     fn run_inner(
         &self,
-        inputs: &[Tensor],
+        inputs: &[Input],
         mut times: Option<&mut Vec<Duration>>,
     ) -> Result<Vec<Tensor>> {
-        kiln_interp::check_inputs(&self.graph, inputs)?;
+        kiln_interp::check_input_types(&self.graph, inputs.iter().map(|i| (i.dtype(), i.shape())))?;
         // One run at a time per model: the arena is reused, not reallocated.
         let mut guard = self
             .scratch
@@ -323,7 +331,7 @@ impl CompiledModel {
 /// The state of one run.
 struct Run<'a> {
     model: &'a CompiledModel,
-    inputs: &'a [Tensor],
+    inputs: &'a [Input<'a>],
     scratch: &'a mut Scratch,
     boxed: Vec<Option<Tensor>>,
     /// Per graph output: its storage when kernels write it in place.
@@ -402,7 +410,7 @@ impl Run<'_> {
 
     fn pointer(&mut self, l: Loc) -> Result<*mut u8> {
         Ok(match l {
-            Loc::Input(i) => data_ptr(&self.inputs[i])?,
+            Loc::Input(i) => self.inputs[i].ptr()?,
             Loc::Weight(w) => data_ptr(&self.model.weights[w])?,
             Loc::Arena(off) => self.scratch.arena.ptr(off),
             Loc::Boxed(_) => bail!("a kernel argument is not in memory a kernel can read"),
@@ -435,7 +443,7 @@ impl Run<'_> {
         Ok(match m.location(v)? {
             // A view of an input or weight shares its memory: same data,
             // the view's shape.
-            Loc::Input(i) => as_declared(&m.graph, v, self.inputs[i].clone())?,
+            Loc::Input(i) => as_declared(&m.graph, v, self.inputs[i].to_tensor()?)?,
             Loc::Weight(w) => as_declared(&m.graph, v, m.weights[w].clone())?,
             Loc::Boxed(b) => self.boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", m.graph.name(v)))

@@ -5,10 +5,12 @@
 //! `jit.rs` compiles it once and runs it over one planned arena.
 
 pub mod aot;
+pub mod inputs;
 pub mod jit;
 pub mod memory;
 pub mod program;
 pub mod select;
 
+pub use inputs::{BorrowedTensor, Input};
 pub use jit::{CompileSummary, CompiledModel, NodeTime};
 pub use program::{CpuOptions, CpuProgram};

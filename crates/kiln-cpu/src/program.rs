@@ -306,3 +306,12 @@ pub fn config_defines(threads: usize, vector_bytes: Option<usize>) -> String {
     }
     s
 }
+
+/// Plans `g` with planner `kind` for `target`, the CPU backend judging
+/// which groups can become one kernel (no feedback rounds: what `kiln
+/// explain` shows).
+pub fn plan_fusion(g: &Graph, kind: PlannerKind, target: &TargetDesc) -> Result<Planned> {
+    let check = CpuGroupCheck { target };
+    let opts = PlanOptions::for_target(target.clone());
+    kiln_fuse::plan(g, kind, &check, &opts)
+}

@@ -5,7 +5,7 @@
 //! output order, each checked against its inferred type; errors (never
 //! panics) name the failing node, op and opset.
 
-use kiln_ir::{bail, Error, Graph, Result, Tensor, TensorType};
+use kiln_ir::{bail, DType, Error, Graph, Result, Tensor, TensorType};
 use kiln_ops::{registry, EvalCx, SubgraphRunner};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -39,6 +39,15 @@ pub fn run_profiled(g: &Graph, inputs: &[Tensor]) -> Result<(Vec<Tensor>, Profil
 
 /// Checks that the inputs match the graph's declared input types.
 pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<()> {
+    check_input_types(g, inputs.iter().map(|t| (t.dtype(), &t.shape[..])))
+}
+
+/// [`check_inputs`] on the inputs' types alone: (element type, shape) of
+/// each, in order.
+pub fn check_input_types<'a>(
+    g: &Graph,
+    inputs: impl ExactSizeIterator<Item = (DType, &'a [usize])>,
+) -> Result<()> {
     if inputs.len() != g.inputs.len() {
         bail!(
             "the model has {} inputs but {} were given",
@@ -46,10 +55,11 @@ pub fn check_inputs(g: &Graph, inputs: &[Tensor]) -> Result<()> {
             inputs.len()
         );
     }
-    for (t, &id) in inputs.iter().zip(&g.inputs) {
+    for ((dtype, shape), &id) in inputs.zip(&g.inputs) {
         let want = g.ty(id);
-        if !type_matches(want, t) {
-            bail!("input '{}' must be {} but got {}", g.name(id), want, t.ty());
+        if want.dtype != dtype || want.shape.as_ref().is_some_and(|s| s != shape) {
+            let got = TensorType::new(dtype, shape.to_vec());
+            bail!("input '{}' must be {} but got {}", g.name(id), want, got);
         }
     }
     Ok(())
@@ -252,7 +262,7 @@ pub fn eval_node(
     let opset = kiln_ops::infer::opset_of(g, node);
     let ctx = || format!("{} (opset {opset})", node.describe());
     let op = registry::lookup(&node.domain, &node.op)
-        .ok_or_else(|| Error::new(format!("unsupported op '{}'", node.op)).context(ctx()))?;
+        .ok_or_else(|| Error::unsupported(format!("unsupported op '{}'", node.op)).context(ctx()))?;
     let env = Env { outer: scope };
     let cx = EvalCx {
         node,

@@ -1,5 +1,7 @@
 //! One error type for all of kiln: a message plus a chain of context
-//! (file, node, op, opset) added as the error travels up.
+//! (file, node, op, opset) added as the error travels up, and what kind of
+//! failure it is. [`Error::location`] reads the file, node, op and opset
+//! back out of the chain (the Python package's exceptions carry them).
 
 use std::fmt;
 
@@ -7,9 +9,33 @@ use std::fmt;
 pub struct Error {
     message: String,
     context: Vec<String>,
-    /// Raised because a shape or value is not known at compile time (yet),
-    /// not because the input is invalid.
-    not_static: bool,
+    kind: ErrorKind,
+    /// The model file, when the error was raised while reading one.
+    file: Option<String>,
+}
+
+/// What kind of failure an [`Error`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The input (model, tensor, option) is invalid, or something failed.
+    Invalid,
+    /// A shape or value is not known at compile time (yet); the input is
+    /// not invalid.
+    NotStatic,
+    /// The input is valid but kiln does not implement it (an op, a domain).
+    Unsupported,
+}
+
+/// Where an error happened, as far as its context says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Location {
+    pub file: Option<String>,
+    /// The name of the innermost node the context or message describes
+    /// (`None` for an unnamed node).
+    pub node: Option<String>,
+    /// The op of that node (`domain.Op` outside the default domain).
+    pub op: Option<String>,
+    pub opset: Option<i64>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -19,20 +45,65 @@ impl Error {
         Error {
             message: message.into(),
             context: Vec::new(),
-            not_static: false,
+            kind: ErrorKind::Invalid,
+            file: None,
         }
     }
 
     /// An error saying something is only known at run time.
     pub fn not_static(message: impl Into<String>) -> Self {
         Error {
-            not_static: true,
+            kind: ErrorKind::NotStatic,
+            ..Error::new(message)
+        }
+    }
+
+    /// An error saying kiln does not implement something valid.
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Unsupported,
             ..Error::new(message)
         }
     }
 
     pub fn is_not_static(&self) -> bool {
-        self.not_static
+        self.kind == ErrorKind::NotStatic
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// Adds the model file as the outer context.
+    pub fn in_file(mut self, file: impl Into<String>) -> Self {
+        let file = file.into();
+        self.context.push(file.clone());
+        self.file.get_or_insert(file);
+        self
+    }
+
+    /// The file, node, op and opset this error names. Nodes are found in
+    /// the form `Node::describe` prints (`node 'name' (Op)`), followed by
+    /// ` (opset N)` where the opset is known.
+    pub fn location(&self) -> Location {
+        let mut loc = Location {
+            file: self.file.clone(),
+            ..Location::default()
+        };
+        // Innermost first: the message, then the contexts inward-out.
+        let texts = std::iter::once(&self.message).chain(self.context.iter());
+        for text in texts {
+            if loc.node.is_none() {
+                if let Some((node, op)) = described_node(text) {
+                    loc.node = (!node.is_empty()).then_some(node);
+                    loc.op = Some(op);
+                }
+            }
+            if loc.opset.is_none() {
+                loc.opset = opset_in(text);
+            }
+        }
+        loc
     }
 
     /// Adds an outer context, printed before the message ("file x.onnx: node n: ...").
@@ -44,6 +115,30 @@ impl Error {
     pub fn message(&self) -> &str {
         &self.message
     }
+}
+
+/// `(name, op)` of the first `node 'name' (Op)` or `node (Op)` in `text`.
+fn described_node(text: &str) -> Option<(String, String)> {
+    let start = text.find("node ")? + "node ".len();
+    let rest = &text[start..];
+    let (name, after) = match rest.strip_prefix('\'') {
+        Some(quoted) => {
+            // Names may hold quotes: the name ends at the last `' (`.
+            let end = quoted.rfind("' (")?;
+            (quoted[..end].to_string(), &quoted[end + 2..])
+        }
+        None => (String::new(), rest),
+    };
+    let op = after.strip_prefix('(')?;
+    let op = &op[..op.find(')')?];
+    (!op.is_empty() && !op.contains(' ')).then(|| (name, op.to_string()))
+}
+
+/// N of the first `(opset N)` in `text`.
+fn opset_in(text: &str) -> Option<i64> {
+    let start = text.find("(opset ")? + "(opset ".len();
+    let rest = &text[start..];
+    rest[..rest.find(')')?].trim().parse().ok()
 }
 
 impl fmt::Display for Error {
@@ -84,4 +179,43 @@ macro_rules! bail {
 #[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)*) => { if !$cond { $crate::bail!($($arg)*) } };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn location_reads_file_node_op_and_opset() {
+        let e = Error::unsupported("unsupported op 'Foo' (domain ai.onnx)")
+            .context("node 'a (b)' (Foo) (opset 17)")
+            .in_file("m.onnx");
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        assert_eq!(
+            e.location(),
+            Location {
+                file: Some("m.onnx".into()),
+                node: Some("a (b)".into()),
+                op: Some("Foo".into()),
+                opset: Some(17),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "m.onnx: node 'a (b)' (Foo) (opset 17): unsupported op 'Foo' (domain ai.onnx)"
+        );
+    }
+
+    #[test]
+    fn location_takes_the_innermost_node_and_unnamed_nodes() {
+        let e = Error::new("node (com.x.Bar): bad")
+            .context("node 'outer' (If)")
+            .context("graph");
+        let loc = e.location();
+        assert_eq!(loc.node, None);
+        assert_eq!(loc.op.as_deref(), Some("com.x.Bar"));
+        assert_eq!(loc.file, None);
+        assert_eq!(loc.opset, None);
+        assert_eq!(Error::new("no node here").location(), Location::default());
+    }
 }

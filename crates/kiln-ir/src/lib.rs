@@ -15,6 +15,6 @@ pub mod text;
 pub mod verify;
 
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{Error, ErrorKind, Location, Result};
 pub use graph::{unique_name, Attr, Graph, Initializer, Node, TensorType, ValueId, ValueInfo};
 pub use tensor::{Data, Elem, Num, Tensor};

@@ -38,10 +38,10 @@ pub struct Model {
 pub fn load(path: &Path, opts: &ImportOptions) -> Result<Model> {
     let ctx = || format!("{}", path.display());
     let file = std::fs::File::open(path)
-        .map_err(|e| Error::new(format!("cannot open: {e}")).context(ctx()))?;
+        .map_err(|e| Error::new(format!("cannot open: {e}")).in_file(ctx()))?;
     let len = file
         .metadata()
-        .map_err(|e| Error::new(e.to_string()).context(ctx()))?
+        .map_err(|e| Error::new(e.to_string()).in_file(ctx()))?
         .len();
     let bytes = if len == 0 {
         Bytes::new()
@@ -50,11 +50,11 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Model> {
         // they are loaded (a concurrent truncation by another process is the
         // usual mmap caveat).
         let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| Error::new(format!("cannot map: {e}")).context(ctx()))?;
+            .map_err(|e| Error::new(format!("cannot map: {e}")).in_file(ctx()))?;
         Bytes::from_owner(map)
     };
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    load_bytes(bytes, Some(dir), opts).map_err(|e| e.context(ctx()))
+    load_bytes(bytes, Some(dir), opts).map_err(|e| e.in_file(ctx()))
 }
 
 /// Loads a model from memory. `base_dir` is where external data files are
@@ -77,10 +77,10 @@ pub fn load_bytes(bytes: Bytes, base_dir: Option<PathBuf>, opts: &ImportOptions)
 pub fn read_tensor_pb(path: &Path) -> Result<kiln_ir::Tensor> {
     let ctx = || format!("{}", path.display());
     let bytes =
-        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
+        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).in_file(ctx()))?;
     let t = proto::TensorProto::decode(Bytes::from(bytes))
-        .map_err(|e| Error::new(format!("not a TensorProto: {e}")).context(ctx()))?;
-    tensor::to_tensor(&t, path.parent()).map_err(|e| e.context(ctx()))
+        .map_err(|e| Error::new(format!("not a TensorProto: {e}")).in_file(ctx()))?;
+    tensor::to_tensor(&t, path.parent()).map_err(|e| e.in_file(ctx()))
 }
 
 /// Decodes a model file's protobuf without converting it (for tools that
@@ -88,9 +88,9 @@ pub fn read_tensor_pb(path: &Path) -> Result<kiln_ir::Tensor> {
 pub fn decode_proto(path: &Path) -> Result<proto::ModelProto> {
     let ctx = || format!("{}", path.display());
     let bytes =
-        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).context(ctx()))?;
+        std::fs::read(path).map_err(|e| Error::new(format!("cannot read: {e}")).in_file(ctx()))?;
     proto::ModelProto::decode(Bytes::from(bytes))
-        .map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")).context(ctx()))
+        .map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")).in_file(ctx()))
 }
 
 /// Names of the graph inputs that are not initializers, in order.

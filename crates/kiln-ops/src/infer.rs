@@ -134,7 +134,7 @@ fn infer_node(
         } else {
             &node.domain
         };
-        Error::new(format!("unsupported op '{}' (domain {domain})", node.op))
+        Error::unsupported(format!("unsupported op '{}' (domain {domain})", node.op))
     })?;
     let mut all_const = true;
     let mut const_elems = 0usize;

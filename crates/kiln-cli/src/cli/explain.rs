@@ -70,7 +70,7 @@ pub(crate) fn explain(
     }
     let mut g = load(model, args)?;
     optimize(&mut g, passes)?;
-    let planned = plan_for_explain(&g, fusion, &kiln_target::host())?;
+    let planned = kiln_cpu::program::plan_fusion(&g, fusion, &kiln_target::host())?;
     let times = if out.profile {
         group_times(&g, &planned)?
     } else {
@@ -92,16 +92,4 @@ pub(crate) fn explain(
         println!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// Plans `g` with planner `kind` for `target`, the CPU backend judging
-/// which groups can become one kernel.
-fn plan_for_explain(
-    g: &Graph,
-    kind: kiln_fuse::PlannerKind,
-    target: &kiln_target::TargetDesc,
-) -> Result<kiln_fuse::Planned> {
-    let check = kiln_cpu::select::CpuGroupCheck { target };
-    let opts = kiln_fuse::PlanOptions::for_target(target.clone());
-    kiln_fuse::plan(g, kind, &check, &opts)
 }

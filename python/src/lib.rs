@@ -1,0 +1,120 @@
+//! `kiln._kiln`: the compiled part of the Python package. The public API
+//! is the Python package `kiln` (python/kiln), which checks arguments,
+//! converts numpy arrays and documents everything; this module compiles,
+//! runs and exports models.
+
+mod buffer;
+mod errors;
+mod model;
+mod pipeline;
+
+use errors::{at, guarded, Stage};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Error, Result};
+use pipeline::{Backend, Request, Source};
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+fn planner(name: &str) -> Result<PlannerKind> {
+    name.parse().map_err(Error::new)
+}
+
+fn source(path: Option<PathBuf>, data: Option<Vec<u8>>) -> Result<Source> {
+    match (path, data) {
+        (Some(p), None) => Ok(Source::File(p)),
+        (None, Some(b)) => Ok(Source::Bytes(b)),
+        _ => kiln_ir::bail!("give the model as a path or as bytes, not both"),
+    }
+}
+
+/// Compiles a model given as a file path or as serialized ONNX bytes.
+#[pyfunction]
+#[pyo3(signature = (path, data, backend, fusion, threads, input_shapes, cache_dir, progress))]
+#[allow(clippy::too_many_arguments)]
+fn compile(
+    py: Python<'_>,
+    path: Option<PathBuf>,
+    data: Option<Vec<u8>>,
+    backend: &str,
+    fusion: &str,
+    threads: Option<usize>,
+    input_shapes: HashMap<String, Vec<usize>>,
+    cache_dir: Option<PathBuf>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<model::Model> {
+    let (backend, fusion, source) = guarded(|| {
+        let parsed = (|| Ok((Backend::parse(backend)?, planner(fusion)?, source(path, data)?)))();
+        parsed.map_err(at(Stage::Model))
+    })?;
+    let req = Request {
+        source,
+        backend,
+        fusion,
+        threads,
+        input_shapes,
+        cache_dir,
+        progress,
+    };
+    let built = py.detach(|| guarded(|| pipeline::build(&req)))?;
+    Ok(model::Model {
+        graph: built.graph,
+        engine: built.engine,
+        backend,
+        fusion,
+        summary: built.summary,
+    })
+}
+
+/// Writes a standalone C library of the model into `out_dir` (what `kiln
+/// compile --emit aot` writes); returns the files written.
+#[pyfunction]
+#[pyo3(signature = (path, data, out_dir, name, fusion, threads, openmp, weights, input_shapes))]
+#[allow(clippy::too_many_arguments)]
+fn export_c(
+    py: Python<'_>,
+    path: Option<PathBuf>,
+    data: Option<Vec<u8>>,
+    out_dir: PathBuf,
+    name: Option<String>,
+    fusion: &str,
+    threads: Option<usize>,
+    openmp: bool,
+    weights: &str,
+    input_shapes: HashMap<String, Vec<usize>>,
+) -> PyResult<Vec<PathBuf>> {
+    let name = name.unwrap_or_else(|| match &path {
+        Some(p) => kiln_cpu::aot::default_name(p),
+        None => "model".to_string(),
+    });
+    let (fusion, weights, source) = guarded(|| {
+        let parsed = (|| {
+            Ok((
+                planner(fusion)?,
+                kiln_cpu::aot::WeightsMode::parse(weights)?,
+                source(path, data)?,
+            ))
+        })();
+        parsed.map_err(at(Stage::Model))
+    })?;
+    let req = Request {
+        source,
+        backend: Backend::Cpu,
+        fusion,
+        threads,
+        input_shapes,
+        cache_dir: None,
+        progress: None,
+    };
+    py.detach(|| guarded(|| pipeline::export_c(&req, &name, openmp, weights, &out_dir)))
+}
+
+#[pymodule]
+fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(compile, m)?)?;
+    m.add_function(wrap_pyfunction!(export_c, m)?)?;
+    m.add_class::<model::Model>()?;
+    m.add_class::<buffer::Buffer>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

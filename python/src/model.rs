@@ -1,0 +1,124 @@
+//! `kiln._kiln.Model`: a compiled model. The Python class `kiln.Model`
+//! wraps it, checks inputs against its signature and turns its output
+//! buffers into numpy arrays.
+
+use crate::buffer::{from_numpy_name, numpy_name, Buffer};
+use crate::errors::{at, guarded, Stage};
+use crate::pipeline::{Backend, Engine};
+use kiln_cpu::{BorrowedTensor, Input};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Graph, Result, Tensor, ValueId};
+use pyo3::prelude::*;
+
+/// One input as Python hands it over: address, numpy type name, shape.
+/// The Python side keeps the array alive and unchanged during the call.
+pub type RawInput = (usize, String, Vec<usize>);
+
+#[pyclass(frozen, module = "kiln._kiln")]
+pub struct Model {
+    pub(crate) graph: Graph,
+    pub(crate) engine: Engine,
+    pub(crate) backend: Backend,
+    pub(crate) fusion: PlannerKind,
+    pub(crate) summary: String,
+}
+
+/// (name, numpy type name, shape) of each value.
+fn signature(g: &Graph, ids: &[ValueId]) -> PyResult<Vec<(String, String, Vec<usize>)>> {
+    ids.iter()
+        .map(|&id| {
+            let ty = g.ty(id);
+            let dtype = numpy_name(ty.dtype)
+                .map(str::to_string)
+                .unwrap_or_else(|_| ty.dtype.to_string());
+            Ok((g.name(id).to_string(), dtype, ty.shape.clone().unwrap_or_default()))
+        })
+        .collect()
+}
+
+impl Model {
+    /// Runs on the caller's memory: kernels of the CPU backend read it in
+    /// place, the other backends take copies.
+    fn run_raw(&self, inputs: &[RawInput]) -> Result<Vec<Tensor>> {
+        let mut views = Vec::with_capacity(inputs.len());
+        for (ptr, dtype, shape) in inputs {
+            let dtype = from_numpy_name(dtype)?;
+            // SAFETY: the Python side passes the address of a C-contiguous,
+            // aligned numpy array of this type and shape, and holds the
+            // array for the whole call.
+            views.push(Input::Borrowed(unsafe {
+                BorrowedTensor::new(dtype, shape, *ptr as *const u8)?
+            }));
+        }
+        match &self.engine {
+            Engine::Cpu(m) => m.run_inputs(&views),
+            Engine::Cuda(m) => m.run(&owned(&views)?),
+            Engine::Reference => {
+                let inputs = owned(&views)?;
+                kiln_interp::check_inputs(&self.graph, &inputs)?;
+                kiln_interp::run(&self.graph, &inputs)
+            }
+        }
+    }
+}
+
+fn owned(views: &[Input]) -> Result<Vec<Tensor>> {
+    views.iter().map(|v| v.to_tensor()).collect()
+}
+
+#[pymethods]
+impl Model {
+    /// Runs the model on raw inputs; returns one buffer per output. The
+    /// GIL is released while the model runs.
+    fn run(&self, py: Python<'_>, inputs: Vec<RawInput>) -> PyResult<Vec<Buffer>> {
+        let outputs = py.detach(|| guarded(|| self.run_raw(&inputs).map_err(at(Stage::Run))))?;
+        outputs
+            .into_iter()
+            .map(|t| Buffer::new(t).map_err(crate::errors::run_error))
+            .collect()
+    }
+
+    /// `[(name, dtype, shape)]` of the graph inputs.
+    #[getter]
+    fn inputs(&self) -> PyResult<Vec<(String, String, Vec<usize>)>> {
+        signature(&self.graph, &self.graph.inputs)
+    }
+
+    /// `[(name, dtype, shape)]` of the graph outputs.
+    #[getter]
+    fn outputs(&self) -> PyResult<Vec<(String, String, Vec<usize>)>> {
+        signature(&self.graph, &self.graph.outputs)
+    }
+
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    #[getter]
+    fn fusion(&self) -> &'static str {
+        self.fusion.name()
+    }
+
+    /// One line on how the model was compiled.
+    #[getter]
+    fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    /// The fusion report as HTML: the CPU backend's own plan, or for the
+    /// other backends the plan the CPU backend would make.
+    fn explain_html(&self, py: Python<'_>) -> PyResult<String> {
+        py.detach(|| guarded(|| self.fusion_html().map_err(at(Stage::Model))))
+    }
+}
+
+impl Model {
+    fn fusion_html(&self) -> Result<String> {
+        let planned = match &self.engine {
+            Engine::Cpu(m) => m.report.fusion.clone(),
+            _ => kiln_cpu::program::plan_fusion(&self.graph, self.fusion, &kiln_target::host())?,
+        };
+        Ok(kiln_fuse::report::html(&self.graph, &planned, &[]))
+    }
+}
