@@ -98,6 +98,11 @@ def _shapes(input_shapes: Optional[Mapping[str, Sequence[int]]]) -> Dict[str, Li
     return out
 
 
+def _check_threads(threads: Optional[int]) -> None:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+
+
 def _choice(value: str, allowed: Tuple[str, ...], what: str) -> str:
     if value not in allowed:
         raise ValueError(f"unknown {what} '{value}' (expected one of: {', '.join(allowed)})")
@@ -122,8 +127,10 @@ def compile(
         backend: one of :data:`BACKENDS`.
         fusion: the fusion planner, one of :data:`FUSION_PLANNERS`.
         threads: threads the model runs on (default: all the machine's).
-        input_shapes: concrete shapes for inputs with symbolic dimensions,
-            by input name (kiln compiles for static shapes).
+        input_shapes: shapes for inputs by name, overriding the declared
+            ones: how inputs with symbolic dimensions get concrete shapes
+            (kiln compiles for static shapes). A name that is not an input
+            is a :class:`ModelError`.
         cache_dir: where compiled code is cached (default ``$KILN_CACHE_DIR``,
             else ``~/.cache/kiln``); a second compile of the same model
             loads it from there.
@@ -139,8 +146,7 @@ def compile(
     path, data = _source(model)
     _choice(backend, BACKENDS, "backend")
     _choice(fusion, FUSION_PLANNERS, "fusion planner")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    _check_threads(threads)
     compiled = _kiln.compile(
         path,
         data,
@@ -177,11 +183,13 @@ def export_c(
         weights: ``"file"`` (a weights file beside the library) or
             ``"embed"`` (compiled into it).
 
-    Returns the files written.
+    Returns the files written. A ``name`` that is not a C identifier is a
+    ``ValueError``.
     """
     path, data = _source(model)
     _choice(fusion, FUSION_PLANNERS, "fusion planner")
     _choice(weights, ("file", "embed"), "weights mode")
+    _check_threads(threads)
     files = _kiln.export_c(
         path, data, os.fspath(out_dir), name, fusion, threads, openmp, weights, _shapes(input_shapes)
     )

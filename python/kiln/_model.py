@@ -102,7 +102,9 @@ class Model:
         """Runs the model.
 
         ``inputs`` is a dict by input name or a list in input order of
-        numpy arrays (or objects ``numpy.asarray`` accepts). Raises
+        numpy arrays (Python numbers and nested lists are converted to the
+        declared element type; other objects go through ``numpy.asarray``
+        and must already have it). Raises
         :class:`kiln.InputTypeError` (a ``TypeError``) for a value of the
         wrong element type and :class:`kiln.InputError` (a ``ValueError``)
         for a missing, unknown, wrongly shaped or non-contiguous one; both
@@ -185,25 +187,30 @@ class Model:
                 a = rng.integers(0, 2, info.shape).astype(bool)
             else:
                 raise InputTypeError(f"input '{info.name}': cannot make random {info.dtype} tensors")
-            out.append(np.ascontiguousarray(a))
+            # np.array, not np.ascontiguousarray: that makes 0-d arrays 1-d.
+            out.append(np.array(a, dtype=dtype, order="C"))
         return out
 
 
 def _checked(value: Any, info: TensorInfo) -> np.ndarray:
     """``value`` as the array the model reads, or the error naming ``info``."""
     name = info.name
+    want = _numpy_dtype(info.dtype)
     if isinstance(value, np.ndarray):
         arr = value
     else:
+        # Python numbers and nested lists take the declared type; other
+        # objects (tensors of other libraries) keep their own and are
+        # checked like arrays.
+        plain = isinstance(value, (int, float, bool, list, tuple))
         try:
-            arr = np.asarray(value)
+            arr = np.asarray(value, dtype=want if plain else None)
         except Exception as e:
             raise InputTypeError(
                 f"input '{name}': expected a numpy array, got {type(value).__name__}"
             ) from e
         if arr.dtype == object:
             raise InputTypeError(f"input '{name}': expected a numpy array, got {type(value).__name__}")
-    want = _numpy_dtype(info.dtype)
     if arr.dtype != want:
         raise InputTypeError(
             f"input '{name}' must be {info.dtype} but got {arr.dtype} (convert with .astype(numpy.{info.dtype}))"

@@ -19,6 +19,8 @@ pub enum Stage {
     Run,
     /// A backend that cannot start here (no GPU, no driver).
     Backend,
+    /// A bad argument: Python's own `ValueError`.
+    Argument,
 }
 
 impl Stage {
@@ -31,12 +33,16 @@ impl Stage {
             Stage::Compile => "CompileError",
             Stage::Run => "RunError",
             Stage::Backend => "BackendUnavailableError",
+            Stage::Argument => "ValueError",
         }
     }
 }
 
 /// The Python exception for `e` raised at `stage`.
 pub fn to_py(stage: Stage, e: Error) -> PyErr {
+    if let Stage::Argument = stage {
+        return pyo3::exceptions::PyValueError::new_err(e.to_string());
+    }
     Python::attach(|py| match exception(py, stage.class(&e), &e) {
         Ok(err) => err,
         Err(import_failed) => import_failed,

@@ -45,7 +45,7 @@ fn compile(
 ) -> PyResult<model::Model> {
     let (backend, fusion, source) = guarded(|| {
         let parsed = (|| Ok((Backend::parse(backend)?, planner(fusion)?, source(path, data)?)))();
-        parsed.map_err(at(Stage::Model))
+        parsed.map_err(at(Stage::Argument))
     })?;
     let req = Request {
         source,
@@ -89,13 +89,14 @@ fn export_c(
     });
     let (fusion, weights, source) = guarded(|| {
         let parsed = (|| {
+            kiln_cpu::aot::check_name(&name)?;
             Ok((
                 planner(fusion)?,
                 kiln_cpu::aot::WeightsMode::parse(weights)?,
                 source(path, data)?,
             ))
         })();
-        parsed.map_err(at(Stage::Model))
+        parsed.map_err(at(Stage::Argument))
     })?;
     let req = Request {
         source,

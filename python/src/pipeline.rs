@@ -92,8 +92,13 @@ impl Request {
         };
         let mut g = match &self.source {
             Source::File(p) => {
+                let why = if p.is_dir() {
+                    "is a directory, not a model file"
+                } else {
+                    "model file does not exist"
+                };
                 if !p.is_file() {
-                    return Err(Error::new("model file does not exist").in_file(p.display().to_string()));
+                    return Err(Error::new(why).in_file(p.display().to_string()));
                 }
                 kiln_onnx::load(p, &opts)?.graph
             }

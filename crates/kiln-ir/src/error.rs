@@ -93,7 +93,7 @@ impl Error {
         // Innermost first: the message, then the contexts inward-out.
         let texts = std::iter::once(&self.message).chain(self.context.iter());
         for text in texts {
-            if loc.node.is_none() {
+            if loc.op.is_none() {
                 if let Some((node, op)) = described_node(text) {
                     loc.node = (!node.is_empty()).then_some(node);
                     loc.op = Some(op);
@@ -117,7 +117,8 @@ impl Error {
     }
 }
 
-/// `(name, op)` of the first `node 'name' (Op)` or `node (Op)` in `text`.
+/// `(name, op)` of the first `node 'name' (Op)`, `node (Op)` or
+/// `node 'name' (Op, opset N)` in `text`.
 fn described_node(text: &str) -> Option<(String, String)> {
     let start = text.find("node ")? + "node ".len();
     let rest = &text[start..];
@@ -129,14 +130,15 @@ fn described_node(text: &str) -> Option<(String, String)> {
         }
         None => (String::new(), rest),
     };
-    let op = after.strip_prefix('(')?;
-    let op = &op[..op.find(')')?];
+    let inside = after.strip_prefix('(')?;
+    let inside = &inside[..inside.find(')')?];
+    let op = inside.split(", opset ").next().unwrap_or_default();
     (!op.is_empty() && !op.contains(' ')).then(|| (name, op.to_string()))
 }
 
-/// N of the first `(opset N)` in `text`.
+/// N of the first `(opset N)` or `, opset N)` in `text`.
 fn opset_in(text: &str) -> Option<i64> {
-    let start = text.find("(opset ")? + "(opset ".len();
+    let start = text.find("opset ")? + "opset ".len();
     let rest = &text[start..];
     rest[..rest.find(')')?].trim().parse().ok()
 }
@@ -217,5 +219,12 @@ mod tests {
         assert_eq!(loc.file, None);
         assert_eq!(loc.opset, None);
         assert_eq!(Error::new("no node here").location(), Location::default());
+        // The importer's form.
+        let e = Error::new("bad").context("node 'n1' (Conv, opset 13)");
+        let loc = e.location();
+        assert_eq!(
+            (loc.node.as_deref(), loc.op.as_deref(), loc.opset),
+            (Some("n1"), Some("Conv"), Some(13))
+        );
     }
 }

@@ -167,10 +167,7 @@ impl Converter<'_> {
         }
         let Some(shape) = &tt.shape else {
             if top {
-                bail!(
-                    "has no shape; give one with --input-shape {}=D0,D1,...",
-                    vi.name
-                );
+                bail!("has no shape; {}", bind_hint(&vi.name));
             }
             return Ok(TensorType::unknown_shape(dtype));
         };
@@ -189,8 +186,8 @@ impl Converter<'_> {
                         None => "an unknown dimension".to_string(),
                     };
                     bail!(
-                        "has {what} at axis {axis}; kiln needs static shapes (give one with --input-shape {}=D0,D1,...)",
-                        vi.name
+                        "has {what} at axis {axis}; kiln needs static shapes ({})",
+                        bind_hint(&vi.name)
                     );
                 }
                 _ => return Ok(TensorType::unknown_shape(dtype)),
@@ -397,4 +394,9 @@ fn sparse_to_dense(st: &proto::SparseTensorProto, base_dir: Option<&Path>) -> Re
         <T as kiln_ir::Elem>::wrap(positions.iter().map(|&p| with_zero[p].clone()).collect())
     });
     Tensor::new(shape, joined)
+}
+
+/// How a user gives an input its shape, from the CLI or from Python.
+fn bind_hint(input: &str) -> String {
+    format!("give one with --input-shape {input}=D0,D1,... or, in Python, input_shapes={{'{input}': [D0, D1, ...]}}")
 }

@@ -66,11 +66,28 @@ pub fn load_bytes(bytes: Bytes, base_dir: Option<PathBuf>, opts: &ImportOptions)
     let proto = proto::ModelProto::decode(bytes)
         .map_err(|e| Error::new(format!("not a valid ONNX protobuf: {e}")))?;
     let graph = convert::convert_model(&proto, base_dir, opts)?;
+    check_bound_inputs(&graph, opts)?;
     Ok(Model {
         graph,
         ir_version: proto.ir_version,
         producer: proto.producer_name.clone(),
     })
+}
+
+/// Every shape in `opts.input_shapes` names a graph input.
+fn check_bound_inputs(g: &kiln_ir::Graph, opts: &ImportOptions) -> Result<()> {
+    let mut names: Vec<&String> = opts.input_shapes.keys().collect();
+    names.sort();
+    for name in names {
+        if !g.inputs.iter().any(|&id| g.name(id) == name.as_str()) {
+            let inputs: Vec<&str> = g.inputs.iter().map(|&id| g.name(id)).collect();
+            kiln_ir::bail!(
+                "a shape is given for '{name}', which is not an input of the graph (its inputs: {})",
+                inputs.join(", ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Reads a serialized `TensorProto` (the `.pb` files of ONNX test data).

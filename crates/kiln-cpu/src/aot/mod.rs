@@ -153,7 +153,7 @@ pub fn export(graph: &Graph, cpu: &CpuOptions, aot: &AotOptions, dir: &Path) -> 
 }
 
 /// A C identifier that leaves room for kiln's suffixes.
-fn check_name(name: &str) -> Result<()> {
+pub fn check_name(name: &str) -> Result<()> {
     let ok = name.starts_with(|c: char| c.is_ascii_alphabetic())
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         && name.len() <= 64;
