@@ -66,6 +66,52 @@ def export_onnx(module: torch.nn.Module, inputs: Tuple[torch.Tensor, ...], **kwa
     return buf.getvalue()
 
 
+# Ops that return a view of their first argument (writes through the view
+# reach it).
+_VIEWS = {
+    "view", "reshape", "transpose", "permute", "t", "flatten", "squeeze", "unsqueeze",
+    "expand", "narrow", "select", "split", "chunk", "unbind", "contiguous", "view_as",
+    "as_strided", "diagonal", "unflatten", "movedim", "swapaxes", "getitem",
+}
+
+
+def _name(node: torch.fx.Node) -> str:
+    t = node.target
+    return t if isinstance(t, str) else getattr(t, "__name__", str(t))
+
+
+def _writes_first_arg(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool:
+    """In-place ops (``x.add_(y)``, ``torch.relu_``, ``inplace=True``,
+    ``x[i] = y``, ``out=``)."""
+    if node.op == "call_module":
+        return bool(getattr(gm.get_submodule(str(node.target)), "inplace", False))
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = _name(node)
+    if name in ("setitem", "__setitem__") or (name.startswith("i") and name[1:] in ("add", "sub", "mul", "truediv")):
+        return True
+    in_place = name.endswith("_") and not name.startswith("_")
+    return in_place or node.kwargs.get("inplace") is True or "out" in node.kwargs
+
+
+def _base(node: Any) -> Any:
+    """The value ``node`` is a view of (itself if it is not a view)."""
+    while isinstance(node, torch.fx.Node) and node.op in ("call_function", "call_method") \
+            and _name(node).lstrip("_").rstrip("_") in _VIEWS and node.args:
+        node = node.args[0]
+    return node
+
+
+def mutates_input(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph writes into one of its inputs (or a view of one)."""
+    for node in gm.graph.nodes:
+        if _writes_first_arg(gm, node) and node.args:
+            base = _base(node.args[0])
+            if isinstance(base, torch.fx.Node) and base.op == "placeholder":
+                return True
+    return False
+
+
 def propagate_examples(gm: torch.fx.GraphModule, args: Sequence[Any]) -> None:
     """Runs ``gm`` once on ``args``, keeping each node's value in its meta."""
 

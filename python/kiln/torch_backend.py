@@ -51,7 +51,7 @@ import torch
 import torch.fx
 
 import kiln
-from ._torch_support import OPSET, cpu_tensor, export_onnx
+from ._torch_support import OPSET, cpu_tensor, export_onnx, mutates_input
 from .errors import KilnError
 
 __all__ = ["kiln_backend", "make_backend"]
@@ -180,6 +180,8 @@ class _Specialization:
                 template.append(("value", a))
             else:
                 raise _Unsupported(f"input {i} is a {type(a).__name__}")
+        # Parameters the graph holds itself (older Dynamo) are baked in too.
+        self.constants += [(t, t._version) for t in list(gm.parameters()) + list(gm.buffers())]
         frozen = _Frozen(gm, template)
         inputs = [args[i] for i in self.input_positions]
         path = _exported(frozen, gm, inputs, opts)
@@ -279,6 +281,11 @@ class _KilnGraph:
         return runner
 
     def _build(self, args: Sequence[Any]) -> Callable[..., Any]:
+        if mutates_input(self.gm):
+            # kiln's outputs are fresh tensors: a write into an input
+            # would be lost.
+            _log.info("the graph writes into one of its inputs: it runs eagerly")
+            return self.gm
         try:
             return _WholeGraph(_Specialization(self.gm, args, self.opts), self.single_output)
         except (_Unsupported, KilnError) as e:

@@ -23,9 +23,33 @@ fn planner(name: &str) -> Result<PlannerKind> {
 fn source(path: Option<PathBuf>, data: Option<Vec<u8>>) -> Result<Source> {
     match (path, data) {
         (Some(p), None) => Ok(Source::File(p)),
-        (None, Some(b)) => Ok(Source::Bytes(b)),
+        (None, Some(b)) => Ok(Source::Bytes(bytes::Bytes::from(b))),
         _ => kiln_ir::bail!("give the model as a path or as bytes, not both"),
     }
+}
+
+fn compile_args(
+    backend: &str,
+    fusion: &str,
+    path: Option<PathBuf>,
+    data: Option<Vec<u8>>,
+) -> Result<(Backend, PlannerKind, Source)> {
+    Ok((Backend::parse(backend)?, planner(fusion)?, source(path, data)?))
+}
+
+fn export_args(
+    name: &str,
+    fusion: &str,
+    weights: &str,
+    path: Option<PathBuf>,
+    data: Option<Vec<u8>>,
+) -> Result<(PlannerKind, kiln_cpu::aot::WeightsMode, Source)> {
+    kiln_cpu::aot::check_name(name)?;
+    Ok((
+        planner(fusion)?,
+        kiln_cpu::aot::WeightsMode::parse(weights)?,
+        source(path, data)?,
+    ))
 }
 
 /// Compiles a model given as a file path or as serialized ONNX bytes.
@@ -44,8 +68,7 @@ fn compile(
     progress: Option<Py<PyAny>>,
 ) -> PyResult<model::Model> {
     let (backend, fusion, source) = guarded(|| {
-        let parsed = (|| Ok((Backend::parse(backend)?, planner(fusion)?, source(path, data)?)))();
-        parsed.map_err(at(Stage::Argument))
+        compile_args(backend, fusion, path, data).map_err(at(Stage::Argument))
     })?;
     let req = Request {
         source,
@@ -88,15 +111,7 @@ fn export_c(
         None => "model".to_string(),
     });
     let (fusion, weights, source) = guarded(|| {
-        let parsed = (|| {
-            kiln_cpu::aot::check_name(&name)?;
-            Ok((
-                planner(fusion)?,
-                kiln_cpu::aot::WeightsMode::parse(weights)?,
-                source(path, data)?,
-            ))
-        })();
-        parsed.map_err(at(Stage::Argument))
+        export_args(&name, fusion, weights, path, data).map_err(at(Stage::Argument))
     })?;
     let req = Request {
         source,

@@ -15,7 +15,8 @@ use std::time::Instant;
 /// Where the model comes from.
 pub enum Source {
     File(PathBuf),
-    Bytes(Vec<u8>),
+    /// A serialized model (shared: reading it again copies nothing).
+    Bytes(bytes::Bytes),
 }
 
 /// What the caller asked for.
@@ -102,7 +103,7 @@ impl Request {
                 }
                 kiln_onnx::load(p, &opts)?.graph
             }
-            Source::Bytes(b) => kiln_onnx::load_bytes(bytes::Bytes::from(b.clone()), None, &opts)
+            Source::Bytes(b) => kiln_onnx::load_bytes(b.clone(), None, &opts)
                 .map_err(|e| e.in_file("<model bytes>"))?
                 .graph,
         };

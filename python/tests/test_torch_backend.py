@@ -180,3 +180,32 @@ def test_disk_cache_serves_a_second_compile(tmp_path, caplog):
     messages = " ".join(r.getMessage() for r in caplog.records)
     assert "ONNX from the disk cache" in messages
     assert "loaded from cache" in messages
+
+
+class WritesInput(torch.nn.Module):
+    def forward(self, x):
+        x.mul_(2.0)
+        x[0] = 0.0
+        return torch.relu(x) + 1.0
+
+
+def test_writes_into_inputs_stay_visible():
+    """A graph writing into its input runs eagerly: the caller sees the write."""
+    m = WritesInput()
+    x = torch.randn(4, 8)
+    a, b = x.clone(), x.clone()
+    with torch.no_grad():
+        want = m(a)
+        got = torch.compile(m, backend="kiln")(b)
+    assert_close(got, want)
+    assert torch.equal(a, b)
+
+
+def test_in_place_activations_on_intermediates_still_compile(caplog):
+    """torchvision's ReLU(inplace=True) on intermediate values is no write
+    into an input: the whole graph goes to kiln."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(inplace=True), torch.nn.Linear(8, 4))
+    with caplog.at_level(logging.INFO, logger="kiln.torch"):
+        compiled_matches_eager(m, torch.randn(2, 8))
+    assert "runs eagerly" not in " ".join(r.getMessage() for r in caplog.records)

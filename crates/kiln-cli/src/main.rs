@@ -423,7 +423,21 @@ fn prepare(
     } else {
         input_files
             .iter()
-            .map(|p| read_input(p))
+            .zip(&g.inputs)
+            .map(|(p, &id)| {
+                let t = read_input(p)?;
+                // The run checks types too; here the error can name the file.
+                if !kiln_interp::accepts(g.ty(id), t.dtype(), &t.shape) {
+                    bail!(
+                        "{}: input '{}' must be {} but the file holds {}",
+                        p.display(),
+                        g.name(id),
+                        g.ty(id),
+                        t.ty()
+                    );
+                }
+                Ok(t)
+            })
             .collect::<Result<_>>()?
     };
     Ok(Prepared {

@@ -57,7 +57,7 @@ pub fn check_input_types<'a>(
     }
     for ((dtype, shape), &id) in inputs.zip(&g.inputs) {
         let want = g.ty(id);
-        if want.dtype != dtype || want.shape.as_ref().is_some_and(|s| s != shape) {
+        if !accepts(want, dtype, shape) {
             let got = TensorType::new(dtype, shape.to_vec());
             bail!("input '{}' must be {} but got {}", g.name(id), want, got);
         }
@@ -66,7 +66,13 @@ pub fn check_input_types<'a>(
 }
 
 fn type_matches(want: &TensorType, t: &Tensor) -> bool {
-    want.dtype == t.dtype() && want.shape.as_ref().is_none_or(|s| *s == t.shape)
+    accepts(want, t.dtype(), &t.shape)
+}
+
+/// Whether a value declared `want` accepts a tensor of `dtype` and `shape`
+/// (an unknown declared shape accepts any).
+pub fn accepts(want: &TensorType, dtype: DType, shape: &[usize]) -> bool {
+    want.dtype == dtype && want.shape.as_deref().is_none_or(|s| s == shape)
 }
 
 /// Values of the enclosing scopes, visible to subgraphs by name.
