@@ -528,7 +528,7 @@ fn has_data(a: &Atom) -> bool {
     }
 }
 
-/// The extents of the dimensions of extent > 1.
+/// The extents of the dimensions of extent other than 1.
 fn real_dims_of(shape: &[usize]) -> Vec<usize> {
     shape.iter().copied().filter(|&e| e != 1).collect()
 }
@@ -546,7 +546,9 @@ fn reindex(index: &[Idx], from: &[usize], to: &[usize]) -> Vec<Idx> {
         .collect()
 }
 
-/// Dimensions of extent > 1.
+/// Dimensions of extent other than 1 (an empty dimension is kept: it
+/// makes an empty loop, where an index fixed at 0 would write outside an
+/// empty output).
 fn real_dims(shape: &[usize]) -> Vec<usize> {
-    (0..shape.len()).filter(|&l| shape[l] > 1).collect()
+    (0..shape.len()).filter(|&l| shape[l] != 1).collect()
 }
