@@ -7,6 +7,8 @@
 
 pub mod aot;
 pub mod cuda;
+pub mod differential;
+pub mod random_graph;
 
 use kiln_ir::{Data, Result, Tensor};
 use std::path::{Path, PathBuf};
