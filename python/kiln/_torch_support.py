@@ -102,6 +102,17 @@ def _base(node: Any) -> Any:
     return node
 
 
+def uses_vmap(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph enters a ``torch.vmap`` region (Dynamo inlines
+    vmap as nesting calls around batched tensors: the ONNX exporter cannot
+    trace them, a failed trace leaves the nesting level behind, and
+    partitioning may reorder them)."""
+    return any(
+        node.op == "call_function" and _name(node) in ("_vmap_increment_nesting", "_add_batch_dim")
+        for node in gm.graph.nodes
+    )
+
+
 def mutates_input(gm: torch.fx.GraphModule) -> bool:
     """Whether the graph writes into one of its inputs (or a view of one)."""
     for node in gm.graph.nodes:

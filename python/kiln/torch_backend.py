@@ -30,12 +30,13 @@ numpy-backed tensors out).
 - **Disk cache.** The exported ONNX (keyed by the graph's code, input
   types and a hash of the constants) and kiln's compiled code are cached
   under the kiln cache directory, so a second process starts fast.
-- Tensors on other devices than the CPU, and dtypes numpy lacks
-  (bfloat16, complex), run eagerly.
+- Tensors on other devices than the CPU, dtypes numpy lacks (bfloat16,
+  complex), graphs that write into their inputs and graphs that use
+  ``torch.vmap`` (as transformers' GPT-2 mask does) run eagerly.
 
 Options (``torch.compile(m, backend="kiln", options={...})`` or
-:func:`make_backend`): ``fusion``, ``threads``, ``cache_dir`` as for
-:func:`kiln.compile`.
+:func:`make_backend`): ``fusion``, ``threads`` (default
+``torch.get_num_threads()``), ``cache_dir`` as for :func:`kiln.compile`.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import torch
 import torch.fx
 
 import kiln
-from ._torch_support import OPSET, cpu_tensor, export_onnx, mutates_input
+from ._torch_support import OPSET, cpu_tensor, export_onnx, mutates_input, uses_vmap
 from .errors import KilnError
 
 __all__ = ["kiln_backend", "make_backend"]
@@ -98,7 +99,9 @@ class _Options:
     def __init__(self, fusion: str = "apollo", threads: Optional[int] = None,
                  cache_dir: Optional[str] = None) -> None:
         self.fusion = fusion
-        self.threads = threads
+        # kiln and PyTorch share the OpenMP runtime and kiln sets the team
+        # size of the calling thread each run: by default, PyTorch's.
+        self.threads = threads or torch.get_num_threads()
         self.cache_dir = Path(cache_dir) if cache_dir else _default_cache_dir()
 
     def compile(self, onnx_path: Path) -> kiln.Model:
@@ -285,6 +288,11 @@ class _KilnGraph:
             # kiln's outputs are fresh tensors: a write into an input
             # would be lost.
             _log.info("the graph writes into one of its inputs: it runs eagerly")
+            return self.gm
+        if uses_vmap(self.gm):
+            # Partitions may move the vmap nesting calls (side effects
+            # without data edges) away from the batched ops between them.
+            _log.info("the graph uses torch.vmap: it runs eagerly")
             return self.gm
         try:
             return _WholeGraph(_Specialization(self.gm, args, self.opts), self.single_output)

@@ -209,3 +209,18 @@ def test_in_place_activations_on_intermediates_still_compile(caplog):
     with caplog.at_level(logging.INFO, logger="kiln.torch"):
         compiled_matches_eager(m, torch.randn(2, 8))
     assert "runs eagerly" not in " ".join(r.getMessage() for r in caplog.records)
+
+
+class UsesVmap(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        rows = torch.vmap(lambda r: r * r.sum())(x)
+        return self.l(rows)
+
+
+def test_vmap_graphs_run_eagerly():
+    torch.manual_seed(0)
+    compiled_matches_eager(UsesVmap(), torch.randn(3, 8))
