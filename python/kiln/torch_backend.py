@@ -52,6 +52,7 @@ import torch
 import torch.fx
 
 import kiln
+from ._torch_decompose import decomposed
 from ._torch_support import OPSET, cpu_tensor, export_onnx, mutates_input, uses_vmap
 from .errors import KilnError
 
@@ -262,6 +263,9 @@ class _KilnGraph:
 
     def __init__(self, gm: torch.fx.GraphModule, opts: _Options, partition: bool = True) -> None:
         self.gm = gm
+        # What is exported: the same graph with PyTorch's fused inference
+        # calls written as ops the exporter knows.
+        self.plain = decomposed(gm)
         self.opts = opts
         # A partition's sub-graph is not split again: eager when refused.
         self.partition = partition
@@ -295,14 +299,14 @@ class _KilnGraph:
             _log.info("the graph uses torch.vmap: it runs eagerly")
             return self.gm
         try:
-            return _WholeGraph(_Specialization(self.gm, args, self.opts), self.single_output)
+            return _WholeGraph(_Specialization(self.plain, args, self.opts), self.single_output)
         except (_Unsupported, KilnError) as e:
             if not self.partition:
                 _log.info("kiln runs a sub-graph eagerly (%s)", _first_line(e))
                 return self.gm
             _log.info("kiln cannot compile the whole graph (%s); partitioning it", _first_line(e))
         try:
-            return _partitioned(self.gm, args, self.opts)
+            return _partitioned(self.plain, args, self.opts)
         except Exception as e:  # partitioning is best effort: eager is always right
             _log.warning("kiln runs this graph eagerly: partitioning failed (%s)", _first_line(e))
             return self.gm

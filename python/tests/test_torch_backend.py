@@ -89,11 +89,14 @@ def test_torchvision_models_match_eager(name, make, shape):
     compiled_matches_eager(make(), torch.randn(shape))
 
 
-def test_transformer_encoder_matches_eager():
+def test_transformer_encoder_compiles_whole(caplog):
+    """nn.TransformerEncoder's fused inference path is decomposed: one graph."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
-    compiled_matches_eager(encoder, torch.randn(2, 16, 64))
+    with caplog.at_level(logging.INFO, logger="kiln.torch"), torch.inference_mode():
+        compiled_matches_eager(encoder, torch.randn(2, 16, 64))
+    assert "partitioning" not in " ".join(r.getMessage() for r in caplog.records)
 
 
 def test_mlp_matches_eager_with_every_planner():
@@ -224,3 +227,56 @@ class UsesVmap(torch.nn.Module):
 def test_vmap_graphs_run_eagerly():
     torch.manual_seed(0)
     compiled_matches_eager(UsesVmap(), torch.randn(3, 8))
+
+
+@pytest.mark.parametrize("need_weights, average", [(False, True), (True, True), (True, False)])
+def test_attention_decomposition_matches_the_fused_kernel(need_weights, average):
+    """kiln exports torch._native_multi_head_attention as plain ops: they
+    compute what the fused kernel computes."""
+    from kiln._torch_decompose import native_mha
+
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    q, k, v = torch.randn(2, 5, 16), torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+    args = (q, k, v, 16, 4, mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias,
+            None, need_weights, average)
+    with torch.inference_mode():
+        want = torch._native_multi_head_attention(*args)
+        got = native_mha(*args)
+    assert_close(got[0], want[0])
+    if need_weights:
+        assert_close(got[1], want[1])
+    else:
+        assert got[1] is None and want[1] is None
+
+
+def test_vision_transformer_compiles_whole(caplog):
+    """A small ViT: its attention takes PyTorch's fused path under
+    inference_mode, which kiln decomposes, so no partitioning is needed."""
+    torch.manual_seed(0)
+    vit = torchvision.models.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10
+    ).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with caplog.at_level(logging.INFO, logger="kiln.torch"), torch.inference_mode():
+        want = vit(x)
+        assert_close(torch.compile(vit, backend="kiln")(x), want)
+    assert "partitioning" not in " ".join(r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("norm_first, activation", [(False, "relu"), (True, "gelu")])
+def test_encoder_layer_decomposition_matches_the_fused_kernel(norm_first, activation):
+    from kiln._torch_decompose import encoder_layer
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        d_model=16, nhead=4, dim_feedforward=32, batch_first=True, norm_first=norm_first, activation=activation
+    ).eval()
+    x = torch.randn(2, 5, 16)
+    a = layer.self_attn
+    args = (x, 16, 4, a.in_proj_weight, a.in_proj_bias, a.out_proj.weight, a.out_proj.bias,
+            activation == "gelu", norm_first, layer.norm1.eps, layer.norm1.weight, layer.norm1.bias,
+            layer.norm2.weight, layer.norm2.bias, layer.linear1.weight, layer.linear1.bias,
+            layer.linear2.weight, layer.linear2.bias)
+    with torch.inference_mode():
+        assert_close(encoder_layer(*args), torch._transformer_encoder_layer_fwd(*args))
