@@ -420,6 +420,9 @@ impl Idx {
         for (a, c) in &self.terms {
             let (alo, ahi) = match a {
                 Atom::Var(v) => var_range(v),
+                // A division by 0 comes from an empty dimension, in a
+                // loop that never runs: any range will do.
+                Atom::Div(_, 0) => (0, 0),
                 Atom::Div(e, d) => {
                     let (l, h) = e.range(var_range);
                     (l.div_euclid(*d), h.div_euclid(*d))
