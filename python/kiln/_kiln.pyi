@@ -4,7 +4,6 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 __version__: str
 
-RawInput = Tuple[int, str, List[int]]
 Signature = List[Tuple[str, str, List[int]]]
 
 class Buffer:
@@ -26,7 +25,7 @@ class Model:
     def fusion(self) -> str: ...
     @property
     def summary(self) -> str: ...
-    def run(self, inputs: List[RawInput]) -> List[Buffer]: ...
+    def run(self, addresses: List[int]) -> List[Buffer]: ...
     def explain_html(self) -> str: ...
 
 def compile(

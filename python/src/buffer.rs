@@ -79,15 +79,6 @@ pub fn numpy_name(dtype: DType) -> Result<&'static str> {
     Ok(numpy_entry(dtype)?.1)
 }
 
-/// The kiln element type of a numpy type name.
-pub fn from_numpy_name(name: &str) -> Result<DType> {
-    NUMPY_TYPES
-        .into_iter()
-        .find(|e| e.1 == name)
-        .map(|e| e.0)
-        .ok_or_else(|| Error::new(format!("kiln has no element type for numpy's {name}")))
-}
-
 #[pymethods]
 impl Buffer {
     /// numpy's array interface (version 3) over the tensor's elements.

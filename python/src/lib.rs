@@ -80,7 +80,14 @@ fn compile(
         progress,
     };
     let built = py.detach(|| guarded(|| pipeline::build(&req)))?;
+    let input_shapes = built
+        .graph
+        .inputs
+        .iter()
+        .map(|&id| built.graph.ty(id).shape.clone().unwrap_or_default())
+        .collect();
     Ok(model::Model {
+        input_shapes,
         graph: built.graph,
         engine: built.engine,
         backend,

@@ -2,17 +2,13 @@
 //! wraps it, checks inputs against its signature and turns its output
 //! buffers into numpy arrays.
 
-use crate::buffer::{from_numpy_name, numpy_name, Buffer};
+use crate::buffer::{numpy_name, Buffer};
 use crate::errors::{at, guarded, Stage};
 use crate::pipeline::{Backend, Engine};
 use kiln_cpu::{BorrowedTensor, Input};
 use kiln_fuse::PlannerKind;
-use kiln_ir::{Graph, Result, Tensor, ValueId};
+use kiln_ir::{bail, Graph, Result, Tensor, ValueId};
 use pyo3::prelude::*;
-
-/// One input as Python hands it over: address, numpy type name, shape.
-/// The Python side keeps the array alive and unchanged during the call.
-pub type RawInput = (usize, String, Vec<usize>);
 
 #[pyclass(frozen, module = "kiln._kiln")]
 pub struct Model {
@@ -21,6 +17,8 @@ pub struct Model {
     pub(crate) backend: Backend,
     pub(crate) fusion: PlannerKind,
     pub(crate) summary: String,
+    /// The graph inputs' declared shapes (static), which runs borrow.
+    pub(crate) input_shapes: Vec<Vec<usize>>,
 }
 
 /// (name, numpy type name, shape) of each value.
@@ -37,27 +35,30 @@ fn signature(g: &Graph, ids: &[ValueId]) -> PyResult<Vec<(String, String, Vec<us
 }
 
 impl Model {
-    /// Runs on the caller's memory: kernels of the CPU backend read it in
-    /// place, the other backends take copies.
-    fn run_raw(&self, inputs: &[RawInput]) -> Result<Vec<Tensor>> {
-        let mut views = Vec::with_capacity(inputs.len());
-        for (ptr, dtype, shape) in inputs {
-            let dtype = from_numpy_name(dtype)?;
-            // SAFETY: the Python side passes the address of a C-contiguous,
-            // aligned numpy array of this type and shape, and holds the
-            // array for the whole call.
+    /// Runs on the caller's memory, one address per graph input: kernels
+    /// of the CPU backend read it in place, the other backends take
+    /// copies.
+    fn run_raw(&self, addresses: &[usize]) -> Result<Vec<Tensor>> {
+        if addresses.len() != self.graph.inputs.len() {
+            bail!(
+                "the model has {} inputs but {} were given",
+                self.graph.inputs.len(),
+                addresses.len()
+            );
+        }
+        let mut views = Vec::with_capacity(addresses.len());
+        for ((&ptr, &id), shape) in addresses.iter().zip(&self.graph.inputs).zip(&self.input_shapes) {
+            // SAFETY: `kiln.Model.run` (Python) passes the address of a
+            // C-contiguous, aligned numpy array of each input's declared
+            // type and shape, and holds the arrays for the whole call.
             views.push(Input::Borrowed(unsafe {
-                BorrowedTensor::new(dtype, shape, *ptr as *const u8)?
+                BorrowedTensor::new(self.graph.ty(id).dtype, shape, ptr as *const u8)?
             }));
         }
         match &self.engine {
             Engine::Cpu(m) => m.run_inputs(&views),
             Engine::Cuda(m) => m.run(&owned(&views)?),
-            Engine::Reference => {
-                let inputs = owned(&views)?;
-                kiln_interp::check_inputs(&self.graph, &inputs)?;
-                kiln_interp::run(&self.graph, &inputs)
-            }
+            Engine::Reference => kiln_interp::run(&self.graph, &owned(&views)?),
         }
     }
 }
@@ -68,10 +69,12 @@ fn owned(views: &[Input]) -> Result<Vec<Tensor>> {
 
 #[pymethods]
 impl Model {
-    /// Runs the model on raw inputs; returns one buffer per output. The
-    /// GIL is released while the model runs.
-    fn run(&self, py: Python<'_>, inputs: Vec<RawInput>) -> PyResult<Vec<Buffer>> {
-        let outputs = py.detach(|| guarded(|| self.run_raw(&inputs).map_err(at(Stage::Run))))?;
+    /// Runs the model on the elements at `addresses` (one per input, of
+    /// its declared type and shape, C-contiguous and aligned: the caller
+    /// checks); returns one buffer per output. The GIL is released while
+    /// the model runs.
+    fn run(&self, py: Python<'_>, addresses: Vec<usize>) -> PyResult<Vec<Buffer>> {
+        let outputs = py.detach(|| guarded(|| self.run_raw(&addresses).map_err(at(Stage::Run))))?;
         outputs
             .into_iter()
             .map(|t| Buffer::new(t).map_err(crate::errors::run_error))

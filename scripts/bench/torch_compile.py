@@ -168,18 +168,23 @@ def bench_model(model: str, args) -> dict:
 
 
 def overhead(args) -> dict:
-    """Median of kiln.Model.run and of `kiln bench` on the embedded default model."""
+    """kiln.Model.run against `kiln bench` on the embedded default model:
+    medians of both, alternated for --overhead-rounds rounds; the overhead
+    is the median of the rounds' ratios."""
     import kiln
 
     model = kiln.compile(REPO / "crates" / "kiln-cli" / "assets" / "default.onnx", threads=args.threads)
-    python_ms = model.bench(runs=args.overhead_runs, warmup=20).median_ms
-    out = subprocess.run(
-        [str(args.kiln), "bench", "--threads", str(args.threads), "--runs", str(args.overhead_runs),
-         "--warmup", "20", "--json"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    cli_ms = json.loads(out)["median_ms"]
-    return {"python_ms": python_ms, "cli_ms": cli_ms, "overhead": python_ms / cli_ms - 1}
+    python_ms, cli_ms = [], []
+    for _ in range(args.overhead_rounds):
+        python_ms.append(model.bench(runs=args.overhead_runs, warmup=20).median_ms)
+        out = subprocess.run(
+            [str(args.kiln), "bench", "--threads", str(args.threads), "--runs", str(args.overhead_runs),
+             "--warmup", "20", "--json"],
+            capture_output=True, text=True, check=True,
+        ).stdout
+        cli_ms.append(json.loads(out)["median_ms"])
+    ratios = [p / c for p, c in zip(python_ms, cli_ms)]
+    return {"python_ms": python_ms, "cli_ms": cli_ms, "overhead": statistics.median(ratios) - 1}
 
 
 def fmt(r: dict, key: str, digits: int = 2) -> str:
@@ -220,7 +225,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=int, default=1800)
     p.add_argument("--kiln", type=Path, default=REPO / "target" / "release" / "kiln")
-    p.add_argument("--overhead-runs", type=int, default=500)
+    p.add_argument("--overhead-runs", type=int, default=1000)
+    p.add_argument("--overhead-rounds", type=int, default=7)
     p.add_argument("--overhead-only", action="store_true")
     p.add_argument("--json", type=Path)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -232,8 +238,9 @@ def main(argv=None) -> int:
         return 0
     report = {"threads": args.threads, "overhead": overhead(args)}
     o = report["overhead"]
-    print(f"default model: Model.run {o['python_ms']:.4f} ms, kiln bench {o['cli_ms']:.4f} ms, "
-          f"overhead {o['overhead'] * 100:+.1f}%", flush=True)
+    print(f"default model: Model.run {statistics.median(o['python_ms']):.4f} ms, kiln bench "
+          f"{statistics.median(o['cli_ms']):.4f} ms (medians of {len(o['cli_ms'])} alternated rounds), "
+          f"overhead {o['overhead'] * 100:+.1f}% (median of the rounds' ratios)", flush=True)
     if not args.overhead_only:
         results = {}
         for model in args.models.split(","):

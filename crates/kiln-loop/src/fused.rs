@@ -443,7 +443,10 @@ fn reduce_then_epilogue(
         guard: Vec::new(),
     };
     second.computed.insert(r, (stored, point));
-    let epilogue = node_nest(&mut second, v, out, "acc")?;
+    // The epilogue may be a reduction too (over extent-1 axes only, as its
+    // shape is `r`'s): its accumulator must not clash with `r`'s when the
+    // two nests' loops merge.
+    let epilogue = node_nest(&mut second, v, out, "acc1")?;
     for nest in [reduce, epilogue] {
         let k = Kernel {
             name: name.to_string(),
