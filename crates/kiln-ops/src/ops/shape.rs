@@ -218,11 +218,14 @@ fn squeeze_shape(cx: &InferCx, input: &[usize], axes: Option<&Tensor>) -> Result
         return Ok(input.iter().copied().filter(|&d| d != 1).collect());
     };
     let axes = normalize_axes(&axes, input.len())?;
-    if let Some(&a) = axes.iter().find(|&&a| input[a] != 1) {
-        bail!(
-            "cannot squeeze axis {a} of size {} (shape {input:?})",
-            input[a]
-        );
+    for &a in &axes {
+        match input.get(a) {
+            Some(1) => {}
+            Some(d) => bail!("cannot squeeze axis {a} of size {d} (shape {input:?})"),
+            // normalize_axis lets axis 0 through for scalars (ops that
+            // treat a scalar as one element); a scalar has no axis to squeeze.
+            None => bail!("cannot squeeze axis {a} of a scalar"),
+        }
     }
     Ok(input
         .iter()
