@@ -17,11 +17,12 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(onnx_import pipeline graph_text loop_text)
+[ ${#targets[@]} -gt 0 ] || targets=(onnx_import pipeline generated graph_text loop_text)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 tests="${KILN_ONNX_NODE_TESTS:-../shared/onnx-node-tests}"
 seed() {
   local dir="fuzz/corpus/$1"
+  # `generated` starts from nothing: every input is a generator seed.
   mkdir -p "$dir"
   [ -z "$(ls -A "$dir")" ] || return 0
   case "$1" in
@@ -36,7 +37,9 @@ seed() {
 for t in "${targets[@]}"; do
   seed "$t"
   echo "== $t, $seconds s"
-  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -O "$t" -- \
+  extra=()
+  [ "$t" != generated ] || extra=(-max_len=16)
+  (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -O "$t" -- "${extra[@]}" \
       -max_total_time="$seconds" -rss_limit_mb=3000 -timeout=30 -print_final_stats=1 2>&1) \
     | grep -E '^stat::number_of_executed_units|^==[0-9]+== ERROR|Test unit written' || true
 done
