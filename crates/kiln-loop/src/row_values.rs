@@ -52,6 +52,12 @@ pub fn store_reduced_values(body: &mut [Stmt], output_type: &dyn Fn(usize) -> DT
             let Some(rewritten) = replace(&f, &at_j, &stored) else {
                 continue;
             };
+            if still_read_after(&body[r + 1..], o - r - 1, (&var, &value), (buf, &f, &at_j)) {
+                // `buf` holds a value an earlier reduction stored there,
+                // which the output or a later reduction still reads:
+                // storing this one in its place would clobber it.
+                continue;
+            }
             set_store_value(&mut body[o], rewritten);
             let local = format!("{acc}_x");
             read_stored_in_later_reductions(
@@ -78,6 +84,43 @@ pub fn store_reduced_values(body: &mut [Stmt], output_type: &dyn Fn(usize) -> DT
             );
             break;
         }
+    }
+}
+
+/// Whether anything after the reduction still reads `buf` other than as
+/// the value about to be stored there: the output loop (at `output` in
+/// `after`) apart from its `at_j` terms, or a later reduction of the same
+/// `(var, value)` family apart from that value's terms.
+fn still_read_after(
+    after: &[Stmt],
+    output: usize,
+    (var, value): (&str, &Val),
+    (buf, f, at_j): (usize, &Val, &Val),
+) -> bool {
+    let marker = Val::Local(String::new());
+    let rest_of_f = replace(f, at_j, &marker).unwrap_or_else(|| f.clone());
+    if reads(&rest_of_f, buf) {
+        return true;
+    }
+    after.iter().enumerate().any(|(k, s)| {
+        if k == output {
+            return false;
+        }
+        let Some((var_k, _, _, value_k)) = reduction_loop(s) else {
+            return false;
+        };
+        let at_k = value.substitute(var, &Idx::var(&var_k));
+        let rest = replace(&value_k, &at_k, &marker).unwrap_or(value_k);
+        reads(&rest, buf)
+    })
+}
+
+/// Whether `v` loads from `buf`.
+fn reads(v: &Val, buf: usize) -> bool {
+    match v {
+        Val::Load { buf: b, .. } => *b == buf,
+        Val::Call(_, args) => args.iter().any(|a| reads(a, buf)),
+        Val::InBounds(_) | Val::Const(_) | Val::Index(_) | Val::Local(_) => false,
     }
 }
 
