@@ -87,7 +87,10 @@ impl Buffer {
         let d = PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("shape", PyTuple::new(py, &self.shape)?)?;
-        d.set_item("typestr", numpy_entry(self.dtype).map_err(crate::errors::run_error)?.2)?;
+        d.set_item(
+            "typestr",
+            numpy_entry(self.dtype).map_err(crate::errors::run_error)?.2,
+        )?;
         d.set_item("data", (self.ptr, false))?;
         Ok(d)
     }

@@ -34,7 +34,11 @@ fn compile_args(
     path: Option<PathBuf>,
     data: Option<Vec<u8>>,
 ) -> Result<(Backend, PlannerKind, Source)> {
-    Ok((Backend::parse(backend)?, planner(fusion)?, source(path, data)?))
+    Ok((
+        Backend::parse(backend)?,
+        planner(fusion)?,
+        source(path, data)?,
+    ))
 }
 
 fn export_args(
@@ -67,9 +71,8 @@ fn compile(
     cache_dir: Option<PathBuf>,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<model::Model> {
-    let (backend, fusion, source) = guarded(|| {
-        compile_args(backend, fusion, path, data).map_err(at(Stage::Argument))
-    })?;
+    let (backend, fusion, source) =
+        guarded(|| compile_args(backend, fusion, path, data).map_err(at(Stage::Argument)))?;
     let req = Request {
         source,
         backend,
@@ -117,9 +120,8 @@ fn export_c(
         Some(p) => kiln_cpu::aot::default_name(p),
         None => "model".to_string(),
     });
-    let (fusion, weights, source) = guarded(|| {
-        export_args(&name, fusion, weights, path, data).map_err(at(Stage::Argument))
-    })?;
+    let (fusion, weights, source) =
+        guarded(|| export_args(&name, fusion, weights, path, data).map_err(at(Stage::Argument)))?;
     let req = Request {
         source,
         backend: Backend::Cpu,

@@ -29,7 +29,11 @@ fn signature(g: &Graph, ids: &[ValueId]) -> PyResult<Vec<(String, String, Vec<us
             let dtype = numpy_name(ty.dtype)
                 .map(str::to_string)
                 .unwrap_or_else(|_| ty.dtype.to_string());
-            Ok((g.name(id).to_string(), dtype, ty.shape.clone().unwrap_or_default()))
+            Ok((
+                g.name(id).to_string(),
+                dtype,
+                ty.shape.clone().unwrap_or_default(),
+            ))
         })
         .collect()
 }
@@ -47,7 +51,11 @@ impl Model {
             );
         }
         let mut views = Vec::with_capacity(addresses.len());
-        for ((&ptr, &id), shape) in addresses.iter().zip(&self.graph.inputs).zip(&self.input_shapes) {
+        for ((&ptr, &id), shape) in addresses
+            .iter()
+            .zip(&self.graph.inputs)
+            .zip(&self.input_shapes)
+        {
             // SAFETY: `kiln.Model.run` (Python) passes the address of a
             // C-contiguous, aligned numpy array of each input's declared
             // type and shape, and holds the arrays for the whole call.

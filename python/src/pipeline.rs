@@ -103,9 +103,11 @@ impl Request {
                 }
                 kiln_onnx::load(p, &opts)?.graph
             }
-            Source::Bytes(b) => kiln_onnx::load_bytes(b.clone(), None, &opts)
-                .map_err(|e| e.in_file("<model bytes>"))?
-                .graph,
+            Source::Bytes(b) => {
+                kiln_onnx::load_bytes(b.clone(), None, &opts)
+                    .map_err(|e| e.in_file("<model bytes>"))?
+                    .graph
+            }
         };
         let imported = g.nodes.len();
         let layout = match self.backend {
@@ -149,8 +151,8 @@ pub fn build(req: &Request) -> std::result::Result<Built, Staged> {
     let (engine, summary) = match req.backend {
         Backend::Reference => (Engine::Reference, "reference interpreter".to_string()),
         Backend::Cpu => {
-            let m = CompiledModel::compile(&graph, &req.cpu_options())
-                .map_err(at(Stage::Compile))?;
+            let m =
+                CompiledModel::compile(&graph, &req.cpu_options()).map_err(at(Stage::Compile))?;
             let s = cpu_summary(&m);
             (Engine::Cpu(m), s)
         }
@@ -161,7 +163,11 @@ pub fn build(req: &Request) -> std::result::Result<Built, Staged> {
                 ..Default::default()
             };
             let m = CudaModel::compile(&graph, &opts).map_err(|e| (cuda_stage(&e), e))?;
-            let s = format!("cuda: {} kernels on {}", m.summary().kernels, m.summary().device);
+            let s = format!(
+                "cuda: {} kernels on {}",
+                m.summary().kernels,
+                m.summary().device
+            );
             (Engine::Cuda(m), s)
         }
     };

@@ -267,8 +267,9 @@ pub fn eval_node(
 ) -> Result<Vec<Tensor>> {
     let opset = kiln_ops::infer::opset_of(g, node);
     let ctx = || format!("{} (opset {opset})", node.describe());
-    let op = registry::lookup(&node.domain, &node.op)
-        .ok_or_else(|| Error::unsupported(format!("unsupported op '{}'", node.op)).context(ctx()))?;
+    let op = registry::lookup(&node.domain, &node.op).ok_or_else(|| {
+        Error::unsupported(format!("unsupported op '{}'", node.op)).context(ctx())
+    })?;
     let env = Env { outer: scope };
     let cx = EvalCx {
         node,
