@@ -9,6 +9,9 @@
 use kiln_conformance::random_graph::{generate, GenOptions};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "compile_all.rs"]
+mod compile_all;
+
 fuzz_target!(|data: &[u8]| {
     kiln_ir::limits::set_max_memory(1 << 28);
     let mut seed = [0u8; 8];
@@ -21,21 +24,5 @@ fuzz_target!(|data: &[u8]| {
         max_nodes: min_nodes + byte(9) % 16,
         ..GenOptions::default()
     };
-    let mut g = generate(u64::from_le_bytes(seed), &opts);
-    if kiln_passes::optimize(&mut g, &Default::default()).is_err() {
-        return;
-    }
-    let naming = kiln_cpu::program::Naming {
-        prefix: "fuzz".into(),
-        threads: 2,
-    };
-    for fusion in kiln_fuse::PlannerKind::ALL {
-        let opts = kiln_cpu::CpuOptions {
-            fusion,
-            threads: 1,
-            target: kiln_target::CpuPreset::X86_64V4.desc(2),
-            ..Default::default()
-        };
-        let _ = kiln_cpu::CpuProgram::build(&g, &opts, &naming);
-    }
+    compile_all::compile_all(generate(u64::from_le_bytes(seed), &opts));
 });

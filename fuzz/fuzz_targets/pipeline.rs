@@ -4,6 +4,9 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
+#[path = "compile_all.rs"]
+mod compile_all;
+
 fuzz_target!(|data: &[u8]| {
     kiln_ir::limits::set_max_memory(1 << 28);
     let Ok(model) = kiln_onnx::load_bytes(
@@ -13,22 +16,5 @@ fuzz_target!(|data: &[u8]| {
     ) else {
         return;
     };
-    let mut g = model.graph;
-    if kiln_passes::optimize(&mut g, &Default::default()).is_err() {
-        return;
-    }
-    let naming = kiln_cpu::program::Naming {
-        prefix: "fuzz".into(),
-        threads: 2,
-    };
-    for fusion in kiln_fuse::PlannerKind::ALL {
-        let opts = kiln_cpu::CpuOptions {
-            fusion,
-            threads: 1,
-            // A fixed target: runs do not depend on the fuzzing machine.
-            target: kiln_target::CpuPreset::X86_64V4.desc(2),
-            ..Default::default()
-        };
-        let _ = kiln_cpu::CpuProgram::build(&g, &opts, &naming);
-    }
+    compile_all::compile_all(model.graph);
 });
