@@ -118,13 +118,7 @@ def _debug_progress(stage: str, message: str) -> None:
 
 def _default_cache_dir() -> Path:
     """kiln's cache directory (the same rule as the compiled code's)."""
-    for var in ("KILN_CACHE_DIR",):
-        if os.environ.get(var):
-            return Path(os.environ[var])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg) / "kiln"
-    return Path.home() / ".cache" / "kiln"
+    return Path(kiln._kiln.default_cache_dir())
 
 
 def _is_constant(arg: Any) -> bool:

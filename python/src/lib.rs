@@ -134,10 +134,18 @@ fn export_c(
     py.detach(|| guarded(|| pipeline::export_c(&req, &name, openmp, weights, &out_dir)))
 }
 
+/// Where compiled code is cached by default (`$KILN_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/kiln`, else `~/.cache/kiln`).
+#[pyfunction]
+fn default_cache_dir() -> PathBuf {
+    kiln_runtime::jit::default_cache_dir()
+}
+
 #[pymodule]
 fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(export_c, m)?)?;
+    m.add_function(wrap_pyfunction!(default_cache_dir, m)?)?;
     m.add_class::<model::Model>()?;
     m.add_class::<buffer::Buffer>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
