@@ -211,9 +211,9 @@ def time_torch(fn, inputs, runs, warmup):
     return statistics.median(times)
 
 
-def time_kiln(kiln, path, runs, warmup):
+def time_kiln(kiln, path, runs, warmup, tf32=False):
     r = subprocess.run([kiln, "bench", str(path), "--backend", "cuda", "--json",
-                        "--runs", str(runs), "--warmup", str(warmup)],
+                        "--runs", str(runs), "--warmup", str(warmup)] + (["--tf32"] if tf32 else []),
                        capture_output=True, text=True, timeout=300)
     line = [l for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode != 0 or not line:
@@ -221,13 +221,13 @@ def time_kiln(kiln, path, runs, warmup):
     return json.loads(line[-1])
 
 
-def check_kiln(kiln, path, fn, inputs, tmp):
-    """kiln run --backend cuda on `inputs` against PyTorch in full f32
-    (TF32 off); returns the largest error relative to the reference's
-    largest magnitude, over all outputs."""
+def check_kiln(kiln, path, fn, inputs, tmp, tf32=False):
+    """kiln run --backend cuda (--tf32 when `tf32`) on `inputs` against
+    PyTorch in full f32 (TF32 off); returns the largest error relative to
+    the reference's largest magnitude, over all outputs."""
     import torch
     names = list(inputs)
-    args = [kiln, "run", str(path), "--backend", "cuda", "-o", str(tmp / "out")]
+    args = [kiln, "run", str(path), "--backend", "cuda", "-o", str(tmp / "out")] + (["--tf32"] if tf32 else [])
     for k in names:
         np.save(tmp / f"{k}.npy", inputs[k].cpu().numpy())
         args += ["-i", str(tmp / f"{k}.npy")]
@@ -261,10 +261,15 @@ def main():
     ap.add_argument("--models", default="1,8", help="batch sizes of the model cases ('' for none)")
     ap.add_argument("--model-names", default="resnet50,mobilenet_v2",
                     help="of resnet50, mobilenet_v2, vit_b_16, bert")
+    ap.add_argument("--tf32", action="store_true",
+                    help="also time kiln --tf32 (TF32 tensor cores; error bound 1e-2), "
+                         "and time PyTorch with TF32 allowed for matmuls and convolutions")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     import torch
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     only = [s for s in args.only.split(",") if s]
     tmp = Path(tempfile.mkdtemp())
     rows = []
@@ -293,6 +298,10 @@ def main():
             row["max_rel_err"] = check_kiln(args.kiln, path, torch_fn, inputs, tmp)
             row["correct"] = row["max_rel_err"] <= 1e-3
             row["kiln_launches"] = k["launches"]
+            if args.tf32:
+                row["kiln_tf32_ms"] = time_kiln(args.kiln, path, args.runs, args.warmup, True)["median_ms"]
+                row["tf32_max_rel_err"] = check_kiln(args.kiln, path, torch_fn, inputs, tmp, True)
+                row["tf32_correct"] = row["tf32_max_rel_err"] <= 1e-2
             row["kiln_interpreted"] = k["interpreted"]
             row["torch_ms"] = time_torch(torch_fn, inputs, args.runs, args.warmup)
             is_model = not isinstance(case[0], onnx.ModelProto)
@@ -303,22 +312,34 @@ def main():
                 row["torch_compile_s"] = round(time.time() - t0, 1)
             best = min(v for key, v in row.items() if key in ("torch_ms", "torch_compile_ms"))
             row["kiln_over_best_torch"] = row["kiln_ms"] / best
+            if args.tf32:
+                row["kiln_tf32_over_best_torch"] = row["kiln_tf32_ms"] / best
         except Exception as e:
             row = {"case": name, "error": str(e)[-300:]}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print("\n| case | kiln ms | torch eager ms | torch.compile ms | kiln / best torch | max error / max |reference| |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print_table(rows, args.tf32)
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=1))
+
+
+def print_table(rows, tf32):
+    """The rows as a Markdown table; with `tf32`, kiln --tf32's columns too."""
+    extra = " kiln tf32 ms | kiln tf32 / best torch | tf32 error |" if tf32 else ""
+    print(f"\n| case | kiln ms | torch eager ms | torch.compile ms | kiln / best torch | max error / max |reference| |{extra}")
+    print("|---|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if tf32 else ""))
     for r in rows:
         if "error" in r:
             print(f"| {r['case']} | error: {r['error'][:80]} | | | |")
             continue
         tc = r.get("torch_compile_ms")
-        print(f"| {r['case']} | {r['kiln_ms']:.4f} | {r['torch_ms']:.4f} | "
-              f"{'' if tc is None else f'{tc:.4f}'} | {r['kiln_over_best_torch']:.2f} | "
-              f"{r['max_rel_err']:.1e}{'' if r['correct'] else ' WRONG'} |")
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=1))
+        line = (f"| {r['case']} | {r['kiln_ms']:.4f} | {r['torch_ms']:.4f} | "
+                f"{'' if tc is None else f'{tc:.4f}'} | {r['kiln_over_best_torch']:.2f} | "
+                f"{r['max_rel_err']:.1e}{'' if r['correct'] else ' WRONG'} |")
+        if tf32:
+            line += (f" {r['kiln_tf32_ms']:.4f} | {r['kiln_tf32_over_best_torch']:.2f} | "
+                     f"{r['tf32_max_rel_err']:.1e}{'' if r['tf32_correct'] else ' WRONG'} |")
+        print(line)
 
 
 if __name__ == "__main__":

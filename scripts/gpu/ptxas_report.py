@@ -71,13 +71,15 @@ def report(ptxas: str, ptx: bytes) -> list[tuple[str, int, int, int]]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default="target/release/kiln")
+    ap.add_argument("--tf32", action="store_true",
+                    help="f32 products on TF32 tensor cores (kiln compile --tf32)")
     ap.add_argument("models", nargs="+")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KILN_NVRTC"])
     ptxas = os.environ.get("KILN_PTXAS", "ptxas")
     for model in args.models:
         with tempfile.TemporaryDirectory() as d:
-            subprocess.run([args.kiln, "compile", model, "--emit", "cuda", "-o", d],
+            subprocess.run([args.kiln, "compile", model, "--emit", "cuda", "-o", d] + (["--tf32"] if args.tf32 else []),
                            check=True, capture_output=True)
             rows = report(ptxas, nvrtc_ptx(lib, Path(d, "model.cu").read_bytes(), "compute_90"))
         spilling = [r for r in rows if r[2] or r[3]]

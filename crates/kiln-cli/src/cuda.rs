@@ -5,15 +5,9 @@ use kiln_cuda::{CudaModel, CudaOptions};
 use kiln_ir::{Graph, Result, Tensor};
 use std::time::Instant;
 
-/// Compiles `g` for the first GPU with the planner of `opts`.
-pub fn compile(g: &Graph, fusion: kiln_fuse::PlannerKind) -> Result<CudaModel> {
-    let m = CudaModel::compile(
-        g,
-        &CudaOptions {
-            fusion,
-            ..Default::default()
-        },
-    )?;
+/// Compiles `g` for the GPU of `opts`.
+pub fn compile(g: &Graph, opts: &CudaOptions) -> Result<CudaModel> {
+    let m = CudaModel::compile(g, opts)?;
     println!("{}", compile_line(&m));
     Ok(m)
 }
@@ -39,12 +33,18 @@ pub fn compile_line(m: &CudaModel) -> String {
 
 /// `kiln bench --backend cuda`: device time of the kernels (events, inputs
 /// already on the device) and wall time of whole runs (copies included).
-pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> Result<()> {
+pub fn bench(
+    g: &Graph,
+    label: &str,
+    inputs: &[Tensor],
+    opts: &BenchOptions,
+    cuda: &CudaOptions,
+) -> Result<()> {
     if !opts.json {
         println!("model: {label}");
     }
     let t = Instant::now();
-    let m = compile(g, opts.cpu.fusion)?;
+    let m = compile(g, cuda)?;
     let compile_s = t.elapsed().as_secs_f64();
     m.time_device(inputs, opts.warmup.max(1))?;
     let mut device: Vec<f64> = m
@@ -64,6 +64,7 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         let j = serde_json::json!({
             "model": label,
             "backend": "cuda",
+            "tf32": cuda.tf32,
             "device": m.summary().device,
             "median_ms": device_ms,
             "min_ms": min,

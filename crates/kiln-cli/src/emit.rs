@@ -4,6 +4,7 @@
 use kiln_cpu::aot::{self, AotOptions};
 use kiln_cpu::program::{config_defines, Naming};
 use kiln_cpu::{CpuOptions, CpuProgram};
+use kiln_fuse::PlannerKind;
 use kiln_ir::{Error, Graph, Result};
 use std::path::Path;
 
@@ -55,7 +56,7 @@ pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Pat
         return Ok(());
     }
     if what == Emit::Cuda {
-        return write_file(dir, "model.cu", &cuda_text(g, cpu)?, "wrote CUDA to");
+        return emit_cuda(g, cpu.fusion, false, dir);
     }
     let naming = Naming {
         prefix: "kiln".into(),
@@ -82,11 +83,21 @@ fn write_file(dir: &Path, file: &str, text: &str, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Writes `model.cu` for an sm_90 GPU into `dir`, its f32 products on
+/// TF32 tensor cores when `tf32`.
+pub fn emit_cuda(g: &Graph, fusion: PlannerKind, tf32: bool, dir: &Path) -> Result<()> {
+    let text = cuda_text(g, fusion, tf32)?;
+    write_file(dir, "model.cu", &text, "wrote CUDA to")
+}
+
 /// The CUDA program for an sm_90 GPU: the prelude, then per node its
 /// launches (as a comment) and functions, or why it has none.
-fn cuda_text(g: &Graph, cpu: &CpuOptions) -> Result<String> {
-    let target = kiln_target::GpuPreset::Sm90.desc();
-    let program = kiln_cuda::program::CudaProgram::build(g, cpu.fusion, &target, "kiln")?;
+fn cuda_text(g: &Graph, fusion: PlannerKind, tf32: bool) -> Result<String> {
+    let mut target = kiln_target::GpuPreset::Sm90.desc();
+    if let Some(gpu) = target.gpu.as_mut() {
+        gpu.tf32 = tf32;
+    }
+    let program = kiln_cuda::program::CudaProgram::build(g, fusion, &target, "kiln")?;
     let mut s = kiln_codegen::cuda::prelude::prelude();
     for (node, k) in program.graph.nodes.iter().zip(&program.kernels) {
         let Some(k) = k else { continue };

@@ -82,40 +82,56 @@ fn main() {
             exec,
             args,
             passes,
-        } => prepare(
-            model.as_deref(),
-            &exec.inputs,
-            exec.seed,
-            &args,
-            &layout_for_backend(passes, &exec),
-        )
-        .and_then(|p| {
-            let opts = bench::BenchOptions {
-                runs,
-                warmup,
-                cold,
-                profile,
-                json,
-                versus,
-                cpu: cpu_options(&exec),
-                reference: exec.backend == "reference",
-            };
-            if exec.backend == "cuda" {
-                kiln_cli::cuda::bench(&p.graph, &p.label, &p.inputs, &opts)
-            } else {
-                bench::bench(&p.graph, &p.label, &p.inputs, &opts)
-            }
-        }),
+        } => backend_flags(&exec)
+            .and_then(|()| {
+                prepare(
+                    model.as_deref(),
+                    &exec.inputs,
+                    exec.seed,
+                    &args,
+                    &layout_for_backend(passes, &exec),
+                )
+            })
+            .and_then(|p| {
+                let opts = bench::BenchOptions {
+                    runs,
+                    warmup,
+                    cold,
+                    profile,
+                    json,
+                    versus,
+                    cpu: cpu_options(&exec),
+                    reference: exec.backend == "reference",
+                };
+                if exec.backend == "cuda" {
+                    kiln_cli::cuda::bench(
+                        &p.graph,
+                        &p.label,
+                        &p.inputs,
+                        &opts,
+                        &cuda_options(&exec),
+                    )
+                } else {
+                    bench::bench(&p.graph, &p.label, &p.inputs, &opts)
+                }
+            }),
         Command::Compile {
             model,
             emit,
             output_dir,
             fusion,
             aot,
+            tf32,
             args,
             passes,
         } => load(&model, &args).and_then(|mut g| {
             optimize(&mut g, &passes)?;
+            if tf32 && emit != kiln_cli::emit::Emit::Cuda {
+                return Err(kiln_ir::Error::new("--tf32 applies to --emit cuda only"));
+            }
+            if emit == kiln_cli::emit::Emit::Cuda {
+                return kiln_cli::emit::emit_cuda(&g, fusion.fusion, tf32, &output_dir);
+            }
             let options = aot.options(&model)?;
             let threads = aot
                 .threads
@@ -207,6 +223,17 @@ fn load(path: &Path, args: &ModelArgs) -> Result<Graph> {
 
 /// The reference backend runs the graph as ONNX defines it: the layout
 /// choice is the CPU backend's.
+/// Flags that only one backend reads are refused with the others.
+fn backend_flags(exec: &ExecArgs) -> Result<()> {
+    if exec.tf32 && exec.backend != "cuda" {
+        return Err(kiln_ir::Error::new(format!(
+            "--tf32 applies to --backend cuda only (not {})",
+            exec.backend
+        )));
+    }
+    Ok(())
+}
+
 fn layout_for_backend(passes: PassArgs, exec: &ExecArgs) -> PassArgs {
     match exec.backend.as_str() {
         "reference" => as_defined(passes),
@@ -448,6 +475,14 @@ fn prepare(
     })
 }
 
+fn cuda_options(exec: &ExecArgs) -> kiln_cuda::CudaOptions {
+    kiln_cuda::CudaOptions {
+        fusion: exec.fusion.fusion,
+        tf32: exec.tf32,
+        ..Default::default()
+    }
+}
+
 fn cpu_options(exec: &ExecArgs) -> kiln_cpu::CpuOptions {
     let mut o = kiln_cpu::CpuOptions::default();
     if let Some(t) = exec.threads {
@@ -464,6 +499,7 @@ fn run(
     args: &ModelArgs,
     passes: &PassArgs,
 ) -> Result<()> {
+    backend_flags(exec)?;
     let p = prepare(model, &exec.inputs, exec.seed, args, passes)?;
     let g = &p.graph;
     println!("model: {}", p.label);
@@ -471,7 +507,7 @@ fn run(
     let outputs = if exec.backend == "reference" {
         kiln_interp::run(g, &p.inputs)?
     } else if exec.backend == "cuda" {
-        let m = kiln_cli::cuda::compile(g, exec.fusion.fusion)?;
+        let m = kiln_cli::cuda::compile(g, &cuda_options(exec))?;
         let t1 = Instant::now();
         let outs = m.run(&p.inputs)?;
         println!("run: {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);

@@ -13,6 +13,8 @@ use std::path::Path;
 #[derive(Default)]
 pub struct Cuda {
     pub fusion: PlannerKind,
+    /// f32 products on TF32 tensor cores (`kiln_cuda::CudaOptions::tf32`).
+    pub tf32: bool,
 }
 
 impl Backend for Cuda {
@@ -23,6 +25,7 @@ impl Backend for Cuda {
         let g = optimized(model, inputs)?;
         let opts = kiln_cuda::CudaOptions {
             fusion: self.fusion,
+            tf32: self.tf32,
             ..Default::default()
         };
         kiln_cuda::CudaModel::compile(&g, &opts)?.run(inputs)
@@ -45,6 +48,11 @@ pub fn case_kernels(
     target: &TargetDesc,
     prefix: &str,
 ) -> Result<String> {
-    let g = optimized(model, inputs)?;
-    Ok(CudaProgram::build(&g, PlannerKind::default(), target, prefix)?.kernels_source())
+    graph_kernels(&optimized(model, inputs)?, target, prefix)
+}
+
+/// The CUDA of an optimized graph's kernels for `target` (no prelude),
+/// their names starting with `prefix`.
+pub fn graph_kernels(g: &Graph, target: &TargetDesc, prefix: &str) -> Result<String> {
+    Ok(CudaProgram::build(g, PlannerKind::default(), target, prefix)?.kernels_source())
 }

@@ -8,6 +8,7 @@
 pub mod aot;
 pub mod cuda;
 pub mod differential;
+pub mod products;
 pub mod random_graph;
 
 use kiln_ir::{Data, Result, Tensor};

@@ -34,6 +34,9 @@ pub struct CudaOptions {
     pub device: usize,
     /// Where compiled modules are cached (default: kiln's cache).
     pub cache_dir: Option<PathBuf>,
+    /// f32 matrix products may use TF32 tensor cores
+    /// (`kiln_target::GpuDesc::tf32`).
+    pub tf32: bool,
 }
 
 /// What compiling took.
@@ -84,7 +87,10 @@ impl CudaModel {
     pub fn compile(graph: &Graph, opts: &CudaOptions) -> Result<CudaModel> {
         let start = Instant::now();
         let gpu = Gpu::open(opts.device)?;
-        let target = device_target(&gpu)?;
+        let mut target = device_target(&gpu)?;
+        if let Some(g) = target.gpu.as_mut() {
+            g.tf32 = opts.tf32;
+        }
         let program = CudaProgram::build(graph, opts.fusion, &target, "kiln")?;
         let source = program.source();
         let cc = target.gpu.as_ref().map_or(80, |g| g.compute_capability);

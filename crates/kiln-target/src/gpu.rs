@@ -28,6 +28,11 @@ pub struct GpuDesc {
     /// Blocks per multiprocessor a grid-stride kernel launches at most
     /// (more only queue).
     pub blocks_per_sm: usize,
+    /// f32 matrix products may round their factors to TF32 (10-bit
+    /// mantissa) and run on tensor cores (compute capability 80 on). A
+    /// precision choice the user opts into (`--tf32`), off in every preset:
+    /// with it, products keep f32 accumulation but lose factor precision.
+    pub tf32: bool,
 }
 
 /// A named GPU kiln generates code for.
@@ -98,12 +103,19 @@ impl GpuPreset {
                 block_threads: 256,
                 shared_bytes_per_block: 48 << 10,
                 blocks_per_sm: 8,
+                tf32: false,
             }),
         }
     }
 }
 
 impl GpuDesc {
+    /// f32 matrix products run on tensor cores in TF32: allowed and
+    /// present.
+    pub fn tf32_products(&self) -> bool {
+        self.tf32 && self.compute_capability >= 80
+    }
+
     /// Blocks of a grid-stride launch over `n` independent iterations:
     /// one thread per iteration up to a full machine of resident blocks.
     pub fn grid_for(&self, n: i64) -> u32 {

@@ -136,6 +136,11 @@ pub(crate) struct ExecArgs {
     /// Threads for the CPU backend (default: all cores).
     #[arg(long)]
     pub(crate) threads: Option<usize>,
+    /// With `--backend cuda`: f32 matrix products and convolutions on tensor
+    /// cores in TF32 (factors rounded to a 10-bit mantissa, sums in f32; as
+    /// PyTorch's `allow_tf32`). Off by default: products are exact f32.
+    #[arg(long)]
+    pub(crate) tf32: bool,
     /// Seed for random inputs.
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
@@ -218,6 +223,10 @@ pub(crate) enum Command {
         fusion: FusionArgs,
         #[command(flatten)]
         aot: AotArgs,
+        /// With `--emit cuda`: f32 products on TF32 tensor cores (as `run
+        /// --backend cuda --tf32`).
+        #[arg(long)]
+        tf32: bool,
         #[command(flatten)]
         args: ModelArgs,
         #[command(flatten)]

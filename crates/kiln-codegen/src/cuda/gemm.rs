@@ -6,14 +6,21 @@
 //! for every element: each block computes 64×64 tiles of C, or 128×128
 //! when both sides of C are that large (grid-stride over tiles and
 //! batches, so any grid is correct), staging a tile's rows of A and
-//! columns of B 16 deep in shared memory per step; each of its 256 threads
-//! accumulates 4×4 (8×8) elements in registers, rows `ty + 16i` and
-//! columns `tx + 16j` (neighbouring threads read neighbouring shared words
-//! and store neighbouring elements of C; A's staging rows are padded by
-//! one word so its transposed stores spread over the banks). Operands are read through
-//! their offset expressions (strides, implicit-GEMM windows with their
-//! guards, computed prologues), so every gemm the loop IR describes runs;
-//! elements outside the matrix read as zero and are never stored.
+//! columns of B 16 deep in shared memory per step. Operands are read
+//! through their offset expressions (strides, implicit-GEMM windows with
+//! their guards, computed prologues), so every gemm the loop IR describes
+//! runs; elements outside the matrix read as zero and are never stored.
+//!
+//! Who multiplies ([`Unit`]): by default CUDA cores in f32, each of the
+//! 256 threads accumulating 4×4 (8×8) elements in registers, rows
+//! `ty + 16i` and columns `tx + 16j` (neighbouring threads read
+//! neighbouring shared words and store neighbouring elements of C; A's
+//! staging rows are padded by one word so its transposed stores spread
+//! over the banks). Where the target allows TF32 (`GpuDesc::tf32`, sm_80
+//! on), tensor cores: factors are rounded to TF32 as they are staged, and
+//! the 8 warps (2 × 4 over the tile) each multiply-add 16×8 fragments with
+//! `mma.sync.m16n8k8` into f32 accumulators (the fragment layout of the
+//! PTX ISA's "Matrix Fragments for mma.m16n8k8", `.tf32`).
 //!
 //! When the tiles are too few to occupy the GPU (a convolution late in a
 //! network at batch 1: few channels × few pixels, long reductions), the
@@ -29,8 +36,8 @@ use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Gemm, GemmInput, Kernel, Val};
 use kiln_target::GpuDesc;
 
-/// Threads per block: a 16×16 grid, each thread a `micro`×`micro`
-/// sub-tile of the block's tile.
+/// Threads per block: 256 (as 16×16 threads each computing a
+/// `micro`×`micro` sub-tile, or 8 warps of tensor-core fragments).
 pub const THREADS: u32 = 256;
 /// Depth per staging step.
 const DEPTH: i64 = 16;
@@ -41,34 +48,72 @@ const MAX_PARTIALS: i64 = 1 << 22;
 /// Fewest depth steps one split takes.
 const MIN_SPLIT_STEPS: i64 = 4;
 
-/// How a gemm is divided: the block's tile of C (`tile`×`tile`), each
-/// thread's sub-tile (`micro`×`micro`), and depth splits.
+/// What multiplies: CUDA cores in f32 (fused multiply-adds), or tensor
+/// cores on factors rounded to TF32 (`mma.sync` m16n8k8, f32
+/// accumulators), where the target allows it ([`GpuDesc::tf32_products`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unit {
+    Simt,
+    Tf32,
+}
+
+impl Unit {
+    /// Words each staged row of A and of B is padded by. CUDA cores read
+    /// A's column across threads (one word spreads A's transposed stores
+    /// over the banks); a fragment load reads 4 depths × 8 rows, which a
+    /// row of `tile + 8` words puts in 32 different banks.
+    fn padding(self) -> (i64, i64) {
+        match self {
+            Unit::Simt => (1, 0),
+            Unit::Tf32 => (8, 8),
+        }
+    }
+}
+
+/// How a gemm is divided: the block's tile of C (`tile`×`tile`), what
+/// multiplies, and depth splits.
 #[derive(Debug, Clone, Copy)]
 struct Blocking {
     tile: i64,
-    micro: i64,
+    unit: Unit,
     splits: i64,
 }
 
 impl Blocking {
-    /// 128×128 tiles (8×8 per thread: twice the multiply-adds per shared
-    /// load) when both sides of C are that large and their staging fits
-    /// the GPU's shared memory per block, else 64×64 (4×4); then the
-    /// splits that fill its multiprocessors (see [`Blocking::splits_for`]).
+    /// 128×128 tiles (twice the multiply-adds per shared load of 64×64)
+    /// when both sides of C are that large and their staging fits the
+    /// GPU's shared memory per block, else 64×64; then the splits that
+    /// fill its multiprocessors (see [`Blocking::splits_for`]).
     fn of(g: &Gemm, gpu: &GpuDesc) -> Blocking {
-        let large_fits = staging_bytes(128) <= gpu.shared_bytes_per_block;
-        let (tile, micro) = if g.m >= 128 && g.n >= 128 && large_fits {
-            (128, 8)
+        let unit = if gpu.tf32_products() {
+            Unit::Tf32
         } else {
-            (64, 4)
+            Unit::Simt
+        };
+        let large_fits = staging_bytes(128, unit) <= gpu.shared_bytes_per_block;
+        let tile = if g.m >= 128 && g.n >= 128 && large_fits {
+            128
+        } else {
+            64
         };
         let mut b = Blocking {
             tile,
-            micro,
+            unit,
             splits: 1,
         };
         b.splits = b.splits_for(g, gpu.sm_count);
         b
+    }
+
+    /// Each CUDA-core thread's sub-tile side (16×16 threads).
+    fn micro(&self) -> i64 {
+        self.tile / 16
+    }
+
+    /// Each warp's tile in 16×8 fragments, rows × columns (the 8 warps
+    /// as 2 × 4 over the block's tile).
+    fn fragments(&self) -> (i64, i64) {
+        (self.tile / 2 / 16, self.tile / 4 / 8)
     }
 
     /// Depth splits of `g` on `sms` multiprocessors: 1 while its tiles
@@ -85,12 +130,100 @@ impl Blocking {
     fn tiles(&self, n: i64) -> i64 {
         (n.max(1) + self.tile - 1) / self.tile
     }
+
+    /// The shared staging arrays (A's rows and B's columns, `DEPTH` deep).
+    fn shared(&self) -> String {
+        let (pa, pb) = self.unit.padding();
+        let (tile, word) = (self.tile, self.word());
+        format!(
+            "  __shared__ {word} kiln_as[{DEPTH}][{tile} + {pa}];\n  __shared__ {word} kiln_bs[{DEPTH}][{tile} + {pb}];\n"
+        )
+    }
+
+    /// The staged element type: f32, or TF32 bits.
+    fn word(&self) -> &'static str {
+        match self.unit {
+            Unit::Simt => "float",
+            Unit::Tf32 => "uint32_t",
+        }
+    }
+
+    /// A staged element: the factor `value` where `inside`, else zero.
+    fn staged(&self, inside: &str, value: &str) -> String {
+        match self.unit {
+            Unit::Simt => format!("({inside}) ? (float)({value}) : 0.0f"),
+            Unit::Tf32 => format!("({inside}) ? kiln_tf32((float)({value})) : 0u"),
+        }
+    }
+
+    /// Each thread's place in the block, and its accumulators.
+    fn thread_setup(&self) -> (String, String) {
+        match self.unit {
+            Unit::Simt => {
+                let micro = self.micro();
+                (
+                    "  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;\n".into(),
+                    format!("    float kiln_acc[{micro}][{micro}] = {{{{0.0f}}}};\n"),
+                )
+            }
+            Unit::Tf32 => {
+                let (fm, fn_) = self.fragments();
+                let (wm, wn) = (self.tile / 2, self.tile / 4);
+                (
+                    format!("  const int kiln_g = threadIdx.x % 32 / 4, kiln_t = threadIdx.x % 4;\n  const int wm = threadIdx.x / 128 * {wm}, wn = threadIdx.x / 32 % 4 * {wn};\n"),
+                    format!("    float kiln_acc[{fm}][{fn_}][4] = {{{{{{0.0f}}}}}};\n"),
+                )
+            }
+        }
+    }
+
+    /// The multiply-adds of one staged step (see [`Unit`]).
+    fn step(&self) -> String {
+        match self.unit {
+            Unit::Simt => simt_step(self.micro()),
+            Unit::Tf32 => tf32_step(self.fragments()),
+        }
+    }
+
+    /// The elements of C a thread holds: loops over them, then each one's
+    /// row and column in the tile and its accumulator.
+    fn elements(&self) -> Elements {
+        match self.unit {
+            Unit::Simt => {
+                let micro = self.micro();
+                Elements {
+                    loops: format!("for (int i = 0; i < {micro}; ++i)\n      for (int j = 0; j < {micro}; ++j)"),
+                    row: "ty + 16 * i",
+                    col: "tx + 16 * j",
+                    acc: "kiln_acc[i][j]",
+                }
+            }
+            Unit::Tf32 => {
+                let (fm, fn_) = self.fragments();
+                Elements {
+                    loops: format!("for (int i = 0; i < {fm}; ++i)\n      for (int j = 0; j < {fn_}; ++j)\n      for (int q = 0; q < 4; ++q)"),
+                    row: "wm + 16 * i + kiln_g + 8 * (q >> 1)",
+                    col: "wn + 8 * j + 2 * kiln_t + (q & 1)",
+                    acc: "kiln_acc[i][j][q]",
+                }
+            }
+        }
+    }
+}
+
+/// The elements of C one thread holds (see [`Blocking::elements`]).
+struct Elements {
+    loops: String,
+    row: &'static str,
+    col: &'static str,
+    acc: &'static str,
 }
 
 /// Bytes of shared memory staging a `tile`-wide step takes: A's rows
-/// (padded by one word) and B's columns, `DEPTH` deep, in f32.
-fn staging_bytes(tile: i64) -> usize {
-    (DEPTH * (2 * tile + 1)) as usize * std::mem::size_of::<f32>()
+/// and B's columns, `DEPTH` deep, padded, in 32-bit words.
+fn staging_bytes(tile: i64, unit: Unit) -> usize {
+    let (pa, pb) = unit.padding();
+    (DEPTH * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
 }
 
 /// The kernel `function` computing `g` and its grid, for `gpu`.
@@ -129,20 +262,17 @@ pub fn gemm_function(
         )
     };
     let main = main_loop(g, &bl, &a, &b);
-    let (tile, micro) = (bl.tile, bl.micro);
-    let shared = format!(
-        "  __shared__ float kiln_as[{DEPTH}][{tile} + 1];\n  __shared__ float kiln_bs[{DEPTH}][{tile}];\n{last_flag}"
-    );
+    let (setup, accumulators) = bl.thread_setup();
+    let shared = bl.shared() + last_flag;
     let body = format!(
-        r#"  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
-  for (int64_t kiln_z = blockIdx.z; kiln_z < {zs}; kiln_z += gridDim.z)
+        r#"{setup}  for (int64_t kiln_z = blockIdx.z; kiln_z < {zs}; kiln_z += gridDim.z)
   for (int64_t m0 = (int64_t)blockIdx.y * {tile}; m0 < {m}; m0 += (int64_t)gridDim.y * {tile})
   for (int64_t n0 = (int64_t)blockIdx.x * {tile}; n0 < {n}; n0 += (int64_t)gridDim.x * {tile}) {{
-    float kiln_acc[{micro}][{micro}] = {{{{0.0f}}}};
-{main}{finish}
+{accumulators}{main}{finish}
   }}
 "#,
         zs = batch * bl.splits,
+        tile = bl.tile,
         m = g.m,
         n = g.n,
     );
@@ -158,12 +288,15 @@ pub fn gemm_function(
 }
 
 /// The depth loop of one tile (this block's split of it): stage A and B
-/// in shared memory, then multiply-add each thread's sub-tile.
+/// in shared memory, then multiply-add each thread's part.
 fn main_loop(g: &Gemm, bl: &Blocking, a: &str, b: &str) -> String {
-    let (tile, micro, splits) = (bl.tile, bl.micro, bl.splits);
+    let (tile, splits) = (bl.tile, bl.splits);
     let (m, n, depth) = (g.m, g.n, g.k);
     // Depth per split, whole staging steps.
     let chunk = ((depth + splits - 1) / splits + DEPTH - 1) / DEPTH * DEPTH;
+    let a = bl.staged(&format!("r < {m} && c < kiln_k_end"), a);
+    let b = bl.staged(&format!("r < kiln_k_end && c < {n}"), b);
+    let step = bl.step();
     format!(
         r#"    const int64_t bz = kiln_z / {splits}, kiln_split = kiln_z % {splits};
     const int64_t kiln_k_end = kiln_split * {chunk} + {chunk} < {depth} ? kiln_split * {chunk} + {chunk} : {depth};
@@ -171,13 +304,23 @@ fn main_loop(g: &Gemm, bl: &Blocking, a: &str, b: &str) -> String {
       for (int t = threadIdx.x; t < {tile} * {DEPTH}; t += {THREADS}) {{
         {{ const int kk = t % {DEPTH}, rr = t / {DEPTH};
           const int64_t b = bz, r = m0 + rr, c = k0 + kk; (void)b;
-          kiln_as[kk][rr] = (r < {m} && c < kiln_k_end) ? (float)({a}) : 0.0f; }}
+          kiln_as[kk][rr] = {a}; }}
         {{ const int cc = t % {tile}, kb = t / {tile};
           const int64_t b = bz, r = k0 + kb, c = n0 + cc; (void)b;
-          kiln_bs[kb][cc] = (r < kiln_k_end && c < {n}) ? (float)({b}) : 0.0f; }}
+          kiln_bs[kb][cc] = {b}; }}
       }}
       __syncthreads();
-#pragma unroll
+{step}      __syncthreads();
+    }}
+"#
+    )
+}
+
+/// One staged step on CUDA cores: each thread's `micro`×`micro` sub-tile,
+/// rows `ty + 16i` and columns `tx + 16j`.
+fn simt_step(micro: i64) -> String {
+    format!(
+        r#"#pragma unroll
       for (int kk = 0; kk < {DEPTH}; ++kk) {{
         float av[{micro}], bv[{micro}];
 #pragma unroll
@@ -187,35 +330,72 @@ fn main_loop(g: &Gemm, bl: &Blocking, a: &str, b: &str) -> String {
 #pragma unroll
           for (int j = 0; j < {micro}; ++j) kiln_acc[i][j] = fmaf(av[i], bv[j], kiln_acc[i][j]);
       }}
-      __syncthreads();
-    }}
 "#
     )
 }
 
-/// Each thread stores its sub-tile through the epilogue.
-fn finish_direct(g: &Gemm, bl: &Blocking, store: &str) -> String {
-    let (micro, m, n) = (bl.micro, g.m, g.n);
+/// One staged step on tensor cores: per 8 deep, each warp loads its A
+/// fragments (16 rows: `a0` row g depth t, `a1` row g+8, `a2`/`a3` depth
+/// t+4) and B fragments (8 columns: `b0` depth t column g, `b1` depth t+4)
+/// and multiply-adds every pair (PTX ISA, `mma.m16n8k8` for `.tf32`).
+fn tf32_step((fm, fn_): (i64, i64)) -> String {
     format!(
-        r#"    for (int i = 0; i < {micro}; ++i)
-      for (int j = 0; j < {micro}; ++j) {{
-        const int64_t b = bz, r = m0 + ty + 16 * i, c = n0 + tx + 16 * j; (void)b;
-        if (r < {m} && c < {n}) {{ const float acc = kiln_acc[i][j]; {store} }}
+        r#"#pragma unroll
+      for (int ks = 0; ks < {DEPTH}; ks += 8) {{
+        uint32_t af[{fm}][4], bf[{fn_}][2];
+#pragma unroll
+        for (int i = 0; i < {fm}; ++i) {{
+          const int rr = wm + 16 * i + kiln_g;
+          af[i][0] = kiln_as[ks + kiln_t][rr]; af[i][1] = kiln_as[ks + kiln_t][rr + 8];
+          af[i][2] = kiln_as[ks + kiln_t + 4][rr]; af[i][3] = kiln_as[ks + kiln_t + 4][rr + 8];
+        }}
+#pragma unroll
+        for (int j = 0; j < {fn_}; ++j) {{
+          const int cc = wn + 8 * j + kiln_g;
+          bf[j][0] = kiln_bs[ks + kiln_t][cc]; bf[j][1] = kiln_bs[ks + kiln_t + 4][cc];
+        }}
+#pragma unroll
+        for (int i = 0; i < {fm}; ++i)
+#pragma unroll
+          for (int j = 0; j < {fn_}; ++j) kiln_mma_tf32(kiln_acc[i][j], af[i], bf[j]);
+      }}
+"#
+    )
+}
+
+/// Each thread stores its elements through the epilogue.
+fn finish_direct(g: &Gemm, bl: &Blocking, store: &str) -> String {
+    let (m, n) = (g.m, g.n);
+    let Elements {
+        loops,
+        row,
+        col,
+        acc,
+    } = bl.elements();
+    format!(
+        r#"    {loops} {{
+        const int64_t b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
+        if (r < {m} && c < {n}) {{ const float acc = {acc}; {store} }}
       }}"#
     )
 }
 
-/// Each thread stores its partial sub-tile; the tile's last block adds
+/// Each thread stores its partial elements; the tile's last block adds
 /// the partials in split order and stores through the epilogue.
 fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String {
-    let (tile, micro, splits, m, n) = (bl.tile, bl.micro, bl.splits, g.m, g.n);
+    let (tile, splits, m, n) = (bl.tile, bl.splits, g.m, g.n);
     let plane = g.batch.max(1) * m * n;
     let (tm, tn) = (bl.tiles(m), bl.tiles(n));
+    let Elements {
+        loops,
+        row,
+        col,
+        acc,
+    } = bl.elements();
     format!(
-        r#"    for (int i = 0; i < {micro}; ++i)
-      for (int j = 0; j < {micro}; ++j) {{
-        const int64_t r = m0 + ty + 16 * i, c = n0 + tx + 16 * j;
-        if (r < {m} && c < {n}) {function}_part[kiln_split * {plane} + (bz * {m} + r) * {n} + c] = kiln_acc[i][j];
+        r#"    {loops} {{
+        const int64_t r = m0 + {row}, c = n0 + {col};
+        if (r < {m} && c < {n}) {function}_part[kiln_split * {plane} + (bz * {m} + r) * {n} + c] = {acc};
       }}
     __threadfence();
     __syncthreads();
@@ -223,9 +403,8 @@ fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String 
     if (threadIdx.x == 0) kiln_last = atomicAdd(&{function}_count[kiln_tile], 1u) == {splits} - 1;
     __syncthreads();
     if (kiln_last) {{
-      for (int i = 0; i < {micro}; ++i)
-        for (int j = 0; j < {micro}; ++j) {{
-          const int64_t b = bz, r = m0 + ty + 16 * i, c = n0 + tx + 16 * j; (void)b;
+      {loops} {{
+          const int64_t b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
           if (r < {m} && c < {n}) {{
             float acc = 0.0f;
             for (int s = 0; s < {splits}; ++s) acc += ((volatile float*){function}_part)[s * {plane} + (bz * {m} + r) * {n} + c];

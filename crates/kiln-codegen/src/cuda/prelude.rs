@@ -8,8 +8,24 @@ pub fn prelude() -> String {
     s.push_str(crate::c::INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
     s.push_str(SHUFFLES);
+    s.push_str(TENSOR_CORES);
     s
 }
+
+/// The tensor-core helpers of TF32 matrix products (`cuda/gemm.rs`):
+/// rounding an f32 to TF32 (to nearest, ties away, as cuBLAS rounds), and
+/// one warp-wide `m16n8k8` multiply-add of TF32 fragments into f32
+/// accumulators. The instructions exist from sm_80 on; older targets never
+/// call them.
+const TENSOR_CORES: &str = r#"#if __CUDA_ARCH__ >= 800
+KILN_INLINE uint32_t kiln_tf32(float x) { uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
+KILN_INLINE void kiln_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+"#;
 
 /// `kiln_shfl_down(v, s)`: lane `+ s`'s value for every element type (the
 /// hardware shuffles 32- and 64-bit words; narrower types go through int).
