@@ -6,7 +6,7 @@ use crate::errors::{at, Stage, Staged};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_cuda::{CudaModel, CudaOptions};
 use kiln_fuse::PlannerKind;
-use kiln_ir::{bail, Error, Graph, Result};
+use kiln_ir::{bail, Error, ErrorKind, Graph, Result};
 use pyo3::prelude::*;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -204,11 +204,10 @@ pub fn export_c(
     Ok(report.files)
 }
 
-/// A missing driver or GPU is the machine's lack, not the model's fault.
+/// A missing driver, library or GPU is the machine's lack, not the
+/// model's fault.
 fn cuda_stage(e: &Error) -> Stage {
-    // kiln-cuda's loader and device lookup say `no <what> found: ...`.
-    let m = e.message();
-    if m.starts_with("no ") && m.contains(" found") {
+    if e.kind() == ErrorKind::Unavailable {
         Stage::Backend
     } else {
         Stage::Compile

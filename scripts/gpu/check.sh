@@ -3,13 +3,13 @@
 # no GPU). Needs what `scripts/gpu/pack.sh` put in .gpu/ (the kiln binary,
 # the node-test binary, the node tests); writes logs to $OUT (or out/gpu).
 #   1. the embedded default model on --backend cuda against the interpreter;
-#   2. every ONNX node test the interpreter passes, on --backend cuda;
-#   3. random graphs under every fusion planner against the interpreter;
-#   4. the gemm template's product cases, f32 and TF32, against their
+#   2. the gemm template's product cases, f32 and TF32, against their
 #      error bounds (kiln-conformance/tests/cuda_products.rs);
+#   3. every ONNX node test the interpreter passes, on --backend cuda;
+#   4. random graphs under every fusion planner against the interpreter;
 #   5. the default model's device time (kiln bench --backend cuda);
 #   6. scripts/bench/gpu.py (kiln against PyTorch).
-# KILN_GPU_NODE_TESTS=0 skips step 2, KILN_GPU_BENCH=0 step 6.
+# KILN_GPU_NODE_TESTS=0 skips step 3, KILN_GPU_BENCH=0 step 6.
 set -u
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
@@ -29,10 +29,13 @@ for f in sorted(glob.glob("/tmp/ref/output_*.npy")):
     print(f"default model {f[-12:]}: max |cuda - reference| = {err:.3g} (bound {bound:.3g}):", "OK" if err <= bound else "MISMATCH")
 PY
 
+echo "== gemm template products, f32 and tf32"
+KILN_CUDA_TESTS=1 timeout 120 $G/cuda_products --nocapture 2>&1 | tee "$OUT/cuda_products.log" | grep -E "error / bound|test result|panicked" -A2 | head -30
+
 if [ "${KILN_GPU_NODE_TESTS:-1}" = 1 ]; then
   echo "== node tests"
   mkdir -p /tmp/nt && tar xzf $G/node-tests.tar.gz -C /tmp/nt
-  KILN_CUDA_TESTS=1 KILN_ONNX_NODE_TESTS=/tmp/nt/onnx-node-tests timeout 300 \
+  KILN_CUDA_TESTS=1 KILN_ONNX_NODE_TESTS=/tmp/nt/onnx-node-tests timeout ${KILN_GPU_NODE_TIMEOUT:-300} \
     $G/node_tests onnx_node_tests_cuda --nocapture >"$OUT/node_tests.log" 2>&1
   echo "node tests exit $?"
   grep -E "node tests pass|listed cases regressed" "$OUT/node_tests.log"
@@ -43,9 +46,6 @@ echo "== random graphs, every planner"
 KILN_RANDOM_GRAPHS=${KILN_RANDOM_GRAPHS:-8} KILN_CUDA_TESTS=1 timeout 200 $G/random_graphs --nocapture >"$OUT/random_graphs.log" 2>&1
 echo "random graphs exit $?"
 grep -E "test result|panicked" -A3 "$OUT/random_graphs.log" | head -20
-
-echo "== gemm template products, f32 and tf32"
-KILN_CUDA_TESTS=1 timeout 120 $G/cuda_products --nocapture 2>&1 | tee "$OUT/cuda_products.log" | grep -E "error / bound|test result|panicked" -A2 | head -30
 
 echo "== bench default model"
 $G/kiln bench --backend cuda --runs 50 2>&1 | tail -3

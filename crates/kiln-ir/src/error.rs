@@ -24,6 +24,9 @@ pub enum ErrorKind {
     NotStatic,
     /// The input is valid but kiln does not implement it (an op, a domain).
     Unsupported,
+    /// What a backend needs is not on this machine (a driver, a library, a
+    /// device); the input is not at fault.
+    Unavailable,
 }
 
 /// Where an error happened, as far as its context says.
@@ -68,6 +71,14 @@ impl Error {
 
     pub fn is_not_static(&self) -> bool {
         self.kind == ErrorKind::NotStatic
+    }
+
+    /// An error of kind [`ErrorKind::Unavailable`].
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Error {
+            kind: ErrorKind::Unavailable,
+            ..Error::new(message)
+        }
     }
 
     pub fn kind(&self) -> ErrorKind {

@@ -66,14 +66,20 @@ impl Gpu {
         // SAFETY: a plain call with flags 0.
         let rc = unsafe { (driver.api.cuInit)(0) };
         if rc == ERROR_NO_DEVICE {
-            bail!("no CUDA device found (driver {})", driver.path().display());
+            return Err(Error::unavailable(format!(
+                "no CUDA device found (driver {})",
+                driver.path().display()
+            )));
         }
         driver.check(rc, "cuInit")?;
         let mut count: c_int = 0;
         // SAFETY: valid out-pointer.
         unsafe { cu!(driver, cuDeviceGetCount(&mut count)) }?;
         if count <= 0 {
-            bail!("no CUDA device found (driver {})", driver.path().display());
+            return Err(Error::unavailable(format!(
+                "no CUDA device found (driver {})",
+                driver.path().display()
+            )));
         }
         let Some(index) = c_int::try_from(ordinal).ok().filter(|&i| i < count) else {
             bail!("CUDA device {ordinal} does not exist: {count} device(s) found");

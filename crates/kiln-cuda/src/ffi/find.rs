@@ -59,7 +59,7 @@ pub fn ptxas_path() -> Option<PathBuf> {
 /// Loads NVRTC from the first candidate that opens.
 pub fn load_nvrtc() -> Result<(Library, PathBuf)> {
     load_first("NVRTC (libnvrtc.so)", &nvrtc_candidates()).map_err(|e| {
-        Error::new(format!(
+        Error::unavailable(format!(
             "{e}; set KILN_NVRTC=/path/to/libnvrtc.so to point kiln at it \
              (`pip install nvidia-cuda-nvrtc-cu12` provides one)"
         ))
@@ -69,7 +69,7 @@ pub fn load_nvrtc() -> Result<(Library, PathBuf)> {
 /// Loads the CUDA driver from the first candidate that opens.
 pub fn load_driver() -> Result<(Library, PathBuf)> {
     load_first("CUDA driver (libcuda.so.1)", &driver_candidates()).map_err(|e| {
-        Error::new(format!(
+        Error::unavailable(format!(
             "{e}; set KILN_CUDA_DRIVER=/path/to/libcuda.so.1 to point kiln at it"
         ))
     })
@@ -97,7 +97,7 @@ pub fn load_first(what: &str, candidates: &[PathBuf]) -> Result<(Library, PathBu
             }
         }
     }
-    Err(Error::new(format!(
+    Err(Error::unavailable(format!(
         "no {what} found: tried {}; last loader error: {last_error}",
         tried.join(", ")
     )))
@@ -211,6 +211,7 @@ mod tests {
             panic!("a missing library loaded");
         };
         let msg = e.to_string();
+        assert_eq!(e.kind(), kiln_ir::ErrorKind::Unavailable);
         assert!(msg.starts_with("no test library found"), "{msg}");
         assert!(
             msg.contains("/nonexistent/dir/libx.so (not present)"),
