@@ -289,7 +289,7 @@ impl<'a> Printer<'a> {
         })
     }
 
-    fn guard(&self, g: &[(Idx, i64)]) -> Result<String> {
+    pub(crate) fn guard(&self, g: &[(Idx, i64)]) -> Result<String> {
         let parts: Vec<String> = g
             .iter()
             .map(|(i, e)| {

@@ -30,11 +30,14 @@
 //! the epilogue. Partials and counters are the module's own global memory,
 //! so the kernel stays one launch with no workspace.
 
+mod steps;
+
 use super::Frame;
 use crate::c::gemm_kernel::{epilogue, printer};
 use kiln_ir::{bail, DType, Result};
-use kiln_loop::{Gemm, GemmInput, Kernel, Val};
+use kiln_loop::{Gemm, Kernel};
 use kiln_target::GpuDesc;
+use steps::{simt_step, tf32_step, Factor};
 
 /// Threads per block: 256 (as 16×16 threads each computing a
 /// `micro`×`micro` sub-tile, or 8 warps of tensor-core fragments).
@@ -77,6 +80,36 @@ struct Blocking {
     tile: i64,
     unit: Unit,
     splits: i64,
+    /// Plain f32 factors are staged by asynchronous copies (sm_80 on).
+    asynchronous: bool,
+    /// The C type of element coordinates and offsets (see [`index_type`]).
+    index: &'static str,
+}
+
+/// Below this many elements in every buffer and side, coordinates and
+/// offsets are 32-bit: a GPU divides 64-bit integers in software, and an
+/// implicit-GEMM window's offset divides per staged element.
+const INT32_SAFE: i64 = 1 << 30;
+
+/// `int` when every buffer of `k` and every extent of `g` stays below
+/// [`INT32_SAFE`] elements (so no offset of an element inside them
+/// overflows), else `int64_t`.
+fn index_type(k: &Kernel, g: &Gemm) -> &'static str {
+    let buffers_fit = k.buffers.iter().all(|b| {
+        let n = b
+            .shape
+            .iter()
+            .try_fold(1i64, |n, &d| n.checked_mul(d as i64));
+        n.is_some_and(|n| n < INT32_SAFE)
+    });
+    let sides_fit = [g.batch.max(1) * g.m, g.n, g.k]
+        .iter()
+        .all(|&e| e < INT32_SAFE);
+    if buffers_fit && sides_fit {
+        "int"
+    } else {
+        "int64_t"
+    }
 }
 
 impl Blocking {
@@ -84,7 +117,7 @@ impl Blocking {
     /// when both sides of C are that large and their staging fits the
     /// GPU's shared memory per block, else 64×64; then the splits that
     /// fill its multiprocessors (see [`Blocking::splits_for`]).
-    fn of(g: &Gemm, gpu: &GpuDesc) -> Blocking {
+    fn of(k: &Kernel, g: &Gemm, gpu: &GpuDesc) -> Blocking {
         let unit = if gpu.tf32_products() {
             Unit::Tf32
         } else {
@@ -100,6 +133,8 @@ impl Blocking {
             tile,
             unit,
             splits: 1,
+            asynchronous: gpu.compute_capability >= 80,
+            index: index_type(k, g),
         };
         b.splits = b.splits_for(g, gpu.sm_count);
         b
@@ -131,29 +166,14 @@ impl Blocking {
         (n.max(1) + self.tile - 1) / self.tile
     }
 
-    /// The shared staging arrays (A's rows and B's columns, `DEPTH` deep).
+    /// The shared staging buffers: two (the step computed and the next,
+    /// being staged), each A's rows and B's columns `DEPTH` deep.
     fn shared(&self) -> String {
         let (pa, pb) = self.unit.padding();
-        let (tile, word) = (self.tile, self.word());
+        let tile = self.tile;
         format!(
-            "  __shared__ {word} kiln_as[{DEPTH}][{tile} + {pa}];\n  __shared__ {word} kiln_bs[{DEPTH}][{tile} + {pb}];\n"
+            "  __shared__ float kiln_as[2][{DEPTH}][{tile} + {pa}];\n  __shared__ float kiln_bs[2][{DEPTH}][{tile} + {pb}];\n"
         )
-    }
-
-    /// The staged element type: f32, or TF32 bits.
-    fn word(&self) -> &'static str {
-        match self.unit {
-            Unit::Simt => "float",
-            Unit::Tf32 => "uint32_t",
-        }
-    }
-
-    /// A staged element: the factor `value` where `inside`, else zero.
-    fn staged(&self, inside: &str, value: &str) -> String {
-        match self.unit {
-            Unit::Simt => format!("({inside}) ? (float)({value}) : 0.0f"),
-            Unit::Tf32 => format!("({inside}) ? kiln_tf32((float)({value})) : 0u"),
-        }
     }
 
     /// Each thread's place in the block, and its accumulators.
@@ -219,11 +239,11 @@ struct Elements {
     acc: &'static str,
 }
 
-/// Bytes of shared memory staging a `tile`-wide step takes: A's rows
-/// and B's columns, `DEPTH` deep, padded, in 32-bit words.
+/// Bytes of shared memory the staging buffers of a `tile`-wide gemm
+/// take: two steps of A's rows and B's columns, `DEPTH` deep, padded, f32.
 fn staging_bytes(tile: i64, unit: Unit) -> usize {
     let (pa, pb) = unit.padding();
-    (DEPTH * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
+    (2 * DEPTH * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
 }
 
 /// The kernel `function` computing `g` and its grid, for `gpu`.
@@ -234,10 +254,10 @@ pub fn gemm_function(
     params: &str,
     gpu: &GpuDesc,
 ) -> Result<(String, [u32; 3])> {
-    let a = factor(k, &g.a, [g.batch, g.m, g.k])?;
-    let b = factor(k, &g.b, [g.batch, g.k, g.n])?;
+    let a = Factor::of(k, &g.a, [g.batch, g.m, g.k])?;
+    let b = Factor::of(k, &g.b, [g.batch, g.k, g.n])?;
     let store = store(k, g)?;
-    let bl = Blocking::of(g, gpu);
+    let bl = Blocking::of(k, g, gpu);
     let batch = g.batch.max(1);
     let grid = [
         bl.tiles(g.n).min(MAX_GRID) as u32,
@@ -287,77 +307,67 @@ pub fn gemm_function(
     Ok((text, grid))
 }
 
-/// The depth loop of one tile (this block's split of it): stage A and B
-/// in shared memory, then multiply-add each thread's part.
-fn main_loop(g: &Gemm, bl: &Blocking, a: &str, b: &str) -> String {
+/// The depth loop of one tile (this block's split of it), software
+/// pipelined: the next step is staged into the other buffer while this
+/// one is multiplied (the asynchronous copies land while the tensor or
+/// CUDA cores work; a group's completion is awaited only before its step).
+fn main_loop(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
     let (tile, splits) = (bl.tile, bl.splits);
-    let (m, n, depth) = (g.m, g.n, g.k);
+    let depth = g.k;
+    let (pa, pb) = bl.unit.padding();
     // Depth per split, whole staging steps.
     let chunk = ((depth + splits - 1) / splits + DEPTH - 1) / DEPTH * DEPTH;
-    let a = bl.staged(&format!("r < {m} && c < kiln_k_end"), a);
-    let b = bl.staged(&format!("r < kiln_k_end && c < {n}"), b);
+    let stage = staging(g, bl, a, b);
+    let (commit, wait) = if bl.asynchronous {
+        ("kiln_cp_commit();", "kiln_cp_wait_prior();")
+    } else {
+        ("", "")
+    };
     let step = bl.step();
     format!(
         r#"    const int64_t bz = kiln_z / {splits}, kiln_split = kiln_z % {splits};
-    const int64_t kiln_k_end = kiln_split * {chunk} + {chunk} < {depth} ? kiln_split * {chunk} + {chunk} : {depth};
-    for (int64_t k0 = kiln_split * {chunk}; k0 < kiln_k_end; k0 += {DEPTH}) {{
-      for (int t = threadIdx.x; t < {tile} * {DEPTH}; t += {THREADS}) {{
-        {{ const int kk = t % {DEPTH}, rr = t / {DEPTH};
-          const int64_t b = bz, r = m0 + rr, c = k0 + kk; (void)b;
-          kiln_as[kk][rr] = {a}; }}
-        {{ const int cc = t % {tile}, kb = t / {tile};
-          const int64_t b = bz, r = k0 + kb, c = n0 + cc; (void)b;
-          kiln_bs[kb][cc] = {b}; }}
-      }}
+    const int64_t kiln_k_begin = kiln_split * {chunk};
+    const int64_t kiln_k_end = kiln_k_begin + {chunk} < {depth} ? kiln_k_begin + {chunk} : {depth};
+    if (kiln_k_begin < kiln_k_end) {{ const int64_t kiln_k = kiln_k_begin; const int kiln_buf = 0;
+{stage}    }}
+    {commit}
+    for (int64_t k0 = kiln_k_begin; k0 < kiln_k_end; k0 += {DEPTH}) {{
+      const int kiln_cur = (int)(((k0 - kiln_k_begin) / {DEPTH}) & 1);
+      if (k0 + {DEPTH} < kiln_k_end) {{ const int64_t kiln_k = k0 + {DEPTH}; const int kiln_buf = kiln_cur ^ 1;
+{stage}      }}
+      {commit} {wait}
       __syncthreads();
+      float (*kiln_a)[{tile} + {pa}] = kiln_as[kiln_cur];
+      float (*kiln_b)[{tile} + {pb}] = kiln_bs[kiln_cur];
 {step}      __syncthreads();
     }}
 "#
     )
 }
 
-/// One staged step on CUDA cores: each thread's `micro`×`micro` sub-tile,
-/// rows `ty + 16i` and columns `tx + 16j`.
-fn simt_step(micro: i64) -> String {
+/// The statements staging the step of depth `kiln_k..kiln_k + DEPTH` into
+/// buffer `kiln_buf`: A's rows and B's columns of the tile.
+fn staging(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
+    let (tile, m, n) = (bl.tile, g.m, g.n);
+    let a = a.stage(
+        "kiln_as[kiln_buf][kk][rr]",
+        &format!("r < {m} && c < kiln_k_end"),
+        bl.asynchronous,
+    );
+    let b = b.stage(
+        "kiln_bs[kiln_buf][kb][cc]",
+        &format!("r < kiln_k_end && c < {n}"),
+        bl.asynchronous,
+    );
+    let ix = bl.index;
     format!(
-        r#"#pragma unroll
-      for (int kk = 0; kk < {DEPTH}; ++kk) {{
-        float av[{micro}], bv[{micro}];
-#pragma unroll
-        for (int i = 0; i < {micro}; ++i) {{ av[i] = kiln_as[kk][ty + 16 * i]; bv[i] = kiln_bs[kk][tx + 16 * i]; }}
-#pragma unroll
-        for (int i = 0; i < {micro}; ++i)
-#pragma unroll
-          for (int j = 0; j < {micro}; ++j) kiln_acc[i][j] = fmaf(av[i], bv[j], kiln_acc[i][j]);
-      }}
-"#
-    )
-}
-
-/// One staged step on tensor cores: per 8 deep, each warp loads its A
-/// fragments (16 rows: `a0` row g depth t, `a1` row g+8, `a2`/`a3` depth
-/// t+4) and B fragments (8 columns: `b0` depth t column g, `b1` depth t+4)
-/// and multiply-adds every pair (PTX ISA, `mma.m16n8k8` for `.tf32`).
-fn tf32_step((fm, fn_): (i64, i64)) -> String {
-    format!(
-        r#"#pragma unroll
-      for (int ks = 0; ks < {DEPTH}; ks += 8) {{
-        uint32_t af[{fm}][4], bf[{fn_}][2];
-#pragma unroll
-        for (int i = 0; i < {fm}; ++i) {{
-          const int rr = wm + 16 * i + kiln_g;
-          af[i][0] = kiln_as[ks + kiln_t][rr]; af[i][1] = kiln_as[ks + kiln_t][rr + 8];
-          af[i][2] = kiln_as[ks + kiln_t + 4][rr]; af[i][3] = kiln_as[ks + kiln_t + 4][rr + 8];
-        }}
-#pragma unroll
-        for (int j = 0; j < {fn_}; ++j) {{
-          const int cc = wn + 8 * j + kiln_g;
-          bf[j][0] = kiln_bs[ks + kiln_t][cc]; bf[j][1] = kiln_bs[ks + kiln_t + 4][cc];
-        }}
-#pragma unroll
-        for (int i = 0; i < {fm}; ++i)
-#pragma unroll
-          for (int j = 0; j < {fn_}; ++j) kiln_mma_tf32(kiln_acc[i][j], af[i], bf[j]);
+        r#"      for (int t = threadIdx.x; t < {tile} * {DEPTH}; t += {THREADS}) {{
+        {{ const int kk = t % {DEPTH}, rr = t / {DEPTH};
+          const {ix} b = bz, r = m0 + rr, c = kiln_k + kk; (void)b;
+          {a} }}
+        {{ const int cc = t % {tile}, kb = t / {tile};
+          const {ix} b = bz, r = kiln_k + kb, c = n0 + cc; (void)b;
+          {b} }}
       }}
 "#
     )
@@ -365,7 +375,7 @@ fn tf32_step((fm, fn_): (i64, i64)) -> String {
 
 /// Each thread stores its elements through the epilogue.
 fn finish_direct(g: &Gemm, bl: &Blocking, store: &str) -> String {
-    let (m, n) = (g.m, g.n);
+    let (m, n, ix) = (g.m, g.n, bl.index);
     let Elements {
         loops,
         row,
@@ -374,7 +384,7 @@ fn finish_direct(g: &Gemm, bl: &Blocking, store: &str) -> String {
     } = bl.elements();
     format!(
         r#"    {loops} {{
-        const int64_t b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
+        const {ix} b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
         if (r < {m} && c < {n}) {{ const float acc = {acc}; {store} }}
       }}"#
     )
@@ -383,7 +393,7 @@ fn finish_direct(g: &Gemm, bl: &Blocking, store: &str) -> String {
 /// Each thread stores its partial elements; the tile's last block adds
 /// the partials in split order and stores through the epilogue.
 fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String {
-    let (tile, splits, m, n) = (bl.tile, bl.splits, g.m, g.n);
+    let (tile, splits, m, n, ix) = (bl.tile, bl.splits, g.m, g.n, bl.index);
     let plane = g.batch.max(1) * m * n;
     let (tm, tn) = (bl.tiles(m), bl.tiles(n));
     let Elements {
@@ -404,7 +414,7 @@ fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String 
     __syncthreads();
     if (kiln_last) {{
       {loops} {{
-          const int64_t b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
+          const {ix} b = bz, r = m0 + {row}, c = n0 + {col}; (void)b;
           if (r < {m} && c < {n}) {{
             float acc = 0.0f;
             for (int s = 0; s < {splits}; ++s) acc += ((volatile float*){function}_part)[s * {plane} + (bz * {m} + r) * {n} + c];
@@ -415,23 +425,6 @@ fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String 
     }}
     __syncthreads();"#
     )
-}
-
-/// A factor's element at `(b, r, c)` below `extents` as a CUDA expression.
-fn factor(k: &Kernel, f: &GemmInput, extents: [i64; 3]) -> Result<String> {
-    let value = match f {
-        GemmInput::Read(o) => Val::Load {
-            buf: o.buf,
-            offset: o.offset.clone(),
-            guard: o.guard.clone(),
-        },
-        GemmInput::Computed(v) => v.clone(),
-    };
-    let (text, dtype) = printer(k, extents).val(&value)?;
-    if dtype != DType::F32 {
-        bail!("{}: a gemm factor of {dtype} (the product is f32)", k.name);
-    }
-    Ok(text)
 }
 
 /// The statement storing the product `acc` at `(b, r, c)`.

@@ -12,11 +12,12 @@ pub fn prelude() -> String {
     s
 }
 
-/// The tensor-core helpers of TF32 matrix products (`cuda/gemm.rs`):
-/// rounding an f32 to TF32 (to nearest, ties away, as cuBLAS rounds), and
-/// one warp-wide `m16n8k8` multiply-add of TF32 fragments into f32
-/// accumulators. The instructions exist from sm_80 on; older targets never
-/// call them.
+/// The sm_80 helpers of the gemm template (`cuda/gemm.rs`): rounding an
+/// f32 to TF32 (to nearest, ties away), one warp-wide `m16n8k8`
+/// multiply-add of TF32 fragments into f32 accumulators, and asynchronous
+/// 4-byte copies from global to shared memory (zero-filled when off),
+/// committed and awaited in groups. The instructions exist from sm_80 on;
+/// code for older targets never calls them.
 const TENSOR_CORES: &str = r#"#if __CUDA_ARCH__ >= 800
 KILN_INLINE uint32_t kiln_tf32(float x) { uint32_t r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r; }
 KILN_INLINE void kiln_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
@@ -24,6 +25,16 @@ KILN_INLINE void kiln_mma_tf32(float* d, const uint32_t* a, const uint32_t* b) {
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+KILN_INLINE void kiln_cp_async4(float* shared, const float* global, bool on) {
+  uint32_t s;
+  asm("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }" : "=r"(s) : "l"(shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(s), "l"(global), "r"(on ? 4 : 0) : "memory");
+}
+/* the copies issued since the last commit form a group */
+KILN_INLINE void kiln_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* every group but the newest has landed (in this thread's view; a barrier
+   after it makes them visible to the block) */
+KILN_INLINE void kiln_cp_wait_prior(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 #endif
 "#;
 
