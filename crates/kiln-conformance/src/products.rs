@@ -1,6 +1,6 @@
 //! Matrix products large enough to take the GPU's gemm template — both
 //! tile sizes, split depth, batches, implicit-GEMM convolutions (padded,
-//! strided), an element-wise epilogue — as text-IR graphs, and the error
+//! strided, grouped), an element-wise epilogue — as text-IR graphs, and the error
 //! bound a product meets when its factors are rounded (TF32 keeps 10
 //! mantissa bits).
 //!
@@ -49,6 +49,13 @@ pub fn cases() -> Vec<ProductCase> {
             text: "graph \"tiles_128_bias_relu\" opsets [\"\"=18] {\n  input %a: f32[256,200]\n  input %b: f32[200,384]\n  input %bias: f32[384]\n  node \"mm\" %c: f32[256,384] = MatMul(%a, %b)\n  node \"add\" %d: f32[256,384] = Add(%c, %bias)\n  node \"relu\" %e: f32[256,384] = Relu(%d)\n  output %e\n}\n".into(),
         },
         conv("conv_padded", "2,16,19,19", "32,16,3,3", "2,32,19,19", "pads=[1,1,1,1]"),
+        conv(
+            "conv_grouped",
+            "1,32,14,14",
+            "64,8,3,3",
+            "1,64,14,14",
+            "group=4, pads=[1,1,1,1]",
+        ),
         conv(
             "conv_strided",
             "1,24,33,33",

@@ -16,9 +16,11 @@
 //! ([`WindowLayout::Nhwc`], [`WindowLayout::NchwRows`]: the code generator
 //! reads its rows through pointers, zeros for padding); any other padded
 //! read on A takes the other orientation, where a window shorter than
-//! `SMALL_WINDOW` is left to the loop forms. Anything else returns `None`
-//! and is lowered as loops.
+//! `SMALL_WINDOW` is left to the loop forms. A grouped convolution is
+//! first made a batch over its groups (`grouped.rs`). Anything else
+//! returns `None` and is lowered as loops.
 
+use crate::grouped;
 use crate::ir::{ConvWindow, Gemm, GemmInput, GemmOperand, Idx, Kernel, Stmt, WindowLayout};
 use crate::lower::{flatten, input_buffers, push_output};
 use kiln_ir::{DType, Result};
@@ -78,6 +80,29 @@ pub fn contraction_gemm(
     buffer_of: &[Option<usize>],
     out: usize,
 ) -> Result<Option<Contraction>> {
+    // A grouped convolution: a batch of gemms over its groups, its output
+    // index stated in the expression's own dimensions.
+    if let Some((batched, split)) = grouped::ungroup(te) {
+        let c = ungrouped_gemm(&batched, input_dtypes, buffer_of, out, true)?;
+        return Ok(c.map(|c| Contraction {
+            out_index: split.restore(&c.out_index),
+            ..c
+        }));
+    }
+    ungrouped_gemm(te, input_dtypes, buffer_of, out, false)
+}
+
+/// [`contraction_gemm`] of an expression without a pinned group. A
+/// grouped convolution's channels per group may be too few for the
+/// orientation that puts the output's contiguous axis on N (channels-last:
+/// the channels of one group); it then takes the other one.
+fn ungrouped_gemm(
+    te: &TensorExpr,
+    input_dtypes: &[Option<DType>],
+    buffer_of: &[Option<usize>],
+    out: usize,
+    grouped: bool,
+) -> Result<Option<Contraction>> {
     let Some((mut ka, mut kb)) = product_of_two_loads(te) else {
         return Ok(None);
     };
@@ -105,6 +130,10 @@ pub fn contraction_gemm(
             _ => Ok(None),
         },
         Oriented::Gemm(c) => Ok(Some(*c)),
+        Oriented::No if grouped => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
+            Oriented::Gemm(c) => Ok(Some(*c)),
+            _ => Ok(None),
+        },
         Oriented::No => Ok(None),
     }
 }

@@ -7,6 +7,7 @@ pub mod contraction;
 pub mod fused;
 pub mod gpu_map;
 pub mod group;
+pub mod grouped;
 pub mod guards;
 pub mod inline_constants;
 pub mod ir;
