@@ -118,6 +118,7 @@ def compile(
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
     cache_dir: Union[str, "os.PathLike[str]", None] = None,
     progress: Optional[Progress] = None,
+    tf32: bool = False,
 ) -> Model:
     """Compiles an ONNX model.
 
@@ -136,6 +137,10 @@ def compile(
             loads it from there.
         progress: ``progress(stage, message)`` called as each stage ends;
             by default the stages are logged to the ``"kiln"`` logger.
+        tf32: with ``backend="cuda"``, f32 matrix products and convolutions
+            run on tensor cores with their factors rounded to TF32 (10
+            mantissa bits, sums in f32; as PyTorch's ``allow_tf32``). Other
+            backends refuse it with ``ValueError``.
 
     Raises:
         ModelError: the model is malformed or invalid.
@@ -147,6 +152,8 @@ def compile(
     _choice(backend, BACKENDS, "backend")
     _choice(fusion, FUSION_PLANNERS, "fusion planner")
     _check_threads(threads)
+    if tf32 and backend != "cuda":
+        raise ValueError(f"tf32 applies to backend='cuda' only (not '{backend}')")
     compiled = _kiln.compile(
         path,
         data,
@@ -156,6 +163,7 @@ def compile(
         _shapes(input_shapes),
         None if cache_dir is None else os.fspath(cache_dir),
         progress if progress is not None else _log_progress,
+        bool(tf32),
     )
     return Model(compiled)
 

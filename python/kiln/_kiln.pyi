@@ -37,6 +37,7 @@ def compile(
     input_shapes: Dict[str, List[int]],
     cache_dir: Optional[str],
     progress: Optional[Callable[[str, str], None]],
+    tf32: bool,
 ) -> Model: ...
 def export_c(
     path: Optional[str],

@@ -58,7 +58,7 @@ fn export_args(
 
 /// Compiles a model given as a file path or as serialized ONNX bytes.
 #[pyfunction]
-#[pyo3(signature = (path, data, backend, fusion, threads, input_shapes, cache_dir, progress))]
+#[pyo3(signature = (path, data, backend, fusion, threads, input_shapes, cache_dir, progress, tf32))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
@@ -70,6 +70,7 @@ fn compile(
     input_shapes: HashMap<String, Vec<usize>>,
     cache_dir: Option<PathBuf>,
     progress: Option<Py<PyAny>>,
+    tf32: bool,
 ) -> PyResult<model::Model> {
     let (backend, fusion, source) =
         guarded(|| compile_args(backend, fusion, path, data).map_err(at(Stage::Argument)))?;
@@ -81,6 +82,7 @@ fn compile(
         input_shapes,
         cache_dir,
         progress,
+        tf32,
     };
     let built = py.detach(|| guarded(|| pipeline::build(&req)))?;
     let input_shapes = built
@@ -130,6 +132,7 @@ fn export_c(
         input_shapes,
         cache_dir: None,
         progress: None,
+        tf32: false,
     };
     py.detach(|| guarded(|| pipeline::export_c(&req, &name, openmp, weights, &out_dir)))
 }

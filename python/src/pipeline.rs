@@ -29,6 +29,8 @@ pub struct Request {
     pub cache_dir: Option<PathBuf>,
     /// `progress(stage, message)`, called as each stage ends.
     pub progress: Option<Py<PyAny>>,
+    /// CUDA: f32 products on TF32 tensor cores.
+    pub tf32: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +162,7 @@ pub fn build(req: &Request) -> std::result::Result<Built, Staged> {
             let opts = CudaOptions {
                 fusion: req.fusion,
                 cache_dir: req.cache_dir.clone(),
+                tf32: req.tf32,
                 ..Default::default()
             };
             let m = CudaModel::compile(&graph, &opts).map_err(|e| (cuda_stage(&e), e))?;

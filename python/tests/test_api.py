@@ -360,6 +360,15 @@ def test_input_shapes_negative_dimension():
         kiln.compile(model, input_shapes={"x": [-1, 4]})
 
 
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+def test_tf32_is_refused_off_cuda(backend):
+    """tf32 (TF32 tensor cores) applies to the CUDA backend only: elsewhere
+    a ValueError naming the backend, before anything compiles."""
+    model, _ = _symbolic_model()
+    with pytest.raises(ValueError, match=f"tf32 applies to backend='cuda' only \\(not '{backend}'\\)"):
+        kiln.compile(model, backend=backend, tf32=True, input_shapes={"x": [2, 4]})
+
+
 def test_input_shapes_must_be_a_dict():
     """input_shapes given as a bare shape is a TypeError."""
     model, _ = _symbolic_model()

@@ -49,6 +49,8 @@ sys.path.insert(0, str(HERE))
 from engines import RESULT_TAG, CpuMeter  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v2", "bert", "gpt2", "vit"]
+# Exported by scripts/models/export.py too, measured only when named.
+EXTRA_MODELS = ["resnext50", "regnet_y_400mf"]
 ENGINES = ["kiln", "kiln_none", "ort", "openvino", "torch", "torch_compile"]
 PEERS = [e for e in ENGINES if e != "kiln"]
 # kiln engines and their fusion planner.
@@ -458,7 +460,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS),
-                   help="comma-separated subset of: " + ",".join(MODELS))
+                   help="comma-separated subset of: " + ",".join(MODELS + EXTRA_MODELS))
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help="comma-separated subset of: " + ",".join(ENGINES))

@@ -151,6 +151,9 @@ MODELS = {
     "bert": build_bert,
     "gpt2": build_gpt2,
     "vit": _vision("vit_b_16"),
+    # Beyond the suite (issue 19's wider set): grouped convolutions.
+    "resnext50": _vision("resnext50_32x4d"),
+    "regnet_y_400mf": _vision("regnet_y_400mf"),
 }
 
 
