@@ -83,26 +83,43 @@ pub fn contraction_gemm(
     // A grouped convolution: a batch of gemms over its groups, its output
     // index stated in the expression's own dimensions.
     if let Some((batched, split)) = grouped::ungroup(te) {
-        let c = ungrouped_gemm(&batched, input_dtypes, buffer_of, out, true)?;
+        let site = Site {
+            input_dtypes,
+            buffer_of,
+            out,
+            grouped: true,
+        };
+        let c = ungrouped_gemm(&batched, &site)?;
         return Ok(c.map(|c| Contraction {
             out_index: split.restore(&c.out_index),
             ..c
         }));
     }
-    ungrouped_gemm(te, input_dtypes, buffer_of, out, false)
+    let site = Site {
+        input_dtypes,
+        buffer_of,
+        out,
+        grouped: false,
+    };
+    ungrouped_gemm(te, &site)
+}
+
+/// What a product is lowered against: its inputs' types, each input's
+/// buffer, the output buffer, and whether it is a grouped convolution's
+/// batch of small gemms (sized by all of them together: each alone may be
+/// below the gemm's size, the whole is not).
+struct Site<'a> {
+    input_dtypes: &'a [Option<DType>],
+    buffer_of: &'a [Option<usize>],
+    out: usize,
+    grouped: bool,
 }
 
 /// [`contraction_gemm`] of an expression without a pinned group. A
 /// grouped convolution's channels per group may be too few for the
 /// orientation that puts the output's contiguous axis on N (channels-last:
 /// the channels of one group); it then takes the other one.
-fn ungrouped_gemm(
-    te: &TensorExpr,
-    input_dtypes: &[Option<DType>],
-    buffer_of: &[Option<usize>],
-    out: usize,
-    grouped: bool,
-) -> Result<Option<Contraction>> {
+fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
     let Some((mut ka, mut kb)) = product_of_two_loads(te) else {
         return Ok(None);
     };
@@ -121,8 +138,8 @@ fn ungrouped_gemm(
     }
     // A's reads must stay in bounds: a padded image read that is not a
     // window with pixel rows (one of several images) takes the other side.
-    match oriented(te, ka, kb, input_dtypes, buffer_of, out)? {
-        Oriented::GuardedA => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
+    match oriented(te, ka, kb, site)? {
+        Oriented::GuardedA => match oriented(te, kb, ka, site)? {
             // A small window (a first convolution's 3x3x3 over several
             // images) is left to the window form, vectorized along the
             // output's contiguous axis.
@@ -130,7 +147,7 @@ fn ungrouped_gemm(
             _ => Ok(None),
         },
         Oriented::Gemm(c) => Ok(Some(*c)),
-        Oriented::No if grouped => match oriented(te, kb, ka, input_dtypes, buffer_of, out)? {
+        Oriented::No if site.grouped => match oriented(te, kb, ka, site)? {
             Oriented::Gemm(c) => Ok(Some(*c)),
             _ => Ok(None),
         },
@@ -153,14 +170,8 @@ enum Oriented {
 }
 
 /// The gemm computing `te` as `A = access ka`, `B = access kb`.
-fn oriented(
-    te: &TensorExpr,
-    ka: usize,
-    kb: usize,
-    input_dtypes: &[Option<DType>],
-    buffer_of: &[Option<usize>],
-    out: usize,
-) -> Result<Oriented> {
+fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Oriented> {
+    let (input_dtypes, buffer_of, out) = (site.input_dtypes, site.buffer_of, site.out);
     let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
     let affine = te
         .accesses
@@ -201,7 +212,12 @@ fn oriented(
         size(Axis::N),
         size(Axis::K),
     );
-    if m * n * k < 32 * 32 * 32 || m < 4 || n < 8 {
+    let work = if site.grouped {
+        batch * m * n * k
+    } else {
+        m * n * k
+    };
+    if work < 32 * 32 * 32 || m < 4 || n < 8 {
         // Too small to pay for packing, or a matrix-vector product
         // (depthwise convolution, M = 1): plain loops in the y-reduce form
         // stream the data once and vectorize along the output row.
