@@ -49,8 +49,13 @@ sys.path.insert(0, str(HERE))
 from engines import RESULT_TAG, CpuMeter  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v2", "bert", "gpt2", "vit"]
-# Exported by scripts/models/export.py too, measured only when named.
-EXTRA_MODELS = ["resnext50", "regnet_y_400mf"]
+
+
+def wide_models() -> list:
+    """The wider set of scripts/models/export.py --wide (issue 19)."""
+    sys.path.insert(0, str(REPO / "scripts" / "models"))
+    import export
+    return list(export.WIDE)
 ENGINES = ["kiln", "kiln_none", "ort", "openvino", "torch", "torch_compile"]
 PEERS = [e for e in ENGINES if e != "kiln"]
 # kiln engines and their fusion planner.
@@ -460,7 +465,10 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(MODELS),
-                   help="comma-separated subset of: " + ",".join(MODELS + EXTRA_MODELS))
+                   help="comma-separated subset of: " + ",".join(MODELS)
+                   + " or of the wider set (scripts/models/export.py --wide)")
+    p.add_argument("--wide", action="store_true",
+                   help="measure the wider set instead (exported by export.py --wide)")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help="comma-separated subset of: " + ",".join(ENGINES))
@@ -485,6 +493,8 @@ def parse_args(argv):
     p.add_argument("--markdown", action="store_true", help="print tables as BENCHMARKS.md does")
     args = p.parse_args(argv)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if args.wide:
+        args.models = wide_models()
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     bad = [e for e in args.engines if e not in ENGINES]
     if bad:

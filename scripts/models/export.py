@@ -7,7 +7,8 @@ batch 1, random weights (torch.manual_seed(0)), eval mode. Every model is
 < 2 GB and is saved as a single self-contained file (no external data).
 
 Usage:
-    python scripts/models/export.py                       # all models
+    python scripts/models/export.py                       # the five suite models
+    python scripts/models/export.py --wide                # the wider set (issue 19)
     python scripts/models/export.py --only bert,gpt2
     python scripts/models/export.py --out /tmp/models
 """
@@ -52,12 +53,12 @@ def calibrate_batchnorm(model, input_shape, batches: int = 2, batch_size: int = 
     model.eval()
 
 
-def _vision(ctor_name: str):
+def _vision(ctor_name: str, batch: int = 1, size: int = 224, **kwargs):
     def build():
         import torch
         import torchvision
 
-        model = getattr(torchvision.models, ctor_name)(weights=None)
+        model = getattr(torchvision.models, ctor_name)(weights=None, **kwargs)
         if ctor_name.startswith("vit"):
             # torchvision zero-initialises the classification head, which
             # would make the logits identically 0; give it random weights.
@@ -65,8 +66,8 @@ def _vision(ctor_name: str):
                 if isinstance(m, torch.nn.Linear):
                     torch.nn.init.normal_(m.weight, std=0.02)
                     torch.nn.init.normal_(m.bias, std=0.02)
-        calibrate_batchnorm(model, (1, 3, 224, 224))
-        inputs = (torch.randn(1, 3, 224, 224),)
+        calibrate_batchnorm(model, (batch, 3, size, size))
+        inputs = (torch.randn(batch, 3, size, size),)
         return model, inputs, ["input"], ["logits"]
 
     return build
@@ -91,15 +92,16 @@ class _HFWrapper:
         return Wrapped(model)
 
 
-def build_bert():
+def build_bert(batch: int = 1, **config):
+    """BERT (bert-base unless `config` overrides BertConfig fields)."""
     import torch
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig()  # bert-base defaults
+    cfg = BertConfig(**config)
     cfg._attn_implementation = "eager"
     model = BertModel(cfg, add_pooling_layer=True)
-    ids = torch.randint(0, cfg.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
-    mask = torch.ones(1, SEQ_LEN, dtype=torch.int64)
+    ids = torch.randint(0, cfg.vocab_size, (batch, SEQ_LEN), dtype=torch.int64)
+    mask = torch.ones(batch, SEQ_LEN, dtype=torch.int64)
     wrapped = _HFWrapper.wrap(model, ["last_hidden_state", "pooler_output"])
     return (
         wrapped,
@@ -109,15 +111,16 @@ def build_bert():
     )
 
 
-def build_gpt2():
+def build_gpt2(batch: int = 1, **config):
+    """GPT-2 (124M unless `config` overrides GPT2Config fields)."""
     import torch
     import transformers.models.gpt2.modeling_gpt2 as gpt2_mod
     from transformers import GPT2Config, GPT2Model
 
-    cfg = GPT2Config(use_cache=False)  # gpt2 (124M) defaults
+    cfg = GPT2Config(use_cache=False, **config)
     cfg._attn_implementation = "eager"
     model = GPT2Model(cfg)
-    ids = torch.randint(0, cfg.vocab_size, (1, SEQ_LEN), dtype=torch.int64)
+    ids = torch.randint(0, cfg.vocab_size, (batch, SEQ_LEN), dtype=torch.int64)
     wrapped = _HFWrapper.wrap(model, ["last_hidden_state"])
 
     # transformers >= 4.53 builds an additive 4-D mask with
@@ -151,10 +154,75 @@ MODELS = {
     "bert": build_bert,
     "gpt2": build_gpt2,
     "vit": _vision("vit_b_16"),
-    # Beyond the suite (issue 19's wider set): grouped convolutions.
-    "resnext50": _vision("resnext50_32x4d"),
-    "regnet_y_400mf": _vision("regnet_y_400mf"),
 }
+
+
+def _wide_suite() -> dict:
+    """Models beyond the five, for finding cliffs (issue 19; not the tuned
+    suite): convolutional networks with grouped, depthwise, dilated and
+    squeeze-excitation convolutions, many concatenations, VGG- and
+    inception-like ones; transformer encoders and decoders of several
+    widths and windowed attention. Each at batch 1 and 8 (`<name>_b8`).
+    Small enough that the whole set measures in well under an hour."""
+    small_bert = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                      intermediate_size=1024)
+    mid_bert = dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=8,
+                    intermediate_size=2048)
+    small_gpt2 = dict(n_embd=256, n_layer=4, n_head=4)
+    mid_gpt2 = dict(n_embd=512, n_layer=6, n_head=8)
+    makers = {
+        "resnext50": lambda b: _vision("resnext50_32x4d", b),
+        "regnet_y_400mf": lambda b: _vision("regnet_y_400mf", b),
+        "shufflenet_v2": lambda b: _vision("shufflenet_v2_x1_0", b),
+        "efficientnet_b0": lambda b: _vision("efficientnet_b0", b),
+        "mobilenet_v3_large": lambda b: _vision("mobilenet_v3_large", b),
+        "mnasnet1_0": lambda b: _vision("mnasnet1_0", b),
+        "densenet121": lambda b: _vision("densenet121", b),
+        "googlenet": lambda b: _vision("googlenet", b, aux_logits=False, init_weights=True),
+        "squeezenet1_1": lambda b: _vision("squeezenet1_1", b),
+        "vgg11_bn": lambda b: _vision("vgg11_bn", b, size=160),
+        "resnet18": lambda b: _vision("resnet18", b),
+        "convnext_tiny": lambda b: _vision("convnext_tiny", b),
+        "swin_t": lambda b: _vision("swin_t", b),
+        "vit_b_32": lambda b: _vision("vit_b_32", b),
+        "dilated_resnet18": lambda b: _dilated_resnet18(b),
+        "bert_small": lambda b: (lambda: build_bert(b, **small_bert)),
+        "bert_mid": lambda b: (lambda: build_bert(b, **mid_bert)),
+        "gpt2_small": lambda b: (lambda: build_gpt2(b, **small_gpt2)),
+        "gpt2_mid": lambda b: (lambda: build_gpt2(b, **mid_gpt2)),
+        "distilbert_like": lambda b: (lambda: build_bert(b, num_hidden_layers=6)),
+    }
+    suite = {}
+    for name, make in makers.items():
+        suite[name] = make(1)
+        suite[f"{name}_b8"] = make(8)
+    return suite
+
+
+def _dilated_resnet18(batch: int):
+    """ResNet-18 whose last two stages use dilation instead of stride (as
+    segmentation backbones do): dilated 3x3 convolutions."""
+    def build():
+        import torch
+        import torchvision
+
+        model = torchvision.models.resnet18(weights=None)
+        for stage, rate in ((model.layer3, 2), (model.layer4, 4)):
+            for block in stage:
+                for conv in (block.conv1, block.conv2):
+                    if conv.kernel_size == (3, 3):
+                        conv.stride, conv.dilation, conv.padding = (1, 1), (rate, rate), (rate, rate)
+                if block.downsample is not None:
+                    block.downsample[0].stride = (1, 1)
+        calibrate_batchnorm(model, (batch, 3, 224, 224))
+        return model, (torch.randn(batch, 3, 224, 224),), ["input"], ["logits"]
+
+    return build
+
+
+SUITE = list(MODELS)
+WIDE = _wide_suite()
+MODELS.update(WIDE)
 
 
 def export_one(name: str, out_dir: Path) -> Path:
@@ -223,11 +291,14 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default="",
                    help="comma-separated subset of: " + ",".join(MODELS))
+    p.add_argument("--wide", action="store_true",
+                    help="the wider set beyond the five (issue 19): " + ",".join(WIDE))
     p.add_argument("--out", default=str(REPO / "models"),
                    help="output directory (default: <repo>/models)")
     args = p.parse_args(argv)
 
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(MODELS)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or (
+        list(WIDE) if args.wide else SUITE)
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(MODELS)}")
