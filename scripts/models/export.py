@@ -180,7 +180,7 @@ def _wide_suite() -> dict:
         "densenet121": lambda b: _vision("densenet121", b),
         "googlenet": lambda b: _vision("googlenet", b, aux_logits=False, init_weights=True),
         "squeezenet1_1": lambda b: _vision("squeezenet1_1", b),
-        "vgg11_bn": lambda b: _vision("vgg11_bn", b, size=160),
+        "vgg11_bn": lambda b: _vision("vgg11_bn", b),
         "resnet18": lambda b: _vision("resnet18", b),
         "convnext_tiny": lambda b: _vision("convnext_tiny", b),
         "swin_t": lambda b: _vision("swin_t", b),
