@@ -68,7 +68,7 @@ def make_inputs(name: str, model_path: Path, sess) -> list[np.ndarray]:
         if np.issubdtype(dtype, np.floating):
             a = rng.standard_normal(shape).astype(dtype)
         elif "input_ids" in lname:
-            vocab = infer_vocab(model_path, inp.name) or VOCAB.get(name)
+            vocab = infer_vocab(model_path, inp.name) or VOCAB.get(name) or VOCAB.get(name.split("_")[0])
             if vocab is None:
                 raise RuntimeError(f"{name}: cannot determine vocab size for {inp.name}")
             a = rng.integers(0, vocab, size=shape).astype(dtype)
