@@ -248,7 +248,9 @@ fn factor(k: &Kernel, f: &GemmInput, extents: [i64; 3]) -> Result<String> {
         },
         GemmInput::Computed(v) => v.clone(),
     };
-    let (text, dtype) = printer(k, extents).val(&value)?;
+    let mut p = printer(k, extents);
+    p.conditional_reads = true;
+    let (text, dtype) = p.val(&value)?;
     if dtype != DType::F32 {
         bail!("{}: a gemm factor of {dtype} (the product is f32)", k.name);
     }
@@ -261,7 +263,8 @@ fn store(k: &Kernel, g: &Gemm) -> Result<String> {
         Some(e) => epilogue(k, g, e)?,
         None => "acc".to_string(),
     };
-    let p = printer(k, [g.batch, g.m, g.n]);
+    let mut p = printer(k, [g.batch, g.m, g.n]);
+    p.conditional_reads = true;
     let out = &k.buffers[g.c.buf];
     if out.dtype != DType::F32 {
         bail!(
