@@ -18,7 +18,7 @@ mod omp_clauses;
 mod ordered_reduction;
 
 use crate::gemm::{GemmWorkspace, Tuning};
-use crate::scalar_c::{c_type, call_c};
+use crate::scalar_c::{c_type, call_c, call_dtype};
 use gemm_kernel::gemm_kernel_c;
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Scope, Stmt, Val};
@@ -27,6 +27,40 @@ use kiln_target::TargetDesc;
 use omp_clauses::{array_reduction_clause, reduction_clause};
 use std::collections::HashMap;
 use std::fmt::Write;
+
+/// Whether `i` reads an index from a buffer (a gather's data-dependent index).
+fn reads_data(i: &Idx) -> bool {
+    i.terms.iter().any(|(a, _)| match a {
+        Atom::Var(_) => false,
+        Atom::Div(e, _) | Atom::Mod(e, _) => reads_data(e),
+        Atom::Data { .. } => true,
+    })
+}
+
+/// Whether `v` occurs in `i` only as a plain term (not under a division or remainder).
+fn affine_in(i: &Idx, v: &str) -> bool {
+    i.terms.iter().all(|(a, _)| match a {
+        Atom::Var(_) => true,
+        Atom::Div(e, _) | Atom::Mod(e, _) => !e.uses(v),
+        Atom::Data { .. } => false,
+    })
+}
+
+/// The suffix of the prelude's `kiln_keep_*`/`kiln_select_*` for elements of `dtype`.
+fn select_suffix(dtype: DType) -> Result<&'static str> {
+    Ok(match c_type(dtype)? {
+        "float" => "f32",
+        "double" => "f64",
+        "int8_t" => "i8",
+        "int16_t" => "i16",
+        "int32_t" => "i32",
+        "int64_t" => "i64",
+        "uint8_t" => "u8",
+        "uint16_t" => "u16",
+        "uint32_t" => "u32",
+        _ => "u64",
+    })
+}
 
 /// Headers and helpers every generated C file starts with.
 pub fn prelude() -> String {
@@ -146,6 +180,11 @@ pub(crate) struct Printer<'a> {
     pub(crate) ranges: HashMap<String, (i64, i64)>,
     /// Element type of each local scalar.
     pub(crate) locals: HashMap<String, DType>,
+    /// The innermost enclosing vectorized (`omp simd`) loop: its variable and extent.
+    simd: Option<(String, i64)>,
+    /// Print every guarded read as a conditional read (`g ? buf[i] : 0`); the CUDA
+    /// printer's choice (see [`Printer::conditional_read`]).
+    pub(crate) conditional_reads: bool,
 }
 
 impl<'a> Printer<'a> {
@@ -155,6 +194,8 @@ impl<'a> Printer<'a> {
             out: String::new(),
             ranges: HashMap::new(),
             locals: HashMap::new(),
+            simd: None,
+            conditional_reads: false,
         }
     }
 
@@ -197,9 +238,14 @@ impl<'a> Printer<'a> {
                 .ok();
                 self.ranges
                     .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+                let outer_simd = self.simd.clone();
+                if l.kind == LoopKind::Vectorized {
+                    self.simd = Some((l.var.clone(), l.extent.max()));
+                }
                 for s in &l.body {
                     self.stmt(s, depth + 1)?;
                 }
+                self.simd = outer_simd;
                 self.ranges.remove(&l.var);
                 writeln!(self.out, "{pad}}}").ok();
             }
@@ -235,6 +281,12 @@ impl<'a> Printer<'a> {
                 let e = match combiner {
                     Combiner::Sum => format!("{name} + {v}"),
                     Combiner::Prod => format!("{name} * {v}"),
+                    Combiner::And if self.has_unconditional_read(value) => {
+                        format!("(uint8_t)(({name} != 0) & ({v} != 0))")
+                    }
+                    Combiner::Or if self.has_unconditional_read(value) => {
+                        format!("(uint8_t)(({name} != 0) | ({v} != 0))")
+                    }
                     Combiner::And => format!("(uint8_t)({name} && {v})"),
                     Combiner::Or => format!("(uint8_t)({name} || {v})"),
                     Combiner::Min | Combiner::Max => {
@@ -300,7 +352,77 @@ impl<'a> Printer<'a> {
         Ok(parts.join(" && "))
     }
 
+    /// The guard `g` as a C condition without short-circuit operators.
+    fn guard_mask(&self, g: &[(Idx, i64)]) -> Result<String> {
+        let parts: Vec<String> = g
+            .iter()
+            .map(|(i, e)| {
+                let s = self.idx(i)?;
+                Ok(format!("({s} >= 0) & ({s} < {e})"))
+            })
+            .collect::<Result<_>>()?;
+        Ok(format!("({})", parts.join(" & ")))
+    }
+
+    /// Whether the guarded read of `offset` under `guard` may be printed as a conditional
+    /// read, `(g ? buf[offset] : 0)`, which GCC if-converts into a masked load.
+    ///
+    /// GCC 12.2 vectorizes a group of masked loads (loads at neighbouring offsets, e.g. the
+    /// taps of a window once an inner loop is unrolled, in a loop GCC chose to vectorize)
+    /// with the first vector's mask for every vector of the group, and reads zeros where the
+    /// guard holds: differential finding 268 (`fuzz/regressions/differential/268-gcc12.c`).
+    /// A masked load only joins such a group when its offset steps by more than one element
+    /// per iteration of the vectorized loop, and the wrong mask only matters when the guard
+    /// differs between the lanes. So a read stays conditional (a masked or unswitched load,
+    /// as fast as it gets) only inside an `omp simd` loop GCC vectorizes as it is (more
+    /// than 16 iterations, so it is never unrolled completely first) that it reads at unit
+    /// stride, or under a guard that does not depend on that loop (the padded windows of
+    /// pooling and depthwise convolution along rows, channels-last or not; the reads of
+    /// one group, within a row, then share one mask); and where a data-dependent index
+    /// must not be evaluated out of bounds. Every other guarded read is unconditional: see
+    /// [`Printer::val`].
+    fn conditional_read(&self, offset: &Idx, guard: &[(Idx, i64)]) -> bool {
+        if self.conditional_reads || reads_data(offset) || guard.iter().any(|(i, _)| reads_data(i))
+        {
+            return true;
+        }
+        let Some((v, extent)) = &self.simd else {
+            return false;
+        };
+        if *extent <= 16 || !affine_in(offset, v) {
+            return false;
+        }
+        let step: i64 = offset
+            .terms
+            .iter()
+            .filter(|(a, _)| matches!(a, Atom::Var(x) if x == v))
+            .map(|(_, c)| *c)
+            .sum();
+        step == 1 || !guard.iter().any(|(i, _)| i.uses(v))
+    }
+
+    /// Whether `v` contains a guarded read printed as an unconditional one: then every
+    /// select around it is printed without a branch too (see [`Printer::val`]).
+    fn has_unconditional_read(&self, v: &Val) -> bool {
+        match v {
+            Val::Load { buf, offset, guard } => {
+                !guard.is_empty()
+                    && !self.k.buffers[*buf].shape.contains(&0)
+                    && !self.conditional_read(offset, guard)
+            }
+            Val::Call(_, args) => args.iter().any(|a| self.has_unconditional_read(a)),
+            Val::InBounds(_) | Val::Const(_) | Val::Index(_) | Val::Local(_) => false,
+        }
+    }
+
     /// The C expression of `v` and its element type.
+    ///
+    /// A guarded read is `(g ? buf[offset] : 0)` where [`Printer::conditional_read`] allows
+    /// it. Elsewhere it reads unconditionally, at offset 0 when the guard fails, and selects
+    /// with integer masks: `kiln_keep_T(g, buf[offset & -g])`; a `Where` around such a read
+    /// is `kiln_select_T(c, a, b)`, also branch-free. A branch on the guard anywhere around
+    /// the read (a `?:` arm, or one GCC's jump threading copies the read into) lets GCC move
+    /// the read under the branch and if-convert it into a masked load again.
     pub(crate) fn val(&self, v: &Val) -> Result<(String, DType)> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
@@ -308,14 +430,64 @@ impl<'a> Printer<'a> {
                 let read = format!("{}[{}]", b.name, self.idx(offset)?);
                 let e = if guard.is_empty() {
                     read
-                } else {
+                } else if b.shape.contains(&0) {
+                    // No index is in bounds of an empty buffer.
+                    format!("({})0", c_type(b.dtype)?)
+                } else if self.conditional_read(offset, guard) {
                     format!(
                         "({} ? {read} : ({})0)",
                         self.guard(guard)?,
                         c_type(b.dtype)?
                     )
+                } else {
+                    let g = self.guard_mask(guard)?;
+                    format!(
+                        "kiln_keep_{}({g}, {}[{} & -(int64_t){g}])",
+                        select_suffix(b.dtype)?,
+                        b.name,
+                        self.idx(offset)?
+                    )
                 };
                 (e, b.dtype)
+            }
+            Val::Call(s, args)
+                if s.op == "Where" && args.len() == 3 && self.has_unconditional_read(v) =>
+            {
+                let c = match &args[0] {
+                    Val::InBounds(g) if !g.is_empty() => self.guard_mask(g)?,
+                    c => self.val(c)?.0,
+                };
+                let (a, ta) = self.val(&args[1])?;
+                let (b, tb) = self.val(&args[2])?;
+                let t = call_dtype(s, &[DType::Bool, ta, tb])?;
+                let ty = c_type(t)?;
+                let e = format!(
+                    "kiln_select_{}(({c}) != 0, ({ty})({a}), ({ty})({b}))",
+                    select_suffix(t)?
+                );
+                (e, t)
+            }
+            Val::Call(s, args)
+                if args.len() == 2
+                    && matches!(s.op.as_str(), "And" | "Or" | "Min" | "Max")
+                    && self.has_unconditional_read(v) =>
+            {
+                let (a, ta) = self.val(&args[0])?;
+                let (b, tb) = self.val(&args[1])?;
+                if ta == DType::Bool && tb == DType::Bool {
+                    // `&&` and `||` would read `b` under a branch.
+                    let op = if matches!(s.op.as_str(), "And" | "Min") {
+                        "&"
+                    } else {
+                        "|"
+                    };
+                    (
+                        format!("(uint8_t)((({a}) != 0) {op} (({b}) != 0))"),
+                        DType::Bool,
+                    )
+                } else {
+                    call_c(s, &[ta, tb], &[a, b])?
+                }
             }
             Val::InBounds(g) if g.is_empty() => ("(uint8_t)1".into(), DType::Bool),
             Val::InBounds(g) => (format!("(uint8_t)({})", self.guard(g)?), DType::Bool),
@@ -463,5 +635,64 @@ mod tests {
 }";
         let err = c_of(race).expect_err("a race").to_string();
         assert!(err.contains("parallel loop 'r0' stores to out0"), "{err}");
+    }
+
+    /// Differential finding 268: GCC 12.2 gave a group of masked loads one vector's mask.
+    #[test]
+    fn guarded_reads_are_conditional_only_where_gcc_cannot_mix_up_their_masks() {
+        let window = "kernel k(in0: f32[3,3,5,3], out out0: f32[3,3,6,3]) {
+  for i0 in 0..3 {
+    for i1 in 0..3 {
+      for i2 in 0..6 {
+        for i3 in 0..3 {
+          let acc: f32 = -inf:f32
+          for r0 in 0..2 {
+            acc = max(acc, Where(inbounds(i2 + r0 - 1 < 5), in0[45*i0 + 15*i1 + 3*i2 + 3*r0 + i3 - 3 if i2 + r0 - 1 < 5], -inf:f32))
+          }
+          out0[54*i0 + 18*i1 + 3*i2 + i3] = acc
+        }
+      }
+    }
+  }
+}";
+        let c = c_of(window).expect("C");
+        assert!(!c.contains("? in0["), "{c}");
+        assert!(c.contains("kiln_select_f32(((((i2 + r0 + -1) >= 0) & ((i2 + r0 + -1) < 5))) != 0, (float)(kiln_keep_f32("), "{c}");
+        assert!(
+            c.contains("in0[(45*i0 + 15*i1 + 3*i2 + 3*r0 + i3 + -3) & -(int64_t)"),
+            "{c}"
+        );
+        // Channels-last: the vectorized loop reads at unit stride.
+        let simd = |i3: &str, extent: usize| {
+            window
+                .replace(
+                    "for i3 in 0..3",
+                    &format!("vectorized for i3 in 0..{extent}"),
+                )
+                .replace("f32[3,3,5,3]", &format!("f32[3,3,5,{}]", 2 * extent))
+                .replace("f32[3,3,6,3]", &format!("f32[3,3,6,{extent}]"))
+                .replace("r0 + i3 - 3 if", &format!("r0 + {i3} - 3 if"))
+        };
+        let c = c_of(&simd("i3", 32)).expect("C");
+        assert!(c.contains("? in0[(45*i0"), "{c}");
+        assert!(!c.contains("kiln_keep_f32(("), "{c}");
+        // At stride 2 under a guard independent of i3, all lanes share the mask.
+        let c = c_of(&simd("2*i3", 32)).expect("C");
+        assert!(c.contains("? in0[(45*i0"), "{c}");
+        // A loop GCC may unroll before vectorizing another, or a guard on the vectorized
+        // loop at stride 2: unconditional.
+        let on_i3 = simd("2*i3", 32)
+            .replace(
+                "inbounds(i2 + r0 - 1 < 5)",
+                "inbounds(i2 + r0 - 1 < 5 && 2*i3 - 1 < 64)",
+            )
+            .replace(
+                "if i2 + r0 - 1 < 5]",
+                "if i2 + r0 - 1 < 5 && 2*i3 - 1 < 64]",
+            );
+        for text in [simd("i3", 8), on_i3] {
+            let c = c_of(&text).expect("C");
+            assert!(!c.contains("? in0["), "{c}");
+        }
     }
 }

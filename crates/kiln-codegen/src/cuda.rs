@@ -219,6 +219,7 @@ fn threads_function(
         bail!("{}: statement {stmt} is not a loop", k.name);
     };
     let mut p = Printer::new(k);
+    p.conditional_reads = true;
     p.ranges.insert(var.to_string(), (0, extent.max(1) - 1));
     for s in &l.body {
         p.stmt(s, 2)?;
@@ -244,6 +245,7 @@ fn single_function(
     range: std::ops::Range<usize>,
 ) -> Result<String> {
     let mut p = Printer::new(k);
+    p.conditional_reads = true;
     for s in &k.body[range] {
         p.stmt(s, 1)?;
     }

@@ -315,6 +315,25 @@ KILN_INLINE float kiln_erff(float x) {
    on fresh inputs than on repeated ones). */
 KILN_INLINE float kiln_nan_orf(float a, float m) { uint32_t ia, im; memcpy(&ia, &a, 4); memcpy(&im, &m, 4); uint32_t k = 0u - (uint32_t)(a != a); uint32_t r = (ia & k) | (im & ~k); float f; memcpy(&f, &r, 4); return f; }
 KILN_INLINE double kiln_nan_or(double a, double m) { uint64_t ia, im; memcpy(&ia, &a, 8); memcpy(&im, &m, 8); uint64_t k = 0u - (uint64_t)(a != a); uint64_t r = (ia & k) | (im & ~k); double f; memcpy(&f, &r, 8); return f; }
+/* Branch-free selects for guarded reads where the C printer reads unconditionally
+   (c.rs `Printer::conditional_read`): `kiln_keep_T(g, v)` is `g ? v : 0` and
+   `kiln_select_T(c, a, b)` is `c ? a : b`, with integer masks, so no branch on the
+   guard lets GCC move the read back under it (and make it a masked load). */
+#define KILN_SELECT_INT(T, U, N) \
+  KILN_INLINE T kiln_select_##N(int c, T a, T b) { U m = (U)((U)0 - (U)(c != 0)); return (T)(((U)a & m) | ((U)b & (U)~m)); } \
+  KILN_INLINE T kiln_keep_##N(int c, T a) { return kiln_select_##N(c, a, (T)0); }
+KILN_SELECT_INT(int8_t, uint8_t, i8)
+KILN_SELECT_INT(int16_t, uint16_t, i16)
+KILN_SELECT_INT(int32_t, uint32_t, i32)
+KILN_SELECT_INT(int64_t, uint64_t, i64)
+KILN_SELECT_INT(uint8_t, uint8_t, u8)
+KILN_SELECT_INT(uint16_t, uint16_t, u16)
+KILN_SELECT_INT(uint32_t, uint32_t, u32)
+KILN_SELECT_INT(uint64_t, uint64_t, u64)
+KILN_INLINE float kiln_select_f32(int c, float a, float b) { uint32_t ia, ib; memcpy(&ia, &a, 4); memcpy(&ib, &b, 4); uint32_t m = 0u - (uint32_t)(c != 0); uint32_t r = (ia & m) | (ib & ~m); float f; memcpy(&f, &r, 4); return f; }
+KILN_INLINE float kiln_keep_f32(int c, float a) { return kiln_select_f32(c, a, 0.0f); }
+KILN_INLINE double kiln_select_f64(int c, double a, double b) { uint64_t ia, ib; memcpy(&ia, &a, 8); memcpy(&ib, &b, 8); uint64_t m = (uint64_t)0 - (uint64_t)(c != 0); uint64_t r = (ia & m) | (ib & ~m); double f; memcpy(&f, &r, 8); return f; }
+KILN_INLINE double kiln_keep_f64(int c, double a) { return kiln_select_f64(c, a, 0.0); }
 /* `b >= a ? b : a` is already `a` when `a` is NaN (the comparison is false), so only `b`
    needs the mask, and with a constant `b` none does: ReLU and Clip are a compare and a
    blend per vector. The results equal `a > b ? a : b` with both operands masked bit for

@@ -433,7 +433,8 @@ fn store(k: &Kernel, g: &Gemm) -> Result<String> {
         Some(e) => epilogue(k, g, e)?,
         None => "acc".to_string(),
     };
-    let p = printer(k, [g.batch, g.m, g.n]);
+    let mut p = printer(k, [g.batch, g.m, g.n]);
+    p.conditional_reads = true;
     let out = &k.buffers[g.c.buf];
     if out.dtype != DType::F32 {
         bail!(

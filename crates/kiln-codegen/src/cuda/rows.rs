@@ -310,8 +310,10 @@ impl<'a> RowWriter<'a> {
     }
 
     fn new(k: &'a Kernel) -> RowWriter<'a> {
+        let mut p = Printer::new(k);
+        p.conditional_reads = true;
         RowWriter {
-            p: Printer::new(k),
+            p,
             shared: String::new(),
             slots: Vec::new(),
         }

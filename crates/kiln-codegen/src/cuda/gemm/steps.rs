@@ -32,7 +32,10 @@ pub(super) enum Factor {
 impl Factor {
     /// The factor `f`, whose element at `(b, r, c)` lies below `extents`.
     pub(super) fn of(k: &Kernel, f: &GemmInput, extents: [i64; 3]) -> Result<Factor> {
-        let p = printer(k, extents);
+        let mut p = printer(k, extents);
+        // A GPU thread reads under its guard (the C dialect's masked
+        // unconditional reads work around a host compiler's bug).
+        p.conditional_reads = true;
         let value = match f {
             GemmInput::Read(o) if k.buffers[o.buf].dtype == DType::F32 => {
                 let guard = if o.guard.is_empty() {
