@@ -38,8 +38,19 @@ impl std::str::FromStr for Emit {
     }
 }
 
-/// Writes `what` for `g` into `dir`; `aot` applies to `Emit::Aot`.
-pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Path) -> Result<()> {
+/// Writes `what` for `g` into `dir`; `aot` applies to `Emit::Aot`, `tf32`
+/// (f32 products on TF32 tensor cores) to `Emit::Cuda` only.
+pub fn emit(
+    g: &Graph,
+    cpu: &CpuOptions,
+    what: Emit,
+    aot: &AotOptions,
+    tf32: bool,
+    dir: &Path,
+) -> Result<()> {
+    if tf32 && what != Emit::Cuda {
+        return Err(Error::new("--tf32 applies to --emit cuda only"));
+    }
     if what == Emit::Aot {
         let report = aot::export(g, cpu, aot, dir)?;
         println!(
@@ -56,7 +67,7 @@ pub fn emit(g: &Graph, cpu: &CpuOptions, what: Emit, aot: &AotOptions, dir: &Pat
         return Ok(());
     }
     if what == Emit::Cuda {
-        return emit_cuda(g, cpu.fusion, false, dir);
+        return emit_cuda(g, cpu.fusion, tf32, dir);
     }
     let naming = Naming {
         prefix: "kiln".into(),
@@ -85,7 +96,7 @@ fn write_file(dir: &Path, file: &str, text: &str, what: &str) -> Result<()> {
 
 /// Writes `model.cu` for an sm_90 GPU into `dir`, its f32 products on
 /// TF32 tensor cores when `tf32`.
-pub fn emit_cuda(g: &Graph, fusion: PlannerKind, tf32: bool, dir: &Path) -> Result<()> {
+fn emit_cuda(g: &Graph, fusion: PlannerKind, tf32: bool, dir: &Path) -> Result<()> {
     let text = cuda_text(g, fusion, tf32)?;
     write_file(dir, "model.cu", &text, "wrote CUDA to")
 }

@@ -126,12 +126,6 @@ fn main() {
             passes,
         } => load(&model, &args).and_then(|mut g| {
             optimize(&mut g, &passes)?;
-            if tf32 && emit != kiln_cli::emit::Emit::Cuda {
-                return Err(kiln_ir::Error::new("--tf32 applies to --emit cuda only"));
-            }
-            if emit == kiln_cli::emit::Emit::Cuda {
-                return kiln_cli::emit::emit_cuda(&g, fusion.fusion, tf32, &output_dir);
-            }
             let options = aot.options(&model)?;
             let threads = aot
                 .threads
@@ -141,7 +135,7 @@ fn main() {
                 threads,
                 ..Default::default()
             };
-            kiln_cli::emit::emit(&g, &cpu, emit, &options, &output_dir)
+            kiln_cli::emit::emit(&g, &cpu, emit, &options, tf32, &output_dir)
         }),
         Command::Peak { threads, json } => bench::peak(
             threads.unwrap_or_else(kiln_runtime::cpu::available_threads),

@@ -58,7 +58,8 @@ fn select_suffix(dtype: DType) -> Result<&'static str> {
         "uint8_t" => "u8",
         "uint16_t" => "u16",
         "uint32_t" => "u32",
-        _ => "u64",
+        "uint64_t" => "u64",
+        other => bail!("no branch-free select for C type {other}"),
     })
 }
 
@@ -183,8 +184,8 @@ pub(crate) struct Printer<'a> {
     /// The innermost enclosing vectorized (`omp simd`) loop: its variable and extent.
     simd: Option<(String, i64)>,
     /// Print every guarded read as a conditional read (`g ? buf[i] : 0`); the CUDA
-    /// printer's choice (see [`Printer::conditional_read`]).
-    pub(crate) conditional_reads: bool,
+    /// printer's choice (see [`Printer::conditional_read`], [`Printer::for_gpu`]).
+    conditional_reads: bool,
 }
 
 impl<'a> Printer<'a> {
@@ -196,6 +197,16 @@ impl<'a> Printer<'a> {
             locals: HashMap::new(),
             simd: None,
             conditional_reads: false,
+        }
+    }
+
+    /// A printer for GPU code: a thread reads under its guard (the masked
+    /// unconditional reads work around a host C compiler's bug, which NVRTC
+    /// does not share).
+    pub(crate) fn for_gpu(k: &'a Kernel) -> Printer<'a> {
+        Printer {
+            conditional_reads: true,
+            ..Printer::new(k)
         }
     }
 

@@ -218,8 +218,7 @@ fn threads_function(
     let Stmt::Loop(l) = &k.body[stmt] else {
         bail!("{}: statement {stmt} is not a loop", k.name);
     };
-    let mut p = Printer::new(k);
-    p.conditional_reads = true;
+    let mut p = Printer::for_gpu(k);
     p.ranges.insert(var.to_string(), (0, extent.max(1) - 1));
     for s in &l.body {
         p.stmt(s, 2)?;
@@ -244,8 +243,7 @@ fn single_function(
     params: &str,
     range: std::ops::Range<usize>,
 ) -> Result<String> {
-    let mut p = Printer::new(k);
-    p.conditional_reads = true;
+    let mut p = Printer::for_gpu(k);
     for s in &k.body[range] {
         p.stmt(s, 1)?;
     }

@@ -322,6 +322,13 @@ impl Gen {
         (t.dtype, t.shape.clone().unwrap_or_default())
     }
 
+    /// A random axis of a tensor of rank `rank`, counted from either end
+    /// (`-rank..rank`, as ONNX's axis attributes allow).
+    fn any_axis(&mut self, rank: usize) -> i64 {
+        let r = rank as i64;
+        self.rng.range(-r, r)
+    }
+
     /// A value satisfying `ok`: usually one of the most recent, sometimes
     /// any older one.
     fn pick(&mut self, ok: impl Fn(DType, &[usize]) -> bool) -> Option<ValueId> {

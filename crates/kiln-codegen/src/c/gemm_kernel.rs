@@ -83,7 +83,7 @@ pub(super) fn gemm_kernel_c(
         b,
         c: rows_cols(&g.c, g.m, g.n)?,
         epilogue: match &g.epilogue {
-            Some(e) => Some(epilogue(k, g, e)?),
+            Some(e) => Some(epilogue(printer(k, [g.batch, g.m, g.n]), e)?),
             None => None,
         },
         prepacked,
@@ -138,10 +138,10 @@ pub(super) fn gemm_kernel_c(
 /// The name of the prepacked factor's parameter in a gemm kernel.
 const PACKED_PARAM: &str = "packed";
 
-/// The C expression of a gemm epilogue: the product is the float `acc`,
-/// and `b`, `r`, `c` range over the batch, rows and columns.
-pub(crate) fn epilogue(k: &Kernel, g: &Gemm, e: &Val) -> Result<String> {
-    let mut p = printer(k, [g.batch, g.m, g.n]);
+/// The C expression of a gemm epilogue printed by `p` (which knows the
+/// ranges of `b`, `r`, `c`: batch, rows and columns); the product is the
+/// float `acc`.
+pub(crate) fn epilogue(mut p: Printer<'_>, e: &Val) -> Result<String> {
     p.locals.insert("acc".to_string(), DType::F32);
     let (text, dtype) = p.val(e)?;
     if dtype != DType::F32 {
@@ -186,7 +186,11 @@ pub(crate) fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand
 
 /// A printer of values over a gemm operand's `b`, `r`, `c` below `extents`.
 pub(crate) fn printer(k: &Kernel, extents: [i64; 3]) -> Printer<'_> {
-    let mut p = Printer::new(k);
+    with_gemm_ranges(Printer::new(k), extents)
+}
+
+/// `p` knowing the ranges of a gemm's `b`, `r`, `c` below `extents`.
+pub(crate) fn with_gemm_ranges(mut p: Printer<'_>, extents: [i64; 3]) -> Printer<'_> {
     for (v, e) in ["b", "r", "c"].iter().zip(extents) {
         p.ranges.insert(v.to_string(), (0, e - 1));
     }

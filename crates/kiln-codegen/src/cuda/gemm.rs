@@ -33,7 +33,8 @@
 mod steps;
 
 use super::Frame;
-use crate::c::gemm_kernel::{epilogue, printer};
+use crate::c::gemm_kernel::{epilogue, with_gemm_ranges};
+use crate::c::Printer;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Gemm, Kernel};
 use kiln_target::GpuDesc;
@@ -429,12 +430,12 @@ fn finish_split(g: &Gemm, bl: &Blocking, store: &str, function: &str) -> String 
 
 /// The statement storing the product `acc` at `(b, r, c)`.
 fn store(k: &Kernel, g: &Gemm) -> Result<String> {
+    let extents = [g.batch, g.m, g.n];
     let value = match &g.epilogue {
-        Some(e) => epilogue(k, g, e)?,
+        Some(e) => epilogue(with_gemm_ranges(Printer::for_gpu(k), extents), e)?,
         None => "acc".to_string(),
     };
-    let mut p = printer(k, [g.batch, g.m, g.n]);
-    p.conditional_reads = true;
+    let p = with_gemm_ranges(Printer::for_gpu(k), extents);
     let out = &k.buffers[g.c.buf];
     if out.dtype != DType::F32 {
         bail!(

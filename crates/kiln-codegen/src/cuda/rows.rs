@@ -310,10 +310,8 @@ impl<'a> RowWriter<'a> {
     }
 
     fn new(k: &'a Kernel) -> RowWriter<'a> {
-        let mut p = Printer::new(k);
-        p.conditional_reads = true;
         RowWriter {
-            p,
+            p: Printer::for_gpu(k),
             shared: String::new(),
             slots: Vec::new(),
         }

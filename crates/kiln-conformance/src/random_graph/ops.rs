@@ -236,8 +236,7 @@ impl Gen {
     fn arg_reduce(&mut self) -> Option<()> {
         let x = self.pick(|d, s| d != DType::Bool && d != DType::F16 && !s.is_empty())?;
         let (_, s) = self.ty(x);
-        let r = s.len() as i64;
-        let axis = self.rng.range(-r, r);
+        let axis = self.any_axis(s.len());
         let attrs = Attrs::new()
             .int("axis", axis)
             .int("keepdims", self.rng.below(2) as i64)
@@ -598,8 +597,7 @@ impl Gen {
     fn softmax(&mut self) -> Option<()> {
         let x = self.pick(|d, s| d == DType::F32 && !s.is_empty())?;
         let (_, s) = self.ty(x);
-        let r = s.len() as i64;
-        let axis = self.rng.range(-r, r);
+        let axis = self.any_axis(s.len());
         let op = self.rng.pick(&["Softmax", "LogSoftmax"]);
         self.node1(op, &[x], Attrs::new().int("axis", axis));
         Some(())
@@ -608,9 +606,12 @@ impl Gen {
     fn layer_norm(&mut self) -> Option<()> {
         let x = self.pick(|d, s| d == DType::F32 && !s.is_empty())?;
         let (d, s) = self.ty(x);
-        let r = s.len() as i64;
-        let axis = self.rng.range(-r, r);
-        let a = if axis < 0 { axis + r } else { axis } as usize;
+        let axis = self.any_axis(s.len());
+        let a = if axis < 0 {
+            axis + s.len() as i64
+        } else {
+            axis
+        } as usize;
         let ps = s[a..].to_vec();
         let scale = self.random_init(d, ps.clone());
         let bias = self.rng.chance(60).then(|| self.random_init(d, ps));
@@ -624,8 +625,7 @@ impl Gen {
     fn cumsum(&mut self) -> Option<()> {
         let x = self.pick(|d, s| d != DType::Bool && d != DType::F16 && !s.is_empty())?;
         let (_, s) = self.ty(x);
-        let r = s.len() as i64;
-        let axis = self.rng.range(-r, r);
+        let axis = self.any_axis(s.len());
         let axis = self.init(Tensor::scalar(axis));
         let attrs = Attrs::new()
             .int("exclusive", self.rng.below(2) as i64)

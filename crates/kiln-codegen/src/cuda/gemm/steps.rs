@@ -10,7 +10,8 @@
 //! `A·B` over the staged depth into every accumulator of the thread.
 
 use super::DEPTH;
-use crate::c::gemm_kernel::printer;
+use crate::c::gemm_kernel::with_gemm_ranges;
+use crate::c::Printer;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{GemmInput, Kernel, Val};
 
@@ -32,10 +33,7 @@ pub(super) enum Factor {
 impl Factor {
     /// The factor `f`, whose element at `(b, r, c)` lies below `extents`.
     pub(super) fn of(k: &Kernel, f: &GemmInput, extents: [i64; 3]) -> Result<Factor> {
-        let mut p = printer(k, extents);
-        // A GPU thread reads under its guard (the C dialect's masked
-        // unconditional reads work around a host compiler's bug).
-        p.conditional_reads = true;
+        let p = with_gemm_ranges(Printer::for_gpu(k), extents);
         let value = match f {
             GemmInput::Read(o) if k.buffers[o.buf].dtype == DType::F32 => {
                 let guard = if o.guard.is_empty() {
