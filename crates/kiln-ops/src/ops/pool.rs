@@ -134,7 +134,10 @@ fn column_major(offset: usize, image: &[usize]) -> usize {
 }
 
 /// `out[n, c, o…] = max[k…] x[n, c, o·stride + k·dilation - pad_begin]`,
-/// taps outside the image counting as the type's lowest value.
+/// taps outside the image counting as the type's lowest value (-inf for
+/// floats). A window lying entirely in the padding therefore gives that
+/// lowest value, as PyTorch does (-inf) and onnxruntime does for integers;
+/// ONNX's reference implementation leaves such an output 0.
 struct MaxPool;
 
 /// Whether a MaxPool node asks for its Indices output.
@@ -146,7 +149,8 @@ impl MaxPool {
     /// The maxima and the flat input index of each (the first one on ties).
     fn typed<T: Num>(x: &[T], s: &PoolShape, column_order: bool) -> (Vec<T>, Vec<i64>) {
         let (plane, wins) = (s.geom.image_size(), s.geom.window_count());
-        let mut values = vec![T::default(); s.planes * wins];
+        // A window with no tap in the image keeps the lowest value.
+        let mut values = vec![T::from_f64(f64::NEG_INFINITY); s.planes * wins];
         let mut indices = vec![-1i64; s.planes * wins];
         for p in 0..s.planes {
             let src = &x[p * plane..(p + 1) * plane];
