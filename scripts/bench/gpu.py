@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -221,6 +222,16 @@ def time_kiln(kiln, path, runs, warmup, tf32=False):
     return json.loads(line[-1])
 
 
+def profile_kiln(kiln, path, out, tf32=False):
+    """`kiln bench --profile` (device time per kernel, with --tf32 when
+    `tf32`) into the file `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run([kiln, "bench", str(path), "--backend", "cuda", "--profile", "--runs", "5"]
+                       + (["--tf32"] if tf32 else []), capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "KILN_PROFILE_TOP": "40"})
+    out.write_text(r.stdout + r.stderr)
+
+
 def check_kiln(kiln, path, fn, inputs, tmp, tf32=False):
     """kiln run --backend cuda (--tf32 when `tf32`) on `inputs` against
     PyTorch in full f32 (TF32 off); returns the largest error relative to
@@ -264,6 +275,8 @@ def main():
     ap.add_argument("--tf32", action="store_true",
                     help="also time kiln --tf32 (TF32 tensor cores; error bound 1e-2), "
                          "and time PyTorch with TF32 allowed for matmuls and convolutions")
+    ap.add_argument("--profile", default="",
+                    help="directory: also write each case's `kiln bench --profile` (time per kernel) there")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     import torch
@@ -293,6 +306,8 @@ def main():
                     export_module(mod, inputs["x"], path)
                 torch_fn = lambda t, mod=mod: mod(t["x"])
             row = {"case": name}
+            if args.profile:
+                profile_kiln(args.kiln, path, Path(args.profile) / f"{name}.txt", args.tf32)
             k = time_kiln(args.kiln, path, args.runs, args.warmup)
             row["kiln_ms"] = k["median_ms"]
             row["max_rel_err"] = check_kiln(args.kiln, path, torch_fn, inputs, tmp)

@@ -1,5 +1,6 @@
 //! `kiln bench` and `kiln peak`.
 
+use kiln_cpu::jit::NodeTime;
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 use kiln_ir::{Graph, Result, Tensor};
@@ -255,14 +256,20 @@ fn report(
     Ok(())
 }
 
+/// The CPU backend's time per node ([`print_node_profile`]).
+fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
+    print_node_profile(|| Ok(m.run_profiled(inputs)?.1))
+}
+
 /// Time per node: the median over a few runs (robust to a run that another
 /// process interrupted), slowest first (the first 15, or
-/// `$KILN_PROFILE_TOP`), and per op type.
-fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
+/// `$KILN_PROFILE_TOP`), and per op type. `run` runs the model once and
+/// returns each node's time.
+pub fn print_node_profile(mut run: impl FnMut() -> Result<Vec<NodeTime>>) -> Result<()> {
     let reps = 11;
     let mut samples: Vec<(String, String, bool, Vec<Duration>)> = Vec::new();
     for _ in 0..reps {
-        let (_, times) = m.run_profiled(inputs)?;
+        let times = run()?;
         if samples.is_empty() {
             samples = times
                 .iter()

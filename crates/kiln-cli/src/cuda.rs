@@ -1,9 +1,11 @@
 //! `--backend cuda` for `kiln run` and `kiln bench`.
 
-use crate::bench::{median, BenchOptions};
+use crate::bench::{median, print_node_profile, BenchOptions};
+use kiln_cpu::jit::{op_label, NodeTime};
 use kiln_cuda::{CudaModel, CudaOptions};
+use kiln_exec::Step;
 use kiln_ir::{Graph, Result, Tensor};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Compiles `g` for the GPU of `opts`.
 pub fn compile(g: &Graph, opts: &CudaOptions) -> Result<CudaModel> {
@@ -58,6 +60,9 @@ pub fn bench(
         m.run(inputs)?;
         wall.push(t.elapsed().as_secs_f64() * 1e3);
     }
+    if opts.profile {
+        print_node_profile(|| node_times(&m, inputs))?;
+    }
     let min = device.iter().cloned().fold(f64::INFINITY, f64::min);
     let (device_ms, wall_ms) = (median(&mut device), median(&mut wall));
     if opts.json {
@@ -83,4 +88,21 @@ pub fn bench(
         );
     }
     Ok(())
+}
+
+/// Each node's device time in one run ([`CudaModel::time_steps`]).
+fn node_times(m: &CudaModel, inputs: &[Tensor]) -> Result<Vec<NodeTime>> {
+    let ms = m.time_steps(inputs)?;
+    Ok(m.graph()
+        .nodes
+        .iter()
+        .zip(&m.plan().steps)
+        .zip(ms)
+        .map(|((n, step), ms)| NodeTime {
+            node: n.name.clone(),
+            op: op_label(n),
+            compiled: !matches!(step, Step::Interp { .. }),
+            time: Duration::from_secs_f64(f64::from(ms) / 1e3),
+        })
+        .collect())
 }

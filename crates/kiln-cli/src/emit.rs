@@ -115,8 +115,14 @@ fn cuda_text(g: &Graph, fusion: PlannerKind, tf32: bool) -> Result<String> {
         s += &format!("\n/* {}: {} */\n", node.describe(), k.source.mapping);
         for l in &k.source.launches {
             s += &format!(
-                "/* launch {} grid {:?} block {:?} */\n",
-                l.function, l.grid, l.block
+                "/* launch {} grid {:?} block {:?}{} */\n",
+                l.function,
+                l.grid,
+                l.block,
+                match l.shared_bytes {
+                    0 => String::new(),
+                    n => format!(" shared {n} bytes"),
+                }
             );
         }
         s += &k.source.cuda;

@@ -31,6 +31,8 @@ pub struct LaunchConfig {
     pub block: [u32; 3],
     /// Every block must be resident at once (blocks wait for each other).
     pub cooperative: bool,
+    /// Bytes of dynamic shared memory each block takes.
+    pub shared_bytes: u32,
 }
 
 /// A kernel's CUDA source and its launches, in order.
@@ -50,13 +52,14 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     let mut launches = Vec::new();
     for (j, launch) in mapping.0.iter().enumerate() {
         let function = format!("{}_l{j}", k.name);
-        let (text, grid, block) = launch_function(&k, launch, &function, &params, gpu)?;
-        cuda.push_str(&text);
+        let f = launch_function(&k, launch, &function, &params, gpu)?;
+        cuda.push_str(&f.text);
         launches.push(LaunchConfig {
             function,
-            grid,
-            block,
+            grid: f.grid,
+            block: f.block,
             cooperative: matches!(launch, Launch::SplitRows { .. }),
+            shared_bytes: f.shared_bytes,
         });
     }
     Ok(CudaSource {
@@ -66,21 +69,41 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     })
 }
 
-/// The CUDA of one launch of `k` as `function`, with its grid and block.
+/// One generated function and how to launch it.
+struct LaunchFunction {
+    text: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: u32,
+}
+
+impl LaunchFunction {
+    /// A function with static shared memory only.
+    fn plain(text: String, grid: [u32; 3], block: [u32; 3]) -> LaunchFunction {
+        LaunchFunction {
+            text,
+            grid,
+            block,
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// The CUDA of one launch of `k` as `function`, with its configuration.
 fn launch_function(
     k: &Kernel,
     launch: &Launch,
     function: &str,
     params: &str,
     gpu: &GpuDesc,
-) -> Result<(String, [u32; 3], [u32; 3])> {
+) -> Result<LaunchFunction> {
     // Grid-stride launches need no more blocks than a few waves.
     let most = (gpu.sm_count * gpu.blocks_per_sm * 4) as i64;
     Ok(match launch {
         Launch::Threads { stmt, var, extent } => {
             let text = threads_function(k, function, params, *stmt, var, *extent, gpu)?;
             let grid = [gpu.grid_for(*extent), 1, 1];
-            (text, grid, [gpu.block_threads as u32, 1, 1])
+            LaunchFunction::plain(text, grid, [gpu.block_threads as u32, 1, 1])
         }
         Launch::Rows {
             stmt,
@@ -90,7 +113,7 @@ fn launch_function(
         } => {
             let text = rows::rows_function(k, function, params, *stmt, *threads)?;
             let grid = [(*extent).clamp(1, most) as u32, 1, 1];
-            (text, grid, [*threads, 1, 1])
+            LaunchFunction::plain(text, grid, [*threads, 1, 1])
         }
         Launch::Columns {
             stmt,
@@ -100,7 +123,7 @@ fn launch_function(
         } => {
             let text = rows::columns_function(k, function, params, *stmt, *groups)?;
             let grid = [((extent + 31) / 32).clamp(1, most) as u32, 1, 1];
-            (text, grid, [groups * 32, 1, 1])
+            LaunchFunction::plain(text, grid, [groups * 32, 1, 1])
         }
         Launch::AllReduce {
             from,
@@ -109,11 +132,11 @@ fn launch_function(
             ..
         } => {
             let text = rows::all_reduce_function(k, function, params, *from, *blocks, *threads)?;
-            (text, [*blocks, 1, 1], [*threads, 1, 1])
+            LaunchFunction::plain(text, [*blocks, 1, 1], [*threads, 1, 1])
         }
         Launch::Block { from, threads, .. } => {
             let text = rows::block_function(k, function, params, *from, *threads)?;
-            (text, [1, 1, 1], [*threads, 1, 1])
+            LaunchFunction::plain(text, [1, 1, 1], [*threads, 1, 1])
         }
         Launch::SplitRows {
             stmt,
@@ -125,18 +148,17 @@ fn launch_function(
             let shape = (*stmt, rows, *blocks_per_row, *threads);
             let text = rows::split_rows_function(k, function, params, shape)?;
             let blocks = rows.map_or(1, |r| r.1) as u32 * blocks_per_row;
-            (text, [blocks, 1, 1], [*threads, 1, 1])
+            LaunchFunction::plain(text, [blocks, 1, 1], [*threads, 1, 1])
         }
         Launch::Single { from, to } => {
             let text = single_function(k, function, params, *from..*to)?;
-            (text, [1, 1, 1], [1, 1, 1])
+            LaunchFunction::plain(text, [1, 1, 1], [1, 1, 1])
         }
         Launch::Gemm { stmt } => {
             let Stmt::Gemm(g) = &k.body[*stmt] else {
                 bail!("{}: statement {stmt} is not a gemm", k.name);
             };
-            let (text, grid) = gemm::gemm_function(k, g, function, params, gpu)?;
-            (text, grid, [gemm::THREADS, 1, 1])
+            gemm::gemm_function(k, g, function, params, gpu)?
         }
     })
 }

@@ -114,7 +114,7 @@ pub struct CompiledModel {
 }
 
 /// A node's op for profiles: a fused node's ops joined by `+`.
-fn op_label(n: &kiln_ir::Node) -> String {
+pub fn op_label(n: &kiln_ir::Node) -> String {
     match n.attr_graph("body") {
         Ok(Some(body)) if n.domain == kiln_ops::ops::control::FUSED_DOMAIN => body
             .nodes

@@ -59,6 +59,8 @@ struct Launch {
     grid: [u32; 3],
     block: [u32; 3],
     cooperative: bool,
+    /// Dynamic shared memory per block, in bytes.
+    shared_bytes: u32,
 }
 
 /// A model compiled for a GPU, ready to run.
@@ -138,6 +140,11 @@ impl CudaModel {
         &self.summary
     }
 
+    /// The graph the plan's steps belong to (node `i` is step `i`).
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
     pub fn plan(&self) -> &kiln_exec::ExecPlan {
         &self.plan
     }
@@ -173,6 +180,26 @@ impl CudaModel {
         Ok(times)
     }
 
+    /// Milliseconds on the device of each step (indexed like the plan's
+    /// steps, so like the graph's nodes) in one run, inputs uploaded
+    /// before; an interpreted step's time includes its copies.
+    pub fn time_steps(&self, inputs: &[Tensor]) -> Result<Vec<f32>> {
+        let mut device_inputs = self.lock_inputs()?;
+        self.upload_inputs(inputs, &mut device_inputs)?;
+        self.clear_errors()?;
+        let order = self.step_order();
+        let mut boxed = vec![None; self.plan.boxed];
+        let ms = self.gpu.elapsed_each_ms(order.len(), |k| {
+            self.run_step(order[k], inputs, &device_inputs, &mut boxed)
+        })?;
+        self.check_errors()?;
+        let mut per_step = vec![0f32; self.plan.steps.len()];
+        for (&step, t) in order.iter().zip(ms) {
+            per_step[step] = t;
+        }
+        Ok(per_step)
+    }
+
     fn lock_inputs(&self) -> Result<std::sync::MutexGuard<'_, Vec<DeviceBuffer>>> {
         self.inputs
             .lock()
@@ -204,49 +231,70 @@ impl CudaModel {
         device: &[DeviceBuffer],
         boxed: &mut [Option<Tensor>],
     ) -> Result<()> {
-        self.gpu
-            .memset_zero(self.errors.ptr(), self.errors.bytes())?;
-        // Argument words and the pointers to them, reused by every launch.
-        let (mut words, mut params) = (Vec::new(), Vec::new());
-        for e in &self.plan.exec {
-            let steps = match e {
-                Exec::Step(i) => std::slice::from_ref(i),
-                Exec::Concurrent { steps, .. } => steps.as_slice(),
-            };
-            for &i in steps {
-                match &self.plan.steps[i] {
-                    Step::Kernel { .. } => self.launch(i, device, &mut words, &mut params)?,
-                    Step::Interp { node, .. } => self.interpret(*node, inputs, boxed)?,
-                    Step::Alias { .. } => {}
-                }
-            }
+        self.clear_errors()?;
+        for step in self.step_order() {
+            self.run_step(step, inputs, device, boxed)?;
         }
         Ok(())
     }
 
-    /// Launches step `step`'s functions on its arguments (their places
-    /// resolved at compile time) and its error word.
-    fn launch(
+    fn clear_errors(&self) -> Result<()> {
+        self.gpu.memset_zero(self.errors.ptr(), self.errors.bytes())
+    }
+
+    /// The steps in plan order, concurrent blocks one after another.
+    fn step_order(&self) -> Vec<usize> {
+        let mut order = Vec::with_capacity(self.plan.steps.len());
+        for e in &self.plan.exec {
+            match e {
+                Exec::Step(i) => order.push(*i),
+                Exec::Concurrent { steps, .. } => order.extend(steps),
+            }
+        }
+        order
+    }
+
+    /// Queues step `step`: its launches, or its node on the interpreter.
+    fn run_step(
         &self,
         step: usize,
+        inputs: &[Tensor],
         device: &[DeviceBuffer],
-        words: &mut Vec<u64>,
-        params: &mut Vec<*mut c_void>,
+        boxed: &mut [Option<Tensor>],
     ) -> Result<()> {
-        words.clear();
+        match &self.plan.steps[step] {
+            Step::Kernel { .. } => self.launch(step, device),
+            Step::Interp { node, .. } => self.interpret(*node, inputs, boxed),
+            Step::Alias { .. } => Ok(()),
+        }
+    }
+
+    /// Launches step `step`'s functions on its arguments (their places
+    /// resolved at compile time) and its error word.
+    fn launch(&self, step: usize, device: &[DeviceBuffer]) -> Result<()> {
+        let mut words = Vec::with_capacity(self.step_args[step].len() + 1);
         for &loc in &self.step_args[step] {
             words.push(self.device_ptr(loc, device)?);
         }
         words.push(self.errors.ptr() + 4 * step as u64);
-        params.clear();
-        params.extend(words.iter_mut().map(|p| p as *mut u64 as *mut c_void));
+        // The launch copies the parameters these point at.
+        let mut params: Vec<*mut c_void> = words
+            .iter_mut()
+            .map(|p| p as *mut u64 as *mut c_void)
+            .collect();
         for l in &self.launches[step] {
             // SAFETY: every generated function takes the kernel's buffers
             // (device pointers, `args` in order) then the error word: one
             // u64 per parameter, which `params` points at.
             unsafe {
-                self.gpu
-                    .launch(&l.function, l.grid, l.block, 0, l.cooperative, params)?
+                self.gpu.launch(
+                    &l.function,
+                    l.grid,
+                    l.block,
+                    l.shared_bytes,
+                    l.cooperative,
+                    &mut params,
+                )?
             };
         }
         Ok(())
@@ -349,6 +397,7 @@ fn resolve_launches(program: &CudaProgram, module: &Module) -> Result<Vec<Vec<La
                         grid: l.grid,
                         block: l.block,
                         cooperative: l.cooperative,
+                        shared_bytes: l.shared_bytes,
                     })
                 })
                 .collect()

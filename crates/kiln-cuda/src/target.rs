@@ -25,6 +25,10 @@ pub fn device_target(gpu: &Gpu) -> Result<TargetDesc> {
         g.sm_count = t.cores;
         g.shared_bytes_per_block =
             gpu.attribute(attr::MAX_SHARED_MEMORY_PER_BLOCK)?.max(0) as usize;
+        g.shared_bytes_optin = (gpu
+            .attribute(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+            .max(0) as usize)
+            .max(g.shared_bytes_per_block);
         g.max_threads_per_block = gpu.attribute(attr::MAX_THREADS_PER_BLOCK)?.max(1) as usize;
         g.warp_size = gpu.attribute(attr::WARP_SIZE)?.max(1) as usize;
     }

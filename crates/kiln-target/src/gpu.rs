@@ -25,6 +25,9 @@ pub struct GpuDesc {
     pub block_threads: usize,
     /// Shared memory one block may use without opting in, in bytes.
     pub shared_bytes_per_block: usize,
+    /// Shared memory one block may use once its function opts in
+    /// (dynamic shared memory above `shared_bytes_per_block`), in bytes.
+    pub shared_bytes_optin: usize,
     /// Blocks per multiprocessor a grid-stride kernel launches at most
     /// (more only queue).
     pub blocks_per_sm: usize,
@@ -68,9 +71,11 @@ impl GpuPreset {
     /// The description from the chip's data sheet (fp32 non-tensor peak,
     /// HBM bandwidth, L2).
     pub fn desc(self) -> TargetDesc {
-        let (cc, sms, peak, gbps, l2) = match self {
-            GpuPreset::Sm80 => (80, 108, 19_500.0, 1_555.0, 40usize << 20),
-            GpuPreset::Sm90 => (90, 132, 67_000.0, 3_350.0, 50usize << 20),
+        // Opt-in shared memory per block: 163 KiB on A100, 227 KiB on
+        // H100 (the CUDA programming guide's compute capability table).
+        let (cc, sms, peak, gbps, l2, optin) = match self {
+            GpuPreset::Sm80 => (80, 108, 19_500.0, 1_555.0, 40usize << 20, 163 << 10),
+            GpuPreset::Sm90 => (90, 132, 67_000.0, 3_350.0, 50usize << 20, 227 << 10),
         };
         TargetDesc {
             name: self.name().to_string(),
@@ -102,6 +107,7 @@ impl GpuPreset {
                 max_threads_per_block: 1024,
                 block_threads: 256,
                 shared_bytes_per_block: 48 << 10,
+                shared_bytes_optin: optin,
                 blocks_per_sm: 8,
                 tf32: false,
             }),

@@ -6,7 +6,8 @@
 //! for every element: each block computes 64×64 tiles of C, or 128×128
 //! when both sides of C are that large (grid-stride over tiles and
 //! batches, so any grid is correct), staging a tile's rows of A and
-//! columns of B 16 deep in shared memory per step. Operands are read
+//! columns of B 16 or 32 deep in shared memory per step, up to three steps
+//! in flight (see [`Blocking::of`]). Operands are read
 //! through their offset expressions (strides, implicit-GEMM windows with
 //! their guards, computed prologues), so every gemm the loop IR describes
 //! runs; elements outside the matrix read as zero and are never stored.
@@ -32,7 +33,7 @@
 
 mod steps;
 
-use super::Frame;
+use super::{Frame, LaunchFunction};
 use crate::c::gemm_kernel::{epilogue, with_gemm_ranges};
 use crate::c::Printer;
 use kiln_ir::{bail, DType, Result};
@@ -43,8 +44,11 @@ use steps::{simt_step, tf32_step, Factor};
 /// Threads per block: 256 (as 16×16 threads each computing a
 /// `micro`×`micro` sub-tile, or 8 warps of tensor-core fragments).
 pub const THREADS: u32 = 256;
-/// Depth per staging step.
-const DEPTH: i64 = 16;
+/// Depths per staging step and steps in flight, the deepest first: more
+/// depth per step means fewer barriers per multiply-add, more steps in
+/// flight hide more of global memory's latency behind the multiply-adds
+/// (asynchronous copies only).
+const PIPELINES: [(i64, i64); 3] = [(32, 3), (16, 3), (16, 2)];
 /// Largest grid dimension a launch may use in y and z (and that x uses).
 const MAX_GRID: i64 = 65535;
 /// Most partial-tile elements a split gemm keeps (16 MiB of f32).
@@ -80,6 +84,10 @@ impl Unit {
 struct Blocking {
     tile: i64,
     unit: Unit,
+    /// Depth of one staging step.
+    depth: i64,
+    /// Staging buffers: steps in flight (being staged or multiplied).
+    stages: i64,
     splits: i64,
     /// Plain f32 factors are staged by asynchronous copies (sm_80 on).
     asynchronous: bool,
@@ -115,26 +123,34 @@ fn index_type(k: &Kernel, g: &Gemm) -> &'static str {
 
 impl Blocking {
     /// 128×128 tiles (twice the multiply-adds per shared load of 64×64)
-    /// when both sides of C are that large and their staging fits the
-    /// GPU's shared memory per block, else 64×64; then the splits that
-    /// fill its multiprocessors (see [`Blocking::splits_for`]).
+    /// when both sides of C are that large, else 64×64; the deepest
+    /// pipeline of [`PIPELINES`] whose staging lets two blocks share a
+    /// multiprocessor (each block's barriers then overlap the other's
+    /// work; `GpuDesc::shared_bytes_optin` bounds a block, the
+    /// multiprocessor has about twice that); then the splits that fill the
+    /// multiprocessors (see [`Blocking::splits_for`]).
     fn of(k: &Kernel, g: &Gemm, gpu: &GpuDesc) -> Blocking {
         let unit = if gpu.tf32_products() {
             Unit::Tf32
         } else {
             Unit::Simt
         };
-        let large_fits = staging_bytes(128, unit) <= gpu.shared_bytes_per_block;
-        let tile = if g.m >= 128 && g.n >= 128 && large_fits {
-            128
-        } else {
-            64
-        };
+        let asynchronous = gpu.compute_capability >= 80;
+        let tile = if g.m >= 128 && g.n >= 128 { 128 } else { 64 };
+        let budget = gpu.shared_bytes_optin.max(gpu.shared_bytes_per_block) / 2;
+        let (depth, stages) = PIPELINES
+            .into_iter()
+            // Without asynchronous copies a third buffer only waits.
+            .filter(|&(_, stages)| asynchronous || stages == 2)
+            .find(|&(depth, stages)| staging_bytes(tile, depth, stages, unit) <= budget)
+            .unwrap_or((16, 2));
         let mut b = Blocking {
             tile,
             unit,
+            depth,
+            stages,
             splits: 1,
-            asynchronous: gpu.compute_capability >= 80,
+            asynchronous,
             index: index_type(k, g),
         };
         b.splits = b.splits_for(g, gpu.sm_count);
@@ -158,7 +174,7 @@ impl Blocking {
     fn splits_for(&self, g: &Gemm, sms: usize) -> i64 {
         let tile_count = g.batch.max(1) * self.tiles(g.m) * self.tiles(g.n);
         let wanted = (2 * sms as i64 + tile_count - 1) / tile_count;
-        let by_depth = g.k / (DEPTH * MIN_SPLIT_STEPS);
+        let by_depth = g.k / (self.depth * MIN_SPLIT_STEPS);
         let by_memory = MAX_PARTIALS / (g.batch.max(1) * g.m * g.n).max(1);
         wanted.min(by_depth).min(by_memory).max(1)
     }
@@ -167,14 +183,18 @@ impl Blocking {
         (n.max(1) + self.tile - 1) / self.tile
     }
 
-    /// The shared staging buffers: two (the step computed and the next,
-    /// being staged), each A's rows and B's columns `DEPTH` deep.
-    fn shared(&self) -> String {
+    /// The staging buffers in dynamic shared memory (`stages` steps, each
+    /// A's rows and B's columns `depth` deep), and their bytes.
+    fn shared(&self) -> (String, usize) {
         let (pa, pb) = self.unit.padding();
-        let tile = self.tile;
-        format!(
-            "  __shared__ float kiln_as[2][{DEPTH}][{tile} + {pa}];\n  __shared__ float kiln_bs[2][{DEPTH}][{tile} + {pb}];\n"
-        )
+        let (tile, depth, stages) = (self.tile, self.depth, self.stages);
+        let text = format!(
+            "  extern __shared__ __align__(16) float kiln_smem[];
+  float (*kiln_as)[{depth}][{tile} + {pa}] = (float (*)[{depth}][{tile} + {pa}])kiln_smem;
+  float (*kiln_bs)[{depth}][{tile} + {pb}] = (float (*)[{depth}][{tile} + {pb}])(kiln_smem + {stages} * {depth} * ({tile} + {pa}));
+"
+        );
+        (text, staging_bytes(tile, depth, stages, self.unit))
     }
 
     /// Each thread's place in the block, and its accumulators.
@@ -201,8 +221,8 @@ impl Blocking {
     /// The multiply-adds of one staged step (see [`Unit`]).
     fn step(&self) -> String {
         match self.unit {
-            Unit::Simt => simt_step(self.micro()),
-            Unit::Tf32 => tf32_step(self.fragments()),
+            Unit::Simt => simt_step(self.micro(), self.depth),
+            Unit::Tf32 => tf32_step(self.fragments(), self.depth),
         }
     }
 
@@ -241,20 +261,21 @@ struct Elements {
 }
 
 /// Bytes of shared memory the staging buffers of a `tile`-wide gemm
-/// take: two steps of A's rows and B's columns, `DEPTH` deep, padded, f32.
-fn staging_bytes(tile: i64, unit: Unit) -> usize {
+/// take: `stages` steps of A's rows and B's columns, `depth` deep,
+/// padded, f32.
+fn staging_bytes(tile: i64, depth: i64, stages: i64, unit: Unit) -> usize {
     let (pa, pb) = unit.padding();
-    (2 * DEPTH * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
+    (stages * depth * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
 }
 
-/// The kernel `function` computing `g` and its grid, for `gpu`.
-pub fn gemm_function(
+/// The kernel `function` computing `g` and its launch, for `gpu`.
+pub(super) fn gemm_function(
     k: &Kernel,
     g: &Gemm,
     function: &str,
     params: &str,
     gpu: &GpuDesc,
-) -> Result<(String, [u32; 3])> {
+) -> Result<LaunchFunction> {
     let a = Factor::of(k, &g.a, [g.batch, g.m, g.k])?;
     let b = Factor::of(k, &g.b, [g.batch, g.k, g.n])?;
     let store = store(k, g)?;
@@ -284,7 +305,8 @@ pub fn gemm_function(
     };
     let main = main_loop(g, &bl, &a, &b);
     let (setup, accumulators) = bl.thread_setup();
-    let shared = bl.shared() + last_flag;
+    let (staging, shared_bytes) = bl.shared();
+    let shared = staging + last_flag;
     let body = format!(
         r#"{setup}  for (int64_t kiln_z = blockIdx.z; kiln_z < {zs}; kiln_z += gridDim.z)
   for (int64_t m0 = (int64_t)blockIdx.y * {tile}; m0 < {m}; m0 += (int64_t)gridDim.y * {tile})
@@ -304,52 +326,72 @@ pub fn gemm_function(
         globals: &globals,
         shared: &shared,
     };
-    let text = frame.wrap(&body);
-    Ok((text, grid))
+    Ok(LaunchFunction {
+        text: frame.wrap(&body),
+        grid,
+        block: [THREADS, 1, 1],
+        shared_bytes: shared_bytes as u32,
+    })
 }
 
 /// The depth loop of one tile (this block's split of it), software
-/// pipelined: the next step is staged into the other buffer while this
-/// one is multiplied (the asynchronous copies land while the tensor or
-/// CUDA cores work; a group's completion is awaited only before its step).
+/// pipelined over `stages` buffers: steps are staged `stages - 1` ahead of
+/// the one multiplied (the asynchronous copies land while the tensor or
+/// CUDA cores work). Each step first awaits its own copies (every group
+/// but the newest `stages - 2`), then one barrier publishes them and
+/// frees the buffer multiplied last, which the step `stages - 1` ahead is
+/// staged into. Every iteration commits one group, empty past the end, so
+/// the count stays exact.
 fn main_loop(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
-    let (tile, splits) = (bl.tile, bl.splits);
-    let depth = g.k;
+    let (tile, splits, depth, stages) = (bl.tile, bl.splits, bl.depth, bl.stages);
     let (pa, pb) = bl.unit.padding();
     // Depth per split, whole staging steps.
-    let chunk = ((depth + splits - 1) / splits + DEPTH - 1) / DEPTH * DEPTH;
+    let chunk = ((g.k + splits - 1) / splits + depth - 1) / depth * depth;
     let stage = staging(g, bl, a, b);
-    let (commit, wait) = if bl.asynchronous {
-        ("kiln_cp_commit();", "kiln_cp_wait_prior();")
+    let (commit, wait, drain) = if bl.asynchronous {
+        (
+            "kiln_cp_commit();".to_string(),
+            format!("kiln_cp_wait<{}>();", stages - 2),
+            "kiln_cp_wait<0>();",
+        )
     } else {
-        ("", "")
+        (String::new(), String::new(), "")
     };
     let step = bl.step();
+    let total = g.k;
     format!(
         r#"    const int64_t bz = kiln_z / {splits}, kiln_split = kiln_z % {splits};
     const int64_t kiln_k_begin = kiln_split * {chunk};
-    const int64_t kiln_k_end = kiln_k_begin + {chunk} < {depth} ? kiln_k_begin + {chunk} : {depth};
-    if (kiln_k_begin < kiln_k_end) {{ const int64_t kiln_k = kiln_k_begin; const int kiln_buf = 0;
-{stage}    }}
-    {commit}
-    for (int64_t k0 = kiln_k_begin; k0 < kiln_k_end; k0 += {DEPTH}) {{
-      const int kiln_cur = (int)(((k0 - kiln_k_begin) / {DEPTH}) & 1);
-      if (k0 + {DEPTH} < kiln_k_end) {{ const int64_t kiln_k = k0 + {DEPTH}; const int kiln_buf = kiln_cur ^ 1;
+    const int64_t kiln_k_end = kiln_k_begin + {chunk} < {total} ? kiln_k_begin + {chunk} : {total};
+    for (int kiln_buf = 0; kiln_buf < {stages} - 1; ++kiln_buf) {{
+      const int64_t kiln_k = kiln_k_begin + kiln_buf * {depth};
+      if (kiln_k < kiln_k_end) {{
 {stage}      }}
-      {commit} {wait}
+      {commit}
+    }}
+    int kiln_cur = 0;
+    for (int64_t k0 = kiln_k_begin; k0 < kiln_k_end; k0 += {depth}) {{
+      {wait}
       __syncthreads();
+      {{ const int64_t kiln_k = k0 + ({stages} - 1) * {depth};
+        const int kiln_buf = (kiln_cur + {stages} - 1) % {stages};
+        if (kiln_k < kiln_k_end) {{
+{stage}        }}
+        {commit} }}
       float (*kiln_a)[{tile} + {pa}] = kiln_as[kiln_cur];
       float (*kiln_b)[{tile} + {pb}] = kiln_bs[kiln_cur];
-{step}      __syncthreads();
+{step}      kiln_cur = (kiln_cur + 1) % {stages};
     }}
+    {drain}
+    __syncthreads();
 "#
     )
 }
 
-/// The statements staging the step of depth `kiln_k..kiln_k + DEPTH` into
+/// The statements staging the step of depth `kiln_k..kiln_k + depth` into
 /// buffer `kiln_buf`: A's rows and B's columns of the tile.
 fn staging(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
-    let (tile, m, n) = (bl.tile, g.m, g.n);
+    let (tile, depth, m, n) = (bl.tile, bl.depth, g.m, g.n);
     let a = a.stage(
         "kiln_as[kiln_buf][kk][rr]",
         &format!("r < {m} && c < kiln_k_end"),
@@ -362,8 +404,8 @@ fn staging(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
     );
     let ix = bl.index;
     format!(
-        r#"      for (int t = threadIdx.x; t < {tile} * {DEPTH}; t += {THREADS}) {{
-        {{ const int kk = t % {DEPTH}, rr = t / {DEPTH};
+        r#"      for (int t = threadIdx.x; t < {tile} * {depth}; t += {THREADS}) {{
+        {{ const int kk = t % {depth}, rr = t / {depth};
           const {ix} b = bz, r = m0 + rr, c = kiln_k + kk; (void)b;
           {a} }}
         {{ const int cc = t % {tile}, kb = t / {tile};

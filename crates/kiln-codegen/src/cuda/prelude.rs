@@ -32,9 +32,9 @@ KILN_INLINE void kiln_cp_async4(float* shared, const float* global, bool on) {
 }
 /* the copies issued since the last commit form a group */
 KILN_INLINE void kiln_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* every group but the newest has landed (in this thread's view; a barrier
+/* every group but the newest N has landed (in this thread's view; a barrier
    after it makes them visible to the block) */
-KILN_INLINE void kiln_cp_wait_prior(void) { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N> KILN_INLINE void kiln_cp_wait(void) { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 #endif
 "#;
 

@@ -201,6 +201,42 @@ impl Gpu {
         unsafe { cu!(self.driver(), cuStreamSynchronize(self.stream)) }
     }
 
+    /// GPU time in milliseconds of each of `n` pieces of work, `f(i)`
+    /// queueing the `i`-th on this stream: an event before the first and
+    /// one after each, read once all have run.
+    pub fn elapsed_each_ms<F: FnMut(usize) -> Result<()>>(
+        &self,
+        n: usize,
+        mut f: F,
+    ) -> Result<Vec<f32>> {
+        self.set_current()?;
+        let events = (0..=n)
+            .map(|_| Event::new(self))
+            .collect::<Result<Vec<_>>>()?;
+        events[0].record()?;
+        for (i, after) in events[1..].iter().enumerate() {
+            f(i)?;
+            self.set_current()?; // `f` may have switched contexts.
+            after.record()?;
+        }
+        // SAFETY: live event.
+        unsafe { cu!(self.driver(), cuEventSynchronize(events[n].raw)) }?;
+        events
+            .windows(2)
+            .map(|w| {
+                let mut ms = 0f32;
+                // SAFETY: live, recorded events; valid out-pointer.
+                unsafe {
+                    cu!(
+                        self.driver(),
+                        cuEventElapsedTime(&mut ms, w[0].raw, w[1].raw)
+                    )
+                }?;
+                Ok(ms)
+            })
+            .collect()
+    }
+
     /// GPU time in milliseconds of the work `f` queues on this stream,
     /// measured with a pair of events around it.
     pub fn elapsed_ms<F: FnMut() -> Result<()>>(&self, mut f: F) -> Result<f32> {

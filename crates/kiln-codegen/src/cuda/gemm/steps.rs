@@ -3,13 +3,12 @@
 //! staged step on CUDA cores or on TF32 tensor cores.
 //!
 //! Needs: the template's names — `kiln_as`/`kiln_bs` (two buffers of
-//! `DEPTH` rows each), `kiln_a`/`kiln_b` (the current buffer), the
+//! `depth` rows each), `kiln_a`/`kiln_b` (the current buffer), the
 //! thread's place (`tx`, `ty`, or `kiln_g`, `kiln_t`, `wm`, `wn`) and its
 //! accumulators `kiln_acc`. Guarantees: a staged element is the factor's
 //! value inside the matrix and the step's depth, zero outside; a step adds
 //! `A·B` over the staged depth into every accumulator of the thread.
 
-use super::DEPTH;
 use crate::c::gemm_kernel::with_gemm_ranges;
 use crate::c::Printer;
 use kiln_ir::{bail, DType, Result};
@@ -82,10 +81,10 @@ impl Factor {
 
 /// One staged step on CUDA cores: each thread's `micro`×`micro` sub-tile,
 /// rows `ty + 16i` and columns `tx + 16j`.
-pub(super) fn simt_step(micro: i64) -> String {
+pub(super) fn simt_step(micro: i64, depth: i64) -> String {
     format!(
         r#"#pragma unroll
-      for (int kk = 0; kk < {DEPTH}; ++kk) {{
+      for (int kk = 0; kk < {depth}; ++kk) {{
         float av[{micro}], bv[{micro}];
 #pragma unroll
         for (int i = 0; i < {micro}; ++i) {{ av[i] = kiln_a[kk][ty + 16 * i]; bv[i] = kiln_b[kk][tx + 16 * i]; }}
@@ -103,10 +102,10 @@ pub(super) fn simt_step(micro: i64) -> String {
 /// t+4) and B fragments (8 columns: `b0` depth t column g, `b1` depth t+4),
 /// rounding them to TF32, and multiply-adds every pair (PTX ISA, "Matrix
 /// Fragments for mma.m16n8k8", `.tf32`).
-pub(super) fn tf32_step((fm, fn_): (i64, i64)) -> String {
+pub(super) fn tf32_step((fm, fn_): (i64, i64), depth: i64) -> String {
     format!(
         r#"#pragma unroll
-      for (int ks = 0; ks < {DEPTH}; ks += 8) {{
+      for (int ks = 0; ks < {depth}; ks += 8) {{
         uint32_t af[{fm}][4], bf[{fn_}][2];
 #pragma unroll
         for (int i = 0; i < {fm}; ++i) {{
