@@ -460,6 +460,22 @@ impl Idx {
         self.vars(&mut v);
         v.iter().any(|x| x == name)
     }
+
+    /// Whether the index is `var + rest`, `rest` independent of `var` and
+    /// a multiple of `width`: then `width` consecutive values of `var`
+    /// from a multiple of `width` address `width` consecutive elements,
+    /// the first a multiple of `width` (a vector of them, aligned).
+    pub fn unit_stride_aligned(&self, var: &str, width: i64) -> bool {
+        let mut unit = false;
+        for (atom, coeff) in &self.terms {
+            match atom {
+                Atom::Var(v) if v == var => unit = *coeff == 1,
+                _ if Idx::atom(atom.clone()).uses(var) || coeff % width != 0 => return false,
+                _ => {}
+            }
+        }
+        unit && self.constant % width == 0
+    }
 }
 
 impl Val {
@@ -637,5 +653,34 @@ pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
             }
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn term(a: Atom, c: i64) -> Idx {
+        Idx::atom(a).scale(c)
+    }
+
+    #[test]
+    fn unit_stride_aligned_needs_unit_c_and_aligned_rest() {
+        let row_major = term(Atom::Var("r".into()), 3072).plus(&Idx::var("c"));
+        assert!(row_major.unit_stride_aligned("c", 4));
+        // A row length that is not a multiple of four misaligns rows.
+        let odd_rows = term(Atom::Var("r".into()), 30).plus(&Idx::var("c"));
+        assert!(!odd_rows.unit_stride_aligned("c", 4));
+        // Strided along c, or c absent: not consecutive.
+        assert!(!term(Atom::Var("c".into()), 2).unit_stride_aligned("c", 4));
+        assert!(!term(Atom::Var("r".into()), 4).unit_stride_aligned("c", 4));
+        // c inside a division (a window's channel split) is not a unit stride.
+        let window = Idx::var("c").plus(&term(Atom::Div(Box::new(Idx::var("c")), 64), 4));
+        assert!(!window.unit_stride_aligned("c", 4));
+        let shifted = row_major.clone().plus(&Idx::constant(2));
+        assert!(!shifted.unit_stride_aligned("c", 4));
+        assert!(row_major
+            .plus(&Idx::constant(8))
+            .unit_stride_aligned("c", 4));
     }
 }

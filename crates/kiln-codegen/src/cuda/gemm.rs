@@ -67,13 +67,27 @@ enum Unit {
 
 impl Unit {
     /// Words each staged row of A and of B is padded by. CUDA cores read
-    /// A's column across threads (one word spreads A's transposed stores
-    /// over the banks); a fragment load reads 4 depths × 8 rows, which a
-    /// row of `tile + 8` words puts in 32 different banks.
+    /// A's column across threads, so A is staged depth by depth (one word
+    /// spreads its transposed stores over the banks). Tensor cores stage
+    /// A row by row (`depth + 4` words: a fragment load's 8 rows × 4
+    /// depths fall in 32 different banks, and a row's depths can be copied
+    /// 16 bytes at a time); B's fragment load reads 4 depths × 8 columns,
+    /// which a row of `tile + 8` words puts in 32 different banks.
     fn padding(self) -> (i64, i64) {
         match self {
             Unit::Simt => (1, 0),
-            Unit::Tf32 => (8, 8),
+            Unit::Tf32 => (4, 8),
+        }
+    }
+
+    /// The shape of one staged step of A, `tile` rows `depth` deep:
+    /// `[depth][tile + pad]` on CUDA cores, `[tile][depth + pad]` on tensor
+    /// cores (see [`Unit::padding`]).
+    fn a_shape(self, tile: i64, depth: i64) -> [i64; 2] {
+        let pad = self.padding().0;
+        match self {
+            Unit::Simt => [depth, tile + pad],
+            Unit::Tf32 => [tile, depth + pad],
         }
     }
 }
@@ -186,13 +200,11 @@ impl Blocking {
     /// The staging buffers in dynamic shared memory (`stages` steps, each
     /// A's rows and B's columns `depth` deep), and their bytes.
     fn shared(&self) -> (String, usize) {
-        let (pa, pb) = self.unit.padding();
+        let pb = self.unit.padding().1;
         let (tile, depth, stages) = (self.tile, self.depth, self.stages);
+        let [ar, ac] = self.unit.a_shape(tile, depth);
         let text = format!(
-            "  extern __shared__ __align__(16) float kiln_smem[];
-  float (*kiln_as)[{depth}][{tile} + {pa}] = (float (*)[{depth}][{tile} + {pa}])kiln_smem;
-  float (*kiln_bs)[{depth}][{tile} + {pb}] = (float (*)[{depth}][{tile} + {pb}])(kiln_smem + {stages} * {depth} * ({tile} + {pa}));
-"
+            "  extern __shared__ __align__(16) float kiln_smem[];\n  float (*kiln_as)[{ar}][{ac}] = (float (*)[{ar}][{ac}])kiln_smem;\n  float (*kiln_bs)[{depth}][{tile} + {pb}] = (float (*)[{depth}][{tile} + {pb}])(kiln_smem + {stages} * {ar} * {ac});\n"
         );
         (text, staging_bytes(tile, depth, stages, self.unit))
     }
@@ -264,8 +276,9 @@ struct Elements {
 /// take: `stages` steps of A's rows and B's columns, `depth` deep,
 /// padded, f32.
 fn staging_bytes(tile: i64, depth: i64, stages: i64, unit: Unit) -> usize {
-    let (pa, pb) = unit.padding();
-    (stages * depth * (2 * tile + pa + pb)) as usize * std::mem::size_of::<f32>()
+    let [ar, ac] = unit.a_shape(tile, depth);
+    let b = depth * (tile + unit.padding().1);
+    (stages * (ar * ac + b)) as usize * std::mem::size_of::<f32>()
 }
 
 /// The kernel `function` computing `g` and its launch, for `gpu`.
@@ -344,7 +357,8 @@ pub(super) fn gemm_function(
 /// the count stays exact.
 fn main_loop(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
     let (tile, splits, depth, stages) = (bl.tile, bl.splits, bl.depth, bl.stages);
-    let (pa, pb) = bl.unit.padding();
+    let pb = bl.unit.padding().1;
+    let a_row = bl.unit.a_shape(tile, depth)[1];
     // Depth per split, whole staging steps.
     let chunk = ((g.k + splits - 1) / splits + depth - 1) / depth * depth;
     let stage = staging(g, bl, a, b);
@@ -378,7 +392,7 @@ fn main_loop(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
         if (kiln_k < kiln_k_end) {{
 {stage}        }}
         {commit} }}
-      float (*kiln_a)[{tile} + {pa}] = kiln_as[kiln_cur];
+      float (*kiln_a)[{a_row}] = kiln_as[kiln_cur];
       float (*kiln_b)[{tile} + {pb}] = kiln_bs[kiln_cur];
 {step}      kiln_cur = (kiln_cur + 1) % {stages};
     }}
@@ -389,31 +403,74 @@ fn main_loop(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
 }
 
 /// The statements staging the step of depth `kiln_k..kiln_k + depth` into
-/// buffer `kiln_buf`: A's rows and B's columns of the tile.
+/// buffer `kiln_buf`: A's rows and B's columns of the tile, element by
+/// element, or 16 bytes at a time where the factor is consecutive along
+/// the staged buffer's rows (A on tensor cores, B) and copies are
+/// asynchronous.
 fn staging(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
-    let (tile, depth, m, n) = (bl.tile, bl.depth, g.m, g.n);
-    let a = a.stage(
-        "kiln_as[kiln_buf][kk][rr]",
-        &format!("r < {m} && c < kiln_k_end"),
-        bl.asynchronous,
-    );
-    let b = b.stage(
-        "kiln_bs[kiln_buf][kb][cc]",
-        &format!("r < kiln_k_end && c < {n}"),
-        bl.asynchronous,
-    );
-    let ix = bl.index;
-    format!(
-        r#"      for (int t = threadIdx.x; t < {tile} * {depth}; t += {THREADS}) {{
-        {{ const int kk = t % {depth}, rr = t / {depth};
-          const {ix} b = bz, r = m0 + rr, c = kiln_k + kk; (void)b;
-          {a} }}
-        {{ const int cc = t % {tile}, kb = t / {tile};
-          const {ix} b = bz, r = kiln_k + kb, c = n0 + cc; (void)b;
-          {b} }}
+    let (tile, depth, m, n, ix) = (bl.tile, bl.depth, g.m, g.n, bl.index);
+    let a_dst = match bl.unit {
+        Unit::Simt => "kiln_as[kiln_buf][kk][rr]",
+        Unit::Tf32 => "kiln_as[kiln_buf][rr][kk]",
+    };
+    let a_vector = bl.asynchronous && bl.unit == Unit::Tf32;
+    let a = match a.stage_vector(a_dst, &format!("r < {m} ? kiln_k_end - c : 0")) {
+        Some(copy) if a_vector => StagingLoop {
+            count: tile * depth / 4,
+            place: format!("const int kk = 4 * (t % {q}), rr = t / {q};", q = depth / 4),
+            copy,
+        },
+        _ => StagingLoop {
+            count: tile * depth,
+            place: format!("const int kk = t % {depth}, rr = t / {depth};"),
+            copy: a.stage(
+                a_dst,
+                &format!("r < {m} && c < kiln_k_end"),
+                bl.asynchronous,
+            ),
+        },
+    };
+    let b_dst = "kiln_bs[kiln_buf][kb][cc]";
+    let b = match b.stage_vector(b_dst, &format!("r < kiln_k_end ? {n} - c : 0")) {
+        Some(copy) if bl.asynchronous => StagingLoop {
+            count: tile * depth / 4,
+            place: format!("const int cc = 4 * (t % {q}), kb = t / {q};", q = tile / 4),
+            copy,
+        },
+        _ => StagingLoop {
+            count: tile * depth,
+            place: format!("const int cc = t % {tile}, kb = t / {tile};"),
+            copy: b.stage(
+                b_dst,
+                &format!("r < kiln_k_end && c < {n}"),
+                bl.asynchronous,
+            ),
+        },
+    };
+    a.print("r = m0 + rr, c = kiln_k + kk", ix) + &b.print("r = kiln_k + kb, c = n0 + cc", ix)
+}
+
+/// A loop of the block's threads staging one factor's step: `count`
+/// copies, each thread's `t` placed in the buffer by `place`.
+struct StagingLoop {
+    count: i64,
+    place: String,
+    copy: String,
+}
+
+impl StagingLoop {
+    /// The loop, with the copied element's `(b, r, c)` given by `coords`.
+    fn print(&self, coords: &str, ix: &str) -> String {
+        let StagingLoop { count, place, copy } = self;
+        format!(
+            r#"      for (int t = threadIdx.x; t < {count}; t += {THREADS}) {{
+        {place}
+        const {ix} b = bz, {coords}; (void)b;
+        {copy}
       }}
 "#
-    )
+        )
+    }
 }
 
 /// Each thread stores its elements through the epilogue.

@@ -15,7 +15,8 @@ pub fn prelude() -> String {
 /// The sm_80 helpers of the gemm template (`cuda/gemm.rs`): rounding an
 /// f32 to TF32 (to nearest, ties away), one warp-wide `m16n8k8`
 /// multiply-add of TF32 fragments into f32 accumulators, and asynchronous
-/// 4-byte copies from global to shared memory (zero-filled when off),
+/// 4- and 16-byte copies from global to shared memory (zero-filled when
+/// off),
 /// committed and awaited in groups. The instructions exist from sm_80 on;
 /// code for older targets never calls them.
 const TENSOR_CORES: &str = r#"#if __CUDA_ARCH__ >= 800
@@ -29,6 +30,14 @@ KILN_INLINE void kiln_cp_async4(float* shared, const float* global, bool on) {
   uint32_t s;
   asm("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }" : "=r"(s) : "l"(shared));
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(s), "l"(global), "r"(on ? 4 : 0) : "memory");
+}
+/* 16 bytes (aligned at both ends), of which the first 4n come from global
+   memory (n clamped to 0..4), the rest zero */
+KILN_INLINE void kiln_cp_async16(float* shared, const float* global, int64_t n) {
+  uint32_t s;
+  asm("{ .reg .u64 p; cvta.to.shared.u64 p, %1; cvt.u32.u64 %0, p; }" : "=r"(s) : "l"(shared));
+  const int bytes = n <= 0 ? 0 : n >= 4 ? 16 : (int)(4 * n);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(s), "l"(global), "r"(bytes) : "memory");
 }
 /* the copies issued since the last commit form a group */
 KILN_INLINE void kiln_cp_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }

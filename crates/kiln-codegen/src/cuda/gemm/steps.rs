@@ -23,6 +23,10 @@ pub(super) enum Factor {
         buf: String,
         idx: String,
         guard: Option<String>,
+        /// Unguarded, and consecutive along `c` in aligned fours
+        /// ([`kiln_loop::Idx::unit_stride_aligned`]): copied 16 bytes at a
+        /// time where the template stages `c` in fours.
+        vector: bool,
     },
     /// Any other value (a computed prologue): loaded, computed and stored
     /// by the thread.
@@ -43,6 +47,7 @@ impl Factor {
                 return Ok(Factor::Copy {
                     buf: k.buffers[o.buf].name.clone(),
                     idx: p.idx(&o.offset)?,
+                    vector: guard.is_none() && o.offset.unit_stride_aligned("c", 4),
                     guard,
                 });
             }
@@ -65,7 +70,9 @@ impl Factor {
     pub(super) fn stage(&self, dst: &str, inside: &str, asynchronous: bool) -> String {
         let (buf, idx, guard) = match self {
             Factor::Value(v) => return format!("{dst} = ({inside}) ? (float)({v}) : 0.0f;"),
-            Factor::Copy { buf, idx, guard } => (buf, idx, guard),
+            Factor::Copy {
+                buf, idx, guard, ..
+            } => (buf, idx, guard),
         };
         let on = match guard {
             Some(g) => format!("({inside}) && ({g})"),
@@ -76,6 +83,25 @@ impl Factor {
         } else {
             format!("{dst} = {on} ? {buf}[{idx}] : 0.0f;")
         }
+    }
+}
+
+impl Factor {
+    /// The asynchronous copy of the four elements at `(b, r, c..c + 4)`
+    /// into `dst` (16 bytes, aligned), `count` of them inside (the rest,
+    /// and all four when `count <= 0`, zero-filled); `None` unless the
+    /// factor is a [`Factor::Copy`] with `vector`.
+    pub(super) fn stage_vector(&self, dst: &str, count: &str) -> Option<String> {
+        let Factor::Copy {
+            buf,
+            idx,
+            vector: true,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        Some(format!("{{ const int64_t kiln_n = {count}; kiln_cp_async16(&{dst}, kiln_n > 0 ? &{buf}[{idx}] : {buf}, kiln_n); }}"))
     }
 }
 
@@ -97,8 +123,8 @@ pub(super) fn simt_step(micro: i64, depth: i64) -> String {
     )
 }
 
-/// One staged step on tensor cores: per 8 deep, each warp loads its A
-/// fragments (16 rows: `a0` row g depth t, `a1` row g+8, `a2`/`a3` depth
+/// One staged step on tensor cores (A staged row by row: `kiln_a[row][depth]`):
+/// per 8 deep, each warp loads its A fragments (16 rows: `a0` row g depth t, `a1` row g+8, `a2`/`a3` depth
 /// t+4) and B fragments (8 columns: `b0` depth t column g, `b1` depth t+4),
 /// rounding them to TF32, and multiply-adds every pair (PTX ISA, "Matrix
 /// Fragments for mma.m16n8k8", `.tf32`).
@@ -110,8 +136,8 @@ pub(super) fn tf32_step((fm, fn_): (i64, i64), depth: i64) -> String {
 #pragma unroll
         for (int i = 0; i < {fm}; ++i) {{
           const int rr = wm + 16 * i + kiln_g;
-          af[i][0] = kiln_tf32(kiln_a[ks + kiln_t][rr]); af[i][1] = kiln_tf32(kiln_a[ks + kiln_t][rr + 8]);
-          af[i][2] = kiln_tf32(kiln_a[ks + kiln_t + 4][rr]); af[i][3] = kiln_tf32(kiln_a[ks + kiln_t + 4][rr + 8]);
+          af[i][0] = kiln_tf32(kiln_a[rr][ks + kiln_t]); af[i][1] = kiln_tf32(kiln_a[rr + 8][ks + kiln_t]);
+          af[i][2] = kiln_tf32(kiln_a[rr][ks + kiln_t + 4]); af[i][3] = kiln_tf32(kiln_a[rr + 8][ks + kiln_t + 4]);
         }}
 #pragma unroll
         for (int j = 0; j < {fn_}; ++j) {{
