@@ -73,6 +73,7 @@ def main() -> int:
     ap.add_argument("--kiln", default="target/release/kiln")
     ap.add_argument("--tf32", action="store_true",
                     help="f32 products on TF32 tensor cores (kiln compile --tf32)")
+    ap.add_argument("--all", action="store_true", help="print every function's registers")
     ap.add_argument("models", nargs="+")
     args = ap.parse_args()
     lib = ctypes.CDLL(os.environ["KILN_NVRTC"])
@@ -86,7 +87,7 @@ def main() -> int:
         most = max(rows, key=lambda r: r[1])
         print(f"{model}: {len(rows)} functions, most registers {most[1]} ({most[0]}), "
               f"{len(spilling)} spill")
-        for name, regs, st, ld in spilling:
+        for name, regs, st, ld in rows if args.all else spilling:
             print(f"  {name}: {regs} registers, {st} bytes spill stores, {ld} bytes spill loads")
     return 0
 

@@ -165,12 +165,14 @@ fn launch_function(
 
 /// The frame of every generated function: module-scope `globals` before
 /// it, then `extern "C" __global__` (bounded to `threads` per block when
-/// given) over the kernel's `params`, its `shared` declarations, the
+/// given, and to registers that let `min_blocks` blocks share a
+/// multiprocessor when above 1) over the kernel's `params`, its `shared` declarations, the
 /// thread's error flag, `body`, and the flag published to `kiln_err`.
 pub(crate) struct Frame<'a> {
     pub function: &'a str,
     pub params: &'a str,
     pub threads: Option<u32>,
+    pub min_blocks: u32,
     pub globals: &'a str,
     pub shared: &'a str,
 }
@@ -179,7 +181,10 @@ impl Frame<'_> {
     pub(crate) fn wrap(&self, body: &str) -> String {
         let bounds = self
             .threads
-            .map(|t| format!("__launch_bounds__({t}) "))
+            .map(|t| match self.min_blocks {
+                0 | 1 => format!("__launch_bounds__({t}) "),
+                b => format!("__launch_bounds__({t}, {b}) "),
+            })
             .unwrap_or_default();
         format!(
             "{globals}extern \"C\" __global__ void {bounds}{function}({params}) {{\n{shared}  int err = 0;\n{body}  if (err) *kiln_err = 1;\n}}\n",
@@ -249,6 +254,7 @@ fn threads_function(
         function,
         params,
         threads: Some(gpu.block_threads as u32),
+        min_blocks: 1,
         globals: "",
         shared: "",
     };
@@ -273,6 +279,7 @@ fn single_function(
         function,
         params,
         threads: None,
+        min_blocks: 1,
         globals: "",
         shared: "",
     };

@@ -336,6 +336,9 @@ pub(super) fn gemm_function(
         function,
         params,
         threads: Some(THREADS),
+        // The staging was sized for two blocks per multiprocessor
+        // (`Blocking::of`); registers must allow them too.
+        min_blocks: 2,
         globals: &globals,
         shared: &shared,
     };

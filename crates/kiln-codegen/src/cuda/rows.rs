@@ -304,6 +304,7 @@ impl<'a> RowWriter<'a> {
             function,
             params,
             threads: Some(threads),
+            min_blocks: 1,
             globals,
             shared: &self.shared,
         }
