@@ -137,9 +137,17 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
         }
     }
     // A's reads must stay in bounds: a padded image read that is not a
-    // window with pixel rows (one of several images) takes the other side.
-    match oriented(te, ka, kb, site)? {
-        Oriented::GuardedA => match oriented(te, kb, ka, site)? {
+    // window with pixel rows takes the other side. Several images read
+    // window by window are first tried as a gemm batched over the images.
+    let first = match oriented(te, ka, kb, site, false)? {
+        Oriented::GuardedA => match oriented(te, ka, kb, site, true)? {
+            Oriented::Gemm(c) => Oriented::Gemm(c),
+            _ => Oriented::GuardedA,
+        },
+        other => other,
+    };
+    match first {
+        Oriented::GuardedA => match oriented(te, kb, ka, site, false)? {
             // A small window (a first convolution's 3x3x3 over several
             // images) is left to the window form, vectorized along the
             // output's contiguous axis.
@@ -147,7 +155,7 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
             _ => Ok(None),
         },
         Oriented::Gemm(c) => Ok(Some(*c)),
-        Oriented::No if site.grouped => match oriented(te, kb, ka, site)? {
+        Oriented::No if site.grouped => match oriented(te, kb, ka, site, false)? {
             Oriented::Gemm(c) => Ok(Some(*c)),
             _ => Ok(None),
         },
@@ -169,8 +177,17 @@ enum Oriented {
     No,
 }
 
-/// The gemm computing `te` as `A = access ka`, `B = access kb`.
-fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Oriented> {
+/// The gemm computing `te` as `A = access ka`, `B = access kb`; with
+/// `images_as_batch`, A's images (its first dimension, read at an output
+/// variable B does not read) are the gemm's batch instead of part of its
+/// rows, so A can be a window over each image (`No` unless it is).
+fn oriented(
+    te: &TensorExpr,
+    ka: usize,
+    kb: usize,
+    site: &Site,
+    images_as_batch: bool,
+) -> Result<Oriented> {
     let (input_dtypes, buffer_of, out) = (site.input_dtypes, site.buffer_of, site.out);
     let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
     let affine = te
@@ -205,6 +222,12 @@ fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Orient
     for (k, &e) in red.iter().enumerate() {
         axes.push((Var::Red(k), Axis::K, e as i64));
     }
+    if images_as_batch {
+        let Some(l) = image_batch_var(te, ka, &axes) else {
+            return Ok(Oriented::No);
+        };
+        axes[l].1 = Axis::Batch;
+    }
     let size = |axis| -> i64 { axes.iter().filter(|a| a.1 == axis).map(|a| a.2).product() };
     let (batch, m, n, k) = (
         size(Axis::Batch),
@@ -212,7 +235,7 @@ fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Orient
         size(Axis::N),
         size(Axis::K),
     );
-    let work = if site.grouped {
+    let work = if site.grouped || images_as_batch {
         batch * m * n * k
     } else {
         m * n * k
@@ -292,13 +315,16 @@ fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Orient
     // A padded read on A is allowed only as a window with pixel rows,
     // which the code generator reads through row pointers (zeros for the
     // padding).
-    let a_window = if batch == 1 {
+    let a_window = if batch == 1 || images_as_batch {
         conv_window_last(te, ka, &axes).or_else(|| conv_window(te, ka, &axes, Axis::M))
     } else {
         None
     };
     if !a_guard.is_empty() && a_window.is_none() {
         return Ok(Oriented::GuardedA);
+    }
+    if images_as_batch && a_window.is_none() {
+        return Ok(Oriented::No);
     }
     let (b_off, b_guard, b_index) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
@@ -332,7 +358,7 @@ fn oriented(te: &TensorExpr, ka: usize, kb: usize, site: &Site) -> Result<Orient
             offset: c_off,
             guard: Vec::new(),
         },
-        window: if batch == 1 {
+        window: if batch == 1 || images_as_batch {
             a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
         } else {
             None
@@ -370,7 +396,7 @@ fn conv_window(
     axes: &[(Var, Axis, i64)],
     pixels: Axis,
 ) -> Option<ConvWindow> {
-    let ([_, channels, h, w], [_, e1, e2, e3]) = image_access(te, k)?;
+    let ([images, channels, h, w], [_, e1, e2, e3]) = image_access(te, k, axes)?;
     let red = te.reduction.as_ref()?;
     if red.extents.len() != 3 {
         return None;
@@ -387,7 +413,7 @@ fn conv_window(
         Axis::M => WindowLayout::NchwRows,
         _ => WindowLayout::Nchw,
     };
-    window(te, [channels, h, w], outs, kernel, reads, layout)
+    window(te, [images, channels, h, w], outs, kernel, reads, layout)
 }
 
 /// The geometry of A when it reads an NHWC image window by window:
@@ -397,7 +423,7 @@ fn conv_window(
 /// `None` for a 1x1 window of stride 1 without padding: that A is a plain
 /// strided matrix.
 fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let ([_, h, w, channels], [_, e1, e2, e3]) = image_access(te, ka)?;
+    let ([images, h, w, channels], [_, e1, e2, e3]) = image_access(te, ka, axes)?;
     let red = te.reduction.as_ref()?;
     let last = red.extents.len().checked_sub(1)?;
     if e3.as_affine()?.as_var() != Some(Var::Red(last)) || red.extents[last] != channels {
@@ -421,7 +447,7 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
     let extent = |r: Option<usize>| r.map_or(1, |k| red.extents[k] as i64);
     window(
         te,
-        [channels, h, w],
+        [images, channels, h, w],
         outs,
         [extent(rh), extent(rw)],
         reads,
@@ -429,9 +455,14 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
     )
 }
 
-/// Access `k`'s input shape and index when it reads one 4-D image (batch
-/// entry 0 of 1).
-fn image_access(te: &TensorExpr, k: usize) -> Option<([usize; 4], [&IndexExpr; 4])> {
+/// Access `k`'s input shape and index when it reads 4-D images: one
+/// (entry 0 of 1), or one per batch entry of the gemm (the first index is
+/// the only batch variable of `axes`, over every image).
+fn image_access<'a>(
+    te: &'a TensorExpr,
+    k: usize,
+    axes: &[(Var, Axis, i64)],
+) -> Option<([usize; 4], [&'a IndexExpr; 4])> {
     let access = &te.accesses[k];
     let shape = te.inputs.get(access.input)?.as_ref()?;
     let [n, d1, d2, d3] = shape[..] else {
@@ -440,7 +471,35 @@ fn image_access(te: &TensorExpr, k: usize) -> Option<([usize; 4], [&IndexExpr; 4
     let [e0, e1, e2, e3] = &access.index[..] else {
         return None;
     };
-    (n == 1 && e0.as_constant() == Some(0)).then_some(([n, d1, d2, d3], [e0, e1, e2, e3]))
+    let one_image = n == 1 && e0.as_constant() == Some(0);
+    let mut batch_vars = axes.iter().filter(|a| a.1 == Axis::Batch && a.2 > 1);
+    let per_entry = match (batch_vars.next(), batch_vars.next()) {
+        (Some(&(v, _, extent)), None) => {
+            extent == n as i64 && e0.as_affine().and_then(|a| a.as_var()) == Some(v)
+        }
+        _ => false,
+    };
+    (one_image || per_entry).then_some(([n, d1, d2, d3], [e0, e1, e2, e3]))
+}
+
+/// The output variable at which A (access `ka`) reads the first dimension
+/// of its 4-D input, when it could be the gemm's batch over images: an
+/// M variable of the images' extent (above 1), with no other batch
+/// variable longer than 1.
+fn image_batch_var(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<usize> {
+    if axes.iter().any(|a| a.1 == Axis::Batch && a.2 > 1) {
+        return None;
+    }
+    let access = &te.accesses[ka];
+    let shape = te.inputs.get(access.input)?.as_ref()?;
+    let (&[n, _, _, _], Some(first)) = (&shape[..], access.index.first()) else {
+        return None;
+    };
+    let Var::Out(l) = first.as_affine()?.as_var()? else {
+        return None;
+    };
+    let &(_, axis, extent) = axes.get(l)?;
+    (axis == Axis::M && extent == n as i64 && n > 1).then_some(l)
 }
 
 /// One spatial axis' read: stride, dilation, padding and reduction variable.
@@ -467,12 +526,12 @@ fn spatial_reads(
     ))
 }
 
-/// The window of an image `[channels, h, w]` read at output variables
-/// `outs`; `None` for a 1x1 window of stride 1 without padding (a plain
-/// strided matrix).
+/// The window of `images` images `[channels, h, w]` (one per batch entry
+/// when several) read at output variables `outs`; `None` for a 1x1 window
+/// of stride 1 without padding (a plain strided matrix).
 fn window(
     te: &TensorExpr,
-    [channels, h, w]: [usize; 3],
+    [images, channels, h, w]: [usize; 4],
     outs: [usize; 2],
     kernel: [i64; 2],
     reads: [SpatialRead; 2],
@@ -491,6 +550,11 @@ fn window(
         pad: [ph, pw],
         dilation: [dh, dw],
         layout,
+        image_stride: if images > 1 {
+            (channels * h * w) as i64
+        } else {
+            0
+        },
     })
 }
 

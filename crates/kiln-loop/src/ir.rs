@@ -166,6 +166,11 @@ pub struct ConvWindow {
     pub pad: [i64; 2],
     pub dilation: [i64; 2],
     pub layout: WindowLayout,
+    /// Elements between the images of consecutive batch entries: a
+    /// convolution over several images as a gemm batched over them (entry
+    /// `b` reads the image at `b·image_stride`); 0 when every entry reads
+    /// the same image (one entry).
+    pub image_stride: i64,
 }
 
 /// How a [`ConvWindow`] reads its image, and which factor it is.

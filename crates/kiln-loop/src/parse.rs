@@ -20,7 +20,8 @@
 //!          | "alloc" name ":" dtype "[" int,* "]"      (local buffer)
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" factor "*" factor
-//!                [("window" | "window_nhwc") "[" int ("," int)*12 "]"] ["then" val]
+//!                [("window" | "window_nhwc" | "window_rows") "[" int ("," int)*12
+//!                 ["," int] "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
 //! factor  := access | "(" val ")"                 (computed: a prologue)
@@ -497,15 +498,15 @@ impl Parser<'_> {
             .find(|&layout| self.eat_word(crate::text::window_word(layout)));
         let window = if let Some(layout) = layout {
             self.expect("[")?;
-            let mut n = [0i64; 13];
-            for (i, v) in n.iter_mut().enumerate() {
-                if i > 0 {
-                    self.expect(",")?;
-                }
-                *v = self.int("a window number")?;
+            let mut n = vec![self.int("a window number")?];
+            while n.len() < 14 && self.eat(",") {
+                n.push(self.int("a window number")?);
+            }
+            if n.len() < 13 {
+                return Err(self.error("a window has 13 numbers (14 with an image stride)"));
             }
             self.expect("]")?;
-            Some(crate::text::window_from_numbers(n, layout))
+            Some(crate::text::window_from_numbers(&n, layout))
         } else {
             None
         };

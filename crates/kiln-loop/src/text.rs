@@ -325,7 +325,11 @@ impl<'a> fmt::Display for GemmText<'a> {
                 f,
                 " {}[{}]",
                 window_word(w.layout),
-                window_numbers(w).map(|n| n.to_string()).join(", ")
+                window_numbers(w)
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )?;
         }
         if let Some(e) = &g.epilogue {
@@ -337,14 +341,21 @@ impl<'a> fmt::Display for GemmText<'a> {
 
 /// A window's numbers in text order: channels, size, out, kernel, stride,
 /// pad, dilation (each pair height then width).
-pub(crate) fn window_numbers(w: &ConvWindow) -> [i64; 13] {
+/// A window's numbers in its text form: channels, image size, output
+/// size, kernel, stride, padding and dilation, then the image stride when
+/// the gemm is batched over images (absent when 0).
+pub(crate) fn window_numbers(w: &ConvWindow) -> Vec<i64> {
     let [h, wd] = w.size;
     let [oh, ow] = w.out;
     let [kh, kw] = w.kernel;
     let [sh, sw] = w.stride;
     let [ph, pw] = w.pad;
     let [dh, dw] = w.dilation;
-    [w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw]
+    let mut n = vec![w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw];
+    if w.image_stride != 0 {
+        n.push(w.image_stride);
+    }
+    n
 }
 
 /// The text word introducing a window: `window` (NCHW, B's),
@@ -357,7 +368,9 @@ pub(crate) fn window_word(layout: WindowLayout) -> &'static str {
     }
 }
 
-pub(crate) fn window_from_numbers(n: [i64; 13], layout: WindowLayout) -> ConvWindow {
+/// The window of [`window_numbers`] (13 numbers, or 14 with the image
+/// stride).
+pub(crate) fn window_from_numbers(n: &[i64], layout: WindowLayout) -> ConvWindow {
     ConvWindow {
         channels: n[0],
         size: [n[1], n[2]],
@@ -367,5 +380,6 @@ pub(crate) fn window_from_numbers(n: [i64; 13], layout: WindowLayout) -> ConvWin
         pad: [n[9], n[10]],
         dilation: [n[11], n[12]],
         layout,
+        image_stride: n.get(13).copied().unwrap_or(0),
     }
 }

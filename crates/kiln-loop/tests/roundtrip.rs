@@ -194,6 +194,7 @@ fn every_construct() -> Kernel {
             pad: [1, 0],
             dilation: [1, 2],
             layout: WindowLayout::Nchw,
+            image_stride: 189,
         }),
         epilogue: Some(call(
             "Max",

@@ -155,7 +155,7 @@ fn window(param: &str, w: &ConvWindow) -> Window {
     let pair = |p: [i64; 2]| [p[0] as usize, p[1] as usize];
     Window {
         param: param.to_string(),
-        batch: 0,
+        batch: w.image_stride as isize,
         channels: w.channels as usize,
         size: pair(w.size),
         out: pair(w.out),
