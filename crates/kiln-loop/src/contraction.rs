@@ -15,8 +15,10 @@
 //! an image read window by window with output pixels as rows
 //! ([`WindowLayout::Nhwc`], [`WindowLayout::NchwRows`]: the code generator
 //! reads its rows through pointers, zeros for padding); any other padded
-//! read on A takes the other orientation, where a window shorter than
-//! `SMALL_WINDOW` is left to the loop forms. A grouped convolution is
+//! read on A first tries a gemm batched over A's images (each batch entry
+//! one image's window, [`ConvWindow::image_stride`]), then takes the other
+//! orientation, where a window shorter than `SMALL_WINDOW` is left to the
+//! loop forms. A grouped convolution is
 //! first made a batch over its groups (`grouped.rs`). Anything else
 //! returns `None` and is lowered as loops.
 
