@@ -142,3 +142,73 @@ fn layout_rule_keeps_models_without_2d_convolutions_channels_first() -> Result<(
     );
     Ok(())
 }
+
+/// A SqueezeNet fire module over two images: a stride-2 stem over the
+/// channels-first input, a 1x1 squeeze, 1x1 and 3x3 expands joined by a
+/// channel Concat, and the next 1x1 squeeze reading the concatenation.
+fn fire_network() -> String {
+    format!(
+        r#"graph "fire" opsets [""=17] {{
+  input %x: f32[2,3,13,11]
+  init %w0: f32[16,3,3,3] = [{}]
+  init %ws: f32[8,16,1,1] = [{}]
+  init %we1: f32[16,8,1,1] = [{}]
+  init %we3: f32[16,8,3,3] = [{}]
+  init %wn: f32[32,32,1,1] = [{}]
+  init %lo: f32[] = [0.0]
+  node "stem" %s: f32[2,16,7,6] = Conv(%x, %w0) {{pads=[1,1,1,1], strides=[2,2]}}
+  node "squeeze" %q: f32[2,8,7,6] = Conv(%s, %ws)
+  node "squeeze_relu" %qr: f32[2,8,7,6] = Max(%q, %lo)
+  node "expand1" %e1: f32[2,16,7,6] = Conv(%qr, %we1)
+  node "expand1_relu" %r1: f32[2,16,7,6] = Max(%e1, %lo)
+  node "expand3" %e3: f32[2,16,7,6] = Conv(%qr, %we3) {{pads=[1,1,1,1]}}
+  node "expand3_relu" %r3: f32[2,16,7,6] = Max(%e3, %lo)
+  node "concat" %c: f32[2,32,7,6] = Concat(%r1, %r3) {{axis=1}}
+  node "next" %y: f32[2,32,7,6] = Conv(%c, %wn)
+  output %y
+}}"#,
+        values(16 * 27, 11),
+        values(8 * 16, 12),
+        values(16 * 8, 13),
+        values(16 * 8 * 9, 14),
+        values(32 * 32, 15),
+    )
+}
+
+/// The fire module stays channels-last through its Concat (joined along
+/// the channels-last axis, no transposes but the output's), the
+/// concatenation is not packed by the next convolution as a prologue
+/// (a kernel of its own), and every planner gives the interpreter's
+/// results.
+#[test]
+fn concat_stays_channels_last_and_outside_the_next_gemm() -> Result<()> {
+    let src = fire_network();
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = optimized(&src, Layout::Auto)?;
+    let text = kiln_ir::text::print(&g);
+    let concat = g.nodes.iter().find(|n| n.op == "Concat").expect("a Concat");
+    assert_eq!(concat.attr_int_or("axis", 0)?, 3, "{text}");
+    assert_eq!(count(&g, "Transpose"), 1, "{text}");
+    assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
+    for fusion in PlannerKind::ALL {
+        let opts = CpuOptions {
+            threads: 2,
+            fusion,
+            ..Default::default()
+        };
+        let model = CompiledModel::compile(&g, &opts)?;
+        let (got, times) = model.run_profiled(&ins)?;
+        assert_close(&got, &want, fusion.name())?;
+        for t in &times {
+            assert!(
+                !(t.op.contains("Concat") && t.op.contains("ChannelsLast")),
+                "{}: {} packs the concatenation",
+                fusion.name(),
+                t.op
+            );
+        }
+    }
+    Ok(())
+}

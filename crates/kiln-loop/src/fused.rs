@@ -22,7 +22,8 @@
 //!   the group (an element-wise prologue: a scale, an activation, a
 //!   residual sum, a transpose) becomes the gemm's computed factor, its
 //!   value evaluated while the factor is packed; not over a padded window
-//!   (whose padding must read zero). The contraction must then be the
+//!   (whose padding must read zero), and not a concatenation or padding
+//!   (a select per packed element costs more than copying them first). The contraction must then be the
 //!   group's only reduction. Matrix-vector products are loops and inline
 //!   such an operand.
 //! - **window** (`window.rs`) — a small f32 window reduction (depthwise
@@ -291,10 +292,22 @@ fn compute_prologues(
             value if reads_data_index(&value) => {
                 bail!("{}: a gather in a matmul/convolution prologue", node.label)
             }
+            value if reads_guarded(&value) => bail!(
+                "{}: a concatenation or padding in a matmul/convolution prologue (a select per packed element; as its own kernel it is a copy)",
+                node.label
+            ),
             value => GemmInput::Computed(value),
         };
     }
     Ok(())
+}
+
+/// Whether `v` reads under a guard: a concatenation's or a padding's
+/// select between sources.
+fn reads_guarded(v: &Val) -> bool {
+    let mut guarded = false;
+    v.for_each_load(&mut |_, _, guard| guarded |= !guard.is_empty());
+    guarded
 }
 
 pub(crate) fn output_buffer(group: &GroupExpr, k: usize) -> usize {

@@ -26,7 +26,10 @@
 //!   permuted (after numpy's leading unit axes), other operands of full
 //!   rank get a Transpose;
 //! - `ReduceSum/Max/Min/Prod` with `keepdims=1` and constant axes reduce
-//!   the twin along the permuted axes.
+//!   the twin along the permuted axes;
+//! - `Concat` with an input that has a twin joins the twins along the
+//!   permuted axis (DenseNet's, Inception's and SqueezeNet's channel
+//!   concatenations stay channels-last instead of transposing both ways).
 //!
 //! Every rewritten node's original output stays defined, as a Transpose
 //! of its twin back to channels-first, so nodes the walk leaves alone
@@ -141,6 +144,9 @@ impl Rewriter<'_> {
         }
         if let Some(axes) = self.reduce_axes(&node) {
             return self.reduce(node, &axes);
+        }
+        if let Some(axis) = self.concat_axis(&node) {
+            return self.concat(node, axis);
         }
         self.out.push(node);
         Ok(())
@@ -360,6 +366,40 @@ impl Rewriter<'_> {
         let mut inputs = node.inputs.clone();
         inputs[0] = Some(self.twin[&x]);
         inputs[1] = Some(al);
+        self.rebuilt(node, inputs)
+    }
+
+    /// The axis and rank of a Concat of values of one rank (3 or more),
+    /// one of which has a twin.
+    fn concat_axis(&self, node: &Node) -> Option<(usize, usize)> {
+        if node.op != "Concat" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            return None;
+        }
+        let inputs: Option<Vec<ValueId>> = node.inputs.iter().copied().collect();
+        let inputs = inputs?;
+        let rank = self.g.ty(*inputs.first()?).shape.as_ref()?.len();
+        let full_rank = inputs
+            .iter()
+            .all(|&v| self.g.ty(v).shape.as_ref().is_some_and(|s| s.len() == rank));
+        let any_twin = inputs.iter().any(|v| self.twin.contains_key(v));
+        let axis = node.attr_int_or("axis", 0).ok()?;
+        (full_rank && any_twin && rank >= 3 && (-(rank as i64)..rank as i64).contains(&axis))
+            .then_some((axis.rem_euclid(rank as i64) as usize, rank))
+    }
+
+    /// `node` (a Concat along `axis`, see [`Rewriter::concat_axis`]) joining
+    /// its inputs' twins along the permuted axis.
+    fn concat(&mut self, mut node: Node, (axis, rank): (usize, usize)) -> Result<()> {
+        let position = inverse(&channels_last_perm(rank));
+        let mut inputs = Vec::with_capacity(node.inputs.len());
+        for &v in &node.inputs {
+            let Some(v) = v else {
+                kiln_ir::bail!("a Concat input is missing");
+            };
+            inputs.push(Some(self.twin_of(v)?));
+        }
+        node.attrs
+            .insert("axis".to_string(), Attr::Int(position[axis] as i64));
         self.rebuilt(node, inputs)
     }
 }
