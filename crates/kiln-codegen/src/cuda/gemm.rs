@@ -417,39 +417,28 @@ fn staging(g: &Gemm, bl: &Blocking, a: &Factor, b: &Factor) -> String {
         Unit::Tf32 => "kiln_as[kiln_buf][rr][kk]",
     };
     let a_vector = bl.asynchronous && bl.unit == Unit::Tf32;
-    let a = match a.stage_vector(a_dst, &format!("r < {m} ? kiln_k_end - c : 0")) {
-        Some(copy) if a_vector => StagingLoop {
-            count: tile * depth / 4,
-            place: format!("const int kk = 4 * (t % {q}), rr = t / {q};", q = depth / 4),
-            copy,
+    let a = StagingLoop::of(
+        a,
+        Staged {
+            dst: a_dst,
+            place: ("kk", depth, "rr"),
+            count: format!("r < {m} ? kiln_k_end - c : 0"),
+            inside: format!("r < {m} && c < kiln_k_end"),
         },
-        _ => StagingLoop {
-            count: tile * depth,
-            place: format!("const int kk = t % {depth}, rr = t / {depth};"),
-            copy: a.stage(
-                a_dst,
-                &format!("r < {m} && c < kiln_k_end"),
-                bl.asynchronous,
-            ),
+        a_vector,
+        bl,
+    );
+    let b = StagingLoop::of(
+        b,
+        Staged {
+            dst: "kiln_bs[kiln_buf][kb][cc]",
+            place: ("cc", tile, "kb"),
+            count: format!("r < kiln_k_end ? {n} - c : 0"),
+            inside: format!("r < kiln_k_end && c < {n}"),
         },
-    };
-    let b_dst = "kiln_bs[kiln_buf][kb][cc]";
-    let b = match b.stage_vector(b_dst, &format!("r < kiln_k_end ? {n} - c : 0")) {
-        Some(copy) if bl.asynchronous => StagingLoop {
-            count: tile * depth / 4,
-            place: format!("const int cc = 4 * (t % {q}), kb = t / {q};", q = tile / 4),
-            copy,
-        },
-        _ => StagingLoop {
-            count: tile * depth,
-            place: format!("const int cc = t % {tile}, kb = t / {tile};"),
-            copy: b.stage(
-                b_dst,
-                &format!("r < kiln_k_end && c < {n}"),
-                bl.asynchronous,
-            ),
-        },
-    };
+        bl.asynchronous,
+        bl,
+    );
     a.print("r = m0 + rr, c = kiln_k + kk", ix) + &b.print("r = kiln_k + kb, c = n0 + cc", ix)
 }
 
@@ -461,7 +450,40 @@ struct StagingLoop {
     copy: String,
 }
 
+/// Where one factor's step is staged: `dst` indexed by `place` (the
+/// position along the staged rows, consecutive in memory, below its
+/// extent, and the row), with the elements inside a vector of four
+/// (`count`) and whether one element is inside (`inside`).
+struct Staged<'a> {
+    dst: &'a str,
+    place: (&'a str, i64, &'a str),
+    count: String,
+    inside: String,
+}
+
 impl StagingLoop {
+    /// The loop staging factor `f` at `s`: 16-byte copies when `vector`
+    /// allows and the factor has them, else element by element.
+    fn of(f: &Factor, s: Staged, vector: bool, bl: &Blocking) -> StagingLoop {
+        let (along, extent, row) = s.place;
+        let count = bl.tile * bl.depth;
+        match f.stage_vector(s.dst, &s.count) {
+            Some(copy) if vector => StagingLoop {
+                count: count / 4,
+                place: format!(
+                    "const int {along} = 4 * (t % {q}), {row} = t / {q};",
+                    q = extent / 4
+                ),
+                copy,
+            },
+            _ => StagingLoop {
+                count,
+                place: format!("const int {along} = t % {extent}, {row} = t / {extent};"),
+                copy: f.stage(s.dst, &s.inside, bl.asynchronous),
+            },
+        }
+    }
+
     /// The loop, with the copied element's `(b, r, c)` given by `coords`.
     fn print(&self, coords: &str, ix: &str) -> String {
         let StagingLoop { count, place, copy } = self;
