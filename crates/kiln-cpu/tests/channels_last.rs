@@ -69,6 +69,16 @@ fn optimized(src: &str, layout: Layout) -> Result<Graph> {
     Ok(g)
 }
 
+/// `g` compiled for the CPU backend with `fusion` on 2 threads.
+fn compiled(g: &Graph, fusion: PlannerKind) -> Result<CompiledModel> {
+    let opts = CpuOptions {
+        threads: 2,
+        fusion,
+        ..Default::default()
+    };
+    CompiledModel::compile(g, &opts)
+}
+
 /// `src` optimized under the automatic layout has four channels-last
 /// spatial ops, and runs with the original graph's interpreter results on
 /// the interpreter and on the CPU backend under every planner.
@@ -88,12 +98,7 @@ fn check_channels_last(src: &str) -> Result<()> {
     assert_eq!(count(&g, "Transpose"), 1, "{}", kiln_ir::text::print(&g));
     assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
     for fusion in PlannerKind::ALL {
-        let opts = CpuOptions {
-            threads: 2,
-            fusion,
-            ..Default::default()
-        };
-        let model = CompiledModel::compile(&g, &opts)?;
+        let model = compiled(&g, fusion)?;
         assert_close(&model.run(&ins)?, &want, fusion.name())?;
     }
     Ok(())
@@ -193,13 +198,7 @@ fn concat_stays_channels_last_and_outside_the_next_gemm() -> Result<()> {
     assert_eq!(count(&g, "Transpose"), 1, "{text}");
     assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
     for fusion in PlannerKind::ALL {
-        let opts = CpuOptions {
-            threads: 2,
-            fusion,
-            ..Default::default()
-        };
-        let model = CompiledModel::compile(&g, &opts)?;
-        let (got, times) = model.run_profiled(&ins)?;
+        let (got, times) = compiled(&g, fusion)?.run_profiled(&ins)?;
         assert_close(&got, &want, fusion.name())?;
         for t in &times {
             assert!(
