@@ -3,7 +3,8 @@
 # records them). Usage: scripts/fuzz.sh [TARGET...] [-- SECONDS]
 #   scripts/fuzz.sh                      # every target, 600 s each
 #   scripts/fuzz.sh onnx_import -- 3600  # one target, an hour
-# Seeds empty corpora from the ONNX node tests and the IR text tests, runs
+# Seeds empty corpora from fuzz/corpus-min (else the ONNX node tests and
+# the IR text tests), runs
 # each target with the memory and time limits of fuzz/README.md, and prints
 # libFuzzer's final statistics (executions). Crashes land in
 # fuzz/artifacts/<target>/: minimise, fix, commit under fuzz/regressions/.
@@ -22,9 +23,16 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
 tests="${KILN_ONNX_NODE_TESTS:-../shared/onnx-node-tests}"
 seed() {
   local dir="fuzz/corpus/$1"
-  # `generated` starts from nothing: every input is a generator seed.
   mkdir -p "$dir"
   [ -z "$(ls -A "$dir")" ] || return 0
+  # The committed minimised corpus (fuzz/corpus-min, `cargo fuzz cmin` of
+  # the campaigns in docs/fuzzing.md) continues where they stopped.
+  if [ -f "fuzz/corpus-min/$1.tar.xz" ]; then
+    tar xJf "fuzz/corpus-min/$1.tar.xz" -C fuzz/corpus
+    return 0
+  fi
+  # Otherwise the node tests and the IR text tests; `generated` starts
+  # from nothing (every input is a generator seed).
   case "$1" in
     onnx_import|pipeline)
       for d in "$tests"/*/; do cp "$d/model.onnx" "$dir/$(basename "$d").onnx"; done ;;
