@@ -204,6 +204,7 @@ fn square_window(param: &str, side: usize, args: &Args, layout: WindowLayout) ->
         param: param.into(),
         batch: (args.k / (kernel * kernel) * input * input) as isize,
         channels: args.k / (kernel * kernel),
+        pixel_stride: args.k / (kernel * kernel),
         size: [input, input],
         out: [side, side],
         kernel: [kernel, kernel],

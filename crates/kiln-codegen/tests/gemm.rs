@@ -253,6 +253,7 @@ impl Conv {
             param: "X".into(),
             batch: (self.cin * self.size[0] * self.size[1]) as isize,
             channels: self.cin,
+            pixel_stride: self.cin,
             size: self.size,
             out: [self.out(0), self.out(1)],
             kernel: self.kernel,

@@ -16,7 +16,7 @@
 //! ([`WindowLayout::Nhwc`], [`WindowLayout::NchwRows`]: the code generator
 //! reads its rows through pointers, zeros for padding); any other padded
 //! read on A first tries a gemm batched over A's images (each batch entry
-//! one image's window, [`ConvWindow::image_stride`]), then takes the other
+//! one image's window, [`ConvWindow::batch_stride`]), then takes the other
 //! orientation, where a window shorter than `SMALL_WINDOW` is left to the
 //! loop forms. A grouped convolution is
 //! first made a batch over its groups (`grouped.rs`). Anything else
@@ -317,7 +317,7 @@ fn oriented(
     // A padded read on A is allowed only as a window with pixel rows,
     // which the code generator reads through row pointers (zeros for the
     // padding).
-    let a_window = if batch == 1 || images_as_batch {
+    let a_window = if batch == 1 || images_as_batch || site.grouped {
         conv_window_last(te, ka, &axes).or_else(|| conv_window(te, ka, &axes, Axis::M))
     } else {
         None
@@ -360,7 +360,7 @@ fn oriented(
             offset: c_off,
             guard: Vec::new(),
         },
-        window: if batch == 1 || images_as_batch {
+        window: if batch == 1 || images_as_batch || site.grouped {
             a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
         } else {
             None
@@ -425,10 +425,14 @@ fn conv_window(
 /// `None` for a 1x1 window of stride 1 without padding: that A is a plain
 /// strided matrix.
 fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let ([images, h, w, channels], [_, e1, e2, e3]) = image_access(te, ka, axes)?;
+    let ([images, h, w, pixel], [_, e1, e2, e3]) = image_access(te, ka, axes)?;
     let red = te.reduction.as_ref()?;
     let last = red.extents.len().checked_sub(1)?;
-    if e3.as_affine()?.as_var() != Some(Var::Red(last)) || red.extents[last] != channels {
+    let channels = red.extents[last];
+    let group_stride = group_channels(e3, Var::Red(last), axes)?;
+    let whole = group_stride.is_none() && channels == pixel;
+    let grouped = group_stride.is_some_and(|s| s as usize == channels);
+    if !whole && !grouped {
         return None;
     }
     let (outs, reads) = spatial_reads(axes, Axis::M, [e1, e2])?;
@@ -447,14 +451,44 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
         return None;
     }
     let extent = |r: Option<usize>| r.map_or(1, |k| red.extents[k] as i64);
-    window(
+    let mut window = window(
         te,
         [images, channels, h, w],
         outs,
         [extent(rh), extent(rw)],
         reads,
         WindowLayout::Nhwc,
-    )
+    )?;
+    if let Some(stride) = group_stride {
+        window.batch_stride = stride;
+        window.pixel_stride = pixel as i64;
+    }
+    Some(window)
+}
+
+/// How a channels-last window's channel index `e` reads: `red` alone
+/// (`Some(None)`), or `red + s·g` for the only batch variable `g` longer
+/// than 1 (a grouped convolution batched over its groups: `Some(Some(s))`,
+/// the group's first channel at `s·g`); `None` otherwise.
+fn group_channels(e: &IndexExpr, red: Var, axes: &[(Var, Axis, i64)]) -> Option<Option<i64>> {
+    let a = e.as_affine()?;
+    if a.constant != 0 {
+        return None;
+    }
+    let mut batch = axes.iter().filter(|x| x.1 == Axis::Batch && x.2 > 1);
+    let group = match (batch.next(), batch.next()) {
+        (Some(&(v, ..)), None) => Some(v),
+        _ => None,
+    };
+    let (mut unit, mut stride) = (false, None);
+    for &(v, c) in &a.terms {
+        match v {
+            _ if v == red && c == 1 => unit = true,
+            _ if Some(v) == group && c > 0 => stride = Some(c),
+            _ => return None,
+        }
+    }
+    unit.then_some(stride)
 }
 
 /// Access `k`'s input shape and index when it reads 4-D images: one
@@ -552,11 +586,12 @@ fn window(
         pad: [ph, pw],
         dilation: [dh, dw],
         layout,
-        image_stride: if images > 1 {
+        batch_stride: if images > 1 {
             (channels * h * w) as i64
         } else {
             0
         },
+        pixel_stride: channels as i64,
     })
 }
 

@@ -166,11 +166,16 @@ pub struct ConvWindow {
     pub pad: [i64; 2],
     pub dilation: [i64; 2],
     pub layout: WindowLayout,
-    /// Elements between the images of consecutive batch entries: a
+    /// Elements between the windows of consecutive batch entries: a
     /// convolution over several images as a gemm batched over them (entry
-    /// `b` reads the image at `b·image_stride`); 0 when every entry reads
-    /// the same image (one entry).
-    pub image_stride: i64,
+    /// `b` reads the image at `b·batch_stride`), or a grouped convolution
+    /// batched over its groups (entry `b` reads channels from
+    /// `b·batch_stride`); 0 with one entry.
+    pub batch_stride: i64,
+    /// Elements between neighbouring pixels of the image: its channel
+    /// count, which is more than `channels` when the window reads one
+    /// group's channels.
+    pub pixel_stride: i64,
 }
 
 /// How a [`ConvWindow`] reads its image, and which factor it is.

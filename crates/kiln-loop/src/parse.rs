@@ -21,7 +21,7 @@
 //!          | "gemm" "b<" int "," "m<" int "," "n<" int "," "k<" int ":"
 //!                access "=" "sum" factor "*" factor
 //!                [("window" | "window_nhwc" | "window_rows") "[" int ("," int)*12
-//!                 ["," int] "]"] ["then" val]
+//!                 ["," int ["," int]] "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
 //! factor  := access | "(" val ")"                 (computed: a prologue)
@@ -499,11 +499,13 @@ impl Parser<'_> {
         let window = if let Some(layout) = layout {
             self.expect("[")?;
             let mut n = vec![self.int("a window number")?];
-            while n.len() < 14 && self.eat(",") {
+            while n.len() < 15 && self.eat(",") {
                 n.push(self.int("a window number")?);
             }
             if n.len() < 13 {
-                return Err(self.error("a window has 13 numbers (14 with an image stride)"));
+                return Err(self.error(
+                    "a window has 13 numbers (14 with a batch stride, 15 with a pixel stride)",
+                ));
             }
             self.expect("]")?;
             Some(crate::text::window_from_numbers(&n, layout))

@@ -342,8 +342,9 @@ impl<'a> fmt::Display for GemmText<'a> {
 /// A window's numbers in text order: channels, size, out, kernel, stride,
 /// pad, dilation (each pair height then width).
 /// A window's numbers in its text form: channels, image size, output
-/// size, kernel, stride, padding and dilation, then the image stride when
-/// the gemm is batched over images (absent when 0).
+/// size, kernel, stride, padding and dilation, then the batch stride when
+/// not 0 or the pixel stride follows, then the pixel stride when it is
+/// not the channel count.
 pub(crate) fn window_numbers(w: &ConvWindow) -> Vec<i64> {
     let [h, wd] = w.size;
     let [oh, ow] = w.out;
@@ -352,8 +353,12 @@ pub(crate) fn window_numbers(w: &ConvWindow) -> Vec<i64> {
     let [ph, pw] = w.pad;
     let [dh, dw] = w.dilation;
     let mut n = vec![w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw];
-    if w.image_stride != 0 {
-        n.push(w.image_stride);
+    let grouped = w.pixel_stride != w.channels;
+    if w.batch_stride != 0 || grouped {
+        n.push(w.batch_stride);
+    }
+    if grouped {
+        n.push(w.pixel_stride);
     }
     n
 }
@@ -368,8 +373,8 @@ pub(crate) fn window_word(layout: WindowLayout) -> &'static str {
     }
 }
 
-/// The window of [`window_numbers`] (13 numbers, or 14 with the image
-/// stride).
+/// The window of [`window_numbers`] (13 numbers, 14 with the batch
+/// stride, 15 with the pixel stride).
 pub(crate) fn window_from_numbers(n: &[i64], layout: WindowLayout) -> ConvWindow {
     ConvWindow {
         channels: n[0],
@@ -380,6 +385,7 @@ pub(crate) fn window_from_numbers(n: &[i64], layout: WindowLayout) -> ConvWindow
         pad: [n[9], n[10]],
         dilation: [n[11], n[12]],
         layout,
-        image_stride: n.get(13).copied().unwrap_or(0),
+        batch_stride: n.get(13).copied().unwrap_or(0),
+        pixel_stride: n.get(14).copied().unwrap_or(n[0]),
     }
 }

@@ -194,7 +194,8 @@ fn every_construct() -> Kernel {
             pad: [1, 0],
             dilation: [1, 2],
             layout: WindowLayout::Nchw,
-            image_stride: 189,
+            batch_stride: 189,
+            pixel_stride: 5,
         }),
         epilogue: Some(call(
             "Max",

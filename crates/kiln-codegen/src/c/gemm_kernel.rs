@@ -155,8 +155,9 @@ fn window(param: &str, w: &ConvWindow) -> Window {
     let pair = |p: [i64; 2]| [p[0] as usize, p[1] as usize];
     Window {
         param: param.to_string(),
-        batch: w.image_stride as isize,
+        batch: w.batch_stride as isize,
         channels: w.channels as usize,
+        pixel_stride: w.pixel_stride as usize,
         size: pair(w.size),
         out: pair(w.out),
         kernel: pair(w.kernel),

@@ -468,6 +468,7 @@ mod tests {
             param: "A".into(),
             batch: 0,
             channels,
+            pixel_stride: channels,
             size: [out * stride; 2],
             out: [out; 2],
             kernel: [kernel; 2],

@@ -24,6 +24,9 @@ pub struct Window {
     /// Element stride between batch entries (e.g. one image, or one group of channels).
     pub batch: isize,
     pub channels: usize,
+    /// Elements between neighbouring pixels of a channels-last image (its
+    /// channel count; more when the window reads one group's channels).
+    pub pixel_stride: usize,
     /// Input height and width.
     pub size: [usize; 2],
     /// Output height and width.
@@ -120,7 +123,10 @@ pub(crate) fn element_expr(window: &Window) -> String {
     };
     let (ih, iw) = input_coordinates(window, pixel, &tap);
     let element = match window.layout {
-        WindowLayout::ChannelsLast => format!("({ih} * {w} + {iw}) * {channels} + c % {channels}"),
+        WindowLayout::ChannelsLast => format!(
+            "({ih} * {w} + {iw}) * {} + c % {channels}",
+            window.pixel_stride
+        ),
         WindowLayout::Columns | WindowLayout::Rows => {
             format!("{depth} / {taps} * {} + {ih} * {w} + {iw}", h * w)
         }
@@ -155,8 +161,8 @@ pub(crate) fn emit_row_pointers(w: &mut CWriter, window: &Window, pixel0: &str, 
         "const int kiln_inside = kiln_px < {pixels} && kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw_count};"
     ));
     w.line(format!(
-        "kiln_arow[kiln_i] = kiln_inside ? {} + b * {} + (kiln_ih * {iw_count} + kiln_iw) * {channels} + kiln_ci0 : kiln_zeros;",
-        window.param, window.batch
+        "kiln_arow[kiln_i] = kiln_inside ? {} + b * {} + (kiln_ih * {iw_count} + kiln_iw) * {} + kiln_ci0 : kiln_zeros;",
+        window.param, window.batch, window.pixel_stride
     ));
     w.close();
 }
