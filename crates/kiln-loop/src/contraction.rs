@@ -16,7 +16,9 @@
 //! ([`WindowLayout::Nhwc`], [`WindowLayout::NchwRows`]: the code generator
 //! reads its rows through pointers, zeros for padding); any other padded
 //! read on A first tries a gemm batched over A's images (each batch entry
-//! one image's window, [`ConvWindow::batch_stride`]), then takes the other
+//! one image's window, [`ConvWindow::batch_stride`]; a grouped
+//! convolution's groups read their channels of one image the same way,
+//! [`ConvWindow::pixel_stride`]), then takes the other
 //! orientation, where a window shorter than `SMALL_WINDOW` is left to the
 //! loop forms. A grouped convolution is
 //! first made a batch over its groups (`grouped.rs`). Anything else
