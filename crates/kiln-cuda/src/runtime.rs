@@ -53,6 +53,26 @@ pub struct CudaSummary {
     pub cached: bool,
 }
 
+/// The argument words of a launch and the pointers to them, reused by
+/// every launch of a run.
+#[derive(Default)]
+struct LaunchArgs {
+    words: Vec<u64>,
+    params: Vec<*mut c_void>,
+}
+
+/// The steps of `plan` in order, concurrent blocks one after another.
+fn step_order(plan: &kiln_exec::ExecPlan) -> Vec<usize> {
+    let mut order = Vec::with_capacity(plan.steps.len());
+    for e in &plan.exec {
+        match e {
+            Exec::Step(i) => order.push(*i),
+            Exec::Concurrent { steps, .. } => order.extend(steps),
+        }
+    }
+    order
+}
+
 /// One launch of a kernel step: the function and its configuration.
 struct Launch {
     function: Function,
@@ -71,6 +91,8 @@ pub struct CudaModel {
     launches: Vec<Vec<Launch>>,
     /// Per step: where its kernel's arguments live (empty for others).
     step_args: Vec<Vec<Loc>>,
+    /// The steps in plan order, concurrent blocks one after another.
+    order: Vec<usize>,
     weights: Vec<DeviceBuffer>,
     host_weights: Vec<Tensor>,
     arena: DeviceBuffer,
@@ -104,6 +126,7 @@ impl CudaModel {
         let module = gpu.load_module(&image.bytes)?;
         let launches = resolve_launches(&program, &module)?;
         let step_args = resolve_args(&program.plan)?;
+        let order = step_order(&program.plan);
         let host_weights = kiln_cpu::jit::weight_tensors(&program.graph, &program.plan)?;
         let weights = host_weights
             .iter()
@@ -125,6 +148,7 @@ impl CudaModel {
             plan: program.plan,
             launches,
             step_args,
+            order,
             weights,
             host_weights,
             arena,
@@ -187,14 +211,15 @@ impl CudaModel {
         let mut device_inputs = self.lock_inputs()?;
         self.upload_inputs(inputs, &mut device_inputs)?;
         self.clear_errors()?;
-        let order = self.step_order();
         let mut boxed = vec![None; self.plan.boxed];
-        let ms = self.gpu.elapsed_each_ms(order.len(), |k| {
-            self.run_step(order[k], inputs, &device_inputs, &mut boxed)
+        let mut args = LaunchArgs::default();
+        let ms = self.gpu.elapsed_each_ms(self.order.len(), |k| {
+            let step = self.order[k];
+            self.run_step(step, inputs, &device_inputs, &mut boxed, &mut args)
         })?;
         self.check_errors()?;
         let mut per_step = vec![0f32; self.plan.steps.len()];
-        for (&step, t) in order.iter().zip(ms) {
+        for (&step, t) in self.order.iter().zip(ms) {
             per_step[step] = t;
         }
         Ok(per_step)
@@ -232,26 +257,15 @@ impl CudaModel {
         boxed: &mut [Option<Tensor>],
     ) -> Result<()> {
         self.clear_errors()?;
-        for step in self.step_order() {
-            self.run_step(step, inputs, device, boxed)?;
+        let mut args = LaunchArgs::default();
+        for &step in &self.order {
+            self.run_step(step, inputs, device, boxed, &mut args)?;
         }
         Ok(())
     }
 
     fn clear_errors(&self) -> Result<()> {
         self.gpu.memset_zero(self.errors.ptr(), self.errors.bytes())
-    }
-
-    /// The steps in plan order, concurrent blocks one after another.
-    fn step_order(&self) -> Vec<usize> {
-        let mut order = Vec::with_capacity(self.plan.steps.len());
-        for e in &self.plan.exec {
-            match e {
-                Exec::Step(i) => order.push(*i),
-                Exec::Concurrent { steps, .. } => order.extend(steps),
-            }
-        }
-        order
     }
 
     /// Queues step `step`: its launches, or its node on the interpreter.
@@ -261,9 +275,10 @@ impl CudaModel {
         inputs: &[Tensor],
         device: &[DeviceBuffer],
         boxed: &mut [Option<Tensor>],
+        args: &mut LaunchArgs,
     ) -> Result<()> {
         match &self.plan.steps[step] {
-            Step::Kernel { .. } => self.launch(step, device),
+            Step::Kernel { .. } => self.launch(step, device, args),
             Step::Interp { node, .. } => self.interpret(*node, inputs, boxed),
             Step::Alias { .. } => Ok(()),
         }
@@ -271,17 +286,16 @@ impl CudaModel {
 
     /// Launches step `step`'s functions on its arguments (their places
     /// resolved at compile time) and its error word.
-    fn launch(&self, step: usize, device: &[DeviceBuffer]) -> Result<()> {
-        let mut words = Vec::with_capacity(self.step_args[step].len() + 1);
+    fn launch(&self, step: usize, device: &[DeviceBuffer], args: &mut LaunchArgs) -> Result<()> {
+        let LaunchArgs { words, params } = args;
+        words.clear();
         for &loc in &self.step_args[step] {
             words.push(self.device_ptr(loc, device)?);
         }
         words.push(self.errors.ptr() + 4 * step as u64);
         // The launch copies the parameters these point at.
-        let mut params: Vec<*mut c_void> = words
-            .iter_mut()
-            .map(|p| p as *mut u64 as *mut c_void)
-            .collect();
+        params.clear();
+        params.extend(words.iter_mut().map(|p| p as *mut u64 as *mut c_void));
         for l in &self.launches[step] {
             // SAFETY: every generated function takes the kernel's buffers
             // (device pointers, `args` in order) then the error word: one
@@ -293,7 +307,7 @@ impl CudaModel {
                     l.block,
                     l.shared_bytes,
                     l.cooperative,
-                    &mut params,
+                    params,
                 )?
             };
         }
