@@ -319,7 +319,10 @@ fn oriented(
     // A padded read on A is allowed only as a window with pixel rows,
     // which the code generator reads through row pointers (zeros for the
     // padding).
-    let a_window = if batch == 1 || images_as_batch || site.grouped {
+    // Windows are read per batch entry only over one image, over each
+    // entry's image, or over each group's channels.
+    let windows = batch == 1 || images_as_batch || site.grouped;
+    let a_window = if windows {
         conv_window_last(te, ka, &axes).or_else(|| conv_window(te, ka, &axes, Axis::M))
     } else {
         None
@@ -362,7 +365,7 @@ fn oriented(
             offset: c_off,
             guard: Vec::new(),
         },
-        window: if batch == 1 || images_as_batch || site.grouped {
+        window: if windows {
             a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
         } else {
             None
