@@ -30,20 +30,20 @@ import numpy as np
 import onnx
 
 
-def load_cases():
+def gpu_bench():
     spec = importlib.util.spec_from_file_location("gpu_bench", Path(__file__).with_name("gpu.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.cases()
+    return mod
 
 
-def time_ort(path, shapes, threads, runs, warmup):
+def time_ort(path, shapes, dtypes, threads, runs, warmup):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    feed = {k: np.random.rand(*v).astype(np.float32) for k, v in shapes.items()}
+    feed = {k: np.random.rand(*v).astype(dtypes[k]) for k, v in shapes.items()}
     for _ in range(warmup):
         s.run(None, feed)
     times = []
@@ -78,14 +78,16 @@ def main():
     heads = " | ".join(f"kiln ms ({k})" for k in kilns)
     print(f"| case | {heads} | onnxruntime ms | kiln / ort (last build) |")
     print("|---|" + "---:|" * (len(kilns) + 2))
-    for name, (model, _, shapes) in load_cases().items():
+    cases = gpu_bench()
+    for name, (model, _, shapes) in cases.cases().items():
         if only and not any(o in name for o in only):
             continue
         path = tmp / f"{name}.onnx"
         onnx.save(model, path)
         try:
             ks = [time_kiln(k, path, args.threads, args.runs, args.warmup) for k in kilns]
-            o = time_ort(path, shapes, args.threads, args.runs, args.warmup)
+            o = time_ort(path, shapes, cases.input_dtypes(model), args.threads, args.runs,
+                         args.warmup)
             cells = " | ".join(f"{k:.3f}" for k in ks)
             print(f"| {name} | {cells} | {o:.3f} | {ks[-1] / o:.2f} |", flush=True)
         except Exception as e:  # one broken case must not hide the others

@@ -18,7 +18,7 @@ mod omp_clauses;
 mod ordered_reduction;
 
 use crate::gemm::{GemmWorkspace, Tuning};
-use crate::scalar_c::{c_type, call_c, call_dtype};
+use crate::scalar_c::{c_type, call_c, call_dtype, narrow, round_to, storage_type, widen};
 use gemm_kernel::gemm_kernel_c;
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Scope, Stmt, Val};
@@ -46,9 +46,9 @@ fn affine_in(i: &Idx, v: &str) -> bool {
     })
 }
 
-/// The suffix of the prelude's `kiln_keep_*`/`kiln_select_*` for elements of `dtype`.
-fn select_suffix(dtype: DType) -> Result<&'static str> {
-    Ok(match c_type(dtype)? {
+/// The suffix of the prelude's `kiln_keep_*`/`kiln_select_*` for C type `ty`.
+fn select_suffix(ty: &str) -> Result<&'static str> {
+    Ok(match ty {
         "float" => "f32",
         "double" => "f64",
         "int8_t" => "i8",
@@ -160,7 +160,7 @@ fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<Stri
     let mut s = String::new();
     let params = k.buffers.iter().filter(|b| b.scope == Scope::Param);
     for (i, b) in params.enumerate() {
-        let ty = c_type(b.dtype)?;
+        let ty = storage_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
         let qualifier = if restrict(i) { "restrict " } else { "" };
         // A kernel need not read every buffer (a reshape's shape input).
@@ -264,13 +264,8 @@ impl<'a> Printer<'a> {
                 let b = &self.k.buffers[*buf];
                 let (v, _) = self.val(value)?;
                 let off = self.idx(offset)?;
-                writeln!(
-                    self.out,
-                    "{pad}{}[{off}] = ({})({v});",
-                    b.name,
-                    c_type(b.dtype)?
-                )
-                .ok();
+                let v = narrow(b.dtype, &format!("({})({v})", c_type(b.dtype)?));
+                writeln!(self.out, "{pad}{}[{off}] = {v};", b.name).ok();
             }
             Stmt::Let { name, dtype, value } => {
                 let (v, _) = self.val(value)?;
@@ -290,8 +285,10 @@ impl<'a> Printer<'a> {
                 let ty = c_type(dtype)?;
                 let v = format!("({ty})({v})");
                 let e = match combiner {
-                    Combiner::Sum => format!("{name} + {v}"),
-                    Combiner::Prod => format!("{name} * {v}"),
+                    // A 16-bit float local accumulates one rounded step at a time (bf16 sums,
+                    // `kiln_ops::te::Reduction::accumulator_type`), as the interpreter does.
+                    Combiner::Sum => round_to(dtype, &format!("{name} + {v}")),
+                    Combiner::Prod => round_to(dtype, &format!("{name} * {v}")),
                     Combiner::And if self.has_unconditional_read(value) => {
                         format!("(uint8_t)(({name} != 0) & ({v} != 0))")
                     }
@@ -310,7 +307,7 @@ impl<'a> Printer<'a> {
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
             Stmt::Alloc(b) => {
                 let b = &self.k.buffers[*b];
-                let ty = c_type(b.dtype)?;
+                let ty = storage_type(b.dtype)?;
                 writeln!(self.out, "{pad}{ty} {}[{}];", b.name, b.numel().max(1)).ok();
             }
         }
@@ -438,28 +435,25 @@ impl<'a> Printer<'a> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
                 let b = &self.k.buffers[*buf];
+                let stored = storage_type(b.dtype)?;
                 let read = format!("{}[{}]", b.name, self.idx(offset)?);
                 let e = if guard.is_empty() {
                     read
                 } else if b.shape.contains(&0) {
                     // No index is in bounds of an empty buffer.
-                    format!("({})0", c_type(b.dtype)?)
+                    format!("({stored})0")
                 } else if self.conditional_read(offset, guard) {
-                    format!(
-                        "({} ? {read} : ({})0)",
-                        self.guard(guard)?,
-                        c_type(b.dtype)?
-                    )
+                    format!("({} ? {read} : ({stored})0)", self.guard(guard)?)
                 } else {
                     let g = self.guard_mask(guard)?;
                     format!(
                         "kiln_keep_{}({g}, {}[{} & -(int64_t){g}])",
-                        select_suffix(b.dtype)?,
+                        select_suffix(stored)?,
                         b.name,
                         self.idx(offset)?
                     )
                 };
-                (e, b.dtype)
+                (widen(b.dtype, &e), b.dtype)
             }
             Val::Call(s, args)
                 if s.op == "Where" && args.len() == 3 && self.has_unconditional_read(v) =>
@@ -474,7 +468,7 @@ impl<'a> Printer<'a> {
                 let ty = c_type(t)?;
                 let e = format!(
                     "kiln_select_{}(({c}) != 0, ({ty})({a}), ({ty})({b}))",
-                    select_suffix(t)?
+                    select_suffix(ty)?
                 );
                 (e, t)
             }
@@ -562,6 +556,11 @@ pub fn literal(t: &Tensor) -> Result<String> {
     }
     let x = t.data.get_f64(0);
     Ok(match dtype {
+        // f16 and bf16 compute in float, which holds their values exactly.
+        DType::F16 | DType::BF16 => literal(&Tensor::new(
+            vec![],
+            kiln_ir::Data::from_f64(DType::F32, &[x])?,
+        )?)?,
         DType::F32 | DType::F64 => {
             let suffix = if dtype == DType::F32 { "f" } else { "" };
             if x.is_nan() {

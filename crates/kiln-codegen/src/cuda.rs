@@ -17,7 +17,7 @@ pub mod prelude;
 mod rows;
 
 use crate::c::Printer;
-use crate::scalar_c::c_type;
+use crate::scalar_c::{half_codec, storage_type};
 use kiln_ir::{bail, Result};
 use kiln_loop::gpu_map::{map_kernel, GpuMapping, Launch};
 use kiln_loop::{Kernel, LoopKind, Scope, Stmt};
@@ -45,6 +45,11 @@ pub struct CudaSource {
 
 /// Prints `k` for the GPU `gpu` (see the module doc).
 pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
+    // The C printer's f16/bf16 conversions would print as CUDA too, but they have not run
+    // on a GPU: such nodes stay on the interpreter until a GPU check covers them.
+    if let Some(b) = k.buffers.iter().find(|b| half_codec(b.dtype).is_some()) {
+        bail!("{} buffers have no CUDA kernels yet", b.dtype);
+    }
     let k = all_serial(k);
     let mapping = map_kernel(&k, gpu);
     let params = parameters(&k)?;
@@ -224,7 +229,7 @@ fn all_serial(k: &Kernel) -> Kernel {
 fn parameters(k: &Kernel) -> Result<String> {
     let mut parts = Vec::new();
     for b in k.buffers.iter().filter(|b| b.scope == Scope::Param) {
-        let ty = c_type(b.dtype)?;
+        let ty = storage_type(b.dtype)?;
         let konst = if b.output { "" } else { "const " };
         parts.push(format!("{konst}{ty}* __restrict__ {}", b.name));
     }

@@ -11,6 +11,12 @@
 //! float-to-integer casts truncate and saturate with NaN giving 0. Float
 //! rules compute in the element type (`expf` for f32): within an ulp or two
 //! of the interpreter, which computes in double and rounds once.
+//! f16 and bf16 elements are stored as their bits (`uint16_t`,
+//! [`storage_type`]) and computed in float ([`c_type`]): a load widens
+//! (`kiln_f16_f32`), a store rounds to nearest even (`kiln_f32_f16`), as
+//! the interpreter rounds each node's result; a cast from or to them rounds
+//! in place, so a fused chain sees the same values at a cast as the
+//! interpreter does.
 //! A call with no rule here is an error naming the op and type; the
 //! executor then runs that node on the reference interpreter.
 
@@ -18,10 +24,11 @@ use kiln_ir::{bail, Attr, DType, Result, TensorType};
 use kiln_ops::te::{Scalar, SCALAR_OPSET};
 use kiln_ops::{InferCx, InputInfo};
 
-/// The C type of elements of `dtype`.
+/// The C type values of `dtype` are computed in: the element type, or
+/// float for f16 and bf16 (see [`storage_type`]).
 pub fn c_type(dtype: DType) -> Result<&'static str> {
     Ok(match dtype {
-        DType::F32 => "float",
+        DType::F32 | DType::F16 | DType::BF16 => "float",
         DType::F64 => "double",
         DType::I8 => "int8_t",
         DType::I16 => "int16_t",
@@ -34,6 +41,52 @@ pub fn c_type(dtype: DType) -> Result<&'static str> {
         DType::Bool => "uint8_t",
         other => bail!("the C backend has no element type for {other}"),
     })
+}
+
+/// The C type elements of `dtype` are stored as in buffers: their bits for
+/// f16 and bf16, else [`c_type`].
+pub fn storage_type(dtype: DType) -> Result<&'static str> {
+    match half_codec(dtype) {
+        Some(_) => Ok("uint16_t"),
+        None => c_type(dtype),
+    }
+}
+
+/// For a 16-bit float type, the name in the prelude's conversions
+/// (`kiln_f16_f32`, `kiln_f32_f16`, `kiln_round_f16`); none for others.
+pub fn half_codec(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::F16 => Some("f16"),
+        DType::BF16 => Some("bf16"),
+        _ => None,
+    }
+}
+
+/// `v`, a value of `dtype` read from its storage type, as computed (widened to float for
+/// f16 and bf16).
+pub fn widen(dtype: DType, v: &str) -> String {
+    match half_codec(dtype) {
+        Some(h) => format!("kiln_{h}_f32({v})"),
+        None => v.to_string(),
+    }
+}
+
+/// `v`, a computed value of `dtype`, in its storage type (rounded to nearest even for
+/// f16 and bf16).
+pub fn narrow(dtype: DType, v: &str) -> String {
+    match half_codec(dtype) {
+        Some(h) => format!("kiln_f32_{h}({v})"),
+        None => v.to_string(),
+    }
+}
+
+/// `v`, a computed value of `dtype`, rounded to a value `dtype` holds (the identity but for
+/// f16 and bf16, which are computed in float).
+pub fn round_to(dtype: DType, v: &str) -> String {
+    match half_codec(dtype) {
+        Some(h) => format!("kiln_round_{h}({v})"),
+        None => v.to_string(),
+    }
 }
 
 /// The unsigned type of the same width, for wrapping arithmetic.
@@ -138,7 +191,9 @@ fn comparison(op: &str) -> Option<&'static str> {
 /// Float rules; `f` suffixes the libm names for f32.
 fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
     let ty = c_type(t)?;
-    let f = if t == DType::F32 { "f" } else { "" };
+    // f16 and bf16 compute in float, with float's functions.
+    let single = ty == "float";
+    let f = if single { "f" } else { "" };
     let a = args[0].as_str();
     let b = args.get(1).map(|s| s.as_str()).unwrap_or("");
     let libm = |name: &str| format!("{name}{f}({a})");
@@ -157,18 +212,18 @@ fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
         "Sign" => format!("kiln_sign{f}({a})"),
         "Reciprocal" => format!("(({ty})1 / {a})"),
         "Sqrt" => libm("sqrt"),
-        "Exp" if t == DType::F32 => format!("kiln_expf({a})"),
+        "Exp" if single => format!("kiln_expf({a})"),
         "Exp" => libm("exp"),
         "Log" => libm("log"),
-        "Erf" if t == DType::F32 => format!("kiln_erff({a})"),
+        "Erf" if single => format!("kiln_erff({a})"),
         "Erf" => libm("erf"),
         "Floor" => libm("floor"),
         "Ceil" => libm("ceil"),
         "Round" => libm("nearbyint"),
         "Relu" => format!("({a} < 0 ? ({ty})0 : {a})"),
-        "Sigmoid" if t == DType::F32 => format!("(1.0f / (1.0f + kiln_expf(-{a})))"),
+        "Sigmoid" if single => format!("(1.0f / (1.0f + kiln_expf(-{a})))"),
         "Sigmoid" => format!("(({ty})1 / (({ty})1 + exp{f}(-{a})))"),
-        "Tanh" if t == DType::F32 => format!("kiln_tanhf({a})"),
+        "Tanh" if single => format!("kiln_tanhf({a})"),
         "Tanh" => libm("tanh"),
         "Softplus" => format!("kiln_softplus{f}({a})"),
         "IsNaN" => format!("(uint8_t)isnan({a})"),
@@ -231,11 +286,18 @@ fn int_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
 }
 
 /// `(to)v` with ONNX's rules: floats to integers truncate and saturate
-/// (NaN gives 0), anything to bool is `v != 0`.
+/// (NaN gives 0), anything to bool is `v != 0`. A value of or to f16 or
+/// bf16 is rounded to that type (they compute in float).
 fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
     let ty = c_type(to)?;
     c_type(from)?;
-    Ok(if to == DType::Bool {
+    if from == to {
+        return Ok(round_to(to, v));
+    }
+    let v = &round_to(from, v);
+    Ok(if half_codec(to).is_some() {
+        round_to(to, &format!("((float){v})"))
+    } else if to == DType::Bool {
         format!("(uint8_t)({v} != 0)")
     } else if from.is_float() && !to.is_float() {
         format!("kiln_f2{}({v})", to.name())
@@ -368,4 +430,42 @@ KILN_F2I(kiln_f2u8, uint8_t, 0, UINT8_MAX)
 KILN_F2I(kiln_f2u16, uint16_t, 0, UINT16_MAX)
 KILN_F2I(kiln_f2u32, uint32_t, 0, UINT32_MAX)
 KILN_F2I(kiln_f2u64, uint64_t, 0, UINT64_MAX)
+/* f16 and bf16 are stored as their bits and computed in float. The conversions are integer
+   and float arithmetic with selects, no branches and no tables, so loops over them vectorize
+   on any target; float to f16/bf16 rounds to nearest even, overflows to infinity and keeps
+   NaN a (quiet) NaN, as the interpreter's `half` crate does. */
+KILN_INLINE float kiln_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+KILN_INLINE uint32_t kiln_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+KILN_INLINE float kiln_f16_f32(uint16_t h) {
+  uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+  uint32_t a = (uint32_t)h & 0x7fffu;
+  uint32_t normal = (a << 13) + ((127u - 15u) << 23); /* rebias the exponent */
+  uint32_t special = (a << 13) | 0x7f800000u; /* infinity, NaN */
+  uint32_t tiny = kiln_f32_bits((float)a * 5.9604644775390625e-8f); /* zero, subnormals (a * 2^-24): exact */
+  uint32_t bits = a >= 0x7c00u ? special : (a >= 0x0400u ? normal : tiny);
+  return kiln_bits_f32(sign | bits);
+}
+KILN_INLINE uint16_t kiln_f32_f16(float f) {
+  uint32_t x = kiln_f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t a = x & 0x7fffffffu;
+  /* normal results: rebias the exponent and round the 13 dropped bits to nearest even
+     (a carry out of the mantissa steps the exponent, as it should) */
+  uint32_t normal = (a - ((127u - 15u) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  /* below 2^-14: 0.5 + |f| is rounded by the float addition to a multiple of 2^-24, the
+     f16 subnormal step, whose count is then the low bits (0x400 is the smallest normal) */
+  uint32_t tiny = kiln_f32_bits(kiln_bits_f32(a) + 0.5f) - 0x3f000000u;
+  uint32_t h = a < 0x38800000u ? tiny : normal;
+  h = a >= 0x477ff000u ? 0x7c00u : h; /* 65520 and above round to infinity */
+  h = a > 0x7f800000u ? (0x7e00u | ((a >> 13) & 0x3ffu)) : h;
+  return (uint16_t)(sign | h);
+}
+KILN_INLINE float kiln_bf16_f32(uint16_t h) { return kiln_bits_f32((uint32_t)h << 16); }
+KILN_INLINE uint16_t kiln_f32_bf16(float f) {
+  uint32_t x = kiln_f32_bits(f);
+  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : rounded);
+}
+KILN_INLINE float kiln_round_f16(float f) { return kiln_f16_f32(kiln_f32_f16(f)); }
+KILN_INLINE float kiln_round_bf16(float f) { return kiln_bf16_f32(kiln_f32_bf16(f)); }
 "#;

@@ -94,7 +94,7 @@ fn driver(kernels: &[NodeKernel]) -> String {
         let name = &k.name;
         writeln!(s, "  {{\n    void* args[{}];", k.buffers.len() + 2).ok();
         for (i, b) in k.buffers.iter().enumerate() {
-            let ty = kiln_codegen::scalar_c::c_type(b.dtype).unwrap_or("uint8_t");
+            let ty = kiln_codegen::scalar_c::storage_type(b.dtype).unwrap_or("uint8_t");
             let n = b.numel().max(1);
             let value = match b.dtype {
                 DType::F32 | DType::F64 => "kiln_rand() * 4.0 - 2.0".to_string(),

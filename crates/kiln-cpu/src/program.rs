@@ -259,7 +259,7 @@ fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
     g.nodes
         .iter()
         .map(|n| {
-            kiln_interp::subgraph_reads(n)
+            n.subgraph_reads()
                 .into_iter()
                 .filter_map(|name| g.find(&name))
                 .collect()

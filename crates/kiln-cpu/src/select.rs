@@ -6,8 +6,8 @@
 //! expression lowered, scheduled by the default rule for a target
 //! description and printed as C) or the reason it runs on the reference
 //! interpreter instead: no expression (library ops such as TopK, control
-//! flow), several outputs, an element type the C backend lacks (f16,
-//! bf16, strings), or a scalar rule without a C form. Falling back is per
+//! flow), several outputs, an element type the C backend lacks
+//! (strings), or a scalar rule without a C form. Falling back is per
 //! node and never changes results.
 
 use kiln_codegen::c::kernel_c;

@@ -113,12 +113,19 @@ fn is_parameter(ty: &kiln_ir::TensorType) -> bool {
     }
 }
 
-/// The nodes reading each value.
+/// The nodes reading each value: through their inputs, or by name from their subgraphs (a
+/// Loop body reading a value of this graph needs it outside any group).
 fn readers(g: &Graph) -> Vec<Vec<usize>> {
     let mut r = vec![Vec::new(); g.values.len()];
+    let names = g.names();
     for (n, node) in g.nodes.iter().enumerate() {
         for v in node.inputs.iter().flatten() {
             r[v.index()].push(n);
+        }
+        for name in node.subgraph_reads() {
+            if let Some(v) = names.get(name.as_str()) {
+                r[v.index()].push(n);
+            }
         }
     }
     r

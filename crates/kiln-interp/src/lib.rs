@@ -7,7 +7,7 @@
 
 use kiln_ir::{bail, DType, Error, Graph, Result, Tensor, TensorType};
 use kiln_ops::{registry, EvalCx, SubgraphRunner};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -106,35 +106,6 @@ impl SubgraphRunner for Env<'_> {
     }
 }
 
-/// Names a graph reads from enclosing scopes: its captures and, through
-/// nested subgraphs, whatever those read that this graph does not define.
-fn free_names(g: &Graph) -> BTreeSet<String> {
-    let mut free: BTreeSet<String> = g
-        .captures
-        .iter()
-        .map(|&id| g.name(id).to_string())
-        .collect();
-    let inner: BTreeSet<String> = g.nodes.iter().flat_map(node_free_names).collect();
-    let defined: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
-    free.extend(inner.into_iter().filter(|n| !defined.contains(n.as_str())));
-    free
-}
-
-/// Names the subgraphs of `node` read from the scope the node runs in.
-fn node_free_names(node: &kiln_ir::Node) -> BTreeSet<String> {
-    node.attrs
-        .values()
-        .filter_map(|a| {
-            if let kiln_ir::Attr::Graph(sub) = a {
-                Some(free_names(sub))
-            } else {
-                None
-            }
-        })
-        .flatten()
-        .collect()
-}
-
 impl Env<'_> {
     fn execute(
         &self,
@@ -151,7 +122,7 @@ impl Env<'_> {
             .nodes
             .iter()
             .map(|n| {
-                node_free_names(n)
+                n.subgraph_reads()
                     .into_iter()
                     .map(|name| {
                         let id = names.get(name.as_str()).copied();
@@ -241,7 +212,7 @@ pub fn eval_node_reading(
         .collect::<Result<_>>()?;
     let refs: Vec<Option<&Tensor>> = ins.iter().map(|t| t.as_ref()).collect();
     let mut scope = HashMap::new();
-    for name in subgraph_reads(node) {
+    for name in node.subgraph_reads() {
         if let Some(id) = g.find(&name) {
             scope.insert(name, read(id)?);
         }
@@ -301,11 +272,6 @@ pub fn eval_node(
         }
     }
     Ok(outs)
-}
-
-/// Names the subgraphs of `node` read from the scope the node runs in.
-pub fn subgraph_reads(node: &kiln_ir::Node) -> BTreeSet<String> {
-    node_free_names(node)
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {

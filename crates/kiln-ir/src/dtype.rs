@@ -102,6 +102,11 @@ impl DType {
         matches!(self, DType::F32 | DType::F64 | DType::F16 | DType::BF16)
     }
 
+    /// f16 or bf16: 16-bit floats, which generated code stores as bits and computes in f32.
+    pub fn is_half_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
+    }
+
     pub fn is_int(self) -> bool {
         self.is_signed_int() || self.is_unsigned_int()
     }

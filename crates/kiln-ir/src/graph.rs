@@ -4,7 +4,7 @@
 
 use crate::{bail, DType, Error, Result, Tensor};
 use bytes::Bytes;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 /// Index of a value in [`Graph::values`].
@@ -141,6 +141,19 @@ pub struct Node {
 }
 
 impl Node {
+    /// Names the subgraphs of this node (Loop, If, Scan bodies) read from the scope the
+    /// node is in: they read it too, though not through its inputs.
+    pub fn subgraph_reads(&self) -> BTreeSet<String> {
+        self.attrs
+            .values()
+            .filter_map(|a| match a {
+                Attr::Graph(sub) => Some(sub.free_names()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
     /// "node 'name' (Op)" for error messages.
     pub fn describe(&self) -> String {
         let domain = if self.domain.is_empty() {
@@ -262,6 +275,22 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// Names this graph reads from enclosing scopes: its captures and, through nested
+    /// subgraphs, whatever those read that this graph does not define.
+    pub fn free_names(&self) -> BTreeSet<String> {
+        let mut free: BTreeSet<String> = self
+            .captures
+            .iter()
+            .map(|&id| self.name(id).to_string())
+            .collect();
+        let inner: BTreeSet<String> = self.nodes.iter().flat_map(Node::subgraph_reads).collect();
+        if !inner.is_empty() {
+            let defined: HashSet<&str> = self.values.iter().map(|v| v.name.as_str()).collect();
+            free.extend(inner.into_iter().filter(|n| !defined.contains(n.as_str())));
+        }
+        free
+    }
+
     pub fn new(name: impl Into<String>) -> Graph {
         Graph {
             name: name.into(),

@@ -40,6 +40,7 @@
 use crate::gpu_map::rows::RowPart;
 use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
+use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
 /// Elements per parallel chunk of a fully coalesced loop. The granularity
@@ -96,8 +97,9 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
+    let in_order = accumulates_in_half_float(&k.body);
     if vars.is_empty() {
-        return if target.is_gpu() {
+        return if target.is_gpu() || in_order {
             schedule
         } else {
             scalar_reductions(k)
@@ -123,6 +125,12 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return schedule;
     };
     let parallel = total >= PARALLEL_MIN_WORK;
+    // Accumulating in the output rounds every step in its type: not in f16 or bf16.
+    let outward = !in_order
+        && !k
+            .buffers
+            .iter()
+            .any(|b| b.output && b.dtype.is_half_float());
     if nest.len() == 1 && extent > CHUNK && plain {
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
@@ -136,9 +144,10 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return schedule;
     }
     let last_loop = output_nest(&current.body).last().map(|l| (*l).clone());
-    let along = last_loop
-        .as_ref()
-        .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
+    let along = outward
+        && last_loop
+            .as_ref()
+            .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
     let split_reduction = last_loop
         .as_ref()
         .and_then(|l| reduction_to_split(l, extent, target));
@@ -171,9 +180,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         schedule.0.push(Directive::Parallel(nest[0].0.clone()));
     }
     let last = output_nest(&current.body).last().map(|l| (*l).clone());
-    let y_reduce = last.as_ref().is_some_and(|l| {
-        !plain && (nest.len() > 1 || !parallel) && extent >= 8 && reads_along(&l.body, &innermost)
-    });
+    let y_reduce = along && (nest.len() > 1 || !parallel) && extent >= 8;
     if y_reduce {
         schedule
             .0
@@ -188,7 +195,11 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         }
     } else if plain && (nest.len() > 1 || !parallel) {
         schedule.0.push(Directive::Vectorize(innermost));
-    } else if let Some(nest) = last.as_ref().and_then(contiguous_reduction) {
+    } else if let Some(nest) = last
+        .as_ref()
+        .filter(|_| !in_order)
+        .and_then(contiguous_reduction)
+    {
         // An x-reduce: each output's reduction reads consecutive elements,
         // so its innermost loop — coalesced with the loops around it while
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
@@ -197,6 +208,26 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         schedule.0.push(Directive::Vectorize(r));
     }
     schedule
+}
+
+/// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each
+/// step rounds, in order, as the interpreter sums, so its reductions run in their order
+/// (not in vector lanes or thread chunks).
+fn accumulates_in_half_float(body: &[Stmt]) -> bool {
+    fn visit<'a>(body: &'a [Stmt], half: &mut Vec<&'a str>) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Let { name, dtype, .. } if dtype.is_half_float() => {
+                half.push(name);
+                false
+            }
+            Stmt::Update { name, combiner, .. } => {
+                matches!(combiner, Combiner::Sum | Combiner::Prod) && half.contains(&name.as_str())
+            }
+            Stmt::Loop(l) => visit(&l.body, half),
+            _ => false,
+        })
+    }
+    visit(body, &mut Vec::new())
 }
 
 /// The perfect nest of output loop `l`'s reduction, outermost first, when

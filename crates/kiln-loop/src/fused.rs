@@ -53,7 +53,7 @@ use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::{contraction_gemm, Factor as GemmFactor};
 use crate::group::{Env, GroupExpr, Inliner, Src};
 use crate::ir::{Atom, Buffer, Gemm, GemmInput, GemmOperand, Idx, Kernel, Scope, Stmt, Val};
-use crate::lower::{accumulator_type, flatten, loop_or_zero, node_nest, reduce_over, var_name};
+use crate::lower::{flatten, loop_or_zero, node_nest, reduce_over, var_name};
 use crate::operand_scale::{hoist_scales, Factor};
 use crate::row_values::store_reduced_values;
 use crate::schedule::{apply, fused_name, Directive, Schedule};

@@ -18,8 +18,8 @@
 
 use crate::ir::{Atom, Buffer, Guard, Idx, Val};
 use crate::lower::flatten;
-use kiln_ir::{bail, Result, Tensor};
-use kiln_ops::te::{Expr, IndexExpr, TensorExpr, Var};
+use kiln_ir::{bail, Attr, DType, Result, Tensor};
+use kiln_ops::te::{Expr, IndexExpr, Scalar, TensorExpr, Var};
 use std::collections::HashMap;
 
 /// Where one tensor-expression input comes from.
@@ -134,7 +134,16 @@ impl<'a> Inliner<'a> {
         }
     }
 
+    /// Node `n`'s value at `idx`, as the node's own result: a value of a 16-bit float type
+    /// is rounded to it (see [`rounded_to`]).
     fn read_node(&self, n: usize, idx: &[Idx]) -> Result<Val> {
+        Ok(rounded_to(
+            self.group.nodes[n].te.dtype,
+            self.node_value(n, idx)?,
+        ))
+    }
+
+    fn node_value(&self, n: usize, idx: &[Idx]) -> Result<Val> {
         let node = &self.group.nodes[n];
         if let Some((value, at)) = self.computed.get(&n) {
             if same_point(idx, at, &node.te.shape) {
@@ -281,6 +290,18 @@ impl<'a> Inliner<'a> {
 /// Whether two indices into a tensor of `shape` name the same element:
 /// equal as integer expressions in every dimension of extent > 1
 /// (dimensions of extent 1 hold 0 in any valid read).
+/// `v`, a value of `dtype`, as a Cast to `dtype` when that is f16 or bf16: the identity
+/// in the loop IR's semantics, but where a printer computes those types in a wider one
+/// (the C printers compute them in float) the cast rounds, so a node inlined into another
+/// gives it the same value as the interpreter, which rounds every node's result.
+fn rounded_to(dtype: DType, v: Val) -> Val {
+    if !dtype.is_half_float() {
+        return v;
+    }
+    let cast = Scalar::new("Cast").with_attr("to", Attr::Int(dtype.onnx_code() as i64));
+    Val::Call(cast, vec![v])
+}
+
 fn same_point(a: &[Idx], b: &[Idx], shape: &[usize]) -> bool {
     a.len() == b.len()
         && a.len() == shape.len()

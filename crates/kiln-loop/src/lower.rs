@@ -116,7 +116,7 @@ pub(crate) fn reduce_into(
     r: &kiln_ops::te::Reduction,
     value: Val,
 ) -> Result<Vec<Stmt>> {
-    let acc_type = accumulator_type(dtype, r.combiner);
+    let acc_type = r.accumulator_type(dtype);
     reduce_over(acc, acc_type, r, value, &|k| var_name(Var::Red(k)))
 }
 
@@ -165,16 +165,6 @@ pub fn serial(var: &str, extent: i64, body: Vec<Stmt>) -> Stmt {
         kind: LoopKind::Serial,
         body,
     })
-}
-
-/// The accumulator type of a reduction producing `dtype`.
-pub(crate) fn accumulator_type(dtype: DType, combiner: Combiner) -> DType {
-    let widens = matches!(combiner, Combiner::Sum | Combiner::Prod);
-    if widens && dtype.is_float() && dtype != DType::BF16 {
-        DType::F64
-    } else {
-        dtype
-    }
 }
 
 /// The combiner's identity as a 0-d tensor of `dtype` (integer extremes for

@@ -15,7 +15,7 @@
 //! a loop reads of a buffer into local buffers (`cache.rs`). A directive naming a
 //! loop that is not there, or an illegal rewrite, is an error.
 
-use crate::ir::{Atom, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
 use kiln_ir::{bail, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     for d in &schedule.0 {
         match d {
             Directive::CacheRead { buf, at } => k = crate::cache::cache_read(&k, buf, at)?,
-            _ => k.body = apply_one(&k.body, d)?,
+            _ => k.body = apply_one(&k.body, &k.buffers, d)?,
         }
     }
     if schedule
@@ -111,7 +111,7 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     Ok(k)
 }
 
-fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
+fn apply_one(body: &[Stmt], buffers: &[Buffer], d: &Directive) -> Result<Vec<Stmt>> {
     let target = match d {
         Directive::Split { var, .. }
         | Directive::Parallel(var)
@@ -127,7 +127,7 @@ fn apply_one(body: &[Stmt], d: &Directive) -> Result<Vec<Stmt>> {
     let mut found = false;
     let out = rewrite(body, target, &mut |l| {
         found = true;
-        rewrite_loop(l, d)
+        rewrite_loop(l, buffers, d)
     })?;
     if !found {
         bail!("schedule: no loop '{target}' for {d}");
@@ -166,9 +166,9 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
     }
 }
 
-fn rewrite_loop(l: &Loop, d: &Directive) -> Result<Vec<Stmt>> {
+fn rewrite_loop(l: &Loop, buffers: &[Buffer], d: &Directive) -> Result<Vec<Stmt>> {
     match d {
-        Directive::AccumulateOutward(_) => return accumulate_outward(l),
+        Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         _ => {}
@@ -266,8 +266,9 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
 /// becomes `for v { out[o] = init }; for r.. { for v { out[o] = out[o] ⊕ x } }`.
 /// Legal because each `v` iteration owns its output element and the
 /// reduction order per element is unchanged; the accumulation happens in
-/// the output's type.
-fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
+/// the output's type, which is refused for an f16 or bf16 output of a
+/// wider accumulator (rounding every step to 16 bits loses the sum).
+fn accumulate_outward(l: &Loop, buffers: &[Buffer]) -> Result<Vec<Stmt>> {
     let not_reduction = || -> Result<Vec<Stmt>> {
         bail!(
             "schedule: loop '{}' is not `let; reduction loops; store`",
@@ -275,7 +276,9 @@ fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
         )
     };
     let [Stmt::Let {
-        name, value: init, ..
+        name,
+        value: init,
+        dtype,
     }, Stmt::Loop(red), Stmt::Store {
         buf,
         offset,
@@ -286,6 +289,13 @@ fn accumulate_outward(l: &Loop) -> Result<Vec<Stmt>> {
     };
     if stored != name {
         return not_reduction();
+    }
+    let out_dtype = buffers[*buf].dtype;
+    if *dtype != out_dtype && out_dtype.is_half_float() {
+        bail!(
+            "schedule: loop '{}' would accumulate a {dtype} reduction in its {out_dtype} output, rounding every step",
+            l.var
+        );
     }
     let load_out = Val::Load {
         buf: *buf,

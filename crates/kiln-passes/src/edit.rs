@@ -17,34 +17,6 @@
 use kiln_ir::{Attr, Graph, Initializer, Node, Result, Tensor, TensorType, ValueId};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-/// Names a graph reads from enclosing scopes: its captures and, through
-/// nested subgraphs, whatever those read that the graph does not define.
-pub fn free_names(g: &Graph) -> BTreeSet<String> {
-    let mut free: BTreeSet<String> = g
-        .captures
-        .iter()
-        .map(|&id| g.name(id).to_string())
-        .collect();
-    let inner: BTreeSet<String> = g.nodes.iter().flat_map(node_reads).collect();
-    if !inner.is_empty() {
-        let defined: HashSet<&str> = g.values.iter().map(|v| v.name.as_str()).collect();
-        free.extend(inner.into_iter().filter(|n| !defined.contains(n.as_str())));
-    }
-    free
-}
-
-/// Names the subgraphs of `node` read from the scope the node is in.
-pub fn node_reads(node: &Node) -> BTreeSet<String> {
-    node.attrs
-        .values()
-        .filter_map(|a| match a {
-            Attr::Graph(sub) => Some(free_names(sub)),
-            _ => None,
-        })
-        .flatten()
-        .collect()
-}
-
 /// True when `node` has a subgraph attribute.
 pub fn has_subgraph(node: &Node) -> bool {
     node.attrs.values().any(|a| matches!(a, Attr::Graph(_)))
@@ -90,7 +62,7 @@ impl<'g> Editor<'g> {
             pinned[v.index()] = true;
         }
         // Subgraphs read values by name: those count as uses and keep their ids.
-        let reads: BTreeSet<String> = g.nodes.iter().flat_map(node_reads).collect();
+        let reads: BTreeSet<String> = g.nodes.iter().flat_map(Node::subgraph_reads).collect();
         if !reads.is_empty() {
             let ids = g.names();
             for id in reads.iter().filter_map(|n| ids.get(n.as_str())) {

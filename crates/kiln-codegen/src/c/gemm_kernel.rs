@@ -8,7 +8,7 @@ use crate::gemm::{
     self, gemm_c_tuned, gemm_prepack_c_tuned, gemm_workspace_tuned, prepack_name, Factor, GemmSpec,
     Operand, Param, Prepacked, Tuning, Window,
 };
-use crate::scalar_c::c_type;
+use crate::scalar_c::storage_type;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Atom, ConvWindow, Gemm, GemmInput, GemmOperand, Kernel, Val, WindowLayout};
 use std::fmt::Write;
@@ -31,7 +31,7 @@ pub(super) fn gemm_kernel_c(
         .map(|b| {
             let konst = if b.output { "" } else { "const " };
             Ok(Param::new(
-                format!("{konst}{}* restrict", c_type(b.dtype)?),
+                format!("{konst}{}* restrict", storage_type(b.dtype)?),
                 b.name.clone(),
             ))
         })

@@ -2,6 +2,7 @@
 //! loop updates, and array-section reductions for a parallel loop whose
 //! stores combine into the same elements.
 
+use crate::scalar_c::half_codec;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::{Idx, Kernel, LoopKind, Stmt, Val};
 use kiln_ops::te::Combiner;
@@ -36,12 +37,15 @@ pub(super) fn reduction_clause(
 /// The OpenMP reduction identifier combining partial results of `dtype` by `c`.
 fn omp_reduction(c: Combiner, dtype: Option<DType>) -> Option<&'static str> {
     Some(match (c, dtype) {
+        // A bf16 sum rounds every step in order (as the interpreter sums it), which lanes
+        // would reorder; 16-bit float locals are otherwise declared float.
+        (Combiner::Sum | Combiner::Prod, Some(DType::BF16)) => return None,
         (Combiner::Sum, _) => "+",
         (Combiner::Prod, _) => "*",
         (Combiner::And, _) => "&&",
         (Combiner::Or, _) => "||",
-        (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
-        (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
+        (Combiner::Max, Some(DType::F32 | DType::F16 | DType::BF16)) => "kiln_rmaxf",
+        (Combiner::Min, Some(DType::F32 | DType::F16 | DType::BF16)) => "kiln_rminf",
         (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
         (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
         (Combiner::Max, Some(d)) if !d.is_float() => "max",
@@ -93,7 +97,12 @@ pub(super) fn array_reduction_clause(k: &Kernel, l: &kiln_loop::Loop) -> Result<
     let mut clauses = String::new();
     for (buf, combiner, lo, hi) in sections {
         let b = &k.buffers[buf];
-        let Some(op) = omp_reduction(combiner, Some(b.dtype)) else {
+        // 16-bit floats are stored as bits, which OpenMP would combine as integers.
+        let op = match half_codec(b.dtype) {
+            Some(_) => None,
+            None => omp_reduction(combiner, Some(b.dtype)),
+        };
+        let Some(op) = op else {
             bail!(
                 "parallel loop '{}' combines into {} by {combiner:?}, which has no OpenMP reduction on {}",
                 l.var,

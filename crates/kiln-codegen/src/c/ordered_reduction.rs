@@ -14,7 +14,7 @@
 
 use super::Printer;
 use crate::scalar_c::c_type;
-use kiln_ir::{bail, Data, Result, Tensor};
+use kiln_ir::{bail, DType, Data, Result, Tensor};
 use kiln_loop::ir::reduced_locals;
 use kiln_loop::{Loop, LoopKind, Stmt, Val};
 use kiln_ops::te::Combiner;
@@ -33,6 +33,12 @@ impl Printer<'_> {
                     l.var
                 );
             };
+            if dtype == DType::BF16 && matches!(c, Combiner::Sum | Combiner::Prod) {
+                bail!(
+                    "parallel loop '{}' would reorder the bf16 sum '{name}', which rounds every step in order",
+                    l.var
+                );
+            }
             let identity = Tensor::new(vec![], Data::from_f64(dtype, &[c.identity()])?)?;
             typed.push((
                 name.as_str(),

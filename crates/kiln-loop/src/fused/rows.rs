@@ -148,7 +148,7 @@ fn row_reduction(
     };
     let value = inliner.body(r, &env)?;
     let acc = format!("acc{j}");
-    let acc_type = accumulator_type(te.dtype, red.combiner);
+    let acc_type = red.accumulator_type(te.dtype);
     let mut stmts = reduce_over(&acc, acc_type, &red, value, &var)?;
     let local = format!("v{j}");
     stmts.push(Stmt::Let {

@@ -284,6 +284,7 @@ fn conv_expression(
         reduction: Some(Reduction {
             extents,
             combiner: Combiner::Sum,
+            widened: true,
         }),
         body,
     }

@@ -99,6 +99,7 @@ impl Primitive for MatMul {
                 reduction: Some(Reduction {
                     extents: vec![sh.k],
                     combiner: Combiner::Sum,
+                    widened: true,
                 }),
                 body: Expr::call("Mul", vec![Expr::Load(0), Expr::Load(1)]),
             }

@@ -232,6 +232,7 @@ impl Primitive for MaxPool {
                 reduction: Some(Reduction {
                     extents: g.kernel.clone(),
                     combiner: Combiner::Max,
+                    widened: false,
                 }),
                 body,
             }

@@ -352,7 +352,11 @@ impl Primitive for ReducePrim {
             }
             kept += usize::from(!m);
         }
-        let reduction = (!extents.is_empty()).then_some(Reduction { extents, combiner });
+        let reduction = (!extents.is_empty()).then_some(Reduction {
+            extents,
+            combiner,
+            widened: false,
+        });
         Ok(Some(
             TensorExpr {
                 dtype: ty.dtype,

@@ -13,7 +13,7 @@
 //! a small factor of hand-written loops for everything but matmul and
 //! convolution, which also have direct kernels (see `primitive.rs`).
 
-use super::{Access, Combiner, Expr, IndexExpr, Scalar, TensorExpr, Var};
+use super::{Access, Expr, IndexExpr, Reduction, Scalar, TensorExpr, Var};
 use crate::ops::cast::cast_tensor;
 use crate::util::{numel, strides};
 use crate::{registry, EvalCx, SubgraphRunner};
@@ -59,7 +59,7 @@ pub fn evaluate(te: &TensorExpr, inputs: &[Option<&Tensor>]) -> Result<Tensor> {
         };
         let v = match &te.reduction {
             None => block.eval(&te.body)?,
-            Some(r) => block.reduce(&r.extents, r.combiner)?,
+            Some(r) => block.reduce(r)?,
         };
         if v.dtype() != te.dtype {
             bail!(
@@ -142,8 +142,9 @@ struct Block<'a> {
 }
 
 impl Block<'_> {
-    fn reduce(mut self, extents: &[usize], combiner: Combiner) -> Result<Tensor> {
-        let acc_type = accumulator_type(self.te.dtype);
+    fn reduce(mut self, red: &Reduction) -> Result<Tensor> {
+        let (extents, combiner) = (&red.extents, red.combiner);
+        let acc_type = red.accumulator_type(self.te.dtype);
         let identity = Data::from_f64(acc_type, &[combiner.identity()])?;
         let mut acc = Tensor::new(vec![], identity)?;
         let combine = combiner.scalar();
@@ -306,17 +307,6 @@ fn block_tensor<T: Elem>(v: Vec<T>) -> Tensor {
     Tensor {
         shape: vec![v.len()],
         data: T::wrap(v),
-    }
-}
-
-/// Reductions of floats accumulate in f64 and round once at the end,
-/// except bfloat16, which accumulates one rounded step at a time in reduction
-/// order, as the ONNX reference (numpy on ml_dtypes' bfloat16) sums it.
-fn accumulator_type(dtype: DType) -> DType {
-    if dtype.is_float() && dtype != DType::BF16 {
-        DType::F64
-    } else {
-        dtype
     }
 }
 

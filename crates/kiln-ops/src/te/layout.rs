@@ -113,6 +113,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
     let reduction = te.reduction.as_ref().map(|r| super::Reduction {
         extents: red_order.iter().map(|&k| r.extents[k]).collect(),
         combiner: r.combiner,
+        widened: r.widened,
     });
     Ok(TensorExpr {
         dtype: te.dtype,

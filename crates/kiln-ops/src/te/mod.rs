@@ -57,6 +57,25 @@ pub struct Access {
 pub struct Reduction {
     pub extents: Vec<usize>,
     pub combiner: Combiner,
+    /// Whether a bf16 sum or product accumulates in a wider type and rounds once, as the
+    /// reference's matrix products and convolutions do; otherwise it rounds every step in
+    /// reduction order, as ReduceSum's reference (numpy on ml_dtypes' bfloat16) sums. Other
+    /// float types always accumulate wide ([`Reduction::accumulator_type`]).
+    pub widened: bool,
+}
+
+impl Reduction {
+    /// The type a reduction producing `dtype` accumulates in: f64 for float sums and
+    /// products (rounded once at the end), except in-order bf16 ones (see
+    /// [`Reduction::widened`]); `dtype` itself otherwise (min and max are exact).
+    pub fn accumulator_type(&self, dtype: DType) -> DType {
+        let sums = matches!(self.combiner, Combiner::Sum | Combiner::Prod);
+        if sums && dtype.is_float() && (dtype != DType::BF16 || self.widened) {
+            DType::F64
+        } else {
+            dtype
+        }
+    }
 }
 
 /// The associative, commutative operators a reduction combines with

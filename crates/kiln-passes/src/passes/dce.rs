@@ -7,7 +7,6 @@
 //! Needs: a verified graph. Guarantees: the same results; graph inputs,
 //! outputs and captures are kept (ids may change, names do not).
 
-use crate::edit::node_reads;
 use crate::pass::{each_graph, Pass};
 use kiln_ir::{Graph, ValueId};
 use std::collections::HashMap;
@@ -50,7 +49,7 @@ fn live_values(g: &Graph) -> Vec<bool> {
         for i in node.inputs.iter().flatten() {
             live[i.index()] = true;
         }
-        let reads = node_reads(node);
+        let reads = node.subgraph_reads();
         if !reads.is_empty() {
             let ids = ids.get_or_insert_with(|| g.names());
             for id in reads.iter().filter_map(|r| ids.get(r.as_str())) {
