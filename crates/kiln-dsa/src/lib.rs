@@ -3,7 +3,13 @@
 //! - [`desc`]: hardware descriptions (GraphTurbo §1's clusters × cores ×
 //!   units with local and global buffers, swTVM's Sunway core group) and
 //!   the presets.
+//! - [`nest`], [`text`]: the loop nests swTVM's local-memory algorithms
+//!   (§5) read, and their text form.
 
 pub mod desc;
+pub mod nest;
+pub mod text;
 
 pub use desc::{parse_target, DsaDesc};
+pub use nest::{Access, Affine, Loop, Nest, Term};
+pub use text::parse_nest;
