@@ -6,9 +6,13 @@
 //! - [`nest`], [`text`]: the loop nests swTVM's local-memory algorithms
 //!   (§5) read, and their text form.
 
+pub mod classify;
+pub mod correlation;
 pub mod desc;
+pub mod ldm;
 pub mod nest;
 pub mod text;
+pub mod tile;
 
 pub use desc::{parse_target, DsaDesc};
 pub use nest::{Access, Affine, Loop, Nest, Term};
