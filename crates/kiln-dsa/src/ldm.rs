@@ -28,9 +28,10 @@
 //!   variable back at one element it is what it was before, which fitted.
 //!   Instead, the all-ones usage is checked once, up front.
 //! - `select(Vars)` in the expanding part (line 36) takes the variables of
-//!   `Vars` in turn. Reading it as Algorithm 2's least-DMA `SELECT` would
-//!   double y twice in the walk-through (and refuse y = 256 at 65.25 KB),
-//!   where the paper doubles y, then tries k.
+//!   `Vars` in turn. Reading it as Algorithm 2's least-DMA `SELECT` (with
+//!   `count.rs` on a 1024³ product in x, y, k order) would double y twice
+//!   in the walk-through and refuse y = 256 at 65.25 KB, where the paper
+//!   doubles y, then tries k.
 //!
 //! Needs a valid nest. Guarantees: the chosen tiles' bytes are at most the
 //! capacity, each buffer is between 1 and its loop's extent; an error when

@@ -8,9 +8,12 @@
 
 pub mod classify;
 pub mod correlation;
+pub mod count;
 pub mod desc;
+pub mod dma;
 pub mod ldm;
 pub mod nest;
+pub mod reorder;
 pub mod text;
 pub mod tile;
 
