@@ -11,13 +11,18 @@ use kiln_dsa::{parse_nest, Access, Affine, Loop, Nest, Term};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
+/// An index as generated: (loop, coefficient) terms and a constant.
+type IndexSpec = (Vec<(usize, u64)>, u64);
+/// A tensor as generated: its indices, element bytes, whether written.
+type TensorSpec = (Vec<IndexSpec>, u64, bool);
+
 /// One dimension's index: up to three (loop, coefficient) terms and a
 /// constant; loops are positions modulo the nest's loop count.
-fn index() -> impl Strategy<Value = (Vec<(usize, u64)>, u64)> {
+fn index() -> impl Strategy<Value = IndexSpec> {
     (prop::collection::vec((0usize..8, 1u64..4), 0..3), 0u64..3)
 }
 
-fn tensor() -> impl Strategy<Value = (Vec<(Vec<(usize, u64)>, u64)>, u64, bool)> {
+fn tensor() -> impl Strategy<Value = TensorSpec> {
     (prop::collection::vec(index(), 1..4), 1u64..9, any::<bool>())
 }
 
@@ -31,7 +36,7 @@ fn nest() -> impl Strategy<Value = Nest> {
 
 /// A valid nest: duplicate terms merged, loops no tensor uses added to
 /// the first tensor's last index.
-fn build(extents: &[u64], tensors: &[(Vec<(Vec<(usize, u64)>, u64)>, u64, bool)]) -> Nest {
+fn build(extents: &[u64], tensors: &[TensorSpec]) -> Nest {
     let loops = extents
         .iter()
         .enumerate()
