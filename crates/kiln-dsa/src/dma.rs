@@ -22,7 +22,7 @@
 //! still waiting after the last outer loop goes innermost.
 //!
 //! Needs a valid nest, sizes from 1 to each extent, and `order` holding
-//! each loop with `size < extent` exactly once (errors otherwise).
+//! each loop with `size < extent` exactly once (each checked: errors).
 //! Guarantees: exactly one placement per tensor, in tensor order, at a
 //! depth from 0 (before every loop) to `order.len()`.
 
@@ -129,8 +129,10 @@ fn placement(
     }
 }
 
-/// `order` must list each loop with an outer tile loop exactly once.
+/// The nest must be valid, each size within its loop, and `order` must
+/// list each loop with an outer tile loop exactly once.
 fn check_order(nest: &Nest, sizes: &[u64], order: &[usize]) -> Result<()> {
+    nest.validate()?;
     ensure!(
         sizes.len() == nest.loops.len(),
         "{} buffer sizes for {} loops",

@@ -33,9 +33,9 @@
 //!   in the walk-through and refuse y = 256 at 65.25 KB, where the paper
 //!   doubles y, then tries k.
 //!
-//! Needs a valid nest. Guarantees: the chosen tiles' bytes are at most the
-//! capacity, each buffer is between 1 and its loop's extent; an error when
-//! even one-element tiles do not fit.
+//! Needs a valid nest (checked). Guarantees: the chosen tiles' bytes are
+//! at most the capacity, each buffer is between 1 and its loop's extent;
+//! an error when even one-element tiles do not fit.
 
 use crate::classify::{ClassifyState, Direction};
 use crate::desc::DsaDesc;
@@ -101,6 +101,7 @@ struct Ldm<'a> {
 
 /// Runs Algorithm 1 for `nest` under `budget`.
 pub fn choose_buffers(nest: &Nest, budget: LdmBudget) -> Result<BufferChoice> {
+    nest.validate()?;
     let mut ldm = Ldm {
         nest,
         budget,
