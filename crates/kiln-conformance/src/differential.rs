@@ -161,9 +161,9 @@ pub fn compare(got: &[Tensor], want: &[Tensor]) -> Result<(), String> {
             _ if a == b => continue,
             _ => return Err(format!("output {k} differs (non-numeric)")),
         };
-        let exact = !a.dtype().is_float();
+        let tolerance = Tolerance::of(a.dtype());
         for (i, (&p, &q)) in x.iter().zip(&y).enumerate() {
-            if !close(p, q, exact) {
+            if !tolerance.close(p, q) {
                 return Err(format!(
                     "output {k} element {i}: cpu {p} vs interpreter {q}"
                 ));
@@ -173,14 +173,39 @@ pub fn compare(got: &[Tensor], want: &[Tensor]) -> Result<(), String> {
     Ok(())
 }
 
-fn close(p: f64, q: f64, exact: bool) -> bool {
-    if exact || p.is_infinite() || q.is_infinite() {
-        return p == q;
+/// How far a backend's value may be from the interpreter's: integers and bools exactly;
+/// floats within 1e-4 + 1e-3·|q|, widened for f16 and bf16 to four steps of the type
+/// (the graph passes open compound ops, which rounds their intermediate results in the
+/// type where the interpreter's direct kernel rounds once).
+struct Tolerance {
+    exact: bool,
+    absolute: f64,
+    relative: f64,
+}
+
+impl Tolerance {
+    fn of(dtype: kiln_ir::DType) -> Tolerance {
+        let epsilon = match dtype {
+            kiln_ir::DType::F16 => f64::powi(2.0, -10),
+            kiln_ir::DType::BF16 => f64::powi(2.0, -7),
+            _ => 0.0,
+        };
+        Tolerance {
+            exact: !dtype.is_float(),
+            absolute: f64::max(1e-4, epsilon),
+            relative: f64::max(1e-3, 4.0 * epsilon),
+        }
     }
-    if p.is_nan() || q.is_nan() {
-        return p.is_nan() && q.is_nan();
+
+    fn close(&self, p: f64, q: f64) -> bool {
+        if self.exact || p.is_infinite() || q.is_infinite() {
+            return p == q;
+        }
+        if p.is_nan() || q.is_nan() {
+            return p.is_nan() && q.is_nan();
+        }
+        (p - q).abs() <= self.absolute + self.relative * q.abs()
     }
-    (p - q).abs() <= 1e-4 + 1e-3 * q.abs()
 }
 
 /// Greedy delta debugging: repeatedly removes one graph output or one node
