@@ -14,9 +14,9 @@
 //! f16 and bf16 elements are stored as their bits (`uint16_t`,
 //! [`storage_type`]) and computed in float ([`c_type`]): a load widens
 //! (`kiln_f16_f32`), a store rounds to nearest even (`kiln_f32_f16`), as
-//! the interpreter rounds each node's result; a cast from or to them rounds
-//! in place, so a fused chain sees the same values at a cast as the
-//! interpreter does.
+//! the interpreter rounds each node's result; a cast to them rounds in
+//! place, and so does a cast to their own type, by which a fused chain marks
+//! another node's result (see `cast_c`).
 //! A call with no rule here is an error naming the op and type; the
 //! executor then runs that node on the reference interpreter.
 
@@ -286,15 +286,17 @@ fn int_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
 }
 
 /// `(to)v` with ONNX's rules: floats to integers truncate and saturate
-/// (NaN gives 0), anything to bool is `v != 0`. A value of or to f16 or
-/// bf16 is rounded to that type (they compute in float).
+/// (NaN gives 0), anything to bool is `v != 0`. A cast to f16 or bf16
+/// rounds to that type (they compute in float), the cast of such a value
+/// to its own type too: the loop IR's mark of a node's result, which may
+/// carry float's extra precision until then (`kiln_loop::group`); a cast
+/// to a wider type keeps the value as computed.
 fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
     let ty = c_type(to)?;
     c_type(from)?;
     if from == to {
         return Ok(round_to(to, v));
     }
-    let v = &round_to(from, v);
     Ok(if half_codec(to).is_some() {
         round_to(to, &format!("((float){v})"))
     } else if to == DType::Bool {

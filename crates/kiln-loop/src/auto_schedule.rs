@@ -125,12 +125,13 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return schedule;
     };
     let parallel = total >= PARALLEL_MIN_WORK;
-    // Accumulating in the output rounds every step in its type: not in f16 or bf16.
-    let outward = !in_order
-        && !k
-            .buffers
-            .iter()
-            .any(|b| b.output && b.dtype.is_half_float());
+    // An f16/bf16 output accumulates outward in a local row of its accumulator's type
+    // (`schedule.rs`), which threads cannot share as they share the output's copies.
+    let half_output = k
+        .buffers
+        .iter()
+        .any(|b| b.output && b.dtype.is_half_float());
+    let outward = !in_order;
     if nest.len() == 1 && extent > CHUNK && plain {
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
@@ -150,6 +151,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
             .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
     let split_reduction = last_loop
         .as_ref()
+        .filter(|_| !half_output)
         .and_then(|l| reduction_to_split(l, extent, target));
     if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
         // A matrix-vector product reading a matrix wider than its output: the reduction is

@@ -318,7 +318,7 @@ pub(crate) fn output_buffer(group: &GroupExpr, k: usize) -> usize {
 fn nests(
     group: &GroupExpr,
     name: &str,
-    buffers: Vec<Buffer>,
+    mut buffers: Vec<Buffer>,
     target: &TargetDesc,
 ) -> Result<LoweredGroup> {
     let mut body = Vec::new();
@@ -338,14 +338,14 @@ fn nests(
         } else {
             format!("acc{k}")
         };
-        let nest = Kernel {
-            name: name.to_string(),
-            buffers: buffers.clone(),
-            body: node_nest(&mut inliner, n, out, &acc)?,
-        };
-        let s = default_schedule(&nest, target);
-        body.extend(apply(&nest, &s)?.body);
-        schedule.0.extend(s.0);
+        let nest = node_nest(&mut inliner, n, out, &acc)?;
+        body.extend(scheduled_nest(
+            name,
+            nest,
+            &mut buffers,
+            &mut schedule,
+            target,
+        )?);
     }
     if body.len() > 1 && body.iter().any(|s| matches!(s, Stmt::Gemm(_))) {
         bail!("a matmul/convolution and other outputs in one kernel");
@@ -443,6 +443,7 @@ fn reduce_then_epilogue(
     let out = output_buffer(group, 0);
     let mut body = Vec::new();
     let mut schedule = Schedule::default();
+    let mut buffers = buffers.to_vec();
     let mut first = Inliner::new(group);
     let reduce = node_nest(&mut first, r, out, "acc")?;
     let mut second = Inliner::new(group);
@@ -461,14 +462,13 @@ fn reduce_then_epilogue(
     // two nests' loops merge.
     let epilogue = node_nest(&mut second, v, out, "acc1")?;
     for nest in [reduce, epilogue] {
-        let k = Kernel {
-            name: name.to_string(),
-            buffers: buffers.to_vec(),
-            body: nest,
-        };
-        let s = default_schedule(&k, target);
-        body.extend(apply(&k, &s)?.body);
-        schedule.0.extend(s.0);
+        body.extend(scheduled_nest(
+            name,
+            nest,
+            &mut buffers,
+            &mut schedule,
+            target,
+        )?);
     }
     if vt.shape == rt.shape {
         body = merge_outer_loops(body);
@@ -476,7 +476,7 @@ fn reduce_then_epilogue(
     Ok(Some(LoweredGroup {
         kernel: Kernel {
             name: name.to_string(),
-            buffers: buffers.to_vec(),
+            buffers,
             body,
         },
         form: "reduce+epilogue",
@@ -490,6 +490,27 @@ fn reduce_then_epilogue(
 /// because the second nest reads, at each point, only what the first
 /// wrote at that point, and one outer iteration covers the same points in
 /// both (same variable of the same shape).
+/// `nest` (one output's loops, over `buffers`) under its default schedule, which is
+/// appended to `schedule`; local buffers the schedule declares join `buffers`.
+pub(super) fn scheduled_nest(
+    name: &str,
+    nest: Vec<Stmt>,
+    buffers: &mut Vec<Buffer>,
+    schedule: &mut Schedule,
+    target: &TargetDesc,
+) -> Result<Vec<Stmt>> {
+    let k = Kernel {
+        name: name.to_string(),
+        buffers: std::mem::take(buffers),
+        body: nest,
+    };
+    let s = default_schedule(&k, target);
+    let scheduled = apply(&k, &s)?;
+    *buffers = scheduled.buffers;
+    schedule.0.extend(s.0);
+    Ok(scheduled.body)
+}
+
 fn merge_outer_loops(body: Vec<Stmt>) -> Vec<Stmt> {
     match <[Stmt; 2]>::try_from(body) {
         Ok([Stmt::Loop(mut a), Stmt::Loop(b)])

@@ -18,8 +18,8 @@
 
 use crate::ir::{Atom, Buffer, Guard, Idx, Val};
 use crate::lower::flatten;
-use kiln_ir::{bail, Attr, DType, Result, Tensor};
-use kiln_ops::te::{Expr, IndexExpr, Scalar, TensorExpr, Var};
+use kiln_ir::{bail, DType, Result, Tensor};
+use kiln_ops::te::{Expr, IndexExpr, TensorExpr, Var};
 use std::collections::HashMap;
 
 /// Where one tensor-expression input comes from.
@@ -298,8 +298,7 @@ fn rounded_to(dtype: DType, v: Val) -> Val {
     if !dtype.is_half_float() {
         return v;
     }
-    let cast = Scalar::new("Cast").with_attr("to", Attr::Int(dtype.onnx_code() as i64));
-    Val::Call(cast, vec![v])
+    Val::cast(dtype, v)
 }
 
 fn same_point(a: &[Idx], b: &[Idx], shape: &[usize]) -> bool {

@@ -551,7 +551,20 @@ impl Val {
     }
 }
 
+impl Val {
+    /// `v` cast to `dtype` (ONNX Cast's scalar rule).
+    pub fn cast(dtype: DType, v: Val) -> Val {
+        let to = kiln_ir::Attr::Int(dtype.onnx_code() as i64);
+        Val::Call(Scalar::new("Cast").with_attr("to", to), vec![v])
+    }
+}
+
 impl Stmt {
+    /// `buf[offset] = value`.
+    pub fn store(buf: usize, offset: Idx, value: Val) -> Stmt {
+        Stmt::Store { buf, offset, value }
+    }
+
     /// The statement with every value it stores, declares or combines
     /// replaced by `f(value, enclosing loops, outermost first)`.
     pub fn map_values(&self, f: &mut dyn FnMut(&Val, &[&Loop]) -> Val) -> Stmt {

@@ -15,7 +15,7 @@
 //! a loop reads of a buffer into local buffers (`cache.rs`). A directive naming a
 //! loop that is not there, or an illegal rewrite, is an error.
 
-use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ir::{bail, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     for d in &schedule.0 {
         match d {
             Directive::CacheRead { buf, at } => k = crate::cache::cache_read(&k, buf, at)?,
-            _ => k.body = apply_one(&k.body, &k.buffers, d)?,
+            _ => k.body = apply_one(&k.body, &mut k.buffers, d)?,
         }
     }
     if schedule
@@ -111,7 +111,7 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     Ok(k)
 }
 
-fn apply_one(body: &[Stmt], buffers: &[Buffer], d: &Directive) -> Result<Vec<Stmt>> {
+fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
     let target = match d {
         Directive::Split { var, .. }
         | Directive::Parallel(var)
@@ -166,7 +166,7 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
     }
 }
 
-fn rewrite_loop(l: &Loop, buffers: &[Buffer], d: &Directive) -> Result<Vec<Stmt>> {
+fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
@@ -266,15 +266,11 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
 /// becomes `for v { out[o] = init }; for r.. { for v { out[o] = out[o] ⊕ x } }`.
 /// Legal because each `v` iteration owns its output element and the
 /// reduction order per element is unchanged; the accumulation happens in
-/// the output's type, which is refused for an f16 or bf16 output of a
-/// wider accumulator (rounding every step to 16 bits loses the sum).
-fn accumulate_outward(l: &Loop, buffers: &[Buffer]) -> Result<Vec<Stmt>> {
-    let not_reduction = || -> Result<Vec<Stmt>> {
-        bail!(
-            "schedule: loop '{}' is not `let; reduction loops; store`",
-            l.var
-        )
-    };
+/// the output's type. An f16 or bf16 output of a wider accumulator would
+/// round every step to 16 bits: the rows then accumulate in a local buffer
+/// of the accumulator's type, one element per `v` (`acc[v]`), stored to the
+/// output after the reduction (`for v { out[o] = acc[v] }`).
+fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> {
     let [Stmt::Let {
         name,
         value: init,
@@ -285,61 +281,100 @@ fn accumulate_outward(l: &Loop, buffers: &[Buffer]) -> Result<Vec<Stmt>> {
         value: Val::Local(stored),
     }] = l.body.as_slice()
     else {
-        return not_reduction();
+        bail!(
+            "schedule: loop '{}' is not `let; reduction loops; store`",
+            l.var
+        )
     };
     if stored != name {
-        return not_reduction();
-    }
-    let out_dtype = buffers[*buf].dtype;
-    if *dtype != out_dtype && out_dtype.is_half_float() {
         bail!(
-            "schedule: loop '{}' would accumulate a {dtype} reduction in its {out_dtype} output, rounding every step",
+            "schedule: loop '{}' stores another value than its reduction",
             l.var
         );
     }
-    let load_out = Val::Load {
-        buf: *buf,
-        offset: offset.clone(),
+    let out_dtype = buffers[*buf].dtype;
+    if *dtype == out_dtype || !out_dtype.is_half_float() {
+        return Ok(vec![
+            row_loop(l, Stmt::store(*buf, offset.clone(), init.clone())),
+            sink(red, name, l, (*buf, offset), None)?,
+        ]);
+    }
+    let acc = buffers.len();
+    buffers.push(Buffer {
+        name: kiln_ir::unique_name(&format!("{}_acc", l.var), &|n| {
+            buffers.iter().any(|b| b.name == n)
+        }),
+        dtype: *dtype,
+        shape: vec![l.extent.max() as usize],
+        output: false,
+        scope: Scope::Local,
+    });
+    let at = Idx::var(&l.var);
+    let read_acc = Val::Load {
+        buf: acc,
+        offset: at.clone(),
         guard: Vec::new(),
     };
-    // The reduction nest with its update turned into a read-modify-write of
-    // the output, wrapped in a copy of loop `v` at the innermost level.
-    fn sink(s: &Stmt, acc: &str, l: &Loop, buf: usize, offset: &Idx, out: &Val) -> Result<Stmt> {
-        Ok(match s {
-            Stmt::Loop(r) => Stmt::Loop(Loop {
-                body: r
-                    .body
-                    .iter()
-                    .map(|s| sink(s, acc, l, buf, offset, out))
-                    .collect::<Result<_>>()?,
-                ..r.clone()
-            }),
+    Ok(vec![
+        Stmt::Alloc(acc),
+        row_loop(l, Stmt::store(acc, at.clone(), init.clone())),
+        sink(red, name, l, (acc, &at), Some(*dtype))?,
+        row_loop(l, Stmt::store(*buf, offset.clone(), read_acc)),
+    ])
+}
+
+/// A copy of loop `l` around the single statement `s`.
+fn row_loop(l: &Loop, s: Stmt) -> Stmt {
+    Stmt::Loop(Loop {
+        body: vec![s],
+        ..l.clone()
+    })
+}
+
+/// Reduction nest `red` with its update of `acc` turned into a read-modify-write of
+/// `buf[offset]`, wrapped in a serial copy of loop `l` at the innermost level; the
+/// updates cast to `widen` first when it is given (the value may be of a narrower type,
+/// which the local `acc` widened implicitly).
+fn sink(
+    red: &Loop,
+    acc: &str,
+    l: &Loop,
+    (buf, offset): (usize, &Idx),
+    widen: Option<kiln_ir::DType>,
+) -> Result<Stmt> {
+    let body = red
+        .body
+        .iter()
+        .map(|s| match s {
+            Stmt::Loop(r) => sink(r, acc, l, (buf, offset), widen),
             Stmt::Update {
                 name,
                 combiner,
                 value,
-            } if name == acc => Stmt::Loop(Loop {
-                body: vec![Stmt::Store {
+            } if name == acc => {
+                let current = Val::Load {
                     buf,
                     offset: offset.clone(),
-                    value: Val::Call(combiner.scalar(), vec![out.clone(), value.clone()]),
-                }],
-                kind: LoopKind::Serial,
-                ..l.clone()
-            }),
+                    guard: Vec::new(),
+                };
+                let value = match widen {
+                    Some(d) => Val::cast(d, value.clone()),
+                    None => value.clone(),
+                };
+                let combined = Val::Call(combiner.scalar(), vec![current, value]);
+                Ok(Stmt::Loop(Loop {
+                    body: vec![Stmt::store(buf, offset.clone(), combined)],
+                    kind: LoopKind::Serial,
+                    ..l.clone()
+                }))
+            }
             _ => bail!("schedule: unexpected statement in a reduction nest"),
         })
-    }
-    let init_loop = Stmt::Loop(Loop {
-        body: vec![Stmt::Store {
-            buf: *buf,
-            offset: offset.clone(),
-            value: init.clone(),
-        }],
-        ..l.clone()
-    });
-    let reduce = sink(&Stmt::Loop(red.clone()), name, l, *buf, offset, &load_out)?;
-    Ok(vec![init_loop, reduce])
+        .collect::<Result<_>>()?;
+    Ok(Stmt::Loop(Loop {
+        body,
+        ..red.clone()
+    }))
 }
 
 /// `for v < E { body }` becomes the loops over `[0, lo)`, `[lo, hi)` and

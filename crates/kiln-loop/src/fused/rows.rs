@@ -8,7 +8,7 @@ use super::*;
 pub(super) fn rows(
     group: &GroupExpr,
     name: &str,
-    buffers: Vec<Buffer>,
+    mut buffers: Vec<Buffer>,
     target: &TargetDesc,
 ) -> Result<LoweredGroup> {
     let reds = reductions(group);
@@ -42,17 +42,17 @@ pub(super) fn rows(
     // Outputs that read no reduction are plain nests before the rows.
     let after_reduction = reads_reductions(group);
     let mut before = Vec::new();
-    let mut before_schedule = Vec::new();
+    let mut before_schedule = Schedule::default();
     for (k, &n) in group.outputs.iter().enumerate() {
         if group.nodes[n].te.reduction.is_none() && !after_reduction[n] {
-            let nest = Kernel {
-                name: name.to_string(),
-                buffers: buffers.clone(),
-                body: node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?,
-            };
-            let s = default_schedule(&nest, target);
-            before.extend(apply(&nest, &s)?.body);
-            before_schedule.extend(s.0);
+            let nest = node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?;
+            before.extend(scheduled_nest(
+                name,
+                nest,
+                &mut buffers,
+                &mut before_schedule,
+                target,
+            )?);
         }
     }
     for (k, &n) in group.outputs.iter().enumerate() {
@@ -86,11 +86,11 @@ pub(super) fn rows(
     };
     let mut kernel = apply(&kernel, &schedule)?;
     kernel.body.splice(0..0, before);
-    before_schedule.extend(schedule.0);
+    before_schedule.0.extend(schedule.0);
     Ok(LoweredGroup {
         kernel,
         form: "rows",
-        schedule: Schedule(before_schedule),
+        schedule: before_schedule,
     })
 }
 
