@@ -37,9 +37,10 @@
 //! the same for every target (see each); what depends on the machine is
 //! read from the [`TargetDesc`].
 
+use crate::canonical::{coalesce_inward, output_nest, x_reduced_loops, y_reducible, Coalescing};
 use crate::gpu_map::rows::RowPart;
 use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
-use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
+use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
@@ -68,20 +69,6 @@ pub fn split_reduction_max_output(target: &TargetDesc) -> i64 {
     (target.l2_per_core() / 16 / std::mem::size_of::<f32>()) as i64
 }
 
-/// The perfect nest of output loops at the top of `body`, outermost first.
-fn output_nest(body: &[Stmt]) -> Vec<&Loop> {
-    let mut nest = Vec::new();
-    let mut cur = body;
-    while let [Stmt::Loop(l)] = cur {
-        if !l.var.starts_with('i') {
-            break;
-        }
-        nest.push(l);
-        cur = &l.body;
-    }
-    nest
-}
-
 /// Iterations of every loop in `body`, counting nested loops fully.
 pub(crate) fn work(body: &[Stmt]) -> i64 {
     body.iter()
@@ -107,7 +94,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     }
     // A GPU coalesces every output loop whatever the offsets (threads take
     // the one loop); a CPU only while the elements stay consecutive.
-    coalesce_inward(&mut current, &mut schedule, &vars, target.is_gpu());
+    coalesce_inward(&mut current, &mut schedule, &vars, Coalescing::of(target));
     if target.is_gpu() {
         // Blocks and threads are assigned later (`gpu_map.rs`) over the
         // one coalesced loop; chunks and vector lanes are CPU notions.
@@ -145,10 +132,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return schedule;
     }
     let last_loop = output_nest(&current.body).last().map(|l| (*l).clone());
-    let along = outward
-        && last_loop
-            .as_ref()
-            .is_some_and(|l| !plain && reads_along(&l.body, &innermost));
+    let along = outward && last_loop.as_ref().is_some_and(y_reducible);
     let split_reduction = last_loop
         .as_ref()
         .filter(|_| !half_output)
@@ -200,13 +184,13 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     } else if let Some(nest) = last
         .as_ref()
         .filter(|_| !in_order)
-        .and_then(contiguous_reduction)
+        .and_then(x_reduced_loops)
     {
         // An x-reduce: each output's reduction reads consecutive elements,
         // so its innermost loop — coalesced with the loops around it while
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
-        let r = coalesce_inward(&mut current, &mut schedule, &nest, false);
+        let r = coalesce_inward(&mut current, &mut schedule, &nest, Coalescing::Consecutive);
         schedule.0.push(Directive::Vectorize(r));
     }
     schedule
@@ -230,56 +214,6 @@ fn accumulates_in_half_float(body: &[Stmt]) -> bool {
         })
     }
     visit(body, &mut Vec::new())
-}
-
-/// The perfect nest of output loop `l`'s reduction, outermost first, when
-/// the innermost loop's loads walk it with stride 1 and its body is
-/// straight-line code.
-fn contiguous_reduction(l: &Loop) -> Option<Vec<String>> {
-    let [Stmt::Let { .. }, Stmt::Loop(outer), ..] = l.body.as_slice() else {
-        return None;
-    };
-    let mut nest = vec![outer.var.clone()];
-    let mut inner = outer;
-    while let [Stmt::Loop(next)] = inner.body.as_slice() {
-        inner = next;
-        nest.push(inner.var.clone());
-    }
-    let straight = inner.body.iter().all(|s| !matches!(s, Stmt::Loop(_)));
-    let unit = load_strides(&inner.body, &inner.var).contains(&1);
-    (straight && unit && !crate::ir::reduced_locals(&inner.body).is_empty()).then_some(nest)
-}
-
-/// Fuses the loops of `nest` (outermost first) from the innermost
-/// outwards — while no offset needs `floordiv`/`mod` of the fused variable
-/// (the iterations stay consecutive in memory), or all of them with
-/// `any_offsets` — and returns the innermost loop's name.
-fn coalesce_inward(
-    current: &mut Kernel,
-    schedule: &mut Schedule,
-    nest: &[String],
-    any_offsets: bool,
-) -> String {
-    let Some((mut inner, outers)) = nest.split_last().map(|(i, o)| (i.clone(), o)) else {
-        return String::new();
-    };
-    for outer in outers.iter().rev() {
-        let d = Directive::Fuse {
-            outer: outer.clone(),
-            inner: inner.clone(),
-        };
-        let Ok(fused) = apply(current, &Schedule(vec![d.clone()])) else {
-            break;
-        };
-        let name = fused_name(outer, &inner);
-        if !any_offsets && has_div_mod_of(&fused.body, &name) {
-            break;
-        }
-        schedule.0.push(d);
-        *current = fused;
-        inner = name;
-    }
-    inner
 }
 
 /// The schedule of a kernel without output loops (reductions to scalars,
@@ -310,7 +244,7 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
             continue;
         }
         let vars: Vec<String> = loops.iter().map(|l| l.var.clone()).collect();
-        let var = coalesce_inward(&mut current, &mut schedule, &vars, true);
+        let var = coalesce_inward(&mut current, &mut schedule, &vars, Coalescing::Full);
         let (o, i) = split_names(&var);
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));

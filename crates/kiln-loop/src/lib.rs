@@ -3,6 +3,7 @@
 
 pub mod auto_schedule;
 pub mod cache;
+pub mod canonical;
 pub mod contraction;
 pub mod fused;
 pub mod gpu_map;
