@@ -1,5 +1,6 @@
 //! The generated C's f16/bf16 conversions (scalar_c.rs prelude: `kiln_f16_f32`,
-//! `kiln_f32_f16`, `kiln_bf16_f32`, `kiln_f32_bf16`) against the `half` crate the
+//! `kiln_f32_f16`, `kiln_bf16_f32`, `kiln_f32_bf16`, and rounding in float:
+//! `kiln_round_f16`, `kiln_round_bf16`) against the `half` crate the
 //! interpreter uses, through vectorized loops compiled with kiln's own flags: every
 //! 16-bit pattern widened, and rounding of f32 values spread over all exponents plus
 //! every tie between neighbouring f16 and bf16 values, subnormals, overflow, zeros,
@@ -10,7 +11,8 @@ mod common;
 use half::{bf16, f16};
 use std::process::Command;
 
-/// Reads `n` u32 inputs from `in.bin`, writes per input: f16 bits, bf16 bits (u16
+/// Reads `n` u32 inputs from `in.bin`, writes per input (then the f32 bits of
+/// rounding it to f16 and to bf16 in float, `kiln_round_*`): f16 bits, bf16 bits (u16
 /// each) of its rounding, then the f32 bits of widening the input's low 16 bits as
 /// f16 and as bf16.
 const PROGRAM: &str = r#"
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
     uint16_t* b = malloc(n * 2);
     uint32_t* hw = malloc(n * 4);
     uint32_t* bw = malloc(n * 4);
+    uint32_t* hr = malloc(n * 4);
+    uint32_t* br = malloc(n * 4);
     if (fread(in, 4, n, f) != (size_t)n) return 3;
     fclose(f);
     _Pragma("omp simd")
@@ -34,9 +38,12 @@ int main(int argc, char** argv) {
         b[i] = kiln_f32_bf16(x);
         hw[i] = kiln_f32_bits(kiln_f16_f32((uint16_t)in[i]));
         bw[i] = kiln_f32_bits(kiln_bf16_f32((uint16_t)in[i]));
+        hr[i] = kiln_f32_bits(kiln_round_f16(x));
+        br[i] = kiln_f32_bits(kiln_round_bf16(x));
     }
     FILE* o = fopen(argv[2], "wb");
     fwrite(h, 2, n, o); fwrite(b, 2, n, o); fwrite(hw, 4, n, o); fwrite(bw, 4, n, o);
+    fwrite(hr, 4, n, o); fwrite(br, 4, n, o);
     fclose(o);
     return 0;
 }
@@ -128,6 +135,18 @@ fn half_conversions_match_the_half_crate() {
             bad.push(format!(
                 "bf16 bits {low:#x} widened to {:#x}",
                 u32_at(2 * n + i)
+            ));
+        }
+        if !same(u32_at(3 * n + i), want_h.to_f32()) {
+            bad.push(format!(
+                "f16 rounding of {f:e} = {x:#x} is {:#x}",
+                u32_at(3 * n + i)
+            ));
+        }
+        if !same(u32_at(4 * n + i), want_b.to_f32()) {
+            bad.push(format!(
+                "bf16 rounding of {f:e} = {x:#x} is {:#x}",
+                u32_at(4 * n + i)
             ));
         }
     }

@@ -295,7 +295,9 @@ impl<'a> Inliner<'a> {
 /// (the C printers compute them in float) the cast rounds, so a node inlined into another
 /// gives it the same value as the interpreter, which rounds every node's result.
 fn rounded_to(dtype: DType, v: Val) -> Val {
-    if !dtype.is_half_float() {
+    let rounded = matches!(&v, Val::Call(s, _) if s.op == "Cast"
+        && s.attrs.get("to") == Some(&kiln_ir::Attr::Int(dtype.onnx_code() as i64)));
+    if !dtype.is_half_float() || rounded {
         return v;
     }
     Val::cast(dtype, v)
