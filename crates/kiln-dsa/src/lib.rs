@@ -11,16 +11,22 @@
 //!   placement); [`tile`] (what a buffer holds, contiguous runs) and
 //!   [`count`] (transfers and bytes) serve them.
 //! - [`plan`]: the three algorithms run in order for one kernel.
+//! - GraphTurbo §3, one algorithm per module: [`split_info`] (Algorithm
+//!   1, eq. 1), [`grouping`] (Algorithm 2, and §1.1's layers);
+//!   [`opgraph`] is the graph they read.
 
 pub mod classify;
 pub mod correlation;
 pub mod count;
 pub mod desc;
 pub mod dma;
+pub mod grouping;
 pub mod ldm;
 pub mod nest;
+pub mod opgraph;
 pub mod plan;
 pub mod reorder;
+pub mod split_info;
 pub mod text;
 pub mod tile;
 
