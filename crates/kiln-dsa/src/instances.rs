@@ -18,7 +18,7 @@ use crate::grouping::Group;
 use crate::opgraph::OpGraph;
 use crate::split_info::{exit_node, propagate, Region};
 use kiln_ir::{bail, Result, ValueId};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Slice `index` (of the group's `factor`) of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,10 @@ pub struct InstanceGraph {
     pub instances: Vec<Instance>,
     /// Edges, sorted.
     pub edges: Vec<Edge>,
+    /// Per instance, the positions in `edges` of the edges into it.
+    incoming: Vec<Vec<usize>>,
+    /// Per instance, the positions in `edges` of the edges out of it.
+    outgoing: Vec<Vec<usize>>,
 }
 
 impl InstanceGraph {
@@ -64,21 +68,29 @@ impl InstanceGraph {
         }
         edges.sort();
         edges.dedup();
+        let mut incoming = vec![Vec::new(); instances.len()];
+        let mut outgoing = vec![Vec::new(); instances.len()];
+        for (k, e) in edges.iter().enumerate() {
+            incoming[e.consumer].push(k);
+            outgoing[e.producer].push(k);
+        }
         Ok(InstanceGraph {
             groups,
             instances,
             edges,
+            incoming,
+            outgoing,
         })
     }
 
     /// Instances `i` reads from.
     pub fn producers_of(&self, i: usize) -> impl Iterator<Item = &Edge> {
-        self.edges.iter().filter(move |e| e.consumer == i)
+        self.incoming[i].iter().map(|&k| &self.edges[k])
     }
 
     /// Instances reading what `i` writes.
     pub fn consumers_of(&self, i: usize) -> impl Iterator<Item = &Edge> {
-        self.edges.iter().filter(move |e| e.producer == i)
+        self.outgoing[i].iter().map(|&k| &self.edges[k])
     }
 
     /// The axis and factor a group's instances slice its output by.
@@ -222,32 +234,25 @@ pub fn bfs_order(ig: &InstanceGraph) -> Vec<usize> {
 /// Algorithm 3 (Fig. 7b–f). `visit` starts in BFS order; instances
 /// without producers move to `ready`; the last ready instance whose
 /// producers are all ordered is ordered next, and its consumers move to
-/// the end of `ready` (line 14, also when already there).
+/// the end of `ready` (line 14, also when already there). Lines 3–4 move
+/// instances only once: later an instance reaches in-degree 0 only by
+/// line 13, and line 14 has already moved it.
 pub fn dfs_order(ig: &InstanceGraph) -> Vec<usize> {
     let count = ig.instances.len();
     let mut indegree = vec![0usize; count];
-    let mut consumers: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+    let mut consumers: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); count];
     for e in &ig.edges {
-        if consumers.entry(e.producer).or_default().insert(e.consumer) {
+        if consumers[e.producer].insert(e.consumer) {
             indegree[e.consumer] += 1;
         }
     }
-    let mut visit: Vec<usize> = (0..count).collect();
-    let mut ready: Vec<usize> = Vec::new();
+    let mut ready: Vec<usize> = (0..count).filter(|&i| indegree[i] == 0).collect();
     let mut order = Vec::with_capacity(count);
-    while !visit.is_empty() || !ready.is_empty() {
-        let (free, waiting): (Vec<usize>, Vec<usize>) =
-            visit.iter().partition(|&&i| indegree[i] == 0);
-        ready.extend(free);
-        visit = waiting;
-        let Some(p) = ready.iter().rposition(|&i| indegree[i] == 0) else {
-            break;
-        };
+    while let Some(p) = ready.iter().rposition(|&i| indegree[i] == 0) {
         let next = ready.remove(p);
         order.push(next);
-        for &c in consumers.get(&next).into_iter().flatten() {
+        for &c in &consumers[next] {
             indegree[c] -= 1;
-            visit.retain(|&i| i != c);
             ready.retain(|&i| i != c);
             ready.push(c);
         }

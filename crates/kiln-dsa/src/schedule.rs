@@ -19,9 +19,9 @@
 
 use crate::desc::DsaDesc;
 use crate::grouping::{layers, Group, Grouping};
-use crate::instances::{bfs_order, dfs_order, InstanceGraph};
+use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
-use crate::reuse::{spill_longest_lived, Step, Tenancy};
+use crate::reuse::{spill_longest_lived, Tenancy};
 use crate::scope::{
     bind_and_scope, plain_binding, slice_shape, transfers, Binding, Scope, Transfer,
 };
@@ -84,6 +84,8 @@ pub struct Schedule {
     pub instances: Vec<ScheduledInstance>,
     /// Instance positions in execution order.
     pub order: Vec<usize>,
+    /// Which instance reads which other's output.
+    pub edges: Vec<Edge>,
     pub transfers: Vec<Transfer>,
     /// Names of the values transfers move.
     pub value_names: BTreeMap<ValueId, String>,
@@ -218,22 +220,17 @@ fn final_scopes(
             };
         }
     }
-    let (tensors, steps) = lifetimes(og, ig, order, desc);
-    spill_longest_lived(&tensors, &steps, desc.local_buffer.bytes, gb, &mut scope);
+    let tensors = lifetimes(og, ig, order, desc);
+    spill_longest_lived(&tensors, desc.local_buffer.bytes, gb, &mut scope);
     scope
 }
 
-/// Each instance output's life over `order`, and each step's working set.
-fn lifetimes(
-    og: &OpGraph,
-    ig: &InstanceGraph,
-    order: &[usize],
-    desc: &DsaDesc,
-) -> (Vec<Tenancy>, Vec<Step>) {
+/// Each instance output's life over `order`.
+fn lifetimes(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc) -> Vec<Tenancy> {
     let mut position = vec![0; order.len()];
     order.iter().enumerate().for_each(|(p, &i)| position[i] = p);
     let cores = u64::from(desc.cores_per_cluster);
-    let tensors = (0..order.len())
+    (0..order.len())
         .map(|i| {
             let bytes = slice_bytes(og, ig, i);
             Tenancy {
@@ -247,20 +244,7 @@ fn lifetimes(
                 gb_bytes: bytes,
             }
         })
-        .collect();
-    let steps = order
-        .iter()
-        .map(|&i| {
-            let group = &ig.groups[ig.instances[i].group];
-            let mut uses: Vec<usize> = ig.producers_of(i).map(|e| e.producer).collect();
-            uses.push(i);
-            Step {
-                working: group.split.map_or(0, |s| s.per_core_bytes),
-                uses,
-            }
-        })
-        .collect();
-    (tensors, steps)
+        .collect()
 }
 
 /// The schedule as data, with names for printing.
@@ -315,6 +299,7 @@ fn assemble(
         groups,
         instances,
         order,
+        edges: ig.edges.clone(),
         transfers,
         value_names,
     }

@@ -39,3 +39,31 @@ fn schedule_cases() {
         failures.join("\n")
     );
 }
+
+/// Table 3 in kind on the paper's examples (printed with
+/// `--nocapture`): the per-layer baseline keeps every kernel output in
+/// DDR; GraphTurbo only the graph's outputs, everything else on-chip.
+#[test]
+fn table3_in_kind_on_the_paper_examples() {
+    let desc = DsaDesc::preset("stcp920").unwrap();
+    println!("| graph | per-layer DDR / GB / LB | graphturbo DDR / GB / LB |");
+    for case in common::cases() {
+        let name = case.file_stem().unwrap().to_string_lossy().to_string();
+        let g = common::graph(&name);
+        let (base, turbo) = (
+            per_layer(&g, &desc).unwrap(),
+            graphturbo(&g, &desc).unwrap(),
+        );
+        let (b, t) = (base.output_counts(), turbo.output_counts());
+        println!(
+            "| {name} | {} / {} / {} | {} / {} / {} |",
+            b.ddr, b.gb, b.lb, t.ddr, t.gb, t.lb
+        );
+        assert_eq!(
+            b.ddr,
+            base.instances.len(),
+            "{name}: per-layer outputs all in DDR"
+        );
+        assert_eq!(t.ddr, g.outputs.len(), "{name}: only graph outputs in DDR");
+    }
+}
