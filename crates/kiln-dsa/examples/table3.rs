@@ -28,11 +28,16 @@ fn main() -> Result<()> {
             None => (arg.clone(), None),
         };
         let (g, batch) = load(Path::new(&path), batch)?;
+        // `models/NAME/model.onnx` is called NAME.
+        let model = Path::new(&path)
+            .parent()
+            .and_then(Path::file_name)
+            .map_or(path.clone(), |n| n.to_string_lossy().to_string());
         let start = Instant::now();
         let baseline = per_layer(&g, &desc)?;
         let turbo = graphturbo(&g, &desc)?;
         println!(
-            "| {path} | {batch} | {} | {} | {} | {} | {} | {} | {:.1} |",
+            "| {model} | {batch} | {} | {} | {} | {} | {} | {} | {:.1} |",
             g.nodes.len(),
             counts(baseline.output_counts()),
             counts(turbo.output_counts()),
