@@ -92,11 +92,6 @@ impl InstanceGraph {
     pub fn consumers_of(&self, i: usize) -> impl Iterator<Item = &Edge> {
         self.outgoing[i].iter().map(|&k| &self.edges[k])
     }
-
-    /// The axis and factor a group's instances slice its output by.
-    pub fn slicing(&self, group: usize) -> Option<(usize, usize)> {
-        self.groups[group].split.map(|s| (s.axis, s.factor))
-    }
 }
 
 /// The groups in a topological order of their data flow (Kahn's, the

@@ -107,18 +107,6 @@ impl OpGraph {
     pub fn is_activation(&self, v: ValueId) -> bool {
         !self.weights.contains(&v)
     }
-
-    /// Nodes reading `v`.
-    pub fn readers(&self, v: ValueId) -> impl Iterator<Item = usize> + '_ {
-        let producer = self.producer[v.index()];
-        let candidates: Vec<usize> = match producer {
-            Some(p) => self.nodes[p].consumers.clone(),
-            None => (0..self.nodes.len()).collect(),
-        };
-        candidates
-            .into_iter()
-            .filter(move |&n| self.nodes[n].inputs.contains(&v))
-    }
 }
 
 /// Fills producers and consumers from the values.

@@ -73,7 +73,7 @@ impl OpSplit {
 fn axis_map(te: &TensorExpr, node: &Node, axis: usize) -> Option<AxisMap> {
     let var = Var::Out(axis);
     let mut map = AxisMap::new();
-    for access in &te.accesses {
+    for (k, access) in te.accesses.iter().enumerate() {
         let mut dims = access
             .index
             .iter()
@@ -84,8 +84,7 @@ fn axis_map(te: &TensorExpr, node: &Node, axis: usize) -> Option<AxisMap> {
             (Some((j, e)), None) if is_alone(e, var) => Some(j),
             _ => return None,
         };
-        let same_extent =
-            dim.is_none_or(|j| te.access_shape(access.input).get(j) == te.shape.get(axis));
+        let same_extent = dim.is_none_or(|j| te.access_shape(k).get(j) == te.shape.get(axis));
         if !same_extent {
             return None;
         }
