@@ -110,7 +110,12 @@ impl ScopeCounts {
 }
 
 /// An order with its bindings and scopes.
-type Placed = (OrderKind, Vec<usize>, Vec<Binding>, Vec<Scope>);
+struct Placed {
+    kind: OrderKind,
+    order: Vec<usize>,
+    bind: Vec<Binding>,
+    scope: Vec<Scope>,
+}
 
 /// GraphTurbo's schedule of `g` on `desc`.
 pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
@@ -131,23 +136,20 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
             .map(|i| slice_bytes(&og, &ig, i))
             .sum();
         if best.as_ref().is_none_or(|b| outside < b.0) {
-            best = Some((outside, (kind, order, bind, scope)));
+            let placed = Placed {
+                kind,
+                order,
+                bind,
+                scope,
+            };
+            best = Some((outside, placed));
         }
     }
-    let Some((_, (kind, order, bind, scope))) = best else {
+    let Some((_, placed)) = best else {
         kiln_ir::bail!("no order was built");
     };
-    let moves = transfers(&og, &ig, &bind, &scope);
-    Ok(assemble(
-        g,
-        &og,
-        &ig,
-        ("graphturbo", kind, order),
-        bind,
-        scope,
-        moves,
-        desc,
-    ))
+    let moves = transfers(&og, &ig, &placed.bind, &placed.scope);
+    Ok(assemble(g, &og, &ig, "graphturbo", placed, moves, desc))
 }
 
 /// The per-layer baseline: one kernel per §1.1 layer, every output in DDR.
@@ -162,18 +164,13 @@ pub fn per_layer(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     let bind = (0..ig.instances.len())
         .map(|i| plain_binding(&slice_shape(&og, &ig, i), cores))
         .collect();
-    let scope = vec![Scope::Ddr; ig.instances.len()];
-    let order = bfs_order(&ig);
-    Ok(assemble(
-        g,
-        &og,
-        &ig,
-        ("per-layer", OrderKind::Layers, order),
+    let placed = Placed {
+        kind: OrderKind::Layers,
+        order: bfs_order(&ig),
         bind,
-        scope,
-        Vec::new(),
-        desc,
-    ))
+        scope: vec![Scope::Ddr; ig.instances.len()],
+    };
+    Ok(assemble(g, &og, &ig, "per-layer", placed, Vec::new(), desc))
 }
 
 /// Bytes of the slice instance `i` writes.
@@ -248,17 +245,21 @@ fn lifetimes(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc) 
 }
 
 /// The schedule as data, with names for printing.
-#[allow(clippy::too_many_arguments)]
 fn assemble(
     g: &Graph,
     og: &OpGraph,
     ig: &InstanceGraph,
-    (planner, order_kind, order): (&str, OrderKind, Vec<usize>),
-    bind: Vec<Binding>,
-    scope: Vec<Scope>,
+    planner: &str,
+    placed: Placed,
     transfers: Vec<Transfer>,
     desc: &DsaDesc,
 ) -> Schedule {
+    let Placed {
+        kind: order_kind,
+        order,
+        bind,
+        scope,
+    } = placed;
     let layer_of = layer_numbers(og);
     let groups = ig
         .groups
