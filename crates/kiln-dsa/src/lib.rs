@@ -11,20 +11,35 @@
 //!   placement); [`tile`] (what a buffer holds, contiguous runs) and
 //!   [`count`] (transfers and bytes) serve them.
 //! - [`plan`]: the three algorithms run in order for one kernel.
+//! - GraphTurbo §3–§4.3, one algorithm per module: [`split_info`]
+//!   (Algorithm 1, eq. 1), [`grouping`] (Algorithm 2, and §1.1's layers),
+//!   [`instances`] (Algorithm 3, BFS/DFS), [`scope`] (Algorithm 4 and
+//!   §3.5's concat/copy/redistribute), [`reuse`] (§4.3, liveness-based
+//!   spilling); [`opgraph`] is the graph they read, [`schedule`] the
+//!   result (`graphturbo`, `per_layer`) with its text and Table 3's
+//!   counts.
 
 pub mod classify;
 pub mod correlation;
 pub mod count;
 pub mod desc;
 pub mod dma;
+pub mod grouping;
+pub mod instances;
 pub mod ldm;
 pub mod nest;
+pub mod opgraph;
 pub mod plan;
 pub mod reorder;
+pub mod reuse;
+pub mod schedule;
+pub mod scope;
+pub mod split_info;
 pub mod text;
 pub mod tile;
 
 pub use desc::{parse_target, DsaDesc};
 pub use nest::{Access, Affine, Loop, Nest, Term};
 pub use plan::{plan_kernel, KernelPlan};
+pub use schedule::{graphturbo, per_layer, Schedule, ScopeCounts};
 pub use text::parse_nest;

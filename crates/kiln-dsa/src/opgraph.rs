@@ -1,0 +1,130 @@
+//! The view of a kiln graph that GraphTurbo's scheduler (§3) reads: per
+//! node its tensor expression and what each output axis split means for
+//! its inputs ([`crate::split_info::OpSplit`]), its producer and consumer
+//! nodes, and the bytes of every value.
+//!
+//! Needs: a graph with static shapes (`kiln_ops::infer` run); compound
+//! ops opened (kiln's graph passes) where splitting should see through
+//! them; a node without a tensor expression is scheduled but never split.
+//! Guarantees: edges follow values between nodes; initializers are
+//! weights, kept out of working sets as §2.2 does ("a small, fixed size of
+//! buffers in LB" promotes them per layer).
+
+use crate::split_info::OpSplit;
+use kiln_ir::{bail, Graph, Result, ValueId};
+use kiln_ops::te::classify::node_expr;
+use std::collections::BTreeSet;
+
+/// One node as the scheduler sees it.
+#[derive(Debug, Clone)]
+pub struct OpNode {
+    pub name: String,
+    pub op: String,
+    /// The node's present inputs and outputs.
+    pub inputs: Vec<ValueId>,
+    pub outputs: Vec<ValueId>,
+    /// Which output axes split cleanly and where each lands in the inputs.
+    pub split: OpSplit,
+    /// Holds parameters learned by gradients (§1.1's definition of a
+    /// layer): a reduction that reads a weight (convolution, matmul).
+    pub parametric: bool,
+    /// Nodes producing this node's inputs, ascending, deduplicated.
+    pub producers: Vec<usize>,
+    /// Nodes reading this node's outputs, ascending, deduplicated.
+    pub consumers: Vec<usize>,
+}
+
+/// A graph ready for scheduling.
+#[derive(Debug, Clone)]
+pub struct OpGraph {
+    pub nodes: Vec<OpNode>,
+    /// Bytes of every value (index = `ValueId::index`).
+    pub bytes: Vec<u64>,
+    /// Static shape of every value.
+    pub shapes: Vec<Vec<usize>>,
+    /// Values that are initializers.
+    pub weights: BTreeSet<ValueId>,
+    /// Values that are graph outputs.
+    pub graph_outputs: BTreeSet<ValueId>,
+    /// The node producing each value, if any.
+    pub producer: Vec<Option<usize>>,
+}
+
+impl OpGraph {
+    /// Builds the view; every value must have a static shape.
+    pub fn new(g: &Graph) -> Result<OpGraph> {
+        let mut shapes = Vec::with_capacity(g.values.len());
+        let mut bytes = Vec::with_capacity(g.values.len());
+        for v in &g.values {
+            let Some(shape) = &v.ty.shape else {
+                bail!("GraphTurbo needs static shapes: '{}' has none", v.name);
+            };
+            bytes.push((shape.iter().product::<usize>() * v.ty.dtype.size()) as u64);
+            shapes.push(shape.clone());
+        }
+        let producer = g.producers();
+        let mut nodes = Vec::with_capacity(g.nodes.len());
+        for node in &g.nodes {
+            let te = node_expr(g, node)?;
+            let weights_read = node
+                .inputs
+                .iter()
+                .flatten()
+                .any(|v| g.initializers.contains_key(v));
+            nodes.push(OpNode {
+                name: node.name.clone(),
+                op: node.op.clone(),
+                inputs: node.inputs.iter().flatten().copied().collect(),
+                outputs: node.outputs.iter().flatten().copied().collect(),
+                parametric: weights_read && te.as_ref().is_some_and(|t| t.reduction.is_some()),
+                split: OpSplit::from_expr(te.as_ref(), node),
+                producers: Vec::new(),
+                consumers: Vec::new(),
+            });
+        }
+        link(&mut nodes, &producer);
+        Ok(OpGraph {
+            nodes,
+            bytes,
+            shapes,
+            weights: g.initializers.keys().copied().collect(),
+            graph_outputs: g.outputs.iter().copied().collect(),
+            producer,
+        })
+    }
+
+    /// Bytes of `v`.
+    pub fn value_bytes(&self, v: ValueId) -> u64 {
+        self.bytes[v.index()]
+    }
+
+    /// Shape of `v`.
+    pub fn shape(&self, v: ValueId) -> &[usize] {
+        &self.shapes[v.index()]
+    }
+
+    /// Whether `v` is an activation (not a weight): what working sets hold.
+    pub fn is_activation(&self, v: ValueId) -> bool {
+        !self.weights.contains(&v)
+    }
+}
+
+/// Fills producers and consumers from the values.
+fn link(nodes: &mut [OpNode], producer: &[Option<usize>]) {
+    for n in 0..nodes.len() {
+        let producers: BTreeSet<usize> = nodes[n]
+            .inputs
+            .iter()
+            .filter_map(|v| producer[v.index()])
+            .collect();
+        for &p in &producers {
+            if !nodes[p].consumers.contains(&n) {
+                nodes[p].consumers.push(n);
+            }
+        }
+        nodes[n].producers = producers.into_iter().collect();
+    }
+    for node in nodes.iter_mut() {
+        node.consumers.sort_unstable();
+    }
+}

@@ -1,0 +1,154 @@
+//! GraphTurbo (OSDI '23) §4.3 and Fig. 12: liveness-based reuse of the
+//! local buffer. A tensor's space is released after its last reader, so
+//! later tensors reuse it; when the tensors live at one step do not fit
+//! together, the one live across the most steps is spilled, to GB when
+//! GB has room for it over its whole life, else to DDR (the paper's
+//! heuristic, not the largest-first of prior work: a long-lived tensor is
+//! more likely a small one).
+//!
+//! Read literally, §4.3 compares "the total size of these tensors" (the
+//! outputs live at a step) with LB's capacity; an instance's own
+//! intermediates were already fitted by Algorithm 1 and are not counted
+//! again.
+//!
+//! Needs: per tensor its first and last step and its bytes (per core in
+//! LB, in all in GB).
+//! Guarantees: afterwards the LB tensors live at any step fit `lb` per
+//! core together, except a single tensor larger than `lb` alone (nothing
+//! else to spill); a spilled tensor stays out of LB for its whole life;
+//! GB never holds more than its size.
+
+use crate::scope::Scope;
+
+/// One tensor's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tenancy {
+    /// Step writing it.
+    pub start: usize,
+    /// Last step reading it (`start` when none does).
+    pub end: usize,
+    /// Bytes per core while in LB.
+    pub lb_bytes: u64,
+    /// Bytes in GB.
+    pub gb_bytes: u64,
+}
+
+impl Tenancy {
+    fn length(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// Spills LB tensors (`scopes[t] == Lb`), longest-lived first, until the
+/// LB tensors live at every step fit `lb` bytes per core; `gb` is GB's
+/// size (`None`: no GB).
+pub fn spill_longest_lived(tensors: &[Tenancy], lb: u64, gb: Option<u64>, scopes: &mut [Scope]) {
+    let steps = tensors.iter().map(|t| t.end + 1).max().unwrap_or(0);
+    let mut gb_used = vec![0u64; steps];
+    for (tensor, _) in tensors
+        .iter()
+        .zip(scopes.iter())
+        .filter(|(_, &s)| s == Scope::Gb)
+    {
+        (tensor.start..=tensor.end).for_each(|s| gb_used[s] += tensor.gb_bytes);
+    }
+    let mut by_start: Vec<usize> = (0..tensors.len()).collect();
+    by_start.sort_by_key(|&t| tensors[t].start);
+    let mut next = 0;
+    let mut live: Vec<usize> = Vec::new();
+    for s in 0..steps {
+        while next < by_start.len() && tensors[by_start[next]].start == s {
+            live.push(by_start[next]);
+            next += 1;
+        }
+        live.retain(|&t| tensors[t].end >= s && scopes[t] == Scope::Lb);
+        while live.iter().map(|&t| tensors[t].lb_bytes).sum::<u64>() > lb && live.len() > 1 {
+            let Some(victim) = longest(tensors, &live) else {
+                break;
+            };
+            scopes[victim] = spill_target(&tensors[victim], gb, &mut gb_used);
+            live.retain(|&t| t != victim);
+        }
+    }
+}
+
+/// The live tensor with the longest life (larger, then earlier, on ties).
+fn longest(tensors: &[Tenancy], live: &[usize]) -> Option<usize> {
+    live.iter().copied().max_by_key(|&t| {
+        (
+            tensors[t].length(),
+            tensors[t].lb_bytes,
+            std::cmp::Reverse(t),
+        )
+    })
+}
+
+/// GB when it can hold `tensor` over its whole life (and then does), else
+/// DDR.
+fn spill_target(tensor: &Tenancy, gb: Option<u64>, gb_used: &mut [u64]) -> Scope {
+    let life = tensor.start..=tensor.end;
+    let fits = gb.is_some_and(|gb| life.clone().all(|s| gb_used[s] + tensor.gb_bytes <= gb));
+    if !fits {
+        return Scope::Ddr;
+    }
+    life.for_each(|s| gb_used[s] += tensor.gb_bytes);
+    Scope::Gb
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(start: usize, end: usize, bytes: u64) -> Tenancy {
+        Tenancy {
+            start,
+            end,
+            lb_bytes: bytes,
+            gb_bytes: bytes,
+        }
+    }
+
+    /// Fig. 12: in1 is released after ct1 and its space reused by out3;
+    /// when LB holds three tensors and four are live in (d), out1, live
+    /// across seven cts, is spilled, though out2 is larger.
+    #[test]
+    fn fig12_spills_the_longest_lived_not_the_largest() {
+        // in1, out1, out2, out3, out4 over cts 0..7.
+        let tensors = [
+            tensor(0, 1, 10),
+            tensor(1, 7, 10),
+            tensor(2, 4, 12),
+            tensor(3, 4, 10),
+            tensor(4, 5, 10),
+        ];
+        let mut scopes = [Scope::Lb; 5];
+        spill_longest_lived(&tensors, 32, Some(100), &mut scopes);
+        assert_eq!(
+            scopes,
+            [Scope::Lb, Scope::Gb, Scope::Lb, Scope::Lb, Scope::Lb]
+        );
+        // Without room in GB it goes to DDR.
+        let mut scopes = [Scope::Lb; 5];
+        spill_longest_lived(&tensors, 32, Some(5), &mut scopes);
+        assert_eq!(scopes[1], Scope::Ddr);
+    }
+
+    /// A released tensor's space is reused: three tensors of 20 bytes in
+    /// a row fit a 40-byte LB when each dies as the next-but-one starts.
+    #[test]
+    fn released_space_is_reused() {
+        let tensors = [tensor(0, 1, 20), tensor(1, 2, 20), tensor(2, 3, 20)];
+        let mut scopes = [Scope::Lb; 3];
+        spill_longest_lived(&tensors, 40, None, &mut scopes);
+        assert_eq!(scopes, [Scope::Lb; 3]);
+    }
+
+    /// GB already holding tensors leaves less room for spills.
+    #[test]
+    fn spills_respect_what_gb_already_holds() {
+        let tensors = [tensor(0, 3, 50), tensor(0, 3, 10), tensor(1, 2, 10)];
+        let mut scopes = [Scope::Gb, Scope::Lb, Scope::Lb];
+        spill_longest_lived(&tensors, 15, Some(55), &mut scopes);
+        assert_eq!(scopes, [Scope::Gb, Scope::Ddr, Scope::Lb]);
+    }
+}
