@@ -8,7 +8,10 @@ For each case: `KILN bench CASE.onnx --threads T --json` (median of --runs
 runs after --warmup) and an onnxruntime session with intra_op_num_threads
 T timed the same way on the same random input; kiln / onnxruntime ratio
 (< 1: kiln is faster). --kiln may name several binaries (comma-separated)
-to compare builds in the same run.
+to compare builds in the same run. --torch adds PyTorch eager and
+torch.compile (Inductor) on the CPU, set to the same threads. Each row also
+gives the bytes the case must move (inputs and outputs) and kiln's rate as a
+fraction of the memory bandwidth `kiln peak` measures (STREAM triad).
 
 Usage (in the model venv, scripts/bench/setup.sh):
     python scripts/bench/reductions_cpu.py --kiln target/release/kiln
@@ -54,6 +57,49 @@ def time_ort(path, shapes, dtypes, threads, runs, warmup):
     return statistics.median(times)
 
 
+def time_torch(fn, shapes, dtypes, threads, runs, warmup, compiled):
+    """Median ms of PyTorch on the CPU, eager or torch.compile (Inductor)."""
+    import torch
+    torch.set_num_threads(threads)
+    f = torch.compile(fn) if compiled else fn
+    t = {k: torch.from_numpy(np.random.rand(*v).astype(dtypes[k])) for k, v in shapes.items()}
+    times = []
+    with torch.no_grad():
+        for _ in range(warmup):
+            f(t)
+        for _ in range(runs):
+            s = time.perf_counter()
+            f(t)
+            times.append((time.perf_counter() - s) * 1e3)
+    return statistics.median(times)
+
+
+def triad_gbps(kiln, threads):
+    """The machine's memory bandwidth (STREAM triad) as `kiln peak` measures it."""
+    r = subprocess.run([kiln, "peak", "--json", "--threads", str(threads)],
+                       capture_output=True, text=True, timeout=600)
+    line = [l for l in r.stdout.splitlines() if l.startswith("{")]
+    if r.returncode != 0 or not line:
+        raise RuntimeError((r.stderr or r.stdout).strip().splitlines()[-1:])
+    return json.loads(line[-1])["triad_gbps"]
+
+
+def bytes_moved(model, shapes, dtypes):
+    """Bytes a case must read and write at least: its inputs and outputs."""
+    inputs = sum(int(np.prod(s)) * np.dtype(dtypes[k]).itemsize for k, s in shapes.items())
+    outputs = 0
+    for o in model.graph.output:
+        t = o.type.tensor_type
+        size = elem_size(t.elem_type)
+        outputs += int(np.prod([d.dim_value for d in t.shape.dim])) * size
+    return inputs + outputs
+
+
+def elem_size(elem_type):
+    """Bytes of one element of ONNX type `elem_type`."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
+
+
 def time_kiln(kiln, path, threads, runs, warmup):
     r = subprocess.run([kiln, "bench", str(path), "--threads", str(threads), "--json",
                         "--runs", str(runs), "--warmup", str(warmup)],
@@ -71,25 +117,38 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--only", default="")
+    ap.add_argument("--torch", action="store_true",
+                    help="also PyTorch eager and torch.compile (Inductor) on the CPU")
     args = ap.parse_args()
     kilns = args.kiln.split(",")
     only = [s for s in args.only.split(",") if s]
     tmp = Path(tempfile.mkdtemp())
     heads = " | ".join(f"kiln ms ({k})" for k in kilns)
-    print(f"| case | {heads} | onnxruntime ms | kiln / ort (last build) |")
-    print("|---|" + "---:|" * (len(kilns) + 2))
+    peers = ["onnxruntime"] + (["torch eager", "torch.compile"] if args.torch else [])
+    peer_heads = " | ".join(f"{p} ms" for p in peers)
+    gbps = triad_gbps(kilns[-1], args.threads)
+    print(f"memory bandwidth (kiln peak, STREAM triad): {gbps:.1f} GB/s on {args.threads} threads\n")
+    print(f"| case | {heads} | {peer_heads} | kiln / fastest peer (last build) "
+          "| MB moved | kiln GB/s (of triad) |")
+    print("|---|" + "---:|" * (len(kilns) + len(peers) + 3))
     cases = gpu_bench()
-    for name, (model, _, shapes) in cases.cases().items():
+    for name, (model, torch_fn, shapes) in cases.cases().items():
         if only and not any(o in name for o in only):
             continue
         path = tmp / f"{name}.onnx"
         onnx.save(model, path)
         try:
             ks = [time_kiln(k, path, args.threads, args.runs, args.warmup) for k in kilns]
-            o = time_ort(path, shapes, cases.input_dtypes(model), args.threads, args.runs,
-                         args.warmup)
-            cells = " | ".join(f"{k:.3f}" for k in ks)
-            print(f"| {name} | {cells} | {o:.3f} | {ks[-1] / o:.2f} |", flush=True)
+            dtypes = cases.input_dtypes(model)
+            ps = [time_ort(path, shapes, dtypes, args.threads, args.runs, args.warmup)]
+            if args.torch:
+                ps += [time_torch(torch_fn, shapes, dtypes, args.threads, args.runs,
+                                  args.warmup, compiled) for compiled in (False, True)]
+            cells = " | ".join(f"{v:.3f}" for v in ks + ps)
+            moved = bytes_moved(model, shapes, dtypes)
+            rate = moved / (ks[-1] * 1e-3) * 1e-9
+            print(f"| {name} | {cells} | {ks[-1] / min(ps):.2f} | {moved / 1e6:.1f} "
+                  f"| {rate:.1f} ({rate / gbps:.0%}) |", flush=True)
         except Exception as e:  # one broken case must not hide the others
             print(f"| {name} | error: {str(e)[:120]} |", flush=True)
 

@@ -324,22 +324,30 @@ pub fn print_node_profile(mut run: impl FnMut() -> Result<Vec<NodeTime>>) -> Res
 /// Measures the fp32 FMA peak with `threads` threads.
 pub fn peak(threads: usize, json: bool) -> Result<()> {
     let cfg = jit::CompilerConfig::from_env();
-    let (lib, _) = jit::compile(&cfg, &[kiln_codegen::peak::peak_c()], 1)?;
-    // SAFETY: peak_c defines `double kiln_fma_peak_gflops(int)`.
+    let units = [
+        kiln_codegen::peak::peak_c(),
+        kiln_codegen::bandwidth::triad_c(),
+    ];
+    let (lib, _) = jit::compile(&cfg, &units, 1)?;
+    // SAFETY: peak_c defines `double kiln_fma_peak_gflops(int)`, triad_c
+    // `double kiln_triad_gbps(int)`.
     let f: unsafe extern "C" fn(i32) -> f64 = unsafe { lib.symbol("kiln_fma_peak_gflops")? };
+    let triad: unsafe extern "C" fn(i32) -> f64 = unsafe { lib.symbol("kiln_triad_gbps")? };
     let one = unsafe { f(1) };
     let all = unsafe { f(threads as i32) };
+    let gbps = unsafe { triad(threads as i32) };
     if json {
         println!(
             "{}",
             serde_json::json!({"gflops": all, "threads": threads, "gflops_1thread": one,
-                "cpu": kiln_runtime::cpu::cpu_model_name()})
+                "triad_gbps": gbps, "cpu": kiln_runtime::cpu::cpu_model_name()})
         );
     } else {
         println!("cpu: {}", kiln_runtime::cpu::cpu_model_name());
         println!(
             "fp32 FMA peak: {one:.1} GFLOP/s on 1 thread, {all:.1} GFLOP/s on {threads} threads"
         );
+        println!("memory bandwidth (STREAM triad, f32): {gbps:.1} GB/s on {threads} threads");
     }
     Ok(())
 }

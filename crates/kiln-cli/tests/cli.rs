@@ -295,3 +295,16 @@ fn sizes_over_the_memory_budget_are_one_line_errors() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("'lots' is not a size"));
 }
+
+#[test]
+fn peak_reports_compute_and_memory_bandwidth() {
+    let out = kiln(&["peak", "--json", "--threads", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON object");
+    for key in ["gflops", "triad_gbps"] {
+        let x = v[key].as_f64().unwrap_or(0.0);
+        // A C compiler is needed for either figure; without one `peak` fails above.
+        assert!(x > 0.1, "{key} = {x} in {text}");
+    }
+}

@@ -262,9 +262,22 @@ impl<'a> Printer<'a> {
             }
             Stmt::Store { buf, offset, value } => {
                 let b = &self.k.buffers[*buf];
-                let (v, _) = self.val(value)?;
                 let off = self.idx(offset)?;
-                let v = narrow(b.dtype, &format!("({})({v})", c_type(b.dtype)?));
+                let v = match value {
+                    // A 16-bit float copied to its own type keeps its bits: no widening
+                    // and rounding back (movement kernels: transposes, concatenations).
+                    Val::Load {
+                        buf: src,
+                        offset,
+                        guard,
+                    } if b.dtype.is_half_float() && self.k.buffers[*src].dtype == b.dtype => {
+                        self.stored_read(*src, offset, guard)?
+                    }
+                    _ => {
+                        let (v, _) = self.val(value)?;
+                        narrow(b.dtype, &format!("({})({v})", c_type(b.dtype)?))
+                    }
+                };
                 writeln!(self.out, "{pad}{}[{off}] = {v};", b.name).ok();
             }
             Stmt::Let { name, dtype, value } => {
@@ -423,6 +436,30 @@ impl<'a> Printer<'a> {
         }
     }
 
+    /// The read of `buf[offset]` under `guard` in the buffer's storage type (see
+    /// [`Printer::val`] for the forms of a guarded read).
+    fn stored_read(&self, buf: usize, offset: &Idx, guard: &[(Idx, i64)]) -> Result<String> {
+        let b = &self.k.buffers[buf];
+        let stored = storage_type(b.dtype)?;
+        let read = format!("{}[{}]", b.name, self.idx(offset)?);
+        Ok(if guard.is_empty() {
+            read
+        } else if b.shape.contains(&0) {
+            // No index is in bounds of an empty buffer.
+            format!("({stored})0")
+        } else if self.conditional_read(offset, guard) {
+            format!("({} ? {read} : ({stored})0)", self.guard(guard)?)
+        } else {
+            let g = self.guard_mask(guard)?;
+            format!(
+                "kiln_keep_{}({g}, {}[{} & -(int64_t){g}])",
+                select_suffix(stored)?,
+                b.name,
+                self.idx(offset)?
+            )
+        })
+    }
+
     /// The C expression of `v` and its element type.
     ///
     /// A guarded read is `(g ? buf[offset] : 0)` where [`Printer::conditional_read`] allows
@@ -434,26 +471,8 @@ impl<'a> Printer<'a> {
     pub(crate) fn val(&self, v: &Val) -> Result<(String, DType)> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
-                let b = &self.k.buffers[*buf];
-                let stored = storage_type(b.dtype)?;
-                let read = format!("{}[{}]", b.name, self.idx(offset)?);
-                let e = if guard.is_empty() {
-                    read
-                } else if b.shape.contains(&0) {
-                    // No index is in bounds of an empty buffer.
-                    format!("({stored})0")
-                } else if self.conditional_read(offset, guard) {
-                    format!("({} ? {read} : ({stored})0)", self.guard(guard)?)
-                } else {
-                    let g = self.guard_mask(guard)?;
-                    format!(
-                        "kiln_keep_{}({g}, {}[{} & -(int64_t){g}])",
-                        select_suffix(stored)?,
-                        b.name,
-                        self.idx(offset)?
-                    )
-                };
-                (widen(b.dtype, &e), b.dtype)
+                let dtype = self.k.buffers[*buf].dtype;
+                (widen(dtype, &self.stored_read(*buf, offset, guard)?), dtype)
             }
             Val::Call(s, args)
                 if s.op == "Where" && args.len() == 3 && self.has_unconditional_read(v) =>

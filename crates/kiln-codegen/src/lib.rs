@@ -1,5 +1,6 @@
 //! kiln code generators (DESIGN.md layer 7): C source for CPUs.
 
+pub mod bandwidth;
 pub mod c;
 pub mod cuda;
 pub mod gemm;

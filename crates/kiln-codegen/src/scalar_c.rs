@@ -440,12 +440,13 @@ KILN_INLINE float kiln_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return
 KILN_INLINE uint32_t kiln_f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 KILN_INLINE float kiln_f16_f32(uint16_t h) {
   uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
-  uint32_t a = (uint32_t)h & 0x7fffu;
-  uint32_t normal = (a << 13) + ((127u - 15u) << 23); /* rebias the exponent */
-  uint32_t special = (a << 13) | 0x7f800000u; /* infinity, NaN */
-  uint32_t tiny = kiln_f32_bits((float)a * 5.9604644775390625e-8f); /* zero, subnormals (a * 2^-24): exact */
-  uint32_t bits = a >= 0x7c00u ? special : (a >= 0x0400u ? normal : tiny);
-  return kiln_bits_f32(sign | bits);
+  uint32_t a = ((uint32_t)h & 0x7fffu) << 13;
+  /* the f16 fields in place as a float are the value times 2^-112, subnormals included
+     (as a float subnormal): one exact multiplication rebiases every finite value */
+  float finite = kiln_bits_f32(a) * 5.192296858534828e33f; /* 2^112 */
+  float special = kiln_bits_f32(a | 0x7f800000u); /* infinity, NaN */
+  float r = a >= (0x7c00u << 13) ? special : finite;
+  return kiln_bits_f32(kiln_f32_bits(r) | sign);
 }
 KILN_INLINE uint16_t kiln_f32_f16(float f) {
   uint32_t x = kiln_f32_bits(f);

@@ -232,7 +232,8 @@ pub(crate) enum Command {
         #[command(flatten)]
         passes: PassArgs,
     },
-    /// Measure the machine's fp32 FMA peak (GFLOP/s) with a small generated C kernel.
+    /// Measure the machine's fp32 FMA peak (GFLOP/s) and memory bandwidth
+    /// (STREAM triad, GB/s) with small generated C kernels.
     Peak {
         /// Threads (default: all cores).
         #[arg(long)]
