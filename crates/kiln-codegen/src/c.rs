@@ -24,7 +24,7 @@ use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Scope, Stmt, Val};
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
-use omp_clauses::{array_reduction_clause, reduction_clause};
+use omp_clauses::{array_reduction_clause, nan_flag, reduction_clause};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -186,6 +186,8 @@ pub(crate) struct Printer<'a> {
     /// Print every guarded read as a conditional read (`g ? buf[i] : 0`); the CUDA
     /// printer's choice (see [`Printer::conditional_read`], [`Printer::for_gpu`]).
     conditional_reads: bool,
+    /// Float max/min locals whose NaN the enclosing vectorized loops track in a flag.
+    nan_flagged: Vec<String>,
 }
 
 impl<'a> Printer<'a> {
@@ -197,6 +199,7 @@ impl<'a> Printer<'a> {
             locals: HashMap::new(),
             simd: None,
             conditional_reads: false,
+            nan_flagged: Vec::new(),
         }
     }
 
@@ -219,47 +222,7 @@ impl<'a> Printer<'a> {
             {
                 self.ordered_reduction(l, depth)?
             }
-            Stmt::Loop(l) => {
-                let omp = match l.kind {
-                    LoopKind::Serial | LoopKind::Unrolled => None,
-                    LoopKind::Parallel => Some("omp parallel for"),
-                    LoopKind::Vectorized => Some("omp simd"),
-                };
-                if let Some(p) = omp {
-                    let locals = &self.locals;
-                    let clause = reduction_clause(l, &|n| locals.get(n).copied())?;
-                    let sections = array_reduction_clause(self.k, l)?;
-                    writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
-                } else if l.kind == LoopKind::Unrolled {
-                    writeln!(self.out, "{pad}KILN_UNROLL").ok();
-                }
-                let bound = match &l.extent {
-                    Extent::Const(n) => n.to_string(),
-                    Extent::Tail {
-                        total,
-                        outer,
-                        factor,
-                    } => format!("({total} - {factor}*{outer} < {factor} ? {total} - {factor}*{outer} : {factor})"),
-                };
-                writeln!(
-                    self.out,
-                    "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
-                    v = l.var
-                )
-                .ok();
-                self.ranges
-                    .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
-                let outer_simd = self.simd.clone();
-                if l.kind == LoopKind::Vectorized {
-                    self.simd = Some((l.var.clone(), l.extent.max()));
-                }
-                for s in &l.body {
-                    self.stmt(s, depth + 1)?;
-                }
-                self.simd = outer_simd;
-                self.ranges.remove(&l.var);
-                writeln!(self.out, "{pad}}}").ok();
-            }
+            Stmt::Loop(l) => self.loop_stmt(l, depth)?,
             Stmt::Store { buf, offset, value } => {
                 let b = &self.k.buffers[*buf];
                 let off = self.idx(offset)?;
@@ -316,6 +279,9 @@ impl<'a> Printer<'a> {
                     }
                 };
                 writeln!(self.out, "{pad}{name} = {e};").ok();
+                if self.nan_flagged.contains(name) {
+                    writeln!(self.out, "{pad}{} |= {name} != {name};", nan_flag(name)).ok();
+                }
             }
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
             Stmt::Alloc(b) => {
@@ -323,6 +289,66 @@ impl<'a> Printer<'a> {
                 let ty = storage_type(b.dtype)?;
                 writeln!(self.out, "{pad}{ty} {}[{}];", b.name, b.numel().max(1)).ok();
             }
+        }
+        Ok(())
+    }
+
+    /// A loop with its OpenMP pragma: parallel, or `omp simd` with a reduction clause
+    /// for every local it updates (float max/min ones with their NaN flags, declared
+    /// before the loop and applied after it, see [`reduction_clause`]).
+    fn loop_stmt(&mut self, l: &kiln_loop::Loop, depth: usize) -> Result<()> {
+        let pad = "  ".repeat(depth);
+        let omp = match l.kind {
+            LoopKind::Serial | LoopKind::Unrolled => None,
+            LoopKind::Parallel => Some("omp parallel for"),
+            LoopKind::Vectorized => Some("omp simd"),
+        };
+        let mut flagged = Vec::new();
+        if let Some(p) = omp {
+            let locals = &self.locals;
+            let (clause, nan_locals) = reduction_clause(l, &|n| locals.get(n).copied())?;
+            let sections = array_reduction_clause(self.k, l)?;
+            for name in &nan_locals {
+                writeln!(self.out, "{pad}uint8_t {} = 0;", nan_flag(name)).ok();
+            }
+            writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
+            flagged = nan_locals;
+        } else if l.kind == LoopKind::Unrolled {
+            writeln!(self.out, "{pad}KILN_UNROLL").ok();
+        }
+        let bound = match &l.extent {
+            Extent::Const(n) => n.to_string(),
+            Extent::Tail {
+                total,
+                outer,
+                factor,
+            } => format!(
+                "({total} - {factor}*{outer} < {factor} ? {total} - {factor}*{outer} : {factor})"
+            ),
+        };
+        writeln!(
+            self.out,
+            "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
+            v = l.var
+        )
+        .ok();
+        self.ranges
+            .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+        let outer_simd = self.simd.clone();
+        if l.kind == LoopKind::Vectorized {
+            self.simd = Some((l.var.clone(), l.extent.max()));
+        }
+        self.nan_flagged.extend(flagged.iter().cloned());
+        for s in &l.body {
+            self.stmt(s, depth + 1)?;
+        }
+        self.nan_flagged
+            .truncate(self.nan_flagged.len() - flagged.len());
+        self.simd = outer_simd;
+        self.ranges.remove(&l.var);
+        writeln!(self.out, "{pad}}}").ok();
+        for name in &flagged {
+            writeln!(self.out, "{pad}if ({}) {name} = NAN;", nan_flag(name)).ok();
         }
         Ok(())
     }

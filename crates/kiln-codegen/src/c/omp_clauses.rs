@@ -10,28 +10,51 @@ use std::collections::HashMap;
 
 /// For a vectorized loop that updates locals declared outside it: the
 /// OpenMP clause that lets those updates run in lanes (partial results
-/// combined at the end). `local_type` gives each local's type. Float
-/// max/min use kiln's NaN-propagating reductions (`kiln_rmaxf`, ...);
-/// a combiner without a clause is an error rather than a wrong vector loop.
+/// combined at the end), and the float max/min locals among them. Those
+/// combine their lanes with OpenMP's own `max`/`min`, which may drop a
+/// NaN: each lane also ORs whether its partial is NaN into the local's
+/// flag ([`nan_flag`], `reduction(|:…)`), and the printer makes the local
+/// NaN after the loop when the flag is set. (kiln's NaN-propagating
+/// `declare reduction`s combined lanes one call at a time: a quarter of a
+/// Softmax over rows of 384, BENCHMARKS.md session 15.) `local_type` gives
+/// each local's type; a combiner without a clause is an error rather than
+/// a wrong vector loop.
 pub(super) fn reduction_clause(
     l: &kiln_loop::Loop,
     local_type: &dyn Fn(&str) -> Option<DType>,
-) -> Result<String> {
-    if l.kind != LoopKind::Vectorized {
-        return Ok(String::new());
-    }
+) -> Result<(String, Vec<String>)> {
     let mut clauses = String::new();
+    let mut flagged = Vec::new();
+    if l.kind != LoopKind::Vectorized {
+        return Ok((clauses, flagged));
+    }
     for (name, c) in kiln_loop::ir::reduced_locals(&l.body) {
         let dtype = local_type(&name);
-        let Some(op) = omp_reduction(c, dtype) else {
+        let float_extreme =
+            matches!(c, Combiner::Max | Combiner::Min) && dtype.is_some_and(|d| d.is_float());
+        let op = match c {
+            Combiner::Max if float_extreme => Some("max"),
+            Combiner::Min if float_extreme => Some("min"),
+            _ => omp_reduction(c, dtype),
+        };
+        let Some(op) = op else {
             bail!(
                 "loop '{}' is vectorized over a {c:?} reduction of '{name}' ({dtype:?}) that has no vector form",
                 l.var
             )
         };
         clauses.push_str(&format!(" reduction({op}:{name})"));
+        if float_extreme {
+            clauses.push_str(&format!(" reduction(|:{})", nan_flag(&name)));
+            flagged.push(name);
+        }
     }
-    Ok(clauses)
+    Ok((clauses, flagged))
+}
+
+/// The flag a vectorized loop sets when float max/min local `name` became NaN.
+pub(super) fn nan_flag(name: &str) -> String {
+    format!("kiln_nan_{name}")
 }
 
 /// The OpenMP reduction identifier combining partial results of `dtype` by `c`.
