@@ -47,6 +47,7 @@
 //!   its own position (Softmax's exp), which the reduction stores into
 //!   that output as it sums (`row_values.rs`).
 
+mod independent;
 mod rows;
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
@@ -350,6 +351,7 @@ fn nests(
     if body.len() > 1 && body.iter().any(|s| matches!(s, Stmt::Gemm(_))) {
         bail!("a matmul/convolution and other outputs in one kernel");
     }
+    let body = independent::fuse_independent_reductions(body);
     Ok(LoweredGroup {
         kernel: Kernel {
             name: name.to_string(),
