@@ -41,6 +41,7 @@ use crate::canonical::{coalesce_inward, output_nest, x_reduced_loops, y_reducibl
 use crate::gpu_map::rows::RowPart;
 use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{split_names, Directive, Schedule};
+use kiln_ir::DType;
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
@@ -191,9 +192,88 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
         let r = coalesce_inward(&mut current, &mut schedule, &nest, Coalescing::Consecutive);
-        schedule.0.push(Directive::Vectorize(r));
+        schedule.0.extend(vector_sum(&current, &r, target));
     }
     schedule
+}
+
+/// Values a vector lane adds in f32 before its partial joins an f64 sum
+/// ([`vector_sum`]): the error of a 64-term f32 sum stays below 1e-5 relative.
+pub const LANE_PARTIAL_TERMS: usize = 64;
+
+/// The directives that vectorize reduction loop `r` of `k`: when it sums
+/// f32 values into f64 accumulators (an f32 output's widened sum, PANAMERA's
+/// x-reduce), it runs in blocks of [`LANE_PARTIAL_TERMS`] values per lane
+/// of the target, each summed in f32 lanes and added to the f64 total once
+/// (`partial_sums.rs`), instead of converting every element to f64 (half
+/// the vector width).
+fn vector_sum(k: &Kernel, r: &str, target: &TargetDesc) -> Vec<Directive> {
+    let Some(extent) = loop_extent(&k.body, r) else {
+        return vec![Directive::Vectorize(r.to_string())];
+    };
+    let mut read_types = Vec::new();
+    for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
+    // f32 in and out: the f64 accumulators widen f32 values.
+    let f32_only = read_types.iter().all(|d| *d == DType::F32)
+        && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32);
+    let f32_sum = f32_only && sums_into_f64(&k.body);
+    if !f32_sum {
+        return vec![Directive::Vectorize(r.to_string())];
+    }
+    let block = (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64;
+    let dtype = DType::F32;
+    if extent <= block {
+        let var = r.to_string();
+        return vec![
+            Directive::PartialSums {
+                var: var.clone(),
+                dtype,
+            },
+            Directive::Vectorize(var),
+        ];
+    }
+    let (_, inner) = split_names(r);
+    vec![
+        Directive::Split {
+            var: r.to_string(),
+            factor: block,
+        },
+        Directive::PartialSums {
+            var: inner.clone(),
+            dtype,
+        },
+        Directive::Vectorize(inner),
+    ]
+}
+
+/// The extent of loop `var` in `body`.
+fn loop_extent(body: &[Stmt], var: &str) -> Option<i64> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.var == var => Some(l.extent.max()),
+        Stmt::Loop(l) => loop_extent(&l.body, var),
+        _ => None,
+    })
+}
+
+/// Whether every local `body` declares is f64 and some is updated by a sum.
+fn sums_into_f64(body: &[Stmt]) -> bool {
+    let mut lets = Vec::new();
+    let mut sums = false;
+    fn walk(body: &[Stmt], lets: &mut Vec<DType>, sums: &mut bool) {
+        for s in body {
+            match s {
+                Stmt::Let { dtype, .. } => lets.push(*dtype),
+                Stmt::Update {
+                    combiner: Combiner::Sum,
+                    ..
+                } => *sums = true,
+                Stmt::Loop(l) => walk(&l.body, lets, sums),
+                _ => {}
+            }
+        }
+    }
+    walk(body, &mut lets, &mut sums);
+    sums && !lets.is_empty() && lets.iter().all(|d| *d == DType::F64)
 }
 
 /// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each

@@ -16,6 +16,7 @@ pub mod jam;
 pub mod lower;
 pub mod operand_scale;
 mod parse;
+mod partial_sums;
 pub mod row_values;
 pub mod schedule;
 mod text;

@@ -60,6 +60,12 @@ pub enum Directive {
         var: String,
         factor: i64,
     },
+    /// Loop `var`'s sums into outer locals kept in partials of `dtype`,
+    /// added to them after the loop (`partial_sums.rs`).
+    PartialSums {
+        var: String,
+        dtype: kiln_ir::DType,
+    },
 }
 
 /// A schedule: directives applied in order.
@@ -79,6 +85,7 @@ impl std::fmt::Display for Directive {
             Directive::Peel { var, lo, hi } => write!(f, "peel({var}, {lo}, {hi})"),
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
+            Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
         }
     }
 }
@@ -120,6 +127,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::AccumulateOutward(var)
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
+        | Directive::PartialSums { var, .. }
         | Directive::CacheRead { at: var, .. }
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
@@ -171,6 +179,9 @@ fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Ve
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
+        Directive::PartialSums { dtype, .. } => {
+            return crate::partial_sums::partial_sums(l, *dtype)
+        }
         _ => {}
     }
     rewrite_one(l, d).map(|s| vec![s])
@@ -184,8 +195,11 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Unroll(_) => mark(LoopKind::Unrolled),
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
-        Directive::AccumulateOutward(_) | Directive::Peel { .. } | Directive::Jam { .. } => {
-            bail!("schedule: {d} rewrites into several loops")
+        Directive::AccumulateOutward(_)
+        | Directive::Peel { .. }
+        | Directive::Jam { .. }
+        | Directive::PartialSums { .. } => {
+            bail!("schedule: {d} rewrites into several statements")
         }
         Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),
         Directive::Reorder { inner, .. } => {

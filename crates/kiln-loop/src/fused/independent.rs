@@ -8,8 +8,8 @@
 //! Guarantees: two consecutive reduction nests whose loops have the same
 //! variables, extents and kinds all the way down, that store different
 //! buffers and read nothing the other stores, become one nest: each loop
-//! once, both accumulators declared, both updates in the innermost
-//! reduction loop, both stores after it. The order of every reduction is
+//! once, both accumulators (and partial sums) declared, both updates in the
+//! innermost reduction loop, both combines and stores after it. The order of every reduction is
 //! unchanged (each accumulator sees its own values in the same order), so
 //! results are identical. Anything else is left as it is.
 
@@ -43,19 +43,31 @@ fn merge_nests(a: &Loop, b: &Loop) -> Option<Loop> {
     }
     let body = match (a.body.as_slice(), b.body.as_slice()) {
         ([Stmt::Loop(ia)], [Stmt::Loop(ib)]) => vec![Stmt::Loop(merge_nests(ia, ib)?)],
-        (
-            [let_a @ Stmt::Let { .. }, Stmt::Loop(ra), store_a @ Stmt::Store { .. }],
-            [let_b @ Stmt::Let { .. }, Stmt::Loop(rb), store_b @ Stmt::Store { .. }],
-        ) => vec![
-            let_a.clone(),
-            let_b.clone(),
-            Stmt::Loop(merge_reductions(ra, rb)?),
-            store_a.clone(),
-            store_b.clone(),
-        ],
-        _ => return None,
+        (ba, bb) => {
+            let (lets_a, ra, after_a) = reduction_parts(ba)?;
+            let (lets_b, rb, after_b) = reduction_parts(bb)?;
+            let mut body: Vec<Stmt> = lets_a.iter().chain(lets_b).cloned().collect();
+            body.push(Stmt::Loop(merge_reductions(ra, rb)?));
+            body.extend(after_a.iter().chain(after_b).cloned());
+            body
+        }
     };
     Some(Loop { body, ..a.clone() })
+}
+
+/// A reduction's body split around its one reduction loop: the accumulators
+/// declared before it, the loop, and the combines and stores after it.
+fn reduction_parts(body: &[Stmt]) -> Option<(&[Stmt], &Loop, &[Stmt])> {
+    let at = body.iter().position(|s| matches!(s, Stmt::Loop(_)))?;
+    let Stmt::Loop(l) = &body[at] else {
+        return None;
+    };
+    let (before, after) = (&body[..at], &body[at + 1..]);
+    let lets = before.iter().all(|s| matches!(s, Stmt::Let { .. }));
+    let ends = after
+        .iter()
+        .all(|s| matches!(s, Stmt::Update { .. } | Stmt::Store { .. }));
+    (lets && ends && !after.is_empty()).then_some((before, l, after))
 }
 
 /// Reduction loops `a` and `b` over the same loops, their innermost bodies
