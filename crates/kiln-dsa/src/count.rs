@@ -83,15 +83,10 @@ pub fn count_dma(nest: &Nest, sizes: &[u64], order: &[usize]) -> Result<DmaCount
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::parse_nest;
 
     #[test]
     fn matmul_counts_follow_the_loop_order() {
-        let nest = parse_nest(
-            "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-             in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
-        )
-        .unwrap();
+        let nest = crate::text::matmul_1024();
         let sizes = [1, 128, 64];
         // x, y tiles, k tiles: 1024 × 8 × 16 visits of A and B, 1024 × 8 of C.
         let count = count_dma(&nest, &sizes, &[0, 1, 2]).unwrap();

@@ -159,14 +159,9 @@ fn check_order(nest: &Nest, sizes: &[u64], order: &[usize]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::text::parse_nest;
 
     fn matmul() -> Nest {
-        parse_nest(
-            "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-             in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
-        )
-        .unwrap()
+        crate::text::matmul_1024()
     }
 
     #[test]

@@ -237,16 +237,13 @@ mod tests {
     use super::*;
     use crate::text::parse_nest;
 
-    const MATMUL: &str = "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-        in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n";
-
     fn sunway() -> LdmBudget {
         LdmBudget::from_desc(&DsaDesc::preset("sunway-cg").unwrap())
     }
 
     #[test]
     fn paper_matmul_example_chooses_x1_y128_k64() {
-        let nest = parse_nest(MATMUL).unwrap();
+        let nest = crate::text::matmul_1024();
         let choice = choose_buffers(&nest, sunway()).unwrap();
         assert_eq!(choice.sizes, [1, 128, 64]);
         let steps: Vec<(Phase, &str, u64, u64, bool)> = choice

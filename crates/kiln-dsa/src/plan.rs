@@ -108,11 +108,7 @@ mod tests {
 
     #[test]
     fn matmul_plan_on_sunway() {
-        let nest = parse_nest(
-            "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-             in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
-        )
-        .unwrap();
+        let nest = crate::text::matmul_1024();
         let plan = plan_kernel(&nest, &DsaDesc::preset("sunway-cg").unwrap()).unwrap();
         let expected = "\
 buffer x=1 y=128 k=64 (33536 of 65536 bytes)

@@ -75,11 +75,7 @@ mod tests {
         // Algorithm 1's buffers x=1, y=128, k=64: a B tile is 64 rows,
         // an A or C tile one; with x innermost, B is fetched once per
         // (y, k) tile instead of once per (x, y, k).
-        let nest = parse_nest(
-            "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-             in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
-        )
-        .unwrap();
+        let nest = crate::text::matmul_1024();
         let sizes = [1, 128, 64];
         for (given, expected) in [([0, 1, 2], ["y", "k", "x"]), ([2, 0, 1], ["k", "y", "x"])] {
             let order = reorder_loops(&nest, &sizes, &given).unwrap();

@@ -216,3 +216,14 @@ mod tests {
         }
     }
 }
+
+/// swTVM's matrix-multiplication example (§5.2, Figure 2) at 1024³, f32: the
+/// nest several algorithms' tests start from.
+#[cfg(test)]
+pub(crate) fn matmul_1024() -> crate::nest::Nest {
+    parse_nest(
+        "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
+         in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
+    )
+    .expect("the matmul nest parses")
+}
