@@ -18,7 +18,8 @@
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
 //! 4. vectorizes the innermost output loop when its body is plain stores,
 //!    or else the innermost loop of an x-reduce (a reduction reading
-//!    consecutive elements);
+//!    consecutive elements; a sum of f32 values into f64 accumulators in
+//!    blocks summed in f32 lanes first, `vector_sum`);
 //!    for a reduction whose loads walk that loop's variable with stride 1
 //!    or 2 (windows, small matmuls), first moves the reduction loops
 //!    outside it (`accumulate_outward`) so it vectorizes too, and peels
@@ -27,8 +28,9 @@
 //!
 //! A kernel without output loops (reductions to scalars) instead has each
 //! long reduction nest coalesced, its chunks run in parallel and
-//! vectorized within a chunk (`scalar_reductions`; the C printer combines
-//! the threads' partials in order).
+//! vectorized within a chunk, an f32 sum's chunk summed in f32 lanes first
+//! (`scalar_reductions`; the C printer combines the threads' partials in
+//! order).
 //!
 //! On a GPU target only step 1 applies, to every output loop whatever
 //! the offsets (one coalesced loop is what blocks and threads divide).
@@ -192,7 +194,8 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
         let r = coalesce_inward(&mut current, &mut schedule, &nest, Coalescing::Consecutive);
-        schedule.0.extend(vector_sum(&current, &r, target));
+        let extent = loop_extent(&current.body, &r);
+        schedule.0.extend(vector_sum(&current, &r, extent, target));
     }
     schedule
 }
@@ -207,20 +210,12 @@ pub const LANE_PARTIAL_TERMS: usize = 64;
 /// of the target, each summed in f32 lanes and added to the f64 total once
 /// (`partial_sums.rs`), instead of converting every element to f64 (half
 /// the vector width).
-fn vector_sum(k: &Kernel, r: &str, target: &TargetDesc) -> Vec<Directive> {
-    let Some(extent) = loop_extent(&k.body, r) else {
+/// `extent` is `r`'s (`None`: unknown, plain vectorization).
+fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
+    let Some(extent) = extent.filter(|_| f32_sums(k)) else {
         return vec![Directive::Vectorize(r.to_string())];
     };
-    let mut read_types = Vec::new();
-    for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
-    // f32 in and out: the f64 accumulators widen f32 values.
-    let f32_only = read_types.iter().all(|d| *d == DType::F32)
-        && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32);
-    let f32_sum = f32_only && sums_into_f64(&k.body);
-    if !f32_sum {
-        return vec![Directive::Vectorize(r.to_string())];
-    }
-    let block = (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64;
+    let block = partial_block(target);
     let dtype = DType::F32;
     if extent <= block {
         let var = r.to_string();
@@ -244,6 +239,22 @@ fn vector_sum(k: &Kernel, r: &str, target: &TargetDesc) -> Vec<Directive> {
         },
         Directive::Vectorize(inner),
     ]
+}
+
+/// Values summed in f32 lanes before joining an f64 sum: [`LANE_PARTIAL_TERMS`]
+/// per lane of the target.
+fn partial_block(target: &TargetDesc) -> i64 {
+    (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64
+}
+
+/// Whether `k` sums f32 values into f64 accumulators: it reads only f32
+/// buffers, writes f32 outputs, and all its locals are f64 sums.
+fn f32_sums(k: &Kernel) -> bool {
+    let mut read_types = Vec::new();
+    for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
+    read_types.iter().all(|d| *d == DType::F32)
+        && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32)
+        && sums_into_f64(&k.body)
 }
 
 /// The extent of loop `var` in `body`.
@@ -329,6 +340,15 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));
         if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
+            if f32_sums(k) {
+                // A chunk's f32 values summed in f32 lanes, then once into the
+                // f64 partial of its thread (CHUNK / lanes values per lane: 256
+                // on AVX-512, at most 1024 on 4-lane targets).
+                schedule.0.push(Directive::PartialSums {
+                    var: i.clone(),
+                    dtype: DType::F32,
+                });
+            }
             schedule.0.push(Directive::Vectorize(i));
         }
     }
