@@ -162,6 +162,17 @@ fn parse_number(word: &str) -> Result<u64> {
         .map_err(|_| kiln_ir::Error::new(format!("'{word}' is not a non-negative integer")))
 }
 
+/// swTVM's matrix-multiplication example (§5.2, Figure 2) at 1024³, f32: the
+/// nest several algorithms' tests start from.
+#[cfg(test)]
+pub(crate) fn matmul_1024() -> crate::nest::Nest {
+    parse_nest(
+        "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
+         in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
+    )
+    .expect("the matmul nest parses")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,15 +226,4 @@ mod tests {
             assert!(err.contains(expected), "{text:?}: {err}");
         }
     }
-}
-
-/// swTVM's matrix-multiplication example (§5.2, Figure 2) at 1024³, f32: the
-/// nest several algorithms' tests start from.
-#[cfg(test)]
-pub(crate) fn matmul_1024() -> crate::nest::Nest {
-    parse_nest(
-        "nest matmul\nloop x 1024\nloop y 1024\nloop k 1024\n\
-         in A[x][k] elem 4\nin B[k][y] elem 4\nout C[x][y] elem 4\n",
-    )
-    .expect("the matmul nest parses")
 }
