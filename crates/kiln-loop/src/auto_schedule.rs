@@ -243,18 +243,22 @@ fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> 
 
 /// Values summed in f32 lanes before joining an f64 sum: [`LANE_PARTIAL_TERMS`]
 /// per lane of the target.
-fn partial_block(target: &TargetDesc) -> i64 {
+pub(crate) fn partial_block(target: &TargetDesc) -> i64 {
     (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64
 }
 
 /// Whether `k` sums f32 values into f64 accumulators: it reads only f32
 /// buffers, writes f32 outputs, and all its locals are f64 sums.
 fn f32_sums(k: &Kernel) -> bool {
+    f32_in_and_out(k) && sums_into_f64(&k.body)
+}
+
+/// Whether `k` reads only f32 buffers and writes only f32 outputs.
+pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
     let mut read_types = Vec::new();
     for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
     read_types.iter().all(|d| *d == DType::F32)
         && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32)
-        && sums_into_f64(&k.body)
 }
 
 /// The extent of loop `var` in `body`.

@@ -82,7 +82,7 @@ pub(super) fn rows(
         // default rule schedules for the target.
         default_schedule(&kernel, target)
     } else {
-        row_schedule(&kernel, &row_vars)
+        row_schedule(&kernel, &row_vars, target)
     };
     let mut kernel = apply(&kernel, &schedule)?;
     kernel.body.splice(0..0, before);
@@ -250,7 +250,7 @@ fn placements(dims: &[usize], shape: &[usize], row: &[usize]) -> Vec<Vec<usize>>
 
 /// Coalesce the row loops, run them in parallel when the kernel does
 /// enough work, and vectorize the innermost loop of each output store.
-fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
+fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedule {
     let mut directives = Vec::new();
     let mut outer = match row_vars.first() {
         Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
@@ -271,8 +271,72 @@ fn row_schedule(k: &Kernel, row_vars: &[String]) -> Schedule {
         innermost_store_loops(s, &mut inner_loops);
         innermost_reduction_loops(s, &mut inner_loops);
     }
-    directives.extend(inner_loops.into_iter().map(Directive::Vectorize));
+    let f32_row = crate::auto_schedule::f32_in_and_out(k);
+    let mut f64_locals = Vec::new();
+    f64_locals_in(&k.body, &mut f64_locals);
+    for var in inner_loops {
+        let block = crate::auto_schedule::partial_block(target);
+        if f32_row && sums_f32_values(k, &var, &f64_locals, block) {
+            // A row's f32 values summed in f32 lanes, once into the f64 sum
+            // (`partial_sums.rs`; rows no longer than a block).
+            directives.push(Directive::PartialSums {
+                var: var.clone(),
+                dtype: DType::F32,
+            });
+        }
+        directives.push(Directive::Vectorize(var));
+    }
     Schedule(directives)
+}
+
+/// Whether loop `var` of `k`, at most `block` iterations, adds to an outer
+/// sum values that read no f64 local (so they are f32 values).
+fn sums_f32_values(k: &Kernel, var: &str, f64_locals: &[String], block: i64) -> bool {
+    let Some(l) = find_loop(&k.body, var) else {
+        return false;
+    };
+    let sums = crate::ir::reduced_locals(&l.body)
+        .iter()
+        .any(|(_, c)| *c == Combiner::Sum);
+    let wide_reads = l.body.iter().any(|s| match s {
+        Stmt::Update { value, .. } | Stmt::Let { value, .. } | Stmt::Store { value, .. } => {
+            reads_local(value, f64_locals)
+        }
+        _ => true,
+    });
+    sums && !wide_reads && l.extent.max() <= block
+}
+
+fn find_loop<'a>(body: &'a [Stmt], var: &str) -> Option<&'a crate::ir::Loop> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.var == var => Some(l),
+        Stmt::Loop(l) => find_loop(&l.body, var),
+        _ => None,
+    })
+}
+
+/// The f64 locals `body` declares.
+fn f64_locals_in(body: &[Stmt], out: &mut Vec<String>) {
+    for s in body {
+        match s {
+            Stmt::Let {
+                name,
+                dtype: DType::F64,
+                ..
+            } => out.push(name.clone()),
+            Stmt::Loop(l) => f64_locals_in(&l.body, out),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `v` reads one of `locals`.
+fn reads_local(v: &Val, locals: &[String]) -> bool {
+    match v {
+        Val::Local(n) => locals.contains(n),
+        Val::Call(_, args) => args.iter().any(|a| reads_local(a, locals)),
+        _ => false,
+    }
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
