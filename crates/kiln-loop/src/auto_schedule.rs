@@ -41,7 +41,7 @@
 
 use crate::canonical::{coalesce_inward, output_nest, x_reduced_loops, y_reducible, Coalescing};
 use crate::gpu_map::rows::RowPart;
-use crate::ir::{for_each_load, Atom, Kernel, Loop, Stmt, Val};
+use crate::ir::{find_loop, for_each_load, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ir::DType;
 use kiln_ops::te::Combiner;
@@ -194,7 +194,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
         let r = coalesce_inward(&mut current, &mut schedule, &nest, Coalescing::Consecutive);
-        let extent = loop_extent(&current.body, &r);
+        let extent = find_loop(&current.body, &r).map(|l| l.extent.max());
         schedule.0.extend(vector_sum(&current, &r, extent, target));
     }
     schedule
@@ -261,34 +261,24 @@ pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
         && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32)
 }
 
-/// The extent of loop `var` in `body`.
-fn loop_extent(body: &[Stmt], var: &str) -> Option<i64> {
-    body.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.var == var => Some(l.extent.max()),
-        Stmt::Loop(l) => loop_extent(&l.body, var),
-        _ => None,
-    })
-}
-
 /// Whether every local `body` declares is f64 and some is updated by a sum.
 fn sums_into_f64(body: &[Stmt]) -> bool {
-    let mut lets = Vec::new();
-    let mut sums = false;
-    fn walk(body: &[Stmt], lets: &mut Vec<DType>, sums: &mut bool) {
-        for s in body {
-            match s {
-                Stmt::Let { dtype, .. } => lets.push(*dtype),
-                Stmt::Update {
-                    combiner: Combiner::Sum,
-                    ..
-                } => *sums = true,
-                Stmt::Loop(l) => walk(&l.body, lets, sums),
-                _ => {}
-            }
+    let lets = crate::ir::declared_locals(body);
+    let sums = update_combiners(body).iter().any(|c| *c == Combiner::Sum);
+    sums && !lets.is_empty() && lets.iter().all(|(_, d)| *d == DType::F64)
+}
+
+/// The combiner of every update in `body`, inside loops too.
+fn update_combiners(body: &[Stmt]) -> Vec<Combiner> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Update { combiner, .. } => out.push(*combiner),
+            Stmt::Loop(l) => out.extend(update_combiners(&l.body)),
+            _ => {}
         }
     }
-    walk(body, &mut lets, &mut sums);
-    sums && !lets.is_empty() && lets.iter().all(|d| *d == DType::F64)
+    out
 }
 
 /// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each

@@ -301,7 +301,7 @@ fn reductions_independent(parts: &[RowPart]) -> bool {
 }
 
 /// Locals read by the values of `body`.
-fn locals_read(body: &[Stmt], out: &mut Vec<String>) {
+pub(crate) fn locals_read(body: &[Stmt], out: &mut Vec<String>) {
     for s in body {
         match s {
             Stmt::Loop(l) => locals_read(&l.body, out),

@@ -645,6 +645,28 @@ impl Stmt {
 
 /// The locals `body` updates without declaring them (reductions carried
 /// in from outside it), with their combiners, each once, in order.
+/// Every local `body` declares (inside loops too), with its type.
+pub fn declared_locals(body: &[Stmt]) -> Vec<(&str, DType)> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Let { name, dtype, .. } => out.push((name.as_str(), *dtype)),
+            Stmt::Loop(l) => out.extend(declared_locals(&l.body)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The first loop over `var` in `body`, searching nested loops too.
+pub fn find_loop<'a>(body: &'a [Stmt], var: &str) -> Option<&'a Loop> {
+    body.iter().find_map(|s| match s {
+        Stmt::Loop(l) if l.var == var => Some(l),
+        Stmt::Loop(l) => find_loop(&l.body, var),
+        _ => None,
+    })
+}
+
 pub fn reduced_locals(body: &[Stmt]) -> Vec<(String, Combiner)> {
     fn walk(body: &[Stmt], inside: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
         for s in body {

@@ -28,7 +28,7 @@
 use crate::auto_schedule::{interior, load_strides, reads_along, work, PARALLEL_MIN_WORK};
 use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
 use crate::group::{Env, GroupExpr, Inliner};
-use crate::ir::{for_each_load, Buffer, Idx, Kernel, Loop, Stmt, Val};
+use crate::ir::{find_loop, for_each_load, Buffer, Idx, Kernel, Loop, Stmt, Val};
 use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
 use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
 use kiln_ir::{DType, Result};
@@ -172,7 +172,7 @@ fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
     // the interior rows and columns then read without bounds checks.
     let first = if fused_count == 1 { 0 } else { fused_count };
     for var in &outputs[first..] {
-        let extent = loop_extent(&current.body, var)?;
+        let extent = find_loop(&current.body, var)?.extent.max();
         let Some((lo, hi)) = interior(&current.body, var, extent) else {
             continue;
         };
@@ -280,14 +280,6 @@ fn loop_vars(body: &[Stmt]) -> (Vec<String>, Vec<String>) {
         }));
     }
     (outputs, reductions)
-}
-
-fn loop_extent(body: &[Stmt], var: &str) -> Option<i64> {
-    body.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.var == var => Some(l.extent.max()),
-        Stmt::Loop(l) => loop_extent(&l.body, var),
-        _ => None,
-    })
 }
 
 #[cfg(test)]

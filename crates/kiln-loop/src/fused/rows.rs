@@ -272,8 +272,11 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
         innermost_reduction_loops(s, &mut inner_loops);
     }
     let f32_row = crate::auto_schedule::f32_in_and_out(k);
-    let mut f64_locals = Vec::new();
-    f64_locals_in(&k.body, &mut f64_locals);
+    let f64_locals: Vec<String> = crate::ir::declared_locals(&k.body)
+        .into_iter()
+        .filter(|(_, d)| *d == DType::F64)
+        .map(|(n, _)| n.to_string())
+        .collect();
     for var in inner_loops {
         let block = crate::auto_schedule::partial_block(target);
         if f32_row && sums_f32_values(k, &var, &f64_locals, block) {
@@ -292,51 +295,16 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
 /// Whether loop `var` of `k`, at most `block` iterations, adds to an outer
 /// sum values that read no f64 local (so they are f32 values).
 fn sums_f32_values(k: &Kernel, var: &str, f64_locals: &[String], block: i64) -> bool {
-    let Some(l) = find_loop(&k.body, var) else {
+    let Some(l) = crate::ir::find_loop(&k.body, var) else {
         return false;
     };
     let sums = crate::ir::reduced_locals(&l.body)
         .iter()
         .any(|(_, c)| *c == Combiner::Sum);
-    let wide_reads = l.body.iter().any(|s| match s {
-        Stmt::Update { value, .. } | Stmt::Let { value, .. } | Stmt::Store { value, .. } => {
-            reads_local(value, f64_locals)
-        }
-        _ => true,
-    });
+    let mut read = Vec::new();
+    crate::gpu_map::locals_read(&l.body, &mut read);
+    let wide_reads = read.iter().any(|n| f64_locals.contains(n));
     sums && !wide_reads && l.extent.max() <= block
-}
-
-fn find_loop<'a>(body: &'a [Stmt], var: &str) -> Option<&'a crate::ir::Loop> {
-    body.iter().find_map(|s| match s {
-        Stmt::Loop(l) if l.var == var => Some(l),
-        Stmt::Loop(l) => find_loop(&l.body, var),
-        _ => None,
-    })
-}
-
-/// The f64 locals `body` declares.
-fn f64_locals_in(body: &[Stmt], out: &mut Vec<String>) {
-    for s in body {
-        match s {
-            Stmt::Let {
-                name,
-                dtype: DType::F64,
-                ..
-            } => out.push(name.clone()),
-            Stmt::Loop(l) => f64_locals_in(&l.body, out),
-            _ => {}
-        }
-    }
-}
-
-/// Whether `v` reads one of `locals`.
-fn reads_local(v: &Val, locals: &[String]) -> bool {
-    match v {
-        Val::Local(n) => locals.contains(n),
-        Val::Call(_, args) => args.iter().any(|a| reads_local(a, locals)),
-        _ => false,
-    }
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
