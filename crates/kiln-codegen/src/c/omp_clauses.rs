@@ -57,18 +57,20 @@ pub(super) fn nan_flag(name: &str) -> String {
     format!("kiln_nan_{name}")
 }
 
-/// The OpenMP reduction identifier combining partial results of `dtype` by `c`.
+/// The OpenMP reduction identifier combining partial results of `dtype` by `c`. Float
+/// max/min use kiln's NaN-propagating `declare reduction`s (`kiln_rmaxf`, ...): array
+/// sections only, as vector loops combine them with a NaN flag ([`reduction_clause`]).
 fn omp_reduction(c: Combiner, dtype: Option<DType>) -> Option<&'static str> {
     Some(match (c, dtype) {
         // A bf16 sum rounds every step in order (as the interpreter sums it), which lanes
-        // would reorder; 16-bit float locals are otherwise declared float.
+        // would reorder.
         (Combiner::Sum | Combiner::Prod, Some(DType::BF16)) => return None,
         (Combiner::Sum, _) => "+",
         (Combiner::Prod, _) => "*",
         (Combiner::And, _) => "&&",
         (Combiner::Or, _) => "||",
-        (Combiner::Max, Some(DType::F32 | DType::F16 | DType::BF16)) => "kiln_rmaxf",
-        (Combiner::Min, Some(DType::F32 | DType::F16 | DType::BF16)) => "kiln_rminf",
+        (Combiner::Max, Some(DType::F32)) => "kiln_rmaxf",
+        (Combiner::Min, Some(DType::F32)) => "kiln_rminf",
         (Combiner::Max, Some(DType::F64)) => "kiln_rmax",
         (Combiner::Min, Some(DType::F64)) => "kiln_rmin",
         (Combiner::Max, Some(d)) if !d.is_float() => "max",
