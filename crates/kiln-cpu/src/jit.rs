@@ -16,6 +16,7 @@ use crate::memory::{
     as_declared, data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage,
 };
 use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
+use crate::weights::{prepack_all, raw_weights, Weights};
 use kiln_exec::{Exec, ExecPlan, Loc, Step};
 use kiln_fuse::{Plan, Planned};
 use kiln_ir::{bail, Error, Graph, Result, Tensor, ValueId};
@@ -24,7 +25,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
-type FloatsFn = unsafe extern "C" fn() -> std::ffi::c_long;
 type BlockFn = unsafe extern "C" fn(*const *const *mut u8) -> i32;
 type SetThreadsFn = unsafe extern "C" fn(i32);
 
@@ -84,6 +84,10 @@ pub struct CompileSummary {
     pub arena_bound: usize,
     pub intermediate_bytes: usize,
     pub workspace_bytes: usize,
+    /// Bytes of the weights kept as they are, and of the packings (a
+    /// weight only a packing reads is not kept).
+    pub weight_bytes: usize,
+    pub packed_bytes: usize,
 }
 
 /// The memory one run uses.
@@ -100,7 +104,7 @@ pub struct CompiledModel {
     /// value id → output position.
     direct: HashMap<usize, usize>,
     blocks: HashMap<String, BlockFn>,
-    weights: Vec<Tensor>,
+    weights: Weights,
     /// Weights packed for their gemms at compile time.
     packed: Vec<AlignedBytes>,
     scratch: std::sync::Mutex<Scratch>,
@@ -170,12 +174,12 @@ impl CompiledModel {
             let (lib, report) = jit::compile(&opts.compiler, &units, threads)?;
             (Some(lib), Some(report))
         };
-        let weights = weight_tensors(&program.graph, &program.plan)?;
         let mut plan = program.plan;
+        let weights = Weights::decode(&program.graph, &plan, &raw_weights(&program.graph, &plan))?;
         let direct = direct_outputs(&program.graph, &plan);
         let (resolved, blocks, packed, set_threads) = match &library {
             Some(lib) => {
-                let packed = prepack_all(lib, &mut plan, &weights, threads)?;
+                let packed = prepack_all(lib, &program.graph, &mut plan, &weights, threads)?;
                 let resolved = resolve_steps(lib, &plan, &direct)?;
                 let blocks = resolve_blocks(lib, &plan)?;
                 // SAFETY: the first unit defines `void kiln_set_threads(int)`.
@@ -201,6 +205,8 @@ impl CompiledModel {
             arena_bound: plan.arena_bound,
             intermediate_bytes: plan.arena_total,
             workspace_bytes: plan.workspace_bytes,
+            weight_bytes: weights.bytes(),
+            packed_bytes: packed.iter().map(AlignedBytes::len).sum(),
         };
         Ok(CompiledModel {
             scratch: std::sync::Mutex::new(Scratch {
@@ -411,7 +417,7 @@ impl Run<'_> {
     fn pointer(&mut self, l: Loc) -> Result<*mut u8> {
         Ok(match l {
             Loc::Input(i) => self.inputs[i].ptr()?,
-            Loc::Weight(w) => data_ptr(&self.model.weights[w])?,
+            Loc::Weight(w) => self.model.weights.pointer(w)?,
             Loc::Arena(off) => self.scratch.arena.ptr(off),
             Loc::Boxed(_) => bail!("a kernel argument is not in memory a kernel can read"),
         })
@@ -444,7 +450,7 @@ impl Run<'_> {
             // A view of an input or weight shares its memory: same data,
             // the view's shape.
             Loc::Input(i) => as_declared(&m.graph, v, self.inputs[i].to_tensor()?)?,
-            Loc::Weight(w) => as_declared(&m.graph, v, m.weights[w].clone())?,
+            Loc::Weight(w) => as_declared(&m.graph, v, m.weights.tensor(w)?.clone())?,
             Loc::Boxed(b) => self.boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", m.graph.name(v)))
             })?,
@@ -471,17 +477,6 @@ impl Run<'_> {
         }
         Ok(())
     }
-}
-
-/// The plan's weights, decoded, by slot.
-pub fn weight_tensors(graph: &Graph, plan: &ExecPlan) -> Result<Vec<Tensor>> {
-    plan.weights
-        .iter()
-        .map(|&w| match graph.initializers.get(&ValueId(w as u32)) {
-            Some(init) => init.to_tensor(),
-            None => bail!("weight '{}' has no data", graph.values[w].name),
-        })
-        .collect()
 }
 
 /// Every kernel step's function and arguments.
@@ -580,122 +575,4 @@ fn resolve_blocks(lib: &Library, plan: &ExecPlan) -> Result<HashMap<String, Bloc
         }
     }
     Ok(blocks)
-}
-
-/// Every packing of `plan`, in order, made by `threads` threads (packing
-/// is bound by first touches of fresh memory; BERT-base packs 340 MB);
-/// records each packing's size in the plan.
-pub(crate) fn prepack_all(
-    lib: &Library,
-    plan: &mut ExecPlan,
-    weights: &[Tensor],
-    threads: usize,
-) -> Result<Vec<AlignedBytes>> {
-    let jobs: Vec<(String, Vec<*mut u8>)> = plan
-        .packings
-        .iter()
-        .map(|p| {
-            let step = plan.steps.iter().find_map(|s| match s {
-                Step::Kernel { kernel, args, .. } if *kernel == p.kernel => Some(args),
-                _ => None,
-            });
-            let Some(args) = step else {
-                bail!("packing of kernel {} without its step", p.kernel);
-            };
-            // Only the weights among the arguments are read.
-            let ptrs = args
-                .iter()
-                .map(|&a| match value_loc(plan, a)? {
-                    Loc::Weight(w) => data_ptr(&weights[w]),
-                    _ => Ok(std::ptr::null_mut()),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            Ok((p.kernel.clone(), ptrs))
-        })
-        .collect::<Result<_>>()?;
-    let packed = pack_in_parallel(lib, &jobs, threads)?;
-    for (p, bytes) in plan.packings.iter_mut().zip(&packed) {
-        p.bytes = bytes.len();
-    }
-    Ok(packed)
-}
-
-/// Pointers into weights, sent to the packing threads (read only).
-struct Job<'a>(&'a (String, Vec<*mut u8>));
-// SAFETY: the pointers address immutable weight data kept alive by the
-// caller for the whole scope; packing only reads them.
-unsafe impl Send for Job<'_> {}
-unsafe impl Sync for Job<'_> {}
-
-fn pack_in_parallel(
-    lib: &Library,
-    jobs: &[(String, Vec<*mut u8>)],
-    threads: usize,
-) -> Result<Vec<AlignedBytes>> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let shared: Vec<Job> = jobs.iter().map(Job).collect();
-    let done: Vec<Result<Vec<(usize, AlignedBytes)>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads.min(jobs.len()))
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(Job((name, ptrs))) = shared.get(i) else {
-                            return Ok(mine);
-                        };
-                        mine.push((i, prepack(lib, name, ptrs)?));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| {
-                w.join()
-                    .unwrap_or_else(|_| Err(Error::new("a weight-packing thread panicked")))
-            })
-            .collect()
-    });
-    let mut packed: Vec<Option<AlignedBytes>> = (0..jobs.len()).map(|_| None).collect();
-    for (i, packing) in done
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?
-        .into_iter()
-        .flatten()
-    {
-        packed[i] = Some(packing);
-    }
-    packed
-        .into_iter()
-        .map(|p| p.ok_or_else(|| Error::new("a weight was not packed")))
-        .collect()
-}
-
-/// Runs kernel `name`'s prepacking entry point on `args` (its buffers,
-/// null but for the weights): the packing it then reads after its buffers.
-fn prepack(lib: &Library, name: &str, args: &[*mut u8]) -> Result<AlignedBytes> {
-    let suffix = kiln_codegen::c::PREPACK_SUFFIX;
-    // SAFETY: a prepacked kernel's source defines both entry points
-    // (`long NAME_prepack_floats(void)`, `int NAME_prepack(void* const*)`).
-    let (floats, pack): (FloatsFn, KernelFn) = unsafe {
-        (
-            lib.symbol(&format!("{name}{suffix}_floats"))?,
-            lib.symbol(&format!("{name}{suffix}"))?,
-        )
-    };
-    // SAFETY: no arguments; returns a size.
-    let n = usize::try_from(unsafe { floats() })
-        .map_err(|_| Error::new("negative weight packing size"))?;
-    kiln_ir::limits::check_bytes(&format!("kernel {name}'s weight packing"), n as u128 * 4)?;
-    let mut packing = AlignedBytes::new(n * 4);
-    let mut ptrs = args.to_vec();
-    ptrs.push(packing.ptr(0));
-    // SAFETY: the weight pointers hold the kernel's declared shapes and the
-    // packing has the size the kernel asked for; nothing else is read.
-    let rc = unsafe { pack(ptrs.as_ptr()) };
-    if rc != 0 {
-        bail!("kernel {name}: packing its weight failed");
-    }
-    Ok(packing)
 }

@@ -2,7 +2,8 @@
 //! tensor expression becomes a C kernel lowered and scheduled by kiln-loop
 //! and printed by kiln-codegen (`select.rs`); `program.rs` builds the whole
 //! pipeline's result for the CPU target (fusion, kernels, execution plan);
-//! `jit.rs` compiles it once and runs it over one planned arena.
+//! `jit.rs` compiles it once and runs it over one planned arena, keeping
+//! each weight once, decoded or packed (`weights.rs`).
 
 pub mod aot;
 pub mod inputs;
@@ -10,6 +11,7 @@ pub mod jit;
 pub mod memory;
 pub mod program;
 pub mod select;
+pub mod weights;
 
 pub use inputs::{BorrowedTensor, Input};
 pub use jit::{CompileSummary, CompiledModel, NodeTime};

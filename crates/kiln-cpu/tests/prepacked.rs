@@ -7,16 +7,21 @@
 mod common;
 
 use common::{assert_close, inputs, load, values};
-use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_cpu::{CompileSummary, CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 use kiln_ir::Result;
 
 /// Runs `src` under every planner; returns the weights packed (apollo).
 fn check(src: &str, name: &str) -> Result<usize> {
+    Ok(check_report(src, name)?.prepacked_weights)
+}
+
+/// Runs `src` under every planner; returns apollo's compile summary.
+fn check_report(src: &str, name: &str) -> Result<CompileSummary> {
     let g = load(src)?;
     let ins = inputs(&g)?;
     let want = kiln_interp::run(&g, &ins)?;
-    let mut packed = 0;
+    let mut report = None;
     for fusion in [PlannerKind::None, PlannerKind::Apollo] {
         let opts = CpuOptions {
             threads: 2,
@@ -25,9 +30,9 @@ fn check(src: &str, name: &str) -> Result<usize> {
         };
         let model = CompiledModel::compile(&g, &opts)?;
         assert_close(&model.run(&ins)?, &want, name)?;
-        packed = model.report.prepacked_weights;
+        report = Some(model.report);
     }
-    Ok(packed)
+    report.ok_or_else(|| kiln_ir::Error::new("no planner ran"))
 }
 
 #[test]
@@ -48,8 +53,37 @@ fn matmul_weights_are_packed_once_and_give_the_interpreters_results() -> Result<
         values(300 * 70, 1),
         values(70, 2)
     );
-    let packed = check(&src, "matmul")?;
-    assert_eq!(packed, 2, "both matmuls read a packed weight");
+    let report = check_report(&src, "matmul")?;
+    assert_eq!(
+        report.prepacked_weights, 2,
+        "both matmuls read a packed weight"
+    );
+    assert!(
+        report.weight_bytes < 300 * 70 * 4,
+        "%w is read only through its packings, so it is not kept: {} bytes kept",
+        report.weight_bytes
+    );
+    Ok(())
+}
+
+#[test]
+fn a_packed_weight_another_node_reads_is_kept() -> Result<()> {
+    let src = format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[1,37,300]
+  init %w: f32[300,70] = [{}]
+  node "mm" %y: f32[1,37,70] = MatMul(%x, %w)
+  node "double" %d: f32[300,70] = Add(%w, %w)
+  output %y, %d
+}}"#,
+        values(300 * 70, 6)
+    );
+    let report = check_report(&src, "kept")?;
+    assert_eq!(report.prepacked_weights, 1);
+    assert!(
+        report.weight_bytes >= 300 * 70 * 4,
+        "the Add reads %w itself"
+    );
     Ok(())
 }
 

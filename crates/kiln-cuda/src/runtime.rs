@@ -94,7 +94,7 @@ pub struct CudaModel {
     /// The steps in plan order, concurrent blocks one after another.
     order: Vec<usize>,
     weights: Vec<DeviceBuffer>,
-    host_weights: Vec<Tensor>,
+    host_weights: kiln_cpu::weights::Weights,
     arena: DeviceBuffer,
     /// One error word per step.
     errors: DeviceBuffer,
@@ -127,10 +127,9 @@ impl CudaModel {
         let launches = resolve_launches(&program, &module)?;
         let step_args = resolve_args(&program.plan)?;
         let order = step_order(&program.plan);
-        let host_weights = kiln_cpu::jit::weight_tensors(&program.graph, &program.plan)?;
-        let weights = host_weights
-            .iter()
-            .map(|t| upload_tensor(&gpu, t))
+        let host_weights = kiln_cpu::weights::Weights::all(&program.graph, &program.plan)?;
+        let weights = (0..host_weights.len())
+            .map(|w| upload_tensor(&gpu, host_weights.tensor(w)?))
             .collect::<Result<Vec<_>>>()?;
         let arena = gpu.alloc(program.plan.arena_bytes)?;
         let errors = gpu.alloc(4 * program.plan.steps.len().max(1))?;
@@ -348,7 +347,7 @@ impl CudaModel {
         let loc = self.location(v)?;
         match loc {
             Loc::Input(i) => as_declared(&self.graph, v, inputs[i].clone()),
-            Loc::Weight(w) => as_declared(&self.graph, v, self.host_weights[w].clone()),
+            Loc::Weight(w) => as_declared(&self.graph, v, self.host_weights.tensor(w)?.clone()),
             Loc::Boxed(b) => boxed[b].clone().ok_or_else(|| {
                 Error::new(format!("value '{}' was not computed", self.graph.name(v)))
             }),

@@ -98,6 +98,14 @@ impl Initializer {
             Initializer::Tensor(t) => Ok(t.clone()),
         }
     }
+
+    /// Gives back the resident pages of raw bytes read from a mapped file
+    /// (see [`crate::mapped`]), once a decoded or packed copy replaces them.
+    pub fn release_resident(&self) {
+        if let Initializer::Raw { bytes, .. } = self {
+            crate::mapped::release_resident(bytes);
+        }
+    }
 }
 
 /// A node attribute, as in ONNX `AttributeProto`.

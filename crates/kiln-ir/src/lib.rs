@@ -9,6 +9,7 @@ pub mod dtype;
 pub mod error;
 pub mod graph;
 pub mod limits;
+pub mod mapped;
 pub mod npy;
 pub mod tensor;
 pub mod text;

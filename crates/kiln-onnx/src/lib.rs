@@ -39,20 +39,8 @@ pub fn load(path: &Path, opts: &ImportOptions) -> Result<Model> {
     let ctx = || format!("{}", path.display());
     let file = std::fs::File::open(path)
         .map_err(|e| Error::new(format!("cannot open: {e}")).in_file(ctx()))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::new(e.to_string()).in_file(ctx()))?
-        .len();
-    let bytes = if len == 0 {
-        Bytes::new()
-    } else {
-        // SAFETY: the map is read-only; kiln does not modify model files while
-        // they are loaded (a concurrent truncation by another process is the
-        // usual mmap caveat).
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .map_err(|e| Error::new(format!("cannot map: {e}")).in_file(ctx()))?;
-        Bytes::from_owner(map)
-    };
+    let bytes = kiln_ir::mapped::map_file(&file)
+        .map_err(|e| Error::new(format!("cannot map: {e}")).in_file(ctx()))?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     load_bytes(bytes, Some(dir), opts).map_err(|e| e.in_file(ctx()))
 }

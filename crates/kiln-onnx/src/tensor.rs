@@ -184,8 +184,7 @@ fn external_bytes(t: &TensorProto, base_dir: Option<&Path>) -> Result<Bytes> {
     if len == 0 {
         return Ok(Bytes::new());
     }
-    // SAFETY: read-only map of a data file (see `load`).
-    let map = unsafe { memmap2::Mmap::map(&file) }
+    let map = kiln_ir::mapped::map_file(&file)
         .map_err(|e| Error::new(format!("cannot map {}: {e}", path.display())))?;
-    Ok(Bytes::from_owner(map).slice(offset..offset + len))
+    Ok(map.slice(offset..offset + len))
 }

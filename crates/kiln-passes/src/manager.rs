@@ -14,7 +14,7 @@ use crate::pass::Pass;
 use crate::passes;
 use crate::passes::channels_last::{self, Layout};
 use crate::report::{PassStats, Printout, Report};
-use kiln_ir::{bail, Attr, Error, Graph, Result};
+use kiln_ir::{bail, Attr, Error, Graph, Initializer, Result};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -176,6 +176,7 @@ fn optimize_with_layout(
     mut out: Option<&mut dyn Write>,
 ) -> Result<Report> {
     let pm = PassManager::from_options(opts)?;
+    let read_from_file = raw_initializers(g);
     // `&mut W` writes through to `W`: a reborrow for the first run.
     let mut report = pm.run(g, opts, out.as_mut().map(|w| w as &mut dyn Write))?;
     if opts.layout.channels_last_for(g)
@@ -185,7 +186,21 @@ fn optimize_with_layout(
         report.printed.extend(cleanup.printed);
         report.nodes_after = cleanup.nodes_after;
     }
+    // Folding read weights from the model file into new constants; what
+    // is still needed is read again on demand (`kiln_ir::mapped`).
+    read_from_file
+        .iter()
+        .for_each(Initializer::release_resident);
     Ok(report)
+}
+
+/// The initializers still raw bytes of the model file (cheap clones).
+fn raw_initializers(g: &Graph) -> Vec<Initializer> {
+    g.initializers
+        .values()
+        .filter(|i| matches!(i, Initializer::Raw { .. }))
+        .cloned()
+        .collect()
 }
 
 fn new_stats(name: &'static str) -> PassStats {

@@ -3,9 +3,9 @@
 //! the kernels' own prepacking entry points compiled for the host with the
 //! export's vector width forced), each 64-byte aligned.
 
-use crate::jit::{prepack_all, weight_tensors};
 use crate::program::{CpuOptions, CpuProgram};
-use kiln_exec::{ExecPlan, Loc, Step};
+use crate::weights::{prepack_all, raw_weights, Weights};
+
 use kiln_ir::{bail, Error, Result};
 use std::collections::BTreeMap;
 
@@ -79,22 +79,23 @@ impl WeightImage {
 /// Packs `program`'s weights and lays out the image; records each
 /// packing's size in the plan.
 pub fn pack(program: &mut CpuProgram, cpu: &CpuOptions, defines: &str) -> Result<WeightImage> {
-    let weights = weight_tensors(&program.graph, &program.plan)?;
+    let raw = raw_weights(&program.graph, &program.plan);
+    let weights = Weights::decode(&program.graph, &program.plan, &raw)?;
     let threads = cpu.threads.max(1);
     let packed = if program.plan.packings.is_empty() {
         Vec::new()
     } else {
         let units = program.c_units(threads, defines, "");
         let (lib, _) = kiln_runtime::jit::compile(&cpu.compiler, &units, threads)?;
-        prepack_all(&lib, &mut program.plan, &weights, threads)?
+        prepack_all(&lib, &program.graph, &mut program.plan, &weights, threads)?
     };
     let mut image = WeightImage {
         bytes: Vec::new(),
         raw: BTreeMap::new(),
         packings: Vec::new(),
     };
-    for w in raw_weights(&program.plan) {
-        let offset = image.append(&weights[w].data.to_le_bytes()?);
+    for w in raw {
+        let offset = image.append(&weights.tensor(w)?.data.to_le_bytes()?);
         image.raw.insert(w, offset);
     }
     for p in &packed {
@@ -112,32 +113,6 @@ impl WeightImage {
         self.bytes.extend_from_slice(data);
         offset
     }
-}
-
-/// The weight slots read as they are: by a kernel other than through its
-/// packing, or as a graph output.
-fn raw_weights(plan: &ExecPlan) -> Vec<usize> {
-    let slot = |id: usize| match plan.value(id).map(|v| v.loc) {
-        Some(Loc::Weight(w)) => Some(w),
-        _ => None,
-    };
-    let mut needed = std::collections::BTreeSet::new();
-    for s in &plan.steps {
-        let Step::Kernel { args, packing, .. } = s else {
-            continue;
-        };
-        let packed = packing.and_then(|p| slot(plan.packings[p].weight));
-        for &a in args {
-            let Some(w) = slot(a) else { continue };
-            let read_packed_only =
-                packed == Some(w) && args.iter().filter(|&&b| slot(b) == Some(w)).count() == 1;
-            if !read_packed_only {
-                needed.insert(w);
-            }
-        }
-    }
-    needed.extend(plan.outputs.iter().filter_map(|&o| slot(o)));
-    needed.into_iter().collect()
 }
 
 /// The C expression of weight slot `w` in the run function (`W` is the

@@ -1,0 +1,295 @@
+//! The weights a compiled model keeps, and their packings.
+//!
+//! Needs: a graph and its execution plan. Guarantees: a weight slot whose
+//! only reader is a gemm through its packing ([`raw_weights`] leaves it
+//! out) is never kept decoded: it is decoded for its packing and dropped
+//! ([`prepack_all`]). Every other weight is decoded once and kept. Either
+//! way, the pages of the model file a weight was read from are given back
+//! once its copy exists (`kiln_ir::mapped`), so a weight is resident once
+//! — as itself or as its packing — not twice.
+
+use crate::memory::{data_ptr, AlignedBytes};
+use kiln_exec::{ExecPlan, Loc, Step};
+use kiln_ir::{bail, Error, Graph, Initializer, Result, Tensor, ValueId};
+use kiln_runtime::jit::Library;
+use std::collections::BTreeSet;
+
+type FloatsFn = unsafe extern "C" fn() -> std::ffi::c_long;
+type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
+
+/// Weight slots by `Loc::Weight` index; `None` where only a packing reads
+/// the weight.
+pub struct Weights {
+    slots: Vec<Option<Tensor>>,
+}
+
+impl Weights {
+    /// Every weight of `plan`, decoded.
+    pub fn all(graph: &Graph, plan: &ExecPlan) -> Result<Weights> {
+        Self::decode(graph, plan, &(0..plan.weights.len()).collect())
+    }
+
+    /// The weights `keep` names, decoded; the others left out.
+    pub fn decode(graph: &Graph, plan: &ExecPlan, keep: &BTreeSet<usize>) -> Result<Weights> {
+        let slots = (0..plan.weights.len())
+            .map(|w| {
+                keep.contains(&w)
+                    .then(|| decoded(graph, plan, w))
+                    .transpose()
+            })
+            .collect::<Result<_>>()?;
+        Ok(Weights { slots })
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Bytes of the kept weights.
+    pub fn bytes(&self) -> usize {
+        self.slots
+            .iter()
+            .flatten()
+            .map(|t| t.len() * t.dtype().size())
+            .sum()
+    }
+
+    /// Slot `w`, if kept.
+    pub fn get(&self, w: usize) -> Option<&Tensor> {
+        self.slots.get(w).and_then(Option::as_ref)
+    }
+
+    /// Slot `w`; an error if it was left to its packing.
+    pub fn tensor(&self, w: usize) -> Result<&Tensor> {
+        self.get(w).ok_or_else(|| {
+            Error::new(format!(
+                "internal error: weight slot {w} is read but was kept only packed"
+            ))
+        })
+    }
+
+    /// Where a kernel reads slot `w`: null where only its packing is read
+    /// (a packed gemm does not read its weight).
+    pub fn pointer(&self, w: usize) -> Result<*mut u8> {
+        match self.slots.get(w) {
+            Some(Some(t)) => data_ptr(t),
+            Some(None) => Ok(std::ptr::null_mut()),
+            None => bail!("execution plan: weight slot {w} does not exist"),
+        }
+    }
+}
+
+/// Weight slot `w` decoded, its file pages given back.
+fn decoded(graph: &Graph, plan: &ExecPlan, w: usize) -> Result<Tensor> {
+    let init = initializer(graph, plan, w)?;
+    let t = init.to_tensor()?;
+    init.release_resident();
+    Ok(t)
+}
+
+fn initializer<'g>(graph: &'g Graph, plan: &ExecPlan, w: usize) -> Result<&'g Initializer> {
+    let id = *plan
+        .weights
+        .get(w)
+        .ok_or_else(|| Error::new(format!("execution plan: weight slot {w} does not exist")))?;
+    graph
+        .initializers
+        .get(&ValueId(id as u32))
+        .ok_or_else(|| Error::new(format!("weight '{}' has no data", graph.values[id].name)))
+}
+
+/// The weight slots read as they are: by a kernel other than through its
+/// packing, by a node the interpreter runs, or as a graph output.
+pub fn raw_weights(graph: &Graph, plan: &ExecPlan) -> BTreeSet<usize> {
+    let slot = |id: usize| match plan.value(id).map(|v| v.loc) {
+        Some(Loc::Weight(w)) => Some(w),
+        _ => None,
+    };
+    let mut needed = BTreeSet::new();
+    for s in &plan.steps {
+        match s {
+            Step::Kernel { args, packing, .. } => {
+                let packed = packing.and_then(|p| slot(plan.packings[p].weight));
+                for w in args.iter().filter_map(|&a| slot(a)) {
+                    let only_packed = packed == Some(w)
+                        && args.iter().filter(|&&b| slot(b) == Some(w)).count() == 1;
+                    if !only_packed {
+                        needed.insert(w);
+                    }
+                }
+            }
+            Step::Interp { node, .. } => {
+                let n = &graph.nodes[*node];
+                let by_name = n
+                    .subgraph_reads()
+                    .into_iter()
+                    .filter_map(|name| graph.find(&name));
+                let reads = n.inputs.iter().flatten().copied().chain(by_name);
+                needed.extend(reads.filter_map(|v| slot(v.index())));
+            }
+            Step::Alias { .. } => {}
+        }
+    }
+    needed.extend(plan.outputs.iter().filter_map(|&o| slot(o)));
+    needed
+}
+
+/// Every packing of `plan`, in order, made by `threads` threads (packing
+/// is bound by first touches of fresh memory; BERT-base packs 340 MB);
+/// records each packing's size in the plan. A weight `weights` left out is
+/// decoded for its packing and dropped after it.
+pub fn prepack_all(
+    lib: &Library,
+    graph: &Graph,
+    plan: &mut ExecPlan,
+    weights: &Weights,
+    threads: usize,
+) -> Result<Vec<AlignedBytes>> {
+    let jobs: Vec<Job> = plan
+        .packings
+        .iter()
+        .map(|p| packing_job(plan, &p.kernel))
+        .collect::<Result<_>>()?;
+    let plan_ref: &ExecPlan = plan;
+    let packed = in_parallel(&jobs, threads, |job| {
+        job.pack(lib, graph, plan_ref, weights)
+    })?;
+    for (p, bytes) in plan.packings.iter_mut().zip(&packed) {
+        p.bytes = bytes.len();
+    }
+    Ok(packed)
+}
+
+/// One packing to make: the kernel and, per argument, the weight slot it
+/// reads (the other arguments are not read by packing).
+struct Job {
+    kernel: String,
+    slots: Vec<Option<usize>>,
+}
+
+fn packing_job(plan: &ExecPlan, kernel: &str) -> Result<Job> {
+    let step = plan.steps.iter().find_map(|s| match s {
+        Step::Kernel {
+            kernel: k, args, ..
+        } if k == kernel => Some(args),
+        _ => None,
+    });
+    let Some(args) = step else {
+        bail!("packing of kernel {kernel} without its step");
+    };
+    let slots = args
+        .iter()
+        .map(|&a| match plan.value(a).map(|v| v.loc) {
+            Some(Loc::Weight(w)) => Ok(Some(w)),
+            Some(_) => Ok(None),
+            None => bail!("execution plan: value %{a} has no place"),
+        })
+        .collect::<Result<_>>()?;
+    Ok(Job {
+        kernel: kernel.to_string(),
+        slots,
+    })
+}
+
+impl Job {
+    /// Packs, decoding (then dropping) the weights `weights` left out.
+    fn pack(
+        &self,
+        lib: &Library,
+        graph: &Graph,
+        plan: &ExecPlan,
+        weights: &Weights,
+    ) -> Result<AlignedBytes> {
+        let mut transient = Vec::new();
+        let mut ptrs = Vec::with_capacity(self.slots.len() + 1);
+        for slot in &self.slots {
+            ptrs.push(match *slot {
+                None => std::ptr::null_mut(),
+                Some(w) => match weights.get(w) {
+                    Some(t) => data_ptr(t)?,
+                    None => {
+                        transient.push(decoded(graph, plan, w)?);
+                        data_ptr(&transient[transient.len() - 1])?
+                    }
+                },
+            });
+        }
+        prepack(lib, &self.kernel, ptrs)
+    }
+}
+
+/// `work` on each job by `threads` threads; results in job order.
+fn in_parallel<J: Sync, T: Send>(
+    jobs: &[J],
+    threads: usize,
+    work: impl Fn(&J) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads.min(jobs.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else {
+                            return Ok(mine);
+                        };
+                        mine.push((i, work(job)?));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|_| Err(Error::new("a weight-packing thread panicked")))
+            })
+            .collect()
+    });
+    let mut results: Vec<Option<T>> = (0..jobs.len()).map(|_| None).collect();
+    for (i, r) in done
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?
+        .into_iter()
+        .flatten()
+    {
+        results[i] = Some(r);
+    }
+    results
+        .into_iter()
+        .map(|r| r.ok_or_else(|| Error::new("a weight was not packed")))
+        .collect()
+}
+
+/// Runs kernel `name`'s prepacking entry point on `args` (its buffers,
+/// null but for the weights): the packing it then reads after its buffers.
+fn prepack(lib: &Library, name: &str, mut args: Vec<*mut u8>) -> Result<AlignedBytes> {
+    let suffix = kiln_codegen::c::PREPACK_SUFFIX;
+    // SAFETY: a prepacked kernel's source defines both entry points
+    // (`long NAME_prepack_floats(void)`, `int NAME_prepack(void* const*)`).
+    let (floats, pack): (FloatsFn, KernelFn) = unsafe {
+        (
+            lib.symbol(&format!("{name}{suffix}_floats"))?,
+            lib.symbol(&format!("{name}{suffix}"))?,
+        )
+    };
+    // SAFETY: no arguments; returns a size.
+    let n = usize::try_from(unsafe { floats() })
+        .map_err(|_| Error::new("negative weight packing size"))?;
+    kiln_ir::limits::check_bytes(&format!("kernel {name}'s weight packing"), n as u128 * 4)?;
+    let mut packing = AlignedBytes::new(n * 4);
+    args.push(packing.ptr(0));
+    // SAFETY: the weight pointers hold the kernel's declared shapes and the
+    // packing has the size the kernel asked for; nothing else is read.
+    let rc = unsafe { pack(args.as_ptr()) };
+    if rc != 0 {
+        bail!("kernel {name}: packing its weight failed");
+    }
+    Ok(packing)
+}
