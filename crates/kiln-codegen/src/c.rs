@@ -101,6 +101,29 @@ KILN_INLINE int64_t kiln_idx(int64_t v, int64_t n, int* err) {
 /// then takes the packing as one more argument after its buffers.
 pub const PREPACK_SUFFIX: &str = "_prepack";
 
+/// The entry points of kernel `name` as calls of kernel `to`, whose C is
+/// the same but for its name: `int NAME(void* const*)` and, when
+/// `prepacked`, the [`PREPACK_SUFFIX`] pair.
+pub fn forwarding_kernel_c(name: &str, to: &str, prepacked: bool) -> String {
+    let mut c = format!(
+        "int {to}(void* const* restrict args);\n\
+         int {name}(void* const* restrict args) {{ return {to}(args); }}\n"
+    );
+    if prepacked {
+        let (from, to) = (
+            format!("{name}{PREPACK_SUFFIX}"),
+            format!("{to}{PREPACK_SUFFIX}"),
+        );
+        c += &format!(
+            "long {to}_floats(void);\n\
+             long {from}_floats(void) {{ return {to}_floats(); }}\n\
+             int {to}(void* const* restrict args);\n\
+             int {from}(void* const* restrict args) {{ return {to}(args); }}\n"
+        );
+    }
+    c
+}
+
 /// Prints `k` as a C function for `target` (a gemm's cache blocking reads
 /// its L2). `alias`: an input buffer the output may share (in-place
 /// execution); neither gets `restrict`. `constants`: input buffers whose

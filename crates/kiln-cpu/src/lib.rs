@@ -11,6 +11,7 @@ pub mod jit;
 pub mod memory;
 pub mod program;
 pub mod select;
+pub mod shared_kernels;
 pub mod weights;
 
 pub use inputs::{BorrowedTensor, Input};

@@ -10,11 +10,13 @@
 //! C of the concurrent blocks. Nothing is compiled here.
 
 use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use crate::shared_kernels::shared_sources;
 use kiln_exec::{ExecPlan, PlanRequest};
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{Error, Graph, Result, ValueId};
 use kiln_runtime::jit::CompilerConfig;
 use kiln_target::TargetDesc;
+use std::borrow::Cow;
 
 /// How to compile.
 #[derive(Debug, Clone)]
@@ -147,13 +149,11 @@ impl CpuProgram {
         c
     }
 
-    /// The kernels' C sources, in node order.
-    pub fn kernel_sources(&self) -> Vec<&str> {
-        self.kernels
-            .iter()
-            .flatten()
-            .map(|k| k.c.as_str())
-            .collect()
+    /// The C to compile for the kernels, in node order: a kernel whose C
+    /// repeats an earlier one's but for its name forwards to it
+    /// (`shared_kernels.rs`).
+    pub fn kernel_sources(&self) -> Vec<Cow<'_, str>> {
+        shared_sources(self.kernels.iter().flatten())
     }
 
     /// Nodes left outside generated code: (node, why).
@@ -276,24 +276,37 @@ impl CpuProgram {
         if sources.is_empty() {
             return Vec::new();
         }
-        let per = sources.len().div_ceil(pieces.clamp(1, sources.len()));
-        sources
-            .chunks(per)
-            .enumerate()
-            .map(|(i, chunk)| {
-                let mut s = format!("{defines}{}", kiln_codegen::c::prelude());
-                if i == 0 {
-                    s.push_str(first_extra);
-                    s.push_str(&self.blocks_c());
-                }
-                for k in chunk {
-                    s.push_str(k);
-                    s.push('\n');
-                }
-                s
-            })
-            .collect()
+        let mut units: Vec<String> = (0..pieces.clamp(1, sources.len()))
+            .map(|_| format!("{defines}{}", kiln_codegen::c::prelude()))
+            .collect();
+        units[0].push_str(first_extra);
+        units[0].push_str(&self.blocks_c());
+        for (unit, source) in balanced(&sources, units.len()) {
+            units[unit].push_str(source);
+            units[unit].push('\n');
+        }
+        units
     }
+}
+
+/// Which of `units` each source goes to, largest source first to the unit
+/// with the least C so far (the pieces compile in parallel: the largest
+/// one bounds the time); sources keep their order within a unit.
+fn balanced<'s>(sources: &'s [Cow<'_, str>], units: usize) -> Vec<(usize, &'s str)> {
+    let mut by_size: Vec<usize> = (0..sources.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(sources[i].len()));
+    let mut load = vec![0usize; units];
+    let mut unit_of = vec![0usize; sources.len()];
+    for i in by_size {
+        let lightest = (0..units).min_by_key(|&u| load[u]).unwrap_or(0);
+        load[lightest] += sources[i].len();
+        unit_of[i] = lightest;
+    }
+    sources
+        .iter()
+        .zip(unit_of)
+        .map(|(s, u)| (u, s.as_ref()))
+        .collect()
 }
 
 /// `#define`s every compile unit of a program opens with: the threads its
