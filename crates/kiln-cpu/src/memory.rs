@@ -13,10 +13,29 @@ pub struct AlignedBytes {
 struct Align64([u8; 64]);
 
 impl AlignedBytes {
+    /// `n` zero bytes (rounded up to whole 64-byte words). Allocated
+    /// zeroed, not written: a large buffer's pages are the system's zero
+    /// pages until first written, so packing 340 MB of weights touches each
+    /// page once.
     pub fn new(n: usize) -> AlignedBytes {
-        AlignedBytes {
-            words: vec![Align64([0; 64]); n.div_ceil(64)],
+        let words = n.div_ceil(64);
+        if words == 0 {
+            return AlignedBytes { words: Vec::new() };
         }
+        let layout = std::alloc::Layout::array::<Align64>(words).unwrap_or_else(|_| {
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<Align64>())
+        });
+        // SAFETY: the layout is non-zero sized; zero bytes are a valid
+        // `Align64`; the vector owns the allocation with the layout
+        // `Vec<Align64>` of capacity `words` frees with.
+        let words = unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout) as *mut Align64;
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Vec::from_raw_parts(ptr, words, words)
+        };
+        AlignedBytes { words }
     }
 
     pub fn len(&self) -> usize {
