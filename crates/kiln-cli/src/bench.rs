@@ -88,7 +88,7 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         cpu.compiler.cache_dir = scratch.clone();
     }
     let t = Instant::now();
-    let m = CompiledModel::compile(g, &cpu)?;
+    let m = crate::progress::while_working("compiling", || CompiledModel::compile(g, &cpu))?;
     let compile_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     CompiledModel::compile(g, &cpu)?;

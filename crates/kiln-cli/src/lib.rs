@@ -6,4 +6,5 @@ pub mod classes_doc;
 pub mod cuda;
 pub mod emit;
 pub mod flops;
+pub mod progress;
 pub use kiln_ir::npy;

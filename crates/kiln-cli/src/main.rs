@@ -507,7 +507,10 @@ fn run(
         println!("run: {:.1} ms", t1.elapsed().as_secs_f64() * 1e3);
         outs
     } else {
-        let m = kiln_cpu::CompiledModel::compile(g, &cpu_options(exec)).map_err(|e| {
+        let m = kiln_cli::progress::while_working("compiling", || {
+            kiln_cpu::CompiledModel::compile(g, &cpu_options(exec))
+        })
+        .map_err(|e| {
             Error::new(format!(
                 "{e}\n(the cpu backend compiles generated C; `--backend reference` runs without a compiler)"
             ))
