@@ -7,4 +7,5 @@ pub mod cuda;
 pub mod emit;
 pub mod flops;
 pub mod progress;
+pub mod tune;
 pub use kiln_ir::npy;

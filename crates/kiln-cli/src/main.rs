@@ -115,6 +115,32 @@ fn main() {
                     bench::bench(&p.graph, &p.label, &p.inputs, &opts)
                 }
             }),
+        Command::Tune {
+            model,
+            budget,
+            runs,
+            exec,
+            args,
+            passes,
+        } => {
+            let cpu_only = match exec.backend.as_str() {
+                "cpu" => Ok(()),
+                other => Err(Error::new(format!(
+                    "kiln tune measures the cpu backend's kernels, not --backend {other}"
+                ))),
+            };
+            cpu_only
+                .and_then(|()| prepare(model.as_deref(), &exec.inputs, exec.seed, &args, &passes))
+                .and_then(|p| {
+                    println!("model: {}", p.label);
+                    let opts = kiln_cli::tune::TuneOptions {
+                        cpu: cpu_options(&exec),
+                        budget,
+                        runs,
+                    };
+                    kiln_cli::tune::tune(&p.graph, &p.inputs, &opts)
+                })
+        }
         Command::Compile {
             model,
             emit,

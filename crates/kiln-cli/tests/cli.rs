@@ -308,3 +308,48 @@ fn peak_reports_compute_and_memory_bandwidth() {
         assert!(x > 0.1, "{key} = {x} in {text}");
     }
 }
+
+#[test]
+fn tune_files_a_choice_for_every_gemm_kernel_that_later_compiles_read() {
+    let cache = tmp("tune-cache");
+    let _ = std::fs::remove_dir_all(&cache);
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .env("KILN_CACHE_DIR", &cache)
+            .output()
+            .expect("kiln runs")
+    };
+    // A zero budget measures the default only: every kernel files `default`.
+    let out = run(&["tune", "--budget", "0", "--runs", "1"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kernels: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tuning ")?.split(' ').next()?.parse().ok())
+        .expect("a 'tuning N distinct gemm kernels' line");
+    let file = std::fs::read_dir(cache.join("tuning"))
+        .expect("a tuning directory")
+        .flatten()
+        .next()
+        .expect("a tuning file")
+        .path();
+    let filed = std::fs::read_to_string(&file).expect("readable");
+    let lines: Vec<&str> = filed.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(
+        kernels > 0 && lines.len() == kernels,
+        "{kernels} kernels, file:\n{filed}"
+    );
+    assert!(lines.iter().all(|l| l.ends_with(" default")));
+    assert!(
+        run(&["run"]).status.success(),
+        "a compile reading the tunings runs"
+    );
+    let bad = run(&["tune", "--budget", "soon"]);
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("is not a duration"));
+    let _ = std::fs::remove_dir_all(&cache);
+}

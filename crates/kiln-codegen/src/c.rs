@@ -128,17 +128,19 @@ pub fn forwarding_kernel_c(name: &str, to: &str, prepacked: bool) -> String {
 /// its L2). `alias`: an input buffer the output may share (in-place
 /// execution); neither gets `restrict`. `constants`: input buffers whose
 /// values are known before any run (weights), which a gemm may pack once
-/// ([`PREPACK_SUFFIX`]).
+/// ([`PREPACK_SUFFIX`]). `tuning` overrides a gemm's own choices (`kiln
+/// tune`'s measured best; the default overrides nothing).
 pub fn kernel_c(
     k: &Kernel,
     alias: Option<usize>,
     constants: &[usize],
     target: &TargetDesc,
+    tuning: &Tuning,
 ) -> Result<KernelSource> {
     if let [Stmt::Gemm(g)] = k.body.as_slice() {
         let tuning = Tuning {
-            l2_bytes: Some(target.l2_per_core()),
-            ..Tuning::default()
+            l2_bytes: tuning.l2_bytes.or(Some(target.l2_per_core())),
+            ..tuning.clone()
         };
         return gemm_kernel_c(k, g, constants, &tuning);
     }
@@ -660,7 +662,14 @@ mod tests {
 
     fn c_of(text: &str) -> Result<String> {
         let k = kiln_loop::parse_kernel(text)?;
-        Ok(kernel_c(&k, None, &[], &kiln_target::CpuPreset::X86_64V4.desc(2))?.c)
+        Ok(kernel_c(
+            &k,
+            None,
+            &[],
+            &kiln_target::CpuPreset::X86_64V4.desc(2),
+            &Tuning::default(),
+        )?
+        .c)
     }
 
     #[test]

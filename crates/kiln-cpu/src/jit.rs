@@ -158,7 +158,7 @@ impl CompiledModel {
         opts: &CpuOptions,
     ) -> Result<CompiledModel> {
         Self::load(
-            CpuProgram::with_plan(graph, plan, &opts.target, &naming(opts))?,
+            CpuProgram::with_plan(graph, plan, opts, &naming(opts))?,
             opts,
         )
     }

@@ -12,6 +12,7 @@ pub mod memory;
 pub mod program;
 pub mod select;
 pub mod shared_kernels;
+pub mod tuning;
 pub mod weights;
 
 pub use inputs::{BorrowedTensor, Input};

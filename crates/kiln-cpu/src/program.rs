@@ -9,8 +9,9 @@
 //! steps name those kernels, with workspaces sized for `threads`; and the
 //! C of the concurrent blocks. Nothing is compiled here.
 
-use crate::select::{has_c_type, node_kernel, CpuGroupCheck, NodeKernel};
+use crate::select::{has_c_type, node_kernel_tuned, CpuGroupCheck, NodeKernel};
 use crate::shared_kernels::shared_sources;
+use crate::tuning::GemmTunings;
 use kiln_exec::{ExecPlan, PlanRequest};
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{Error, Graph, Result, ValueId};
@@ -28,15 +29,21 @@ pub struct CpuOptions {
     pub fusion: PlannerKind,
     /// The CPU the fusion plan and the kernels' schedules are for.
     pub target: TargetDesc,
+    /// Gemm choices measured by `kiln tune` (by default this CPU's, from
+    /// the cache directory).
+    pub tunings: std::sync::Arc<GemmTunings>,
 }
 
 impl Default for CpuOptions {
     fn default() -> Self {
+        let compiler = CompilerConfig::from_env();
+        let target = kiln_target::host();
         CpuOptions {
             threads: kiln_runtime::cpu::available_threads(),
-            compiler: CompilerConfig::from_env(),
+            tunings: std::sync::Arc::new(GemmTunings::load(&compiler.cache_dir, &target)),
+            compiler,
             fusion: PlannerKind::default(),
-            target: kiln_target::host(),
+            target,
         }
     }
 }
@@ -72,14 +79,14 @@ impl CpuProgram {
         };
         let plan_opts = PlanOptions::for_target(opts.target.clone());
         let planned = kiln_fuse::plan(graph, opts.fusion, &check, &plan_opts)?;
-        Self::from_planned(graph, planned, &opts.target, naming)
+        Self::from_planned(graph, planned, opts, naming)
     }
 
     /// `build` with a given fusion plan (no planner, no feedback).
     pub fn with_plan(
         graph: &Graph,
         plan: Plan,
-        target: &TargetDesc,
+        opts: &CpuOptions,
         naming: &Naming,
     ) -> Result<CpuProgram> {
         let planned = Planned {
@@ -88,20 +95,21 @@ impl CpuProgram {
             notes: Vec::new(),
             seconds: 0.0,
         };
-        Self::from_planned(graph, planned, target, naming)
+        Self::from_planned(graph, planned, opts, naming)
     }
 
     fn from_planned(
         graph: &Graph,
         fusion: Planned,
-        target: &TargetDesc,
+        opts: &CpuOptions,
         naming: &Naming,
     ) -> Result<CpuProgram> {
+        let (target, tunings) = (&opts.target, opts.tunings.as_ref());
         let applied = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?;
         let graph = applied.graph;
         let (kernels, plan) = kernels_and_plan(
             &graph,
-            &|node, name| node_kernel(&graph, node, name, target),
+            &|node, name| node_kernel_tuned(&graph, node, name, target, tunings),
             NodeKernel::info,
             &KernelPlacing {
                 parallel: &applied.parallel,

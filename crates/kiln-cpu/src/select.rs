@@ -10,8 +10,9 @@
 //! (strings), or a scalar rule without a C form. Falling back is per
 //! node and never changes results.
 
+use crate::tuning::{kernel_key, GemmTunings};
 use kiln_codegen::c::kernel_c;
-use kiln_codegen::gemm::GemmWorkspace;
+use kiln_codegen::gemm::{GemmWorkspace, Tuning};
 use kiln_exec::{KernelInfo, WorkspaceNeed};
 use kiln_fuse::GroupCheck;
 use kiln_ir::{bail, DType, Graph, Node, Result, Tensor, ValueId};
@@ -83,8 +84,34 @@ pub struct LoweredNode {
 /// The kernel for `node` (named `name`) scheduled for `target`, or why
 /// there is none.
 pub fn node_kernel(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Result<NodeKernel> {
+    node_kernel_tuned(g, node, name, target, &GemmTunings::default())
+}
+
+/// [`node_kernel`] with a gemm's choices taken from `tunings` where they
+/// hold its key (`kiln tune`).
+pub fn node_kernel_tuned(
+    g: &Graph,
+    node: &Node,
+    name: &str,
+    target: &TargetDesc,
+    tunings: &GemmTunings,
+) -> Result<NodeKernel> {
     let lowered = lower_node(g, node, name, target)?;
-    let source = kernel_c(&lowered.kernel, lowered.alias, &lowered.constants, target)?;
+    let k = &lowered.kernel;
+    let default = kernel_c(
+        k,
+        lowered.alias,
+        &lowered.constants,
+        target,
+        &Tuning::default(),
+    )?;
+    let tuned = (!tunings.is_empty())
+        .then(|| tunings.get(&kernel_key(&default.c, &k.name, target)))
+        .flatten();
+    let source = match tuned {
+        Some(t) => kernel_c(k, lowered.alias, &lowered.constants, target, t)?,
+        None => default,
+    };
     let inputs = lowered.inputs;
     Ok(NodeKernel {
         c: source.c,
@@ -166,7 +193,7 @@ pub fn fused_kernel(
     target: &TargetDesc,
 ) -> Result<NodeKernel> {
     let lowered = lower_fused(node, name, constants.to_vec(), target)?;
-    let source = kernel_c(&lowered.kernel, None, constants, target)?;
+    let source = kernel_c(&lowered.kernel, None, constants, target, &Tuning::default())?;
     Ok(NodeKernel {
         c: source.c,
         // A fused node's kernel buffers are its inputs, in order.

@@ -40,7 +40,7 @@ pub fn shared_sources<'k>(kernels: impl IntoIterator<Item = &'k NodeKernel>) -> 
 
 /// `c` with every whole occurrence of `name` (not inside a longer
 /// identifier, though `name_…` helpers count) replaced by a placeholder.
-fn canonical(c: &str, name: &str) -> String {
+pub(crate) fn canonical(c: &str, name: &str) -> String {
     let mut out = String::with_capacity(c.len());
     let mut rest = c;
     while let Some(at) = rest.find(name) {

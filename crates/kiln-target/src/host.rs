@@ -36,6 +36,28 @@ pub fn host() -> TargetDesc {
     }
 }
 
+/// The CPU's model name (`model name` of /proc/cpuinfo, or an ARM core's
+/// implementer and part), `unknown` where unreadable: what machine-measured
+/// data (`kiln tune`'s tunings) is filed under.
+pub fn host_model() -> String {
+    let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        text.lines().find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == name).then(|| value.trim().to_string())
+        })
+    };
+    match (
+        field("model name"),
+        field("CPU implementer"),
+        field("CPU part"),
+    ) {
+        (Some(model), _, _) => model,
+        (None, Some(implementer), Some(part)) => format!("arm {implementer} {part}"),
+        _ => "unknown".to_string(),
+    }
+}
+
 /// The widest vectors the generated C uses on this CPU.
 fn vector_bytes(arch: Arch, flags: &[String]) -> usize {
     let has = |f: &str| flags.iter().any(|x| x == f);

@@ -13,7 +13,7 @@ mod host;
 mod preset;
 
 pub use gpu::{GpuDesc, GpuPreset};
-pub use host::host;
+pub use host::{host, host_model};
 pub use preset::CpuPreset;
 
 /// Instruction-set family.

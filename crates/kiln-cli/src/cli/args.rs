@@ -208,6 +208,26 @@ pub(crate) enum Command {
         #[command(flatten)]
         passes: PassArgs,
     },
+    /// Measure gemm choices (register tile, orientation, K block) for every
+    /// distinct matrix product and convolution of a model on this machine,
+    /// check each round's outputs against the interpreter, and file the
+    /// fastest in the tuning cache, which later compiles read.
+    Tune {
+        model: Option<PathBuf>,
+        /// No new candidate starts after this long: seconds, or with an s,
+        /// m or h suffix.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        budget: std::time::Duration,
+        /// Profiled runs per candidate (each kernel's median counts).
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[command(flatten)]
+        exec: ExecArgs,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
     /// Compile a model and write what was generated.
     Compile {
         model: PathBuf,
@@ -290,4 +310,26 @@ pub(crate) enum Command {
         #[command(flatten)]
         args: ModelArgs,
     },
+}
+
+/// `90`, `90s`, `5m` or `1h`.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, unit) = match text
+        .trim()
+        .char_indices()
+        .find(|(_, c)| c.is_ascii_alphabetic())
+    {
+        Some((at, _)) => text.trim().split_at(at),
+        None => (text.trim(), "s"),
+    };
+    let scale = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => return Err(format!("'{text}': the unit must be s, m or h")),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n >= 0.0 && n.is_finite() => Ok(std::time::Duration::from_secs_f64(n * scale)),
+        _ => Err(format!("'{text}' is not a duration like 90s, 5m or 1h")),
+    }
 }

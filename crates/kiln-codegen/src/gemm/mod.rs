@@ -19,11 +19,13 @@ mod kernel;
 mod pack;
 mod plan;
 mod prelude;
+mod tuning;
 mod validate;
 mod view;
 mod window;
 
 pub use kernel::KernelShape;
+pub use tuning::candidates;
 pub use window::{Window, WindowLayout};
 
 use emit::CWriter;
