@@ -326,7 +326,7 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
-        _ => return Err(format!("'{text}': the unit must be s, m or h")),
+        _ => return Err(format!("'{text}' is not a duration like 90s, 5m or 1h")),
     };
     match number.parse::<f64>() {
         Ok(n) if n >= 0.0 && n.is_finite() => Ok(std::time::Duration::from_secs_f64(n * scale)),
