@@ -60,6 +60,9 @@ pub struct CpuProgram {
     pub kernels: Vec<Option<NodeKernel>>,
     pub plan: ExecPlan,
     pub fusion: Planned,
+    /// Complete C translation units compiled beside the kernels (another
+    /// target's runtime: the DSA emulator); none for the CPU.
+    pub runtime_units: Vec<String>,
 }
 
 impl CpuProgram {
@@ -113,6 +116,7 @@ impl CpuProgram {
             graph,
             plan,
             fusion,
+            runtime_units: Vec::new(),
         })
     }
 
@@ -271,28 +275,26 @@ impl CpuProgram {
     /// The C sources split into at most `pieces` compile units (compiled
     /// in parallel), each opening with `defines` and the shared prelude;
     /// the first also holds `first_extra` and the concurrent blocks.
+    /// `runtime_units` follow as they are.
     pub fn c_units(&self, pieces: usize, defines: &str, first_extra: &str) -> Vec<String> {
         let sources = self.kernel_sources();
         if sources.is_empty() {
             return Vec::new();
         }
         let per = sources.len().div_ceil(pieces.clamp(1, sources.len()));
-        sources
-            .chunks(per)
-            .enumerate()
-            .map(|(i, chunk)| {
-                let mut s = format!("{defines}{}", kiln_codegen::c::prelude());
-                if i == 0 {
-                    s.push_str(first_extra);
-                    s.push_str(&self.blocks_c());
-                }
-                for k in chunk {
-                    s.push_str(k);
-                    s.push('\n');
-                }
-                s
-            })
-            .collect()
+        let kernels = sources.chunks(per).enumerate().map(|(i, chunk)| {
+            let mut s = format!("{defines}{}", kiln_codegen::c::prelude());
+            if i == 0 {
+                s.push_str(first_extra);
+                s.push_str(&self.blocks_c());
+            }
+            for k in chunk {
+                s.push_str(k);
+                s.push('\n');
+            }
+            s
+        });
+        kernels.chain(self.runtime_units.iter().cloned()).collect()
     }
 }
 
