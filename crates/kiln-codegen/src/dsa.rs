@@ -56,13 +56,13 @@ fn device_function(k: &DeviceKernel, i: usize, phase: &Phase) -> Result<String> 
         )
         .ok();
     }
-    tile_level(k, phase, 0, &mut p)?;
+    tile_level(phase, 0, &mut p)?;
     writeln!(p.out, "  return err;\n}}").ok();
     Ok(p.out)
 }
 
 /// The DMA and loops at tile level `level` (0: outside every tile loop).
-fn tile_level(k: &DeviceKernel, phase: &Phase, level: usize, p: &mut Printer) -> Result<()> {
+fn tile_level(phase: &Phase, level: usize, p: &mut Printer) -> Result<()> {
     let depth = level + 1;
     let pad = "  ".repeat(depth);
     let at_level = |a: &&LbArray| a.level == level;
@@ -87,7 +87,7 @@ fn tile_level(k: &DeviceKernel, phase: &Phase, level: usize, p: &mut Printer) ->
                 n = t.count()
             )
             .ok();
-            tile_level(k, phase, level + 1, p)?;
+            tile_level(phase, level + 1, p)?;
             writeln!(p.out, "{pad}}}").ok();
         }
         None => {

@@ -110,15 +110,95 @@ fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
     }
 }
 
+/// A kernel whose DMA of an input is deleted reads the LB's poison (0xFF
+/// bytes, NaN), not the input: device code cannot reach DDR by itself.
 #[test]
-fn scratch_print() {
-    let g = load(GRAPHS[1]);
-    let t = kiln_dsa_emu::DsaTarget::new(small_lb());
-    let p = kiln_dsa_emu::model::build_program(&g, &t, kiln_fuse::PlannerKind::default()).unwrap();
-    for k in p.kernels.iter().flatten() {
-        println!("{}", k.c);
+fn a_kernel_without_its_dma_reads_garbage() {
+    let g = load(GRAPHS[0]);
+    let ins = inputs(&g).expect("inputs");
+    let t = kiln_dsa_emu::DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
+    let opts = DsaOptions::default();
+    let cpu = |t: &kiln_dsa_emu::DsaTarget| kiln_cpu::CpuOptions {
+        threads: 1,
+        compiler: opts.compiler.clone(),
+        fusion: opts.fusion,
+        target: t.target.clone(),
+    };
+    let run = |drop_get: bool| {
+        let mut p = kiln_dsa_emu::model::build_program(&g, &t, opts.fusion).expect("builds");
+        for k in p.kernels.iter_mut().flatten() {
+            if drop_get {
+                let kept: Vec<&str> =
+                    k.c.lines()
+                        .filter(|l| !l.contains("kiln_dma_get(core, in0_lb"))
+                        .collect();
+                assert!(kept.len() < k.c.lines().count(), "no get of in0: {}", k.c);
+                k.c = kept.join("\n");
+            }
+        }
+        let m = kiln_cpu::CompiledModel::load(p, &cpu(&t)).expect("compiles");
+        m.run(&ins).expect("runs")[0].data.to_f64_vec().unwrap()
+    };
+    let want = kiln_interp::run(&g, &ins).expect("interpreter")[0]
+        .data
+        .to_f64_vec()
+        .unwrap();
+    let with = run(false);
+    assert!(with.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5));
+    let without = run(true);
+    let wrong = without
+        .iter()
+        .zip(&want)
+        .filter(|(a, b)| (*a - *b).abs() >= 1e-5 || a.is_nan())
+        .count();
+    assert!(
+        wrong > without.len() / 2,
+        "{wrong} of {} wrong",
+        without.len()
+    );
+}
+
+/// A `kiln_mem` is a handle, not an address: device code that tries to
+/// read DDR through it does not compile.
+#[test]
+fn device_code_cannot_dereference_a_ddr_handle() {
+    let mut config = DsaOptions::default().compiler;
+    config.cache_dir = std::env::temp_dir().join("kiln-dsa-handle-test");
+    let ok = format!(
+        "{}\nvoid f(kiln_core* c, kiln_mem m, float* lb) {{\n  kiln_dma_get(c, lb, m, 1, (const int64_t[]){{4}}, (const int64_t[]){{0}}, (const int64_t[]){{4}}, 4);\n}}\n",
+        kiln_codegen::dsa::api::API
+    );
+    assert!(kiln_runtime::jit::compile(&config, std::slice::from_ref(&ok), 1).is_ok());
+    for read in ["((float*)m)[0]", "*(float*)m", "m[0]"] {
+        let bad = ok.replace(
+            "  kiln_dma_get",
+            &format!("  lb[0] = {read};\n  kiln_dma_get"),
+        );
+        let err = kiln_runtime::jit::compile(&config, &[bad], 1);
+        assert!(err.is_err(), "{read} compiled");
     }
-    let m = DsaModel::compile(&g, &small_lb(), &DsaOptions::default()).unwrap();
-    let (_, c) = m.run(&inputs(&g).unwrap()).unwrap();
-    println!("{c}");
+}
+
+/// A kernel whose one-element tiles overflow the LB is not compiled: the
+/// error names the kernel, its arrays and the LB, and the node runs on the
+/// interpreter.
+#[test]
+fn an_lb_too_small_is_an_error_naming_the_kernel_and_sizes() {
+    let mut tiny = DsaDesc::preset("stcp920").expect("preset");
+    tiny.local_buffer.bytes = 256;
+    let g = load(GRAPHS[1]);
+    let m = DsaModel::compile(&g, &tiny, &DsaOptions::default()).expect("compiles");
+    let why = &m.model.report.interpreted;
+    assert_eq!(why.len(), 1, "{why:?}");
+    let reason = &why[0].1;
+    assert!(
+        reason.contains("kernel kiln_k0: its smallest tiles need")
+            && reason.contains("in0 box [1, 8, 3, 3] 288 B")
+            && reason.contains("but a core of stcp920 has 256 bytes"),
+        "{reason}"
+    );
+    let ins = inputs(&g).expect("inputs");
+    let (got, counts) = m.run(&ins).expect("runs on the interpreter");
+    assert_eq!(got, kiln_interp::run(&g, &ins).expect("interpreter"));
+    assert_eq!(counts.ddr_bytes(), 0);
 }

@@ -88,10 +88,13 @@ fn check_plain(k: &Kernel, body: &[Stmt]) -> Result<()> {
     }
     for a in accesses(body) {
         if !reads_no_data(&a.offset) || a.guard.iter().any(|(g, _)| !reads_no_data(g)) {
+            let b = &k.buffers[a.buf];
             bail!(
-                "kernel {}: {} is read at an index read from data (a gather), not an affine access",
+                "kernel {}: {} ({}{:?}) is read at an index read from data (a gather), not an affine access",
                 k.name,
-                k.buffers[a.buf].name
+                b.name,
+                b.dtype,
+                b.shape
             );
         }
     }
@@ -273,15 +276,20 @@ fn array_of(
     extents: &HashMap<String, i64>,
 ) -> (LbArray, bool) {
     let b = &k.buffers[u.buf];
-    let boxes = u.split.as_ref().and_then(|split| {
-        (0..b.shape.len())
-            .map(|d| {
-                let indices: Vec<&Idx> = split.iter().map(|s| &s[d]).collect();
-                let size = b.shape[d] as i64;
-                dim_box(&indices, size, tiling).map(|(lo, ext)| BoxDim { size, lo, ext })
-            })
-            .collect::<Option<Vec<_>>>()
-    });
+    // A 0-d buffer is one flat element.
+    let boxes = u
+        .split
+        .as_ref()
+        .filter(|_| !b.shape.is_empty())
+        .and_then(|split| {
+            (0..b.shape.len())
+                .map(|d| {
+                    let indices: Vec<&Idx> = split.iter().map(|s| &s[d]).collect();
+                    let size = b.shape[d] as i64;
+                    dim_box(&indices, size, tiling).map(|(lo, ext)| BoxDim { size, lo, ext })
+                })
+                .collect::<Option<Vec<_>>>()
+        });
     let per_dim = boxes.is_some();
     let numel = b.numel() as i64;
     let dims = boxes.unwrap_or_else(|| {
