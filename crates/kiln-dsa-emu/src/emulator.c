@@ -32,21 +32,36 @@ static struct kiln_dsa kiln_the_dsa;
 static pthread_mutex_t kiln_dsa_lock = PTHREAD_MUTEX_INITIALIZER;
 static int kiln_dsa_ready;
 
-/* Memories are filled with 0xFF bytes (NaN floats) so that data no DMA
+/* A memory filled with 0xFF bytes (NaN floats), so that data no DMA
    brought in reads as garbage. */
+static unsigned char* kiln_dsa_poisoned(int64_t bytes) {
+  unsigned char* p = (unsigned char*)malloc((size_t)bytes);
+  if (p) memset(p, 0xFF, (size_t)bytes);
+  return p;
+}
+
+/* The LBs; a cluster's GB is made when something is first staged there. */
 static int kiln_dsa_init(struct kiln_dsa* d) {
   for (int64_t c = 0; c < KILN_DSA_TOTAL; ++c) {
-    d->cores[c].lb = (unsigned char*)malloc(KILN_DSA_LB_BYTES);
+    d->cores[c].lb = kiln_dsa_poisoned(KILN_DSA_LB_BYTES);
     if (!d->cores[c].lb) return 1;
-    memset(d->cores[c].lb, 0xFF, KILN_DSA_LB_BYTES);
     d->cores[c].dev = d;
   }
-  for (int64_t c = 0; c < KILN_DSA_CLUSTERS; ++c) {
-    d->gb[c] = KILN_DSA_GB_BYTES ? (unsigned char*)malloc(KILN_DSA_GB_BYTES) : NULL;
-    if (KILN_DSA_GB_BYTES && !d->gb[c]) return 1;
-    if (d->gb[c]) memset(d->gb[c], 0xFF, KILN_DSA_GB_BYTES);
-  }
   return 0;
+}
+
+/* Frees every memory (a model using this library was dropped); the next
+   run makes them again. */
+void kiln_dsa_release(void) {
+  pthread_mutex_lock(&kiln_dsa_lock);
+  struct kiln_dsa* d = &kiln_the_dsa;
+  for (int64_t c = 0; c < KILN_DSA_TOTAL; ++c) { free(d->cores[c].lb); d->cores[c].lb = NULL; }
+  for (int64_t c = 0; c < KILN_DSA_CLUSTERS; ++c) { free(d->gb[c]); d->gb[c] = NULL; }
+  free(d->regions);
+  d->regions = NULL;
+  d->n_regions = d->cap_regions = 0;
+  kiln_dsa_ready = 0;
+  pthread_mutex_unlock(&kiln_dsa_lock);
 }
 
 kiln_dsa* kiln_dsa_begin(void) {
@@ -94,6 +109,10 @@ static void kiln_dsa_count(kiln_dsa* d, int kind, int64_t runs, int64_t bytes) {
 kiln_mem kiln_dsa_stage(kiln_dsa* d, int64_t cluster, kiln_mem src, int64_t gb_offset, int64_t bytes) {
   kiln_region* r = kiln_dsa_find(d, src);
   if (!r || r->level != KILN_DDR || bytes > r->bytes || gb_offset < 0 || gb_offset + bytes > KILN_DSA_GB_BYTES) {
+    d->err = 1;
+    return src;
+  }
+  if (!d->gb[cluster] && !(d->gb[cluster] = kiln_dsa_poisoned(KILN_DSA_GB_BYTES))) {
     d->err = 1;
     return src;
   }

@@ -6,7 +6,7 @@
 //! description's clusters, cores, LB and GB sizes — DDR, every GB and
 //! every LB separate memories, DMA the only way between them (counted);
 //! [`DmaCounts::read`] reads (and clears) its counters from a loaded
-//! library.
+//! library, [`release`] frees its memories.
 
 use kiln_dsa::DsaDesc;
 use kiln_ir::Result;
@@ -52,6 +52,18 @@ pub struct DmaCounts {
 const SLOTS: usize = 17;
 
 type CountsFn = unsafe extern "C" fn(*mut i64, i32);
+type ReleaseFn = unsafe extern "C" fn();
+
+/// Frees the emulator's memories in `lib` (made again by its next run).
+pub fn release(lib: &Library) {
+    // SAFETY: the emulator unit defines `void kiln_dsa_release(void)`,
+    // which takes the device's lock.
+    unsafe {
+        if let Ok(f) = lib.symbol::<ReleaseFn>("kiln_dsa_release") {
+            f();
+        }
+    }
+}
 
 impl DmaCounts {
     /// The counters of the emulator in `lib`, cleared after reading when

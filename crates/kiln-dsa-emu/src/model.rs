@@ -118,3 +118,13 @@ impl DsaModel {
         }
     }
 }
+
+/// The emulator's memories (an LB per core, a GB per cluster: tens of MB)
+/// go with the model; libraries stay loaded (`kiln_runtime::jit::Library`).
+impl Drop for DsaModel {
+    fn drop(&mut self) {
+        if let Some(lib) = self.model.library() {
+            crate::emulator::release(lib);
+        }
+    }
+}

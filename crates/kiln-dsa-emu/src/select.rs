@@ -13,7 +13,7 @@
 
 use kiln_codegen::dsa::kernel_dsa;
 use kiln_cpu::select::{lower_fused, lower_node, NodeKernel};
-use kiln_dsa::{tile_kernel, DeviceKernel, DsaDesc};
+use kiln_dsa::{tile_kernel, DsaDesc};
 use kiln_fuse::GroupCheck;
 use kiln_ir::{Graph, Node, Result};
 use kiln_target::TargetDesc;
@@ -34,11 +34,9 @@ impl DsaTarget {
     }
 }
 
-/// `kernel` tiled and printed: the device kernel and its C.
-pub fn device_c(kernel: &kiln_loop::Kernel, t: &DsaTarget) -> Result<(DeviceKernel, String)> {
-    let device = tile_kernel(kernel, &t.desc)?;
-    let c = kernel_dsa(&device, &t.desc)?;
-    Ok((device, c))
+/// `kernel` tiled for the LB and printed as DSA C.
+pub fn device_c(kernel: &kiln_loop::Kernel, t: &DsaTarget) -> Result<String> {
+    kernel_dsa(&tile_kernel(kernel, &t.desc)?, &t.desc)
 }
 
 /// The DSA kernel of `node` (named `name`), or why there is none.
@@ -47,7 +45,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, t: &DsaTarget) -> Result<
     let c = match lowered.view {
         // Aliased to its input by the execution plan: never called.
         Some(_) => String::new(),
-        None => device_c(&lowered.kernel, t)?.1,
+        None => device_c(&lowered.kernel, t)?,
     };
     Ok(NodeKernel {
         kernel: lowered.kernel,

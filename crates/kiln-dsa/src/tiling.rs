@@ -391,7 +391,7 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let spread = independent
         && tiling.loops.first().is_some_and(|t| t.count() > 1)
         && arrays.iter().all(|(a, _)| !a.put || !a.get);
-    let compute = compute_kernel(k, stmts, &uses, &arrays, &tiling)?;
+    let compute = compute_kernel(k, stmts, &uses, &arrays, &tiling);
     Ok(Phase {
         tiles: tiling.cut(),
         spread,
@@ -477,7 +477,7 @@ fn compute_kernel(
     uses: &[BufferUse],
     arrays: &[(LbArray, bool)],
     tiling: &Tiling,
-) -> Result<Kernel> {
+) -> Kernel {
     let extents = tiling.extents;
     let full = |v: &str| (0, extents.get(v).copied().unwrap_or(1).max(1) - 1);
     let index: HashMap<usize, usize> = uses.iter().enumerate().map(|(i, u)| (u.buf, i)).collect();
@@ -487,6 +487,8 @@ fn compute_kernel(
         if !per_dim {
             return (i, offset.clone());
         }
+        // A per-dimension box means every access of the buffer split
+        // (`buffer_uses`, the same call).
         let shape = &k.buffers[buf].shape;
         let dims = dim_indices(offset, guard, shape, &full).unwrap_or_default();
         (i, rebased(&dims, array))
@@ -505,11 +507,11 @@ fn compute_kernel(
             }
         })
         .collect();
-    Ok(Kernel {
+    Kernel {
         name: k.name.clone(),
         buffers,
         body,
-    })
+    }
 }
 
 /// `Σ_d stride_d · (dims_d - lo_d)` over the array's box.
