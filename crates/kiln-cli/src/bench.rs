@@ -57,7 +57,10 @@ pub fn median(v: &mut [f64]) -> f64 {
 }
 
 /// Times `run` `warmup + runs` times; milliseconds of the timed runs.
-fn time_runs(opts: &BenchOptions, run: &dyn Fn() -> Result<Vec<Tensor>>) -> Result<Vec<f64>> {
+pub(crate) fn time_runs(
+    opts: &BenchOptions,
+    run: &dyn Fn() -> Result<Vec<Tensor>>,
+) -> Result<Vec<f64>> {
     for _ in 0..opts.warmup {
         run()?;
     }

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod classes_doc;
 pub mod cuda;
+pub mod dsa;
 pub mod emit;
 pub mod flops;
 pub mod progress;

@@ -103,7 +103,9 @@ fn main() {
                     cpu: cpu_options(&exec),
                     reference: exec.backend == "reference",
                 };
-                if exec.backend == "cuda" {
+                if exec.backend.starts_with("dsa:") {
+                    kiln_cli::dsa::bench(&p.graph, &p.label, &p.inputs, &opts, &exec.backend)
+                } else if exec.backend == "cuda" {
                     kiln_cli::cuda::bench(
                         &p.graph,
                         &p.label,
@@ -526,6 +528,9 @@ fn run(
     let t0 = Instant::now();
     let outputs = if exec.backend == "reference" {
         kiln_interp::run(g, &p.inputs)?
+    } else if exec.backend.starts_with("dsa:") {
+        let m = kiln_cli::dsa::compile(g, &exec.backend, exec.fusion.fusion, false)?;
+        kiln_cli::dsa::run(&m, &p.inputs)?
     } else if exec.backend == "cuda" {
         let m = kiln_cli::cuda::compile(g, &cuda_options(exec))?;
         let t1 = Instant::now();

@@ -8,6 +8,7 @@
 pub mod aot;
 pub mod cuda;
 pub mod differential;
+pub mod dsa;
 pub mod products;
 pub mod random_graph;
 

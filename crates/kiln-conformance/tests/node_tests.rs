@@ -261,3 +261,39 @@ fn check_cases(backend: &dyn Backend, blessable: bool, selected: &dyn Fn(&str) -
         regressions.join("\n")
     );
 }
+
+/// Nodes of the node tests the DSA backend compiled when this was last
+/// raised (5633 on stcp920, gathers the only DSA-specific fallback);
+/// fewer means kernels silently fell back to the interpreter.
+const MIN_DSA_COMPILED_NODES: usize = 5630;
+
+/// Every case the reference interpreter passes must pass on the DSA
+/// backend: DSA C run by the functional emulator on `stcp920` (DDR, GB
+/// and every LB separate memories, counted DMA), nodes that cannot be
+/// tiled (gathers, LB overflow) left to the interpreter.
+#[test]
+fn onnx_node_tests_dsa() {
+    let dsa = kiln_conformance::dsa::Dsa::new(kiln_dsa::DsaDesc::preset("stcp920").unwrap());
+    check(&dsa, false);
+    let interpreted = dsa.interpreted.into_inner().unwrap();
+    let compiled = dsa.compiled.into_inner();
+    let mut why: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, reason) in &interpreted {
+        *why.entry(reason.clone()).or_default() += 1;
+    }
+    println!("nodes left to the interpreter, by reason:");
+    for (reason, n) in &why {
+        println!("  {n:5}  {reason}");
+    }
+    println!(
+        "{compiled} nodes compiled to DSA kernels, {} interpreted; {} bytes between DDR and the chip",
+        interpreted.len(),
+        dsa.ddr_bytes.into_inner()
+    );
+    if std::env::var("KILN_CASE").is_err() {
+        assert!(
+            compiled >= MIN_DSA_COMPILED_NODES,
+            "only {compiled} nodes became DSA kernels (at least {MIN_DSA_COMPILED_NODES} did before)"
+        );
+    }
+}

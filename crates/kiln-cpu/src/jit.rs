@@ -113,7 +113,7 @@ pub struct CompiledModel {
     set_threads: Option<SetThreadsFn>,
     threads: usize,
     /// Kept alive: the kernels point into it.
-    _library: Option<Library>,
+    library: Option<Library>,
     pub report: CompileSummary,
 }
 
@@ -222,7 +222,7 @@ impl CompiledModel {
             packed,
             set_threads,
             threads,
-            _library: library,
+            library,
             report,
         })
     }
@@ -230,6 +230,13 @@ impl CompiledModel {
     /// The execution plan this model runs.
     pub fn plan(&self) -> &ExecPlan {
         &self.plan
+    }
+
+    /// The loaded library (`None` when no kernel was compiled): where a
+    /// runtime compiled beside the kernels (`CpuProgram::runtime_units`)
+    /// is reached.
+    pub fn library(&self) -> Option<&Library> {
+        self.library.as_ref()
     }
 
     pub fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {

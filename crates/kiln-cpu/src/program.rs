@@ -69,6 +69,9 @@ pub struct CpuProgram {
     pub kernels: Vec<Option<NodeKernel>>,
     pub plan: ExecPlan,
     pub fusion: Planned,
+    /// Complete C translation units compiled beside the kernels (another
+    /// target's runtime: the DSA emulator); none for the CPU.
+    pub runtime_units: Vec<String>,
 }
 
 impl CpuProgram {
@@ -123,6 +126,7 @@ impl CpuProgram {
             graph,
             plan,
             fusion,
+            runtime_units: Vec::new(),
         })
     }
 
@@ -279,6 +283,7 @@ impl CpuProgram {
     /// The C sources split into at most `pieces` compile units (compiled
     /// in parallel), each opening with `defines` and the shared prelude;
     /// the first also holds `first_extra` and the concurrent blocks.
+    /// `runtime_units` follow as they are.
     pub fn c_units(&self, pieces: usize, defines: &str, first_extra: &str) -> Vec<String> {
         let sources = self.kernel_sources();
         if sources.is_empty() {
@@ -293,6 +298,7 @@ impl CpuProgram {
             units[unit].push_str(source);
             units[unit].push('\n');
         }
+        units.extend(self.runtime_units.iter().cloned());
         units
     }
 }

@@ -153,7 +153,12 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
     let inputs: Vec<usize> = (0..te.inputs.len())
         .filter(|&i| te.inputs[i].is_some())
         .collect();
-    if let Some(kernel) = kiln_loop::contraction::lower_contraction(&te, name, &dtypes)? {
+    // A scratchpad target has no gemm template (its nests are tiled).
+    let contraction = match target.is_scratchpad() {
+        true => None,
+        false => kiln_loop::contraction::lower_contraction(&te, name, &dtypes)?,
+    };
+    if let Some(kernel) = contraction {
         return Ok(LoweredNode {
             constants: constant_buffers(g, node, &inputs),
             kernel,

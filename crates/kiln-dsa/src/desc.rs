@@ -8,6 +8,7 @@
 //! any other input is an error naming the file and the field.
 
 use kiln_ir::{bail, ensure, Error, Result};
+use kiln_target::{Arch, Atomics, MemLevel, TargetDesc};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -124,6 +125,40 @@ impl DsaDesc {
     /// Cores in all clusters.
     pub fn total_cores(&self) -> u64 {
         u64::from(self.clusters) * u64::from(self.cores_per_cluster)
+    }
+
+    /// The description the target-neutral layers read ([`Arch::Dsa`]:
+    /// kernels lowered unscheduled, tiled by `tiling.rs`): all cores, the
+    /// LB per core and the GB per cluster as scratchpads, the units'
+    /// throughput and the DDR bandwidth.
+    pub fn target_desc(&self) -> TargetDesc {
+        let mut local_memories = vec![MemLevel {
+            name: "LB".into(),
+            bytes: self.local_buffer.bytes as usize,
+            per_core: true,
+        }];
+        local_memories.extend(self.global_buffer.as_ref().map(|gb| MemLevel {
+            name: "GB".into(),
+            bytes: gb.bytes as usize,
+            per_core: false,
+        }));
+        let per_core: f64 = self.units.iter().map(|u| u.gflops).sum();
+        TargetDesc {
+            name: format!("dsa:{}", self.name),
+            arch: Arch::Dsa,
+            vector_bytes: 16,
+            cores: self.total_cores() as usize,
+            caches: Vec::new(),
+            local_memories,
+            peak_gflops: per_core * self.total_cores() as f64,
+            memory_gbps: self.ddr.gbps,
+            atomics: Atomics {
+                int: false,
+                f32_add: false,
+            },
+            cflags: Vec::new(),
+            gpu: None,
+        }
     }
 
     fn validate(&self) -> Result<()> {

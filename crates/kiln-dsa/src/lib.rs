@@ -11,6 +11,10 @@
 //!   placement); [`tile`] (what a buffer holds, contiguous runs) and
 //!   [`count`] (transfers and bytes) serve them.
 //! - [`plan`]: the three algorithms run in order for one kernel.
+//! - Code generation's input: [`tiling`] cuts a loop-IR kernel into tiles
+//!   whose bounding boxes ([`boxes`]) fit the LB, with DMA placed per
+//!   swTVM Algorithm 3, giving a [`device::DeviceKernel`] (printed by
+//!   `kiln_codegen::dsa`).
 //! - GraphTurbo §3–§4.3, one algorithm per module: [`split_info`]
 //!   (Algorithm 1, eq. 1), [`grouping`] (Algorithm 2, and §1.1's layers),
 //!   [`instances`] (Algorithm 3, BFS/DFS), [`scope`] (Algorithm 4 and
@@ -19,10 +23,12 @@
 //!   result (`graphturbo`, `per_layer`) with its text and Table 3's
 //!   counts.
 
+pub mod boxes;
 pub mod classify;
 pub mod correlation;
 pub mod count;
 pub mod desc;
+pub mod device;
 pub mod dma;
 pub mod grouping;
 pub mod instances;
@@ -37,9 +43,12 @@ pub mod scope;
 pub mod split_info;
 pub mod text;
 pub mod tile;
+pub mod tiling;
 
 pub use desc::{parse_target, DsaDesc};
+pub use device::DeviceKernel;
 pub use nest::{Access, Affine, Loop, Nest, Term};
 pub use plan::{plan_kernel, KernelPlan};
 pub use schedule::{graphturbo, per_layer, Schedule, ScopeCounts};
 pub use text::parse_nest;
+pub use tiling::tile_kernel;

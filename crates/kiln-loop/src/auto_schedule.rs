@@ -34,6 +34,8 @@
 //!
 //! On a GPU target only step 1 applies, to every output loop whatever
 //! the offsets (one coalesced loop is what blocks and threads divide).
+//! On a scratchpad target (DSA) none does: the plain nest is tiled for
+//! its local buffers by `kiln_dsa::tiling`.
 //!
 //! The chunk sizes and the work threshold are constants of the algorithm,
 //! the same for every target (see each); what depends on the machine is
@@ -85,6 +87,11 @@ pub(crate) fn work(body: &[Stmt]) -> i64 {
 /// The default schedule of `k` for `target` (see the module doc).
 pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
+    if target.is_scratchpad() {
+        // A scratchpad target tiles the plain nest for its local buffers
+        // itself (`kiln_dsa::tiling`).
+        return schedule;
+    }
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
     let in_order = accumulates_in_half_float(&k.body);

@@ -13,7 +13,9 @@
 //!   loop nest with every producer inlined (element-wise, broadcast and
 //!   data-movement chains; a reduction with its element-wise prologue,
 //!   PANAMERA §3.2), each nest scheduled by the default rule. An output
-//!   that is a plain contraction becomes a gemm.
+//!   that is a plain contraction becomes a gemm (except on a scratchpad
+//!   target, which has no gemm template and keeps every contraction a
+//!   loop nest).
 //! - **gemm + epilogue** — one contraction (matmul/conv) whose operands are
 //!   kernel inputs, and one output computed from it element by element:
 //!   the output's expression becomes the gemm's epilogue, applied to each
@@ -91,11 +93,16 @@ pub fn lower_group(group: &GroupExpr, name: &str, target: &TargetDesc) -> Result
             scope: Scope::Param,
         });
     }
-    if let Some(lowered) = scaled_gemm(group, name, &buffers)? {
-        return Ok(lowered);
-    }
-    if let Some(r) = contraction_with_prologue(group)? {
-        return gemm_with_prologue(group, name, &buffers, r);
+    // A scratchpad target has no gemm template: its contractions stay
+    // loop nests, which it tiles for its local buffers.
+    let gemms = !target.is_scratchpad();
+    if gemms {
+        if let Some(lowered) = scaled_gemm(group, name, &buffers)? {
+            return Ok(lowered);
+        }
+        if let Some(r) = contraction_with_prologue(group)? {
+            return gemm_with_prologue(group, name, &buffers, r);
+        }
     }
     let read_inside: Vec<usize> = reductions(group)
         .into_iter()
@@ -105,15 +112,18 @@ pub fn lower_group(group: &GroupExpr, name: &str, target: &TargetDesc) -> Result
         return nests(group, name, buffers, target);
     }
     if let [r] = read_inside[..] {
-        if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r, &[])? {
-            return Ok(lowered);
+        if gemms {
+            if let Some(lowered) = gemm_with_epilogue(group, name, &buffers, r, &[])? {
+                return Ok(lowered);
+            }
         }
         // Windows and matrix-vector products keep their own (vectorized,
         // y-reduce) loop order; plain reductions stitch into rows.
         let opaque = matches!(classify(&group.nodes[r].te).apollo, ApolloType::Opaque(_));
         // Both forms order loops for CPU vector lanes; a GPU's threads
-        // take the rows form's output points instead.
-        if opaque && !target.is_gpu() {
+        // take the rows form's output points instead, and a scratchpad
+        // target tiles the rows form's plain nests.
+        if opaque && !target.is_gpu() && !target.is_scratchpad() {
             if let Some(lowered) = window_in_registers(group, name, &buffers, r, target)? {
                 return Ok(lowered);
             }
@@ -326,7 +336,7 @@ fn nests(
     let mut schedule = Schedule::default();
     for (k, &n) in group.outputs.iter().enumerate() {
         let out = output_buffer(group, k);
-        if let Some(buffer_of) = input_buffers_of(group, n) {
+        if let Some(buffer_of) = input_buffers_of(group, n).filter(|_| !target.is_scratchpad()) {
             let te = &group.nodes[n].te;
             if let Some(c) = contraction_gemm(te, &operand_dtypes(group, n), &buffer_of, out)? {
                 body.push(Stmt::Gemm(Box::new(c.gemm)));

@@ -25,6 +25,10 @@ pub enum Arch {
     Generic,
     /// An NVIDIA GPU (CUDA C through NVRTC); [`TargetDesc::gpu`] says which.
     Cuda,
+    /// A scratchpad accelerator (DSA C, `kiln-dsa`): its cores compute only
+    /// on local-buffer data its DMA moves, so its loops are tiled by its
+    /// own lowering (`kiln_dsa::tiling`), not by the CPU or GPU schedules.
+    Dsa,
 }
 
 /// One level of the memory hierarchy (a cache, or a scratchpad a program
@@ -97,6 +101,13 @@ impl TargetDesc {
     /// Whether code for this target runs on a GPU.
     pub fn is_gpu(&self) -> bool {
         self.gpu.is_some()
+    }
+
+    /// Whether code for this target runs on a scratchpad accelerator
+    /// ([`Arch::Dsa`]): kernels are lowered unscheduled and tiled for its
+    /// local buffers.
+    pub fn is_scratchpad(&self) -> bool {
+        self.arch == Arch::Dsa
     }
 
     /// Nanoseconds to do `flops` operations and move `bytes` bytes, the

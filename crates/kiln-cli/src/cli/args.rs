@@ -130,8 +130,11 @@ pub(crate) struct ExecArgs {
     pub(crate) inputs: Vec<PathBuf>,
     /// Execution backend: `cpu` (generated C, compiled and cached), `cuda`
     /// (generated CUDA on the first NVIDIA GPU, through the driver and
-    /// NVRTC loaded at run time) or `reference` (the interpreter).
-    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda", "reference"])]
+    /// NVRTC loaded at run time), `reference` (the interpreter), or
+    /// `dsa:PRESET` / `dsa:PATH.toml` (DSA C for a scratchpad accelerator,
+    /// run by the functional emulator; presets stcp920, goya-like,
+    /// sunway-cg).
+    #[arg(long, default_value = "cpu", value_parser = kiln_cli::dsa::parse_backend)]
     pub(crate) backend: String,
     /// Threads for the CPU backend (default: all cores).
     #[arg(long)]

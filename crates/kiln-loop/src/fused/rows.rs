@@ -251,6 +251,9 @@ fn placements(dims: &[usize], shape: &[usize], row: &[usize]) -> Vec<Vec<usize>>
 /// Coalesce the row loops, run them in parallel when the kernel does
 /// enough work, and vectorize the innermost loop of each output store.
 fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedule {
+    if target.is_scratchpad() {
+        return Schedule::default();
+    }
     let mut directives = Vec::new();
     let mut outer = match row_vars.first() {
         Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),

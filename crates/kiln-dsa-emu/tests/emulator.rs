@@ -1,0 +1,205 @@
+//! Graphs through the DSA emulator against the reference interpreter, on
+//! the presets and on a variant of `stcp920` with a 4 KB LB (every kernel
+//! tiled), plus the LB-overflow error.
+
+use kiln_dsa::DsaDesc;
+use kiln_dsa_emu::{DsaModel, DsaOptions};
+use kiln_ir::{Data, Graph, Result, Tensor};
+
+fn load(src: &str) -> Graph {
+    let mut g = kiln_ir::text::parse(src).expect("parses");
+    kiln_ops::infer::infer_graph(&mut g, &|_| None).expect("infers");
+    kiln_passes::optimize(&mut g, &kiln_passes::Options::default()).expect("optimizes");
+    g
+}
+
+/// Deterministic inputs in [-2, 2).
+fn inputs(g: &Graph) -> Result<Vec<Tensor>> {
+    g.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, &id)| {
+            let ty = g.ty(id);
+            let shape = ty.shape.clone().unwrap_or_default();
+            let n: usize = shape.iter().product();
+            let v: Vec<f64> = (0..n)
+                .map(|i| (((i * 37 + k * 11) % 64) as f64) / 16.0 - 2.0)
+                .collect();
+            Tensor::new(shape, Data::from_f64(ty.dtype, &v)?)
+        })
+        .collect()
+}
+
+/// `stcp920` with a small LB.
+fn small_lb() -> DsaDesc {
+    let mut d = DsaDesc::preset("stcp920").expect("preset");
+    d.local_buffer.bytes = 4096;
+    d
+}
+
+fn check(src: &str, desc: &DsaDesc) -> kiln_dsa_emu::DmaCounts {
+    let g = load(src);
+    let ins = inputs(&g).expect("inputs");
+    let want = kiln_interp::run(&g, &ins).expect("interpreter");
+    let m = DsaModel::compile(&g, desc, &DsaOptions::default()).expect("compiles");
+    assert!(
+        m.model.report.interpreted.is_empty(),
+        "interpreted: {:?}",
+        m.model.report.interpreted
+    );
+    let (got, counts) = m.run(&ins).expect("runs");
+    for (a, b) in got.iter().zip(&want) {
+        assert_eq!(a.shape, b.shape);
+        let (x, y) = (a.data.to_f64_vec().unwrap(), b.data.to_f64_vec().unwrap());
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-4 + 1e-4 * q.abs(),
+                "{}: element {i}: emulator {p} vs interpreter {q}",
+                desc.name
+            );
+        }
+    }
+    counts
+}
+
+const GRAPHS: [&str; 4] = [
+    r#"graph "g" opsets [""=17] {
+  input %x: f32[4,6,40]
+  input %b: f32[40]
+  node "add" %y: f32[4,6,40] = Add(%x, %b)
+  node "relu" %z: f32[4,6,40] = Relu(%y)
+  output %z
+}"#,
+    r#"graph "g" opsets [""=17] {
+  input %x: f32[1,8,12,12]
+  input %w: f32[16,8,3,3]
+  node "conv" %y: f32[1,16,12,12] = Conv(%x, %w) {pads=[1,1,1,1]}
+  output %y
+}"#,
+    r#"graph "g" opsets [""=17] {
+  input %a: f32[2,48,40]
+  input %b: f32[2,40,36]
+  node "mm" %y: f32[2,48,36] = MatMul(%a, %b)
+  output %y
+}"#,
+    r#"graph "g" opsets [""=17] {
+  input %x: f32[6,100]
+  init %axes: i64[1] = [1]
+  node "sm" %y: f32[6,100] = Softmax(%x) {axis=1}
+  node "sum" %s: f32[6] = ReduceSum(%x, %axes) {keepdims=0}
+  output %y, %s
+}"#,
+];
+
+#[test]
+fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
+    let mut descs: Vec<DsaDesc> = DsaDesc::preset_names()
+        .into_iter()
+        .map(|n| DsaDesc::preset(n).expect("preset"))
+        .collect();
+    descs.push(small_lb());
+    for src in GRAPHS {
+        for d in &descs {
+            let counts = check(src, d);
+            assert!(
+                counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes > 0,
+                "{counts}"
+            );
+            assert!(counts.lb_to_ddr.bytes > 0, "{counts}");
+        }
+    }
+}
+
+/// A kernel whose DMA of an input is deleted reads the LB's poison (0xFF
+/// bytes, NaN), not the input: device code cannot reach DDR by itself.
+#[test]
+fn a_kernel_without_its_dma_reads_garbage() {
+    let g = load(GRAPHS[0]);
+    let ins = inputs(&g).expect("inputs");
+    let t = kiln_dsa_emu::DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
+    let opts = DsaOptions::default();
+    let cpu = |t: &kiln_dsa_emu::DsaTarget| kiln_cpu::CpuOptions {
+        threads: 1,
+        compiler: opts.compiler.clone(),
+        fusion: opts.fusion,
+        target: t.target.clone(),
+        tunings: Default::default(),
+    };
+    let run = |drop_get: bool| {
+        let mut p = kiln_dsa_emu::model::build_program(&g, &t, opts.fusion).expect("builds");
+        for k in p.kernels.iter_mut().flatten() {
+            if drop_get {
+                let kept: Vec<&str> =
+                    k.c.lines()
+                        .filter(|l| !l.contains("kiln_dma_get(core, in0_lb"))
+                        .collect();
+                assert!(kept.len() < k.c.lines().count(), "no get of in0: {}", k.c);
+                k.c = kept.join("\n");
+            }
+        }
+        let m = kiln_cpu::CompiledModel::load(p, &cpu(&t)).expect("compiles");
+        m.run(&ins).expect("runs")[0].data.to_f64_vec().unwrap()
+    };
+    let want = kiln_interp::run(&g, &ins).expect("interpreter")[0]
+        .data
+        .to_f64_vec()
+        .unwrap();
+    let with = run(false);
+    assert!(with.iter().zip(&want).all(|(a, b)| (a - b).abs() < 1e-5));
+    let without = run(true);
+    let wrong = without
+        .iter()
+        .zip(&want)
+        .filter(|(a, b)| (*a - *b).abs() >= 1e-5 || a.is_nan())
+        .count();
+    assert!(
+        wrong > without.len() / 2,
+        "{wrong} of {} wrong",
+        without.len()
+    );
+}
+
+/// A `kiln_mem` is a handle, not an address: device code that tries to
+/// read DDR through it does not compile.
+#[test]
+fn device_code_cannot_dereference_a_ddr_handle() {
+    let mut config = DsaOptions::default().compiler;
+    config.cache_dir = std::env::temp_dir().join("kiln-dsa-handle-test");
+    let ok = format!(
+        "{}\nvoid f(kiln_core* c, kiln_mem m, float* lb) {{\n  kiln_dma_get(c, lb, m, 1, (const int64_t[]){{4}}, (const int64_t[]){{0}}, (const int64_t[]){{4}}, 4);\n}}\n",
+        kiln_codegen::dsa::api::API
+    );
+    assert!(kiln_runtime::jit::compile(&config, std::slice::from_ref(&ok), 1).is_ok());
+    for read in ["((float*)m)[0]", "*(float*)m", "m[0]"] {
+        let bad = ok.replace(
+            "  kiln_dma_get",
+            &format!("  lb[0] = {read};\n  kiln_dma_get"),
+        );
+        let err = kiln_runtime::jit::compile(&config, &[bad], 1);
+        assert!(err.is_err(), "{read} compiled");
+    }
+}
+
+/// A kernel whose one-element tiles overflow the LB is not compiled: the
+/// error names the kernel, its arrays and the LB, and the node runs on the
+/// interpreter.
+#[test]
+fn an_lb_too_small_is_an_error_naming_the_kernel_and_sizes() {
+    let mut tiny = DsaDesc::preset("stcp920").expect("preset");
+    tiny.local_buffer.bytes = 256;
+    let g = load(GRAPHS[1]);
+    let m = DsaModel::compile(&g, &tiny, &DsaOptions::default()).expect("compiles");
+    let why = &m.model.report.interpreted;
+    assert_eq!(why.len(), 1, "{why:?}");
+    let reason = &why[0].1;
+    assert!(
+        reason.contains("kernel kiln_k0: its smallest tiles need")
+            && reason.contains("in0 box [1, 8, 3, 3] 288 B")
+            && reason.contains("but a core of stcp920 has 256 bytes"),
+        "{reason}"
+    );
+    let ins = inputs(&g).expect("inputs");
+    let (got, counts) = m.run(&ins).expect("runs on the interpreter");
+    assert_eq!(got, kiln_interp::run(&g, &ins).expect("interpreter"));
+    assert_eq!(counts.ddr_bytes(), 0);
+}
