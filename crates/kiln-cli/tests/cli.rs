@@ -2,26 +2,11 @@
 //! onnxruntime's output (saved by scripts/models/make_default_model.py),
 //! `info --json`, and one-line errors with a non-zero exit status.
 
+mod common;
+
+use common::{assets, kiln, tmp};
 use kiln_cli::npy;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn kiln(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn assets() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kiln-cli-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// max |kiln - ort| <= 1e-3 * max |ort| + 1e-5 (the model-suite criterion).
 fn assert_matches(got: &[f32], want: &[f32]) {

@@ -2,26 +2,11 @@
 //! matches the interpreter (and onnxruntime), `bench` reports DMA counts,
 //! a description file works, and bad target strings are clear errors.
 
+mod common;
+
+use common::{assets, kiln, tmp};
 use kiln_cli::npy;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn kiln(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn assets() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kiln-dsa-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
+use std::path::Path;
 
 /// The default model's output on `backend`.
 fn default_output(backend: &str) -> (Vec<f32>, String) {
