@@ -13,6 +13,7 @@
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
+mod arg_reduction;
 pub(crate) mod gemm_kernel;
 mod omp_clauses;
 mod ordered_reduction;
@@ -242,6 +243,16 @@ impl<'a> Printer<'a> {
         let pad = "  ".repeat(depth);
         match s {
             Stmt::Loop(l)
+                if matches!(l.kind, LoopKind::Parallel | LoopKind::Vectorized)
+                    && kiln_loop::ir::carries_arg_reduction(&l.body) =>
+            {
+                bail!(
+                    "{:?} loop '{}' would reorder the steps of an arg-reduction, which run in index order",
+                    l.kind,
+                    l.var
+                )
+            }
+            Stmt::Loop(l)
                 if l.kind == LoopKind::Parallel
                     && !kiln_loop::ir::reduced_locals(&l.body).is_empty() =>
             {
@@ -308,6 +319,7 @@ impl<'a> Printer<'a> {
                     writeln!(self.out, "{pad}{} |= {name} != {name};", nan_flag(name)).ok();
                 }
             }
+            Stmt::ArgUpdate(a) => self.arg_step(a, depth)?,
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
             Stmt::Alloc(b) => {
                 let b = &self.k.buffers[*b];

@@ -50,6 +50,10 @@ pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
     if let Some(b) = k.buffers.iter().find(|b| half_codec(b.dtype).is_some()) {
         bail!("{} buffers have no CUDA kernels yet", b.dtype);
     }
+    // Nor have arg-reductions (ArgMax, ArgMin), whose steps run in index order.
+    if kiln_loop::ir::has_arg_reduction(&k.body) {
+        bail!("arg-reductions have no CUDA kernels yet");
+    }
     let k = all_serial(k);
     let mapping = map_kernel(&k, gpu);
     let params = parameters(&k)?;

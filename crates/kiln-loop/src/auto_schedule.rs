@@ -32,6 +32,10 @@
 //! (`scalar_reductions`; the C printer combines the threads' partials in
 //! order).
 //!
+//! Reductions that must run in their order — an f16/bf16 accumulator
+//! rounding every step, an arg-reduction (ties go to the first or last
+//! index) — keep their loops serial: only output loops run in parallel.
+//!
 //! On a GPU target only step 1 applies, to every output loop whatever
 //! the offsets (one coalesced loop is what blocks and threads divide).
 //! On a scratchpad target (DSA) none does: the plain nest is tiled for
@@ -43,7 +47,7 @@
 
 use crate::canonical::{coalesce_inward, output_nest, x_reduced_loops, y_reducible, Coalescing};
 use crate::gpu_map::rows::RowPart;
-use crate::ir::{find_loop, for_each_load, Atom, Kernel, Loop, Stmt, Val};
+use crate::ir::{find_loop, for_each_load, has_arg_reduction, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ir::DType;
 use kiln_ops::te::Combiner;
@@ -94,7 +98,9 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     }
     let mut current = k.clone();
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
-    let in_order = accumulates_in_half_float(&k.body);
+    // In-order half-float sums round every step; an arg-reduction's ties go to the
+    // first or last index: neither runs in vector lanes or thread chunks.
+    let in_order = accumulates_in_half_float(&k.body) || has_arg_reduction(&k.body);
     if vars.is_empty() {
         return if target.is_gpu() || in_order {
             schedule
@@ -443,6 +449,7 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
                 val(value, out)
             }
+            Stmt::ArgUpdate(a) => val(&a.value, out),
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }

@@ -308,6 +308,7 @@ pub(crate) fn locals_read(body: &[Stmt], out: &mut Vec<String>) {
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
                 value_locals(value, out)
             }
+            Stmt::ArgUpdate(a) => value_locals(&a.value, out),
             _ => {}
         }
     }

@@ -117,11 +117,27 @@ pub enum Stmt {
         combiner: Combiner,
         value: Val,
     },
+    /// One step of an arg-reduction.
+    ArgUpdate(Box<ArgStep>),
     /// A matrix product computed by the micro-kernel template.
     Gemm(Box<Gemm>),
     /// Declares local buffer `buffers[i]` (uninitialised) for the rest of
     /// the enclosing block.
     Alloc(usize),
+}
+
+/// One step of an arg-reduction (`kiln_ops::te::ArgIndex`): when `value` beats
+/// local `best` under `combiner` (Max or Min, NaN the extreme; with `last` an
+/// equal value beats it too), `best = value` and local `name = index`. Steps
+/// must run in index order (never in vector lanes or thread chunks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArgStep {
+    pub name: String,
+    pub best: String,
+    pub combiner: Combiner,
+    pub last: bool,
+    pub value: Val,
+    pub index: Idx,
 }
 
 /// `C[b, m, n] = epilogue(Σ_k A[b, m, k] · B[b, k, n])` over flat buffers, each
@@ -602,6 +618,10 @@ impl Stmt {
                 combiner: *combiner,
                 value: f(value, loops),
             },
+            Stmt::ArgUpdate(a) => Stmt::ArgUpdate(Box::new(ArgStep {
+                value: f(&a.value, loops),
+                ..(**a).clone()
+            })),
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
             Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
@@ -637,6 +657,11 @@ impl Stmt {
                 combiner: *combiner,
                 value: value.substitute(name, with),
             },
+            Stmt::ArgUpdate(a) => Stmt::ArgUpdate(Box::new(ArgStep {
+                value: a.value.substitute(name, with),
+                index: a.index.substitute(name, with),
+                ..(**a).clone()
+            })),
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
             Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
@@ -687,6 +712,32 @@ pub fn reduced_locals(body: &[Stmt]) -> Vec<(String, Combiner)> {
     out
 }
 
+/// Whether `body` takes arg-reduction steps, inside loops too.
+pub fn has_arg_reduction(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::ArgUpdate(_) => true,
+        Stmt::Loop(l) => has_arg_reduction(&l.body),
+        _ => false,
+    })
+}
+
+/// Whether `body` takes arg-reduction steps on locals declared outside it: then its
+/// loops must run in order (see [`Stmt::ArgUpdate`]).
+pub fn carries_arg_reduction(body: &[Stmt]) -> bool {
+    fn walk<'a>(body: &'a [Stmt], inside: &mut Vec<&'a str>) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Let { name, .. } => {
+                inside.push(name);
+                false
+            }
+            Stmt::ArgUpdate(a) => !inside.contains(&a.name.as_str()),
+            Stmt::Loop(l) => walk(&l.body, inside),
+            _ => false,
+        })
+    }
+    walk(body, &mut Vec::new())
+}
+
 /// Calls `f` on every load of the values `body` stores, declares and
 /// combines, inside loops too (see [`Val::for_each_load`]).
 pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
@@ -696,6 +747,7 @@ pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
                 value.for_each_load(f)
             }
+            Stmt::ArgUpdate(a) => a.value.for_each_load(f),
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }

@@ -19,7 +19,7 @@
 //! convolution over 144 channels at 56x56 ran 0.121 ms as one pixel per
 //! iteration and 0.072 ms as six (hand-edited C of kiln's kernel, Zen 4).
 
-use crate::ir::{Extent, Idx, Loop, Stmt, Val};
+use crate::ir::{ArgStep, Extent, Idx, Loop, Stmt, Val};
 use kiln_ir::{bail, Result};
 
 pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
@@ -190,6 +190,12 @@ fn rename_locals(s: &Stmt, locals: &[String], j: i64) -> Stmt {
             combiner: *combiner,
             value: rename_reads(value, &renamed),
         },
+        Stmt::ArgUpdate(a) => Stmt::ArgUpdate(Box::new(ArgStep {
+            name: renamed(&a.name),
+            best: renamed(&a.best),
+            value: rename_reads(&a.value, &renamed),
+            ..(**a).clone()
+        })),
         Stmt::Gemm(_) | Stmt::Alloc(_) => s.clone(),
     }
 }

@@ -24,8 +24,8 @@ pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{
-    Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind,
-    Scope, Stmt, Val, WindowLayout,
+    ArgStep, Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop,
+    LoopKind, Scope, Stmt, Val, WindowLayout,
 };
 pub use lower::lower;
 pub use parse::parse as parse_kernel;

@@ -7,7 +7,8 @@
 //! `kiln_ops::te::eval::evaluate` computes: one loop per output dimension
 //! (`i0, i1, …`) except dimensions of extent 1, whose index is 0; for a reduction, a local accumulator initialised to the
 //! combiner's identity, one loop per reduction axis (`r0, …`) in order, and
-//! a final store. Reads whose index can leave the input (padding windows)
+//! a final store (an arg-reduction's accumulator is the index, the extreme
+//! beside it). Reads whose index can leave the input (padding windows)
 //! are guarded so they never touch memory outside it and read zero, as the
 //! expression's semantics say. Floats accumulate sums and products in
 //! double (as the interpreter does) and round once.
@@ -15,7 +16,7 @@
 //! No scheduling happens here; see `schedule.rs`.
 
 use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
-use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use crate::ir::{ArgStep, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::{Combiner, TensorExpr, Var};
 
@@ -121,7 +122,9 @@ pub(crate) fn reduce_into(
 }
 
 /// [`reduce_into`] with an accumulator of type `acc_type` and the
-/// reduction loop variables named by `name`.
+/// reduction loop variables named by `name`. An arg-reduction keeps its
+/// extreme in `{acc}_best` (of type `acc_type`) and the extreme's index,
+/// row-major over the reduction loops, in `acc` (i64, from 0).
 pub(crate) fn reduce_over(
     acc: &str,
     acc_type: DType,
@@ -129,19 +132,53 @@ pub(crate) fn reduce_over(
     value: Val,
     name: &dyn Fn(usize) -> String,
 ) -> Result<Vec<Stmt>> {
-    let mut update = vec![Stmt::Update {
-        name: acc.into(),
-        combiner: r.combiner,
-        value,
-    }];
+    let start = Val::Const(identity(acc_type, r.combiner)?);
+    let (mut stmts, step) = match r.arg {
+        None => (
+            vec![Stmt::Let {
+                name: acc.into(),
+                dtype: acc_type,
+                value: start,
+            }],
+            Stmt::Update {
+                name: acc.into(),
+                combiner: r.combiner,
+                value,
+            },
+        ),
+        Some(arg) => {
+            let best = format!("{acc}_best");
+            let vars: Vec<Idx> = (0..r.extents.len()).map(|k| Idx::var(&name(k))).collect();
+            let first = Val::Const(Tensor::scalar(0i64));
+            let step = ArgStep {
+                name: acc.into(),
+                best: best.clone(),
+                combiner: r.combiner,
+                last: arg.last,
+                value,
+                index: flatten(&vars, &r.extents),
+            };
+            (
+                vec![
+                    Stmt::Let {
+                        name: best,
+                        dtype: acc_type,
+                        value: start,
+                    },
+                    Stmt::Let {
+                        name: acc.into(),
+                        dtype: DType::I64,
+                        value: first,
+                    },
+                ],
+                Stmt::ArgUpdate(Box::new(step)),
+            )
+        }
+    };
+    let mut update = vec![step];
     for (k, &e) in r.extents.iter().enumerate().rev() {
         update = loop_or_zero(&name(k), e as i64, update);
     }
-    let mut stmts = vec![Stmt::Let {
-        name: acc.into(),
-        dtype: acc_type,
-        value: Val::Const(identity(acc_type, r.combiner)?),
-    }];
     stmts.extend(update);
     Ok(stmts)
 }

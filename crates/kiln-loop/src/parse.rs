@@ -24,6 +24,8 @@
 //!                 ["," int ["," int]] "]"] ["then" val]
 //!          | access "=" val                       (store)
 //!          | name "=" combiner "(" name "," val ")"  (update)
+//!          | name "=" ("argmax" | "argmin") ["_last"] "(" name "," val "," idx ")"
+//!                                                  (arg-reduction step)
 //! factor  := access | "(" val ")"                 (computed: a prologue)
 //! extent  := int | "min(" f "," total "-" f "*" name ")"
 //! access  := name "[" idx ["if" guard] "]"
@@ -40,8 +42,8 @@
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
 use crate::ir::{
-    Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop, LoopKind, Scope,
-    Stmt, Val,
+    ArgStep, Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop,
+    LoopKind, Scope, Stmt, Val,
 };
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};
@@ -459,6 +461,9 @@ impl Parser<'_> {
     fn update(&mut self, name: String) -> Result<Stmt> {
         self.expect("=")?;
         let word = self.word("a combiner")?;
+        if let Some(arg) = word.strip_prefix("arg") {
+            return self.arg_update(name, arg);
+        }
         let combiner = Combiner::from_name(&word)
             .ok_or_else(|| self.error(&format!("unknown combiner '{word}'")))?;
         self.expect("(")?;
@@ -473,6 +478,34 @@ impl Parser<'_> {
             combiner,
             value,
         })
+    }
+
+    /// `name = argmax_last(best, value, index)` after `arg`: `kind` is the rest of
+    /// the word (`max_last`).
+    fn arg_update(&mut self, name: String, kind: &str) -> Result<Stmt> {
+        let (kind, last) = match kind.strip_suffix("_last") {
+            Some(k) => (k, true),
+            None => (kind, false),
+        };
+        let combiner = match Combiner::from_name(kind) {
+            Some(c @ (Combiner::Max | Combiner::Min)) => c,
+            _ => return Err(self.error(&format!("unknown arg-reduction 'arg{kind}'"))),
+        };
+        self.expect("(")?;
+        let best = self.name("the arg-reduction's extreme")?;
+        self.expect(",")?;
+        let value = self.val()?;
+        self.expect(",")?;
+        let index = self.idx()?;
+        self.expect(")")?;
+        Ok(Stmt::ArgUpdate(Box::new(ArgStep {
+            name,
+            best,
+            combiner,
+            last,
+            value,
+            index,
+        })))
     }
 
     /// `gemm b<B, m<M, n<N, k<K: C[..] = sum A[..] * B[..]`

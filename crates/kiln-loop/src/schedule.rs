@@ -450,6 +450,7 @@ pub fn has_div_mod_of(body: &[Stmt], var: &str) -> bool {
         Stmt::Loop(l) => has_div_mod_of(&l.body, var),
         Stmt::Store { offset, value, .. } => idx(offset, var) || val(value, var),
         Stmt::Let { value, .. } | Stmt::Update { value, .. } => val(value, var),
+        Stmt::ArgUpdate(a) => idx(&a.index, var) || val(&a.value, var),
         Stmt::Gemm(_) | Stmt::Alloc(_) => false,
     })
 }

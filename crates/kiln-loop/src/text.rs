@@ -132,6 +132,16 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
             combiner.name(),
             ValText(k, value)
         ),
+        Stmt::ArgUpdate(a) => writeln!(
+            out,
+            "{pad}{} = arg{}{}({}, {}, {})",
+            Name(&a.name),
+            a.combiner.name(),
+            if a.last { "_last" } else { "" },
+            Name(&a.best),
+            ValText(k, &a.value),
+            IdxText(k, &a.index)
+        ),
         Stmt::Gemm(g) => writeln!(out, "{pad}{}", GemmText(k, g)),
         Stmt::Alloc(b) => writeln!(out, "{pad}alloc {}", Declared(&k.buffers[*b])),
     }

@@ -9,8 +9,9 @@ use kiln_ir::{Attr, DType, Data, Elem, Graph, Result, Tensor};
 use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
-    apply, default_schedule, parse_kernel, Atom, Buffer, ConvWindow, Directive, Extent, Gemm,
-    GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val, WindowLayout,
+    apply, default_schedule, parse_kernel, ArgStep, Atom, Buffer, ConvWindow, Directive, Extent,
+    Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
+    WindowLayout,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -237,6 +238,19 @@ fn every_construct() -> Kernel {
     }
     let mut body = vec![nest, gemm, nhwc, nchw_rows, prologue];
     body.extend(every_combiner);
+    // Arg-reduction steps: max and min, ties to the first or the last index.
+    for combiner in [Combiner::Max, Combiner::Min] {
+        body.extend([false, true].map(|last| {
+            Stmt::ArgUpdate(Box::new(ArgStep {
+                name: "acc".into(),
+                best: "acc_best".into(),
+                combiner,
+                last,
+                value: load(0, var("r")),
+                index: var("r").scale(3).plus(&Idx::constant(1)),
+            }))
+        }));
+    }
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
     // A local buffer, declared, written and read.
     body.push(looped(
@@ -434,6 +448,11 @@ fn errors_name_line_and_expectation() {
             "  let a: f32 = 0.0:f32\n  a = avg(a, in0[0])\n}",
             "line 3",
             "combiner",
+        ),
+        (
+            "  let a: f32 = 0.0:f32\n  let i: i64 = 0:i64\n  i = argsum(a, in0[0], 0)\n}",
+            "line 4",
+            "unknown arg-reduction",
         ),
         ("  let a: q9 = 0.0:f32\n}", "line 2", "element type"),
         ("  out0[0] = 1.5:i64\n}", "line 2", "i64 literal"),

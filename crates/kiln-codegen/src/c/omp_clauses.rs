@@ -160,7 +160,7 @@ fn collect_stores<'a>(
             }
             Stmt::Store { buf, offset, value } => out.push((*buf, offset, value)),
             Stmt::Alloc(buf) => private.push(*buf),
-            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::Gemm(_) => {}
+            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::ArgUpdate(_) | Stmt::Gemm(_) => {}
         }
     }
 }

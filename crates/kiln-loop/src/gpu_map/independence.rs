@@ -158,6 +158,12 @@ fn collect(
                 }
                 loads(value, ranges, out);
             }
+            Stmt::ArgUpdate(a) => {
+                if !declared.contains(&a.name) || !declared.contains(&a.best) {
+                    return false;
+                }
+                loads(&a.value, ranges, out);
+            }
             Stmt::Alloc(_) => {}
             Stmt::Gemm(_) => return false,
         }

@@ -14,7 +14,7 @@
 //! in parallel chunks (`auto_schedule::scalar_reductions`).
 
 use super::independence::independent;
-use crate::ir::{reduced_locals, Extent, Kernel, Loop, Stmt};
+use crate::ir::{carries_arg_reduction, reduced_locals, Extent, Kernel, Loop, Stmt};
 use kiln_ops::te::Combiner;
 use std::collections::HashSet;
 
@@ -48,6 +48,8 @@ pub fn row_parts<'a>(k: &Kernel, body: &'a [Stmt]) -> Option<Vec<RowPart<'a>>> {
                 declared.insert(name.clone());
                 RowPart::Local(s)
             }
+            // An arg-reduction's steps run in order: its threads cannot share it.
+            Stmt::Loop(l) if carries_arg_reduction(&l.body) => return None,
             Stmt::Loop(l) => {
                 let reduced = reduced_locals(&l.body);
                 if !matches!(l.extent, Extent::Const(_)) {
@@ -66,7 +68,9 @@ pub fn row_parts<'a>(k: &Kernel, body: &'a [Stmt]) -> Option<Vec<RowPart<'a>>> {
                 }
             }
             Stmt::Store { .. } => RowPart::Once(s),
-            Stmt::Update { .. } | Stmt::Alloc(_) | Stmt::Gemm(_) => return None,
+            Stmt::Update { .. } | Stmt::ArgUpdate(_) | Stmt::Alloc(_) | Stmt::Gemm(_) => {
+                return None
+            }
         });
     }
     Some(parts)

@@ -289,6 +289,7 @@ fn conv_expression(
             extents,
             combiner: Combiner::Sum,
             widened: true,
+            arg: None,
         }),
         body,
     }

@@ -100,6 +100,7 @@ impl Primitive for MatMul {
                     extents: vec![sh.k],
                     combiner: Combiner::Sum,
                     widened: true,
+                    arg: None,
                 }),
                 body: Expr::call("Mul", vec![Expr::Load(0), Expr::Load(1)]),
             }

@@ -233,6 +233,7 @@ impl Primitive for MaxPool {
                     extents: g.kernel.clone(),
                     combiner: Combiner::Max,
                     widened: false,
+                    arg: None,
                 }),
                 body,
             }

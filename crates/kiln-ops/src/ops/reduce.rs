@@ -1,7 +1,7 @@
 //! Reductions. ReduceSum, ReduceMax, ReduceMin and ReduceProd are
 //! primitives (tensor expressions); ReduceMean, ReduceL1, ReduceL2,
 //! ReduceLogSum, ReduceLogSumExp and ReduceSumSquare are compounds that
-//! open into them and element-wise ops. ArgMax/ArgMin (`arg`),
+//! open into them and element-wise ops. ArgMax/ArgMin (`arg`, arg-reductions),
 //! CumSum/CumProd (`cumulative`) and TopK (`topk`) live in the submodules.
 //! Float reductions accumulate in f64 (bfloat16 stepwise, see `te::eval`);
 //! integer ones are exact (wrapped to the element type like integer
@@ -16,7 +16,7 @@ use crate::ops::compose::{attrs_of, cast};
 use crate::registry::Registry;
 use crate::te::primitive::{Prim, Primitive};
 use crate::te::{Access, Combiner, Expr, IndexExpr, Reduction, TensorExpr};
-use crate::util::{for_each_offset, ints, numel, strides};
+use crate::util::{ints, numel};
 use crate::Builder;
 use crate::{inputs_id, InferCx};
 use kiln_ir::tensor::{bf16, f16};
@@ -79,39 +79,6 @@ impl Exact for bool {
     }
     fn from_i128(v: i128) -> Self {
         v != 0
-    }
-}
-
-/// Splits a tensor's index space into kept and reduced parts: element `j`
-/// of the reduction group of output `k` is at flat offset `kept[k] + reduced[j]`.
-/// Both lists are in row-major order, so one pass visits every element once.
-pub(crate) struct ReducePlan {
-    pub kept: Vec<usize>,
-    pub reduced: Vec<usize>,
-}
-
-impl ReducePlan {
-    /// `reduce[i]` says whether axis `i` of `shape` is reduced.
-    pub fn new(shape: &[usize], reduce: &[bool]) -> ReducePlan {
-        let st = strides(shape);
-        let offsets = |want: bool| {
-            let axes: Vec<usize> = (0..shape.len()).filter(|&i| reduce[i] == want).collect();
-            let dims: Vec<usize> = axes.iter().map(|&i| shape[i]).collect();
-            let step: Vec<usize> = axes.iter().map(|&i| st[i]).collect();
-            let mut offs = Vec::with_capacity(numel(&dims));
-            for_each_offset(&dims, [&step], |_, [o]| offs.push(o));
-            offs
-        };
-        ReducePlan {
-            kept: offsets(false),
-            reduced: offsets(true),
-        }
-    }
-
-    /// The plan that reduces the single axis `axis`.
-    pub fn along(shape: &[usize], axis: usize) -> ReducePlan {
-        let mask: Vec<bool> = (0..shape.len()).map(|i| i == axis).collect();
-        ReducePlan::new(shape, &mask)
     }
 }
 
@@ -356,6 +323,7 @@ impl Primitive for ReducePrim {
             extents,
             combiner,
             widened: false,
+            arg: None,
         });
         Ok(Some(
             TensorExpr {

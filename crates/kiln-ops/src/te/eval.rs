@@ -5,7 +5,8 @@
 //! Guarantees: `out[i] = combine_r body(i, r)` exactly as written, reduction
 //! order r = 0, 1, … (floats accumulate in f64 and round once, bfloat16 one
 //! rounded step at a time as the ONNX reference does; integers
-//! wrap like their type); a data-dependent index out of range is an error.
+//! wrap like their type; an arg-reduction gives the index of the extreme by
+//! `ArgIndex::beats`); a data-dependent index out of range is an error.
 //!
 //! It works on blocks of output elements: each index map is evaluated over
 //! the block into a vector of offsets, each scalar op runs once per block
@@ -13,11 +14,13 @@
 //! a small factor of hand-written loops for everything but matmul and
 //! convolution, which also have direct kernels (see `primitive.rs`).
 
-use super::{Access, Expr, IndexExpr, Reduction, Scalar, TensorExpr, Var};
+use super::{Access, ArgIndex, Combiner, Expr, IndexExpr, Reduction, Scalar, TensorExpr, Var};
 use crate::ops::cast::cast_tensor;
 use crate::util::{numel, strides};
 use crate::{registry, EvalCx, SubgraphRunner};
-use kiln_ir::{bail, dispatch_all, with_dtype, DType, Data, Elem, Graph, Result, Tensor};
+use kiln_ir::{
+    bail, dispatch_all, dispatch_num, with_dtype, DType, Data, Elem, Graph, Result, Tensor,
+};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -143,22 +146,44 @@ struct Block<'a> {
 
 impl Block<'_> {
     fn reduce(mut self, red: &Reduction) -> Result<Tensor> {
+        if let Some(arg) = red.arg {
+            return self.arg_reduce(red, arg);
+        }
         let (extents, combiner) = (&red.extents, red.combiner);
         let acc_type = red.accumulator_type(self.te.dtype);
         let identity = Data::from_f64(acc_type, &[combiner.identity()])?;
         let mut acc = Tensor::new(vec![], identity)?;
         let combine = combiner.scalar();
-        let red_strides = strides(extents);
         for r in 0..numel(extents) {
-            self.red = red_strides
-                .iter()
-                .zip(extents)
-                .map(|(&s, &e)| ((r / s) % e) as i64)
-                .collect();
+            self.red = position(extents, r);
             let v = cast_tensor(&self.eval(&self.te.body)?, acc_type)?;
             acc = apply_scalar(&combine, &[&acc, &v])?;
         }
         cast_tensor(&acc, self.te.dtype)
+    }
+
+    /// An arg-reduction: per element the extreme so far and its index, replaced in
+    /// reduction order wherever a value beats it ([`ArgIndex::beats`]).
+    fn arg_reduce(mut self, red: &Reduction, arg: ArgIndex) -> Result<Tensor> {
+        if numel(&red.extents) == 0 {
+            bail!("an arg-reduction over no elements has no index");
+        }
+        let mut index = vec![0i64; self.len];
+        self.red = position(&red.extents, 0);
+        let mut best = spread(&self.eval(&self.te.body)?, self.len);
+        if best.dtype() != arg.value {
+            bail!(
+                "arg-reduction body computes {}, declared {}",
+                best.dtype(),
+                arg.value
+            );
+        }
+        for r in 1..numel(&red.extents) {
+            self.red = position(&red.extents, r);
+            let v = spread(&self.eval(&self.te.body)?, self.len);
+            best = arg_step(arg, red.combiner, &best, &v, r as i64, &mut index)?;
+        }
+        Ok(block_tensor(index))
     }
 
     fn eval(&self, e: &Expr) -> Result<Tensor> {
@@ -301,6 +326,48 @@ impl Block<'_> {
         }
         Ok(IVal::Each(out))
     }
+}
+
+/// The reduction indices of row-major position `r` over `extents`.
+fn position(extents: &[usize], r: usize) -> Vec<i64> {
+    strides(extents)
+        .iter()
+        .zip(extents)
+        .map(|(&s, &e)| ((r / s) % e) as i64)
+        .collect()
+}
+
+/// One step of an arg-reduction over a block: where `v` beats `best`, its value
+/// and the index `r` take their places.
+fn arg_step(
+    arg: ArgIndex,
+    combiner: Combiner,
+    best: &Data,
+    v: &Data,
+    r: i64,
+    index: &mut [i64],
+) -> Result<Data> {
+    dispatch_num!(
+        best,
+        |b: T| {
+            let Some(v) = T::unwrap(v) else {
+                bail!(
+                    "arg-reduction values change type from {} to {}",
+                    best.dtype(),
+                    v.dtype()
+                );
+            };
+            let mut b = b.to_vec();
+            for (j, (b, &v)) in b.iter_mut().zip(v).enumerate() {
+                if arg.beats(combiner, v, *b) {
+                    *b = v;
+                    index[j] = r;
+                }
+            }
+            Ok(T::wrap(b))
+        },
+        bail!("an arg-reduction compares numbers, got strings")
+    )
 }
 
 fn block_tensor<T: Elem>(v: Vec<T>) -> Tensor {

@@ -158,6 +158,15 @@ fn listed(op: &str) -> Vec<Example> {
                 .attr("keepdims", Attr::Int(0)),
             e(op, &format!("{op} [4,1] axis 1")).f32(&[4, 1]).ints(&[1]),
         ],
+        "ArgMax" | "ArgMin" => vec![
+            e(op, &format!("{op} [4,5] axis 1 keepdims"))
+                .f32(&[4, 5])
+                .attr("axis", Attr::Int(1)),
+            e(op, &format!("{op} [4,5] axis 0 select_last_index"))
+                .f32(&[4, 5])
+                .attr("keepdims", Attr::Int(0))
+                .attr("select_last_index", Attr::Int(1)),
+        ],
         "Transpose" => vec![e(op, "Transpose [2,3] perm [1,0]")
             .f32(&[2, 3])
             .attr("perm", Attr::Ints(vec![1, 0]))],

@@ -112,8 +112,7 @@ pub fn channels_last(te: TensorExpr, inputs: bool) -> Result<TensorExpr> {
         .collect();
     let reduction = te.reduction.as_ref().map(|r| super::Reduction {
         extents: red_order.iter().map(|&k| r.extents[k]).collect(),
-        combiner: r.combiner,
-        widened: r.widened,
+        ..r.clone()
     });
     Ok(TensorExpr {
         dtype: te.dtype,

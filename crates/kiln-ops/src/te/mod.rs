@@ -62,18 +62,69 @@ pub struct Reduction {
     /// reduction order, as ReduceSum's reference (numpy on ml_dtypes' bfloat16) sums. Other
     /// float types always accumulate wide ([`Reduction::accumulator_type`]).
     pub widened: bool,
+    /// `Some` for an arg-reduction (ArgMax, ArgMin): see [`ArgIndex`].
+    pub arg: Option<ArgIndex>,
+}
+
+/// What makes a Max or Min reduction an arg-reduction: its result is not the extreme
+/// value but where it is, an i64 index row-major over the reduction axes. The values
+/// compared are the body's, of type `value`. NaN counts as the extreme under Max and
+/// Min alike (both propagate it) and NaNs are equal to each other; among equal
+/// extremes the first index wins, or the last with `last` (ONNX `select_last_index`),
+/// as in numpy. [`ArgIndex::beats`] is the rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArgIndex {
+    pub value: DType,
+    pub last: bool,
+}
+
+impl ArgIndex {
+    /// Whether the value `candidate`, met after `best` in reduction order, takes its
+    /// place under `combiner` (Max or Min) and this rule for ties and NaN.
+    pub fn beats<T: kiln_ir::Num>(self, combiner: Combiner, candidate: T, best: T) -> bool {
+        #[allow(clippy::eq_op)]
+        let is_nan = |x: T| x != x;
+        match (is_nan(candidate), is_nan(best)) {
+            (c, true) => c && self.last,
+            (true, false) => true,
+            (false, false) => {
+                let better = match combiner {
+                    Combiner::Min => candidate < best,
+                    _ => candidate > best,
+                };
+                better || (self.last && candidate == best)
+            }
+        }
+    }
 }
 
 impl Reduction {
     /// The type a reduction producing `dtype` accumulates in: f64 for float sums and
     /// products (rounded once at the end), except in-order bf16 ones (see
-    /// [`Reduction::widened`]); `dtype` itself otherwise (min and max are exact).
+    /// [`Reduction::widened`]); `dtype` itself otherwise (min and max are exact). An
+    /// arg-reduction keeps its running extreme in the type of the values it compares.
     pub fn accumulator_type(&self, dtype: DType) -> DType {
+        if let Some(arg) = self.arg {
+            return arg.value;
+        }
         let sums = matches!(self.combiner, Combiner::Sum | Combiner::Prod);
         if sums && dtype.is_float() && (dtype != DType::BF16 || self.widened) {
             DType::F64
         } else {
             dtype
+        }
+    }
+
+    /// The reduction's name in text: the combiner's, or for an arg-reduction `argmax`,
+    /// `argmin` with `_last` when ties pick the last index.
+    pub fn name(&self) -> String {
+        match self.arg {
+            None => self.combiner.name().to_string(),
+            Some(a) => format!(
+                "arg{}{}",
+                self.combiner.name(),
+                if a.last { "_last" } else { "" }
+            ),
         }
     }
 }
@@ -302,7 +353,7 @@ impl fmt::Display for TensorExpr {
         write_list(f, &outs)?;
         write!(f, "] = ")?;
         if let Some(r) = &self.reduction {
-            write!(f, "{}[", r.combiner.name())?;
+            write!(f, "{}[", r.name())?;
             let bounds: Vec<String> = r
                 .extents
                 .iter()
