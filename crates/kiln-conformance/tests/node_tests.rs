@@ -92,14 +92,7 @@ fn onnx_node_tests_cpu() {
     check(&cpu, false);
     let interpreted = cpu.interpreted.into_inner().unwrap();
     let compiled = cpu.compiled.into_inner();
-    let mut why: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, reason) in &interpreted {
-        *why.entry(reason.clone()).or_default() += 1;
-    }
-    println!("nodes left to the interpreter, by reason:");
-    for (reason, n) in &why {
-        println!("  {n:5}  {reason}");
-    }
+    print_reasons(&interpreted);
     println!(
         "{compiled} nodes compiled to C kernels, {} interpreted",
         interpreted.len()
@@ -128,6 +121,18 @@ fn onnx_node_tests_cpu() {
             "only {compiled} nodes became C kernels (at least {MIN_COMPILED_NODES} did before): \
              the CPU backend is falling back to the interpreter more"
         );
+    }
+}
+
+/// Prints how many nodes were left to the interpreter for each reason.
+fn print_reasons(interpreted: &[(String, String)]) {
+    let mut why: BTreeMap<&str, usize> = BTreeMap::new();
+    for (_, reason) in interpreted {
+        *why.entry(reason).or_default() += 1;
+    }
+    println!("nodes left to the interpreter, by reason:");
+    for (reason, n) in &why {
+        println!("  {n:5}  {reason}");
     }
 }
 
@@ -286,14 +291,7 @@ fn onnx_node_tests_dsa() {
     check(&dsa, false);
     let interpreted = dsa.interpreted.into_inner().unwrap();
     let compiled = dsa.compiled.into_inner();
-    let mut why: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, reason) in &interpreted {
-        *why.entry(reason.clone()).or_default() += 1;
-    }
-    println!("nodes left to the interpreter, by reason:");
-    for (reason, n) in &why {
-        println!("  {n:5}  {reason}");
-    }
+    print_reasons(&interpreted);
     println!(
         "{compiled} nodes compiled to DSA kernels, {} interpreted; {} bytes between DDR and the chip",
         interpreted.len(),
