@@ -124,25 +124,7 @@ fn main() {
             exec,
             args,
             passes,
-        } => {
-            let cpu_only = match exec.backend.as_str() {
-                "cpu" => Ok(()),
-                other => Err(Error::new(format!(
-                    "kiln tune measures the cpu backend's kernels, not --backend {other}"
-                ))),
-            };
-            cpu_only
-                .and_then(|()| prepare(model.as_deref(), &exec.inputs, exec.seed, &args, &passes))
-                .and_then(|p| {
-                    println!("model: {}", p.label);
-                    let opts = kiln_cli::tune::TuneOptions {
-                        cpu: cpu_options(&exec),
-                        budget,
-                        runs,
-                    };
-                    kiln_cli::tune::tune(&p.graph, &p.inputs, &opts)
-                })
-        }
+        } => tune(model.as_deref(), budget, runs, &exec, &args, &passes),
         Command::Compile {
             model,
             emit,
@@ -495,6 +477,31 @@ fn prepare(
         inputs,
         import_time,
     })
+}
+
+/// `kiln tune`: the cpu backend's gemm kernels measured and filed.
+fn tune(
+    model: Option<&Path>,
+    budget: std::time::Duration,
+    runs: usize,
+    exec: &ExecArgs,
+    args: &ModelArgs,
+    passes: &PassArgs,
+) -> Result<()> {
+    if exec.backend != "cpu" {
+        bail!(
+            "kiln tune measures the cpu backend's kernels, not --backend {}",
+            exec.backend
+        );
+    }
+    let p = prepare(model, &exec.inputs, exec.seed, args, passes)?;
+    println!("model: {}", p.label);
+    let opts = kiln_cli::tune::TuneOptions {
+        cpu: cpu_options(exec),
+        budget,
+        runs,
+    };
+    kiln_cli::tune::tune(&p.graph, &p.inputs, &opts)
 }
 
 fn cuda_options(exec: &ExecArgs) -> kiln_cuda::CudaOptions {
