@@ -117,15 +117,26 @@ pub struct CompiledModel {
     pub report: CompileSummary,
 }
 
-/// A node's op for profiles: a fused node's ops joined by `+`.
+/// A node's op for profiles: a fused node's ops joined by `+`; a
+/// channels-last node as the op it wraps (`Conv[nhwc]`).
 pub fn op_label(n: &kiln_ir::Node) -> String {
     match n.attr_graph("body") {
         Ok(Some(body)) if n.domain == kiln_ops::ops::control::FUSED_DOMAIN => body
             .nodes
             .iter()
-            .map(|b| b.op.as_str())
+            .map(one_op_label)
             .collect::<Vec<_>>()
             .join("+"),
+        _ => one_op_label(n),
+    }
+}
+
+fn one_op_label(n: &kiln_ir::Node) -> String {
+    use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
+    match n.attr_string("op") {
+        Ok(Some(wrapped)) if n.domain == CHANNELS_LAST_DOMAIN && n.op == CHANNELS_LAST_OP => {
+            format!("{wrapped}[nhwc]")
+        }
         _ => n.op.clone(),
     }
 }
