@@ -14,7 +14,8 @@ most 1e-3 of the largest reference magnitude. Then each engine is timed:
 
 median milliseconds of --runs runs after --warmup, and kiln / peer ratios
 (< 1: kiln is faster). Cases: PANAMERA (Table 2's 12 sub-graphs and
-single reductions in its three canonical forms), Softmax and LayerNorm rows,
+single reductions in its three canonical forms, and Figures 9-10's sum, max and
+and over f32, f16, int32 and bool), Softmax and LayerNorm rows,
 and models (torchvision resnet50 / mobilenet_v2 exported here with
 torch.onnx at opset 17, static shapes, random weights).
 
@@ -65,6 +66,55 @@ def reduce_case(shape, ax, keep=0):
               [helper.make_node("ReduceSum", ["x", "ax"], ["y"], keepdims=keep)],
               [axes("ax", ax)])
     return m, lambda t: t["x"].sum(dim=tuple(ax), keepdim=bool(keep)), {"x": shape}
+
+
+ONNX_TYPE = {"f32": F, "f16": H, "i32": TensorProto.INT32, "bool": TensorProto.BOOL}
+
+
+def single_case(op, ty, shape, ax):
+    """PANAMERA Figures 9-10: one reduce_sum / reduce_max / reduce_and of
+    type `ty` (opset 17 has no ReduceAnd or boolean ReduceMin: `and` is
+    bool -> Cast int32 -> ReduceMin -> Cast bool)."""
+    out_shape = [d for i, d in enumerate(shape) if i not in ax]
+    onnx_op = {"sum": "ReduceSum", "max": "ReduceMax", "and": "ReduceMin"}[op]
+    reduced_in = "xi" if op == "and" else "x"
+    reduced_out = "yi" if op == "and" else "y"
+    if op == "sum":
+        reduce = helper.make_node(onnx_op, [reduced_in, "ax"], [reduced_out], keepdims=0)
+        inits = [axes("ax", ax)]
+    else:
+        reduce = helper.make_node(onnx_op, [reduced_in], [reduced_out], axes=ax, keepdims=0)
+        inits = []
+    nodes = [reduce]
+    if op == "and":
+        nodes = [helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32), reduce,
+                 helper.make_node("Cast", ["yi"], ["y"], to=TensorProto.BOOL)]
+    t = ONNX_TYPE[ty]
+    m = graph(f"{op}_{ty}", [vi("x", shape, t)], [vi("y", out_shape, t)], nodes, inits)
+
+    def torch_fn(v):
+        x = v["x"]
+        if op == "sum":
+            return x.sum(dim=tuple(ax), dtype=x.dtype)
+        if op == "max":
+            return x.amax(dim=tuple(ax))
+        return x.all(dim=ax[0]) if len(ax) == 1 else x.all()
+    return m, torch_fn, {"x": shape}
+
+
+def figure_9_10_cases():
+    """Sum and max over f32, f16, int32 and `and` over bool, each as an
+    all-, x- and y-reduce of 4M elements (the figures' shape labels are
+    lost in the text: these shapes give every canonical form, and the
+    f32 cases read 16 MB)."""
+    forms = {"all": ([4194304], [0]), "x": ([4096, 1024], [1]), "y": ([1024, 4096], [0])}
+    c = {}
+    for op, types in (("sum", ["f32", "f16", "i32"]), ("max", ["f32", "f16", "i32"]),
+                      ("and", ["bool"])):
+        for ty in types:
+            for form, (shape, ax) in forms.items():
+                c[f"fig_{op}_{ty}_{form}"] = single_case(op, ty, shape, ax)
+    return c
 
 
 def chain_case(shape, ops, ax):
@@ -196,6 +246,7 @@ def cases():
         "layernorm_8x1048576": layernorm_case([8, 1048576]),
         "softmax_1x1048576": softmax_case([1, 1048576]),
     }
+    c.update(figure_9_10_cases())
     return c
 
 
@@ -370,6 +421,7 @@ def main():
             is_model = not isinstance(case[0], onnx.ModelProto)
             if not args.no_compile and (args.compile_models or not is_model):
                 t0 = time.time()
+                torch._dynamo.reset()  # cases sharing a code object would hit the recompile limit
                 compiled = torch.compile(torch_fn)
                 row["torch_compile_ms"] = time_torch(compiled, inputs, args.runs, args.warmup)
                 row["torch_compile_s"] = round(time.time() - t0, 1)

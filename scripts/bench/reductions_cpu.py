@@ -61,6 +61,9 @@ def time_torch(fn, shapes, dtypes, threads, runs, warmup, compiled):
     """Median ms of PyTorch on the CPU, eager or torch.compile (Inductor)."""
     import torch
     torch.set_num_threads(threads)
+    # Cases built by one function share its code object: without a reset,
+    # Dynamo's recompile limit would leave later cases uncompiled.
+    torch._dynamo.reset()
     f = torch.compile(fn) if compiled else fn
     t = {k: torch.from_numpy(np.random.rand(*v).astype(dtypes[k])) for k, v in shapes.items()}
     times = []
