@@ -77,6 +77,16 @@ def time_torch(fn, shapes, dtypes, threads, runs, warmup, compiled):
     return statistics.median(times)
 
 
+def peer_or_none(measure):
+    """A PyTorch peer's time, or None where it fails on this case (torch.compile
+    has failed to build some integer reductions): the others still count."""
+    try:
+        return measure()
+    except Exception as e:  # noqa: BLE001 - any failure of the peer itself
+        print(f"  (peer failed: {str(e).splitlines()[0][:100]})", file=sys.stderr)
+        return None
+
+
 def triad_gbps(kiln, threads):
     """The machine's memory bandwidth (STREAM triad) as `kiln peak` measures it."""
     r = subprocess.run([kiln, "peak", "--json", "--threads", str(threads)],
@@ -145,12 +155,14 @@ def main():
             dtypes = cases.input_dtypes(model)
             ps = [time_ort(path, shapes, dtypes, args.threads, args.runs, args.warmup)]
             if args.torch:
-                ps += [time_torch(torch_fn, shapes, dtypes, args.threads, args.runs,
-                                  args.warmup, compiled) for compiled in (False, True)]
-            cells = " | ".join(f"{v:.3f}" for v in ks + ps)
+                ps += [peer_or_none(lambda: time_torch(torch_fn, shapes, dtypes, args.threads,
+                                                       args.runs, args.warmup, compiled))
+                       for compiled in (False, True)]
+            cells = " | ".join("failed" if v is None else f"{v:.3f}" for v in ks + ps)
             moved = bytes_moved(model, shapes, dtypes)
             rate = moved / (ks[-1] * 1e-3) * 1e-9
-            print(f"| {name} | {cells} | {ks[-1] / min(ps):.2f} | {moved / 1e6:.1f} "
+            fastest = min(v for v in ps if v is not None)
+            print(f"| {name} | {cells} | {ks[-1] / fastest:.2f} | {moved / 1e6:.1f} "
                   f"| {rate:.1f} ({rate / gbps:.0%}) |", flush=True)
         except Exception as e:  # one broken case must not hide the others
             print(f"| {name} | error: {str(e)[:120]} |", flush=True)
