@@ -74,7 +74,7 @@ pub fn tune(g: &Graph, inputs: &[Tensor], opts: &TuneOptions) -> Result<()> {
             break;
         }
         bar.set_message(candidate.to_text());
-        let table = round_table(&kernels, candidate, r == 0);
+        let table = round_table(&kernels, candidate);
         let tuned = CpuOptions {
             tunings: Arc::new(table),
             ..untuned.clone()
@@ -116,13 +116,12 @@ fn distinct_gemms(program: &CpuProgram, opts: &CpuOptions) -> Vec<Distinct> {
     by_key.into_values().collect()
 }
 
-/// Every kernel's key mapped to `candidate` (round 0: no tuning at all).
-fn round_table(kernels: &[Distinct], candidate: &Tuning, untuned: bool) -> GemmTunings {
+/// Every kernel's key mapped to `candidate` (round 0's default tuning
+/// prints the untuned code).
+fn round_table(kernels: &[Distinct], candidate: &Tuning) -> GemmTunings {
     let mut table = GemmTunings::default();
-    if !untuned {
-        for k in kernels {
-            table.insert(k.key.clone(), candidate.clone());
-        }
+    for k in kernels {
+        table.insert(k.key.clone(), candidate.clone());
     }
     table
 }
