@@ -212,6 +212,8 @@ fn square_window(param: &str, side: usize, args: &Args, layout: WindowLayout) ->
         pad: [kernel / 2, kernel / 2],
         dilation: [1, 1],
         layout,
+        images: 1,
+        image_stride: 0,
     }
 }
 

@@ -191,6 +191,9 @@ struct Conv {
     layout: WindowLayout,
     /// The weights (B, with pixel rows) are packed once before the call.
     prepack_weights: bool,
+    /// `ChannelsLast` only: the images' pixels are all rows of one product
+    /// (`Window::images`) instead of one batch entry per image.
+    images_in_rows: bool,
 }
 
 impl Conv {
@@ -216,6 +219,16 @@ impl Conv {
             window: false,
             layout: WindowLayout::Columns,
             prepack_weights: false,
+            images_in_rows: false,
+        }
+    }
+
+    /// Batch entries of the product: one per image, or one for all.
+    fn batch(&self) -> usize {
+        if self.images_in_rows {
+            1
+        } else {
+            self.images
         }
     }
 
@@ -249,9 +262,17 @@ impl Conv {
         if !self.window {
             return Operand::Expr(self.window_expr());
         }
+        let image = (self.cin * self.size[0] * self.size[1]) as isize;
+        let (batch, images, image_stride) = if self.images_in_rows {
+            (0, self.images, image)
+        } else {
+            (image, 1, 0)
+        };
         Operand::Window(Window {
             param: "X".into(),
-            batch: (self.cin * self.size[0] * self.size[1]) as isize,
+            batch,
+            images,
+            image_stride,
             channels: self.cin,
             pixel_stride: self.cin,
             size: self.size,
@@ -343,7 +364,7 @@ impl Conv {
             spec: GemmSpec {
                 name: self.name.into(),
                 params,
-                batch: self.images,
+                batch: self.batch(),
                 k: window,
                 prepacked: self.prepack_weights.then(|| Prepacked {
                     factor: Factor::B,
@@ -352,7 +373,7 @@ impl Conv {
                 // Pixel rows: pixels x output channels; else the transpose.
                 ..if self.layout != WindowLayout::Columns {
                     GemmSpec {
-                        m: pixels,
+                        m: pixels * self.images / self.batch(),
                         n: self.cout,
                         a: self.operand(),
                         b: strided("W", 0, self.cout as isize, 1),
@@ -673,7 +694,15 @@ fn cases() -> Vec<Case> {
                 shape: Some(KernelShape { mr: 8, nr: 48 }),
                 ..Tuning::default()
             };
-            cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning));
+            cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning.clone()));
+            if conv.images > 1 {
+                let in_rows = Conv {
+                    name: Box::leak(format!("{}_images_in_rows", nhwc.name).into_boxed_str()),
+                    images_in_rows: true,
+                    ..nhwc
+                };
+                cases.push(in_rows.case(seed + 3 + pack_a as u64, tuning));
+            }
         }
         // NCHW image as pixel rows: through offsets (in K blocks of 16, weights prepacked when
         // there is one image), packed as an expression, and transposed.

@@ -411,7 +411,7 @@ fn conv_window(
     if e1.as_affine()?.as_var() != Some(Var::Red(0)) || red.extents[0] != channels {
         return None;
     }
-    let (outs, reads) = spatial_reads(axes, pixels, [e2, e3])?;
+    let (outs, reads) = spatial_reads(axes, pixels, None, [e2, e3])?;
     if reads[0].3.is_some_and(|k| k != 1) || reads[1].3.is_some_and(|k| k != 2) {
         return None;
     }
@@ -430,7 +430,10 @@ fn conv_window(
 /// `None` for a 1x1 window of stride 1 without padding: that A is a plain
 /// strided matrix.
 fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<ConvWindow> {
-    let ([images, h, w, pixel], [_, e1, e2, e3]) = image_access(te, ka, axes)?;
+    let (([images, h, w, pixel], [_, e1, e2, e3]), image_rows) = match image_access(te, ka, axes) {
+        Some(access) => (access, None),
+        None => image_rows_access(te, ka, axes)?,
+    };
     let red = te.reduction.as_ref()?;
     let last = red.extents.len().checked_sub(1)?;
     let channels = red.extents[last];
@@ -440,7 +443,10 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
     if !whole && !grouped {
         return None;
     }
-    let (outs, reads) = spatial_reads(axes, Axis::M, [e1, e2])?;
+    let (outs, reads) = spatial_reads(axes, Axis::M, image_rows, [e1, e2])?;
+    if image_rows.is_some_and(|l| l > outs[0]) {
+        return None;
+    }
     let (rh, rw) = (reads[0].3, reads[1].3);
     // K must flatten as (r_h, r_w, r_c): taps in order, every other
     // reduction variable of extent 1.
@@ -464,11 +470,33 @@ fn conv_window_last(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Op
         reads,
         WindowLayout::Nhwc,
     )?;
+    if image_rows.is_some() {
+        window.batch_stride = 0;
+        window.images = images as i64;
+        window.image_stride = (h * w * pixel) as i64;
+    }
     if let Some(stride) = group_stride {
         window.batch_stride = stride;
         window.pixel_stride = pixel as i64;
     }
     Some(window)
+}
+
+/// [`image_access`] for access `k` reading its images at an M variable
+/// (several images whose output pixels are all rows of the gemm, see
+/// [`ConvWindow::images`]), with that variable's position.
+fn image_rows_access<'a>(
+    te: &'a TensorExpr,
+    k: usize,
+    axes: &[(Var, Axis, i64)],
+) -> Option<(ImageAccess<'a>, Option<usize>)> {
+    let (shape, index) = four_d_access(te, k)?;
+    let Var::Out(l) = index[0].as_affine()?.as_var()? else {
+        return None;
+    };
+    let &(_, axis, extent) = axes.get(l)?;
+    let n = shape[0];
+    (axis == Axis::M && extent == n as i64 && n > 1).then_some(((shape, index), Some(l)))
 }
 
 /// How a channels-last window's channel index `e` reads: `red` alone
@@ -496,14 +524,11 @@ fn group_channels(e: &IndexExpr, red: Var, axes: &[(Var, Axis, i64)]) -> Option<
     unit.then_some(stride)
 }
 
-/// Access `k`'s input shape and index when it reads 4-D images: one
-/// (entry 0 of 1), or one per batch entry of the gemm (the first index is
-/// the only batch variable of `axes`, over every image).
-fn image_access<'a>(
-    te: &'a TensorExpr,
-    k: usize,
-    axes: &[(Var, Axis, i64)],
-) -> Option<([usize; 4], [&'a IndexExpr; 4])> {
+/// A 4-D input's shape and the index an access reads it at.
+type ImageAccess<'a> = ([usize; 4], [&'a IndexExpr; 4]);
+
+/// Access `k`'s input shape and index when its input is 4-D.
+fn four_d_access(te: &TensorExpr, k: usize) -> Option<ImageAccess<'_>> {
     let access = &te.accesses[k];
     let shape = te.inputs.get(access.input)?.as_ref()?;
     let [n, d1, d2, d3] = shape[..] else {
@@ -512,6 +537,19 @@ fn image_access<'a>(
     let [e0, e1, e2, e3] = &access.index[..] else {
         return None;
     };
+    Some(([n, d1, d2, d3], [e0, e1, e2, e3]))
+}
+
+/// Access `k`'s input shape and index when it reads 4-D images: one
+/// (entry 0 of 1), or one per batch entry of the gemm (the first index is
+/// the only batch variable of `axes`, over every image).
+fn image_access<'a>(
+    te: &'a TensorExpr,
+    k: usize,
+    axes: &[(Var, Axis, i64)],
+) -> Option<ImageAccess<'a>> {
+    let (shape, index) = four_d_access(te, k)?;
+    let (n, e0) = (shape[0], index[0]);
     let one_image = n == 1 && e0.as_constant() == Some(0);
     let mut batch_vars = axes.iter().filter(|a| a.1 == Axis::Batch && a.2 > 1);
     let per_entry = match (batch_vars.next(), batch_vars.next()) {
@@ -520,7 +558,7 @@ fn image_access<'a>(
         }
         _ => false,
     };
-    (one_image || per_entry).then_some(([n, d1, d2, d3], [e0, e1, e2, e3]))
+    (one_image || per_entry).then_some((shape, index))
 }
 
 /// The output variable at which A (access `ka`) reads the first dimension
@@ -546,16 +584,18 @@ fn image_batch_var(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Opt
 /// One spatial axis' read: stride, dilation, padding and reduction variable.
 type SpatialRead = (i64, i64, i64, Option<usize>);
 
-/// The output variables of `axis` longer than 1 (two: the output image's
-/// height and width) and how `index` reads the image along them.
+/// The output variables of `axis` longer than 1 but for the images' own
+/// (`images`, when they are rows too): two, the output image's height and
+/// width; and how `index` reads the image along them.
 fn spatial_reads(
     axes: &[(Var, Axis, i64)],
     axis: Axis,
+    images: Option<usize>,
     index: [&IndexExpr; 2],
 ) -> Option<([usize; 2], [SpatialRead; 2])> {
     let vars: Vec<Var> = axes
         .iter()
-        .filter(|a| a.1 == axis && a.2 > 1)
+        .filter(|a| a.1 == axis && a.2 > 1 && images.map(Var::Out) != Some(a.0))
         .map(|a| a.0)
         .collect();
     let [Var::Out(lh), Var::Out(lw)] = vars[..] else {
@@ -597,6 +637,8 @@ fn window(
             0
         },
         pixel_stride: channels as i64,
+        images: 1,
+        image_stride: 0,
     })
 }
 

@@ -192,6 +192,15 @@ pub struct ConvWindow {
     /// count, which is more than `channels` when the window reads one
     /// group's channels.
     pub pixel_stride: i64,
+    /// Images whose output pixels are the operand's rows one after
+    /// another ([`WindowLayout::Nhwc`] only): row `r` is pixel `r mod
+    /// (out[0]·out[1])` of image `r div (out[0]·out[1])`, which starts
+    /// `image_stride` elements after the previous one. 1 (and a stride of
+    /// 0) for one image per batch entry. Why: a grouped convolution over
+    /// several images keeps its groups as the batch, so its images join
+    /// the rows instead of being read element by element.
+    pub images: i64,
+    pub image_stride: i64,
 }
 
 /// How a [`ConvWindow`] reads its image, and which factor it is.

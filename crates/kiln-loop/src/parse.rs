@@ -532,12 +532,12 @@ impl Parser<'_> {
         let window = if let Some(layout) = layout {
             self.expect("[")?;
             let mut n = vec![self.int("a window number")?];
-            while n.len() < 15 && self.eat(",") {
+            while n.len() < 17 && self.eat(",") {
                 n.push(self.int("a window number")?);
             }
-            if n.len() < 13 {
+            if n.len() < 13 || n.len() == 16 {
                 return Err(self.error(
-                    "a window has 13 numbers (14 with a batch stride, 15 with a pixel stride)",
+                    "a window has 13 numbers (14 with a batch stride, 15 with a pixel stride, 17 with images and their stride)",
                 ));
             }
             self.expect("]")?;

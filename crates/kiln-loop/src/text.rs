@@ -349,12 +349,11 @@ impl<'a> fmt::Display for GemmText<'a> {
     }
 }
 
-/// A window's numbers in text order: channels, size, out, kernel, stride,
-/// pad, dilation (each pair height then width).
 /// A window's numbers in its text form: channels, image size, output
-/// size, kernel, stride, padding and dilation, then the batch stride when
-/// not 0 or the pixel stride follows, then the pixel stride when it is
-/// not the channel count.
+/// size, kernel, stride, padding and dilation (each pair height then
+/// width), then the batch stride when not 0 or a later number follows,
+/// then the pixel stride when it is not the channel count or images
+/// follow, then the images and their stride when there are several.
 pub(crate) fn window_numbers(w: &ConvWindow) -> Vec<i64> {
     let [h, wd] = w.size;
     let [oh, ow] = w.out;
@@ -363,12 +362,16 @@ pub(crate) fn window_numbers(w: &ConvWindow) -> Vec<i64> {
     let [ph, pw] = w.pad;
     let [dh, dw] = w.dilation;
     let mut n = vec![w.channels, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw];
-    let grouped = w.pixel_stride != w.channels;
-    if w.batch_stride != 0 || grouped {
+    let images = w.images != 1;
+    let pixel_stride = images || w.pixel_stride != w.channels;
+    if pixel_stride || w.batch_stride != 0 {
         n.push(w.batch_stride);
     }
-    if grouped {
+    if pixel_stride {
         n.push(w.pixel_stride);
+    }
+    if images {
+        n.extend([w.images, w.image_stride]);
     }
     n
 }
@@ -384,7 +387,7 @@ pub(crate) fn window_word(layout: WindowLayout) -> &'static str {
 }
 
 /// The window of [`window_numbers`] (13 numbers, 14 with the batch
-/// stride, 15 with the pixel stride).
+/// stride, 15 with the pixel stride, 17 with the images).
 pub(crate) fn window_from_numbers(n: &[i64], layout: WindowLayout) -> ConvWindow {
     ConvWindow {
         channels: n[0],
@@ -397,5 +400,7 @@ pub(crate) fn window_from_numbers(n: &[i64], layout: WindowLayout) -> ConvWindow
         layout,
         batch_stride: n.get(13).copied().unwrap_or(0),
         pixel_stride: n.get(14).copied().unwrap_or(n[0]),
+        images: n.get(15).copied().unwrap_or(1),
+        image_stride: n.get(16).copied().unwrap_or(0),
     }
 }

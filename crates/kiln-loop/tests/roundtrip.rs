@@ -197,6 +197,8 @@ fn every_construct() -> Kernel {
             layout: WindowLayout::Nchw,
             batch_stride: 189,
             pixel_stride: 5,
+            images: 1,
+            image_stride: 0,
         }),
         epilogue: Some(call(
             "Max",
@@ -229,6 +231,13 @@ fn every_construct() -> Kernel {
         on_a
     };
     let (nhwc, nchw_rows) = (on_a(WindowLayout::Nhwc), on_a(WindowLayout::NchwRows));
+    // An NHWC window whose rows run over two images.
+    let mut images = nhwc.clone();
+    if let Stmt::Gemm(g) = &mut images {
+        if let Some(window) = &mut g.window {
+            (window.images, window.image_stride) = (2, 315);
+        }
+    }
     // The same product with A computed while it is packed (a prologue).
     let mut prologue = gemm.clone();
     if let Stmt::Gemm(g) = &mut prologue {
@@ -236,7 +245,7 @@ fn every_construct() -> Kernel {
         g.a = GemmInput::Computed(call("Relu", vec![load(0, a)]));
         g.window = None;
     }
-    let mut body = vec![nest, gemm, nhwc, nchw_rows, prologue];
+    let mut body = vec![nest, gemm, nhwc, nchw_rows, images, prologue];
     body.extend(every_combiner);
     // Arg-reduction steps: max and min, ties to the first or the last index.
     for combiner in [Combiner::Max, Combiner::Min] {

@@ -169,6 +169,8 @@ fn window(param: &str, w: &ConvWindow) -> Window {
             WindowLayout::Nhwc => gemm::WindowLayout::ChannelsLast,
             WindowLayout::NchwRows => gemm::WindowLayout::Rows,
         },
+        images: w.images as usize,
+        image_stride: w.image_stride as isize,
     }
 }
 

@@ -476,6 +476,8 @@ mod tests {
             pad: [kernel / 2; 2],
             dilation: [1, 1],
             layout,
+            images: 1,
+            image_stride: 0,
         }
     }
 

@@ -37,6 +37,11 @@ pub struct Window {
     pub pad: [usize; 2],
     pub dilation: [usize; 2],
     pub layout: WindowLayout,
+    /// Images whose output pixels follow one another as rows
+    /// ([`WindowLayout::ChannelsLast`] only; 1 otherwise), each
+    /// `image_stride` elements after the previous.
+    pub images: usize,
+    pub image_stride: isize,
 }
 
 /// The image's layout and which way the operand runs.
@@ -87,8 +92,28 @@ impl Window {
         self.channels * self.kernel[0] * self.kernel[1]
     }
 
+    /// Output pixels of all the images.
     fn pixels(&self) -> usize {
+        self.images * self.image_pixels()
+    }
+
+    /// Output pixels of one image.
+    fn image_pixels(&self) -> usize {
         self.out[0] * self.out[1]
+    }
+
+    /// For output pixel `px` (a C expression) of all the images: the C
+    /// expression of its pixel within its image, and the term adding its
+    /// image's offset in elements (empty for one image).
+    fn image_of(&self, px: &str) -> (String, String) {
+        if self.images == 1 {
+            return (px.to_string(), String::new());
+        }
+        let per_image = self.image_pixels();
+        (
+            format!("({px} % {per_image})"),
+            format!(" + {px} / {per_image} * {}", self.image_stride),
+        )
     }
 }
 
@@ -121,10 +146,11 @@ pub(crate) fn element_expr(window: &Window) -> String {
         WindowLayout::ChannelsLast => format!("({depth} / {channels})"),
         WindowLayout::Columns | WindowLayout::Rows => format!("({depth} % {taps})"),
     };
-    let (ih, iw) = input_coordinates(window, pixel, &tap);
+    let (pixel, image) = window.image_of(pixel);
+    let (ih, iw) = input_coordinates(window, &pixel, &tap);
     let element = match window.layout {
         WindowLayout::ChannelsLast => format!(
-            "({ih} * {w} + {iw}) * {} + c % {channels}",
+            "({ih} * {w} + {iw}) * {} + c % {channels}{image}",
             window.pixel_stride
         ),
         WindowLayout::Columns | WindowLayout::Rows => {
@@ -144,7 +170,7 @@ pub(crate) fn element_expr(window: &Window) -> String {
 pub(crate) fn emit_row_pointers(w: &mut CWriter, window: &Window, pixel0: &str, count: &str) {
     let ([h, iw_count], [_, kw], channels) = (window.size, window.kernel, window.channels);
     let ([sh, sw], [dh, dw], [ph, pw]) = (window.stride, window.dilation, window.pad);
-    let pixels = window.out[0] * window.out[1];
+    let pixels = window.pixels();
     let ow = window.out[1];
     w.line(format!(
         "const long kiln_tap = kiln_k0 / {channels}, kiln_ci0 = kiln_k0 % {channels};"
@@ -152,16 +178,17 @@ pub(crate) fn emit_row_pointers(w: &mut CWriter, window: &Window, pixel0: &str, 
     w.line(format!(
         "const long kiln_dy = kiln_tap / {kw} * {dh} - {ph}, kiln_dx = kiln_tap % {kw} * {dw} - {pw};"
     ));
+    let (pixel, image) = window.image_of("kiln_px");
     w.open(format!("for (long kiln_i = 0; kiln_i < {count}; kiln_i++)"));
     w.line(format!("const long kiln_px = {pixel0} + kiln_i;"));
     w.line(format!(
-        "const long kiln_ih = kiln_px / {ow} * {sh} + kiln_dy, kiln_iw = kiln_px % {ow} * {sw} + kiln_dx;"
+        "const long kiln_ih = {pixel} / {ow} * {sh} + kiln_dy, kiln_iw = {pixel} % {ow} * {sw} + kiln_dx;"
     ));
     w.line(format!(
         "const int kiln_inside = kiln_px < {pixels} && kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw_count};"
     ));
     w.line(format!(
-        "kiln_arow[kiln_i] = kiln_inside ? {} + b * {} + (kiln_ih * {iw_count} + kiln_iw) * {} + kiln_ci0 : kiln_zeros;",
+        "kiln_arow[kiln_i] = kiln_inside ? {} + b * {} + (kiln_ih * {iw_count} + kiln_iw) * {} + kiln_ci0{image} : kiln_zeros;",
         window.param, window.batch, window.pixel_stride
     ));
     w.close();
