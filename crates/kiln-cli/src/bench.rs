@@ -1,11 +1,11 @@
 //! `kiln bench` and `kiln peak`.
 
-use kiln_cpu::jit::NodeTime;
+use crate::profile::{node_profile, print_node_profile, NodeProfile};
+use crate::roofline::{self, Machine};
 use kiln_cpu::{CompiledModel, CpuOptions};
 use kiln_fuse::PlannerKind;
 use kiln_ir::{Graph, Result, Tensor};
-use kiln_runtime::jit;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 pub struct BenchOptions {
     pub runs: usize,
@@ -119,8 +119,13 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
     let mut ms = time_runs(opts, &|| m.run(inputs))?;
     let min = ms.iter().cloned().fold(f64::INFINITY, f64::min);
     let med = median(&mut ms);
-    if opts.profile {
-        print_profile(&m, inputs)?;
+    let profile = if opts.profile {
+        cpu_profile(&m, inputs, cpu.threads)?
+    } else {
+        Vec::new()
+    };
+    if !opts.json && opts.profile {
+        print_node_profile(&profile);
     }
     let extra = Extra {
         compile_s,
@@ -134,6 +139,7 @@ pub fn bench(g: &Graph, label: &str, inputs: &[Tensor], opts: &BenchOptions) -> 
         fusion: m.report.fusion.plan.planner.clone(),
         interpreted: m.report.interpreted.len(),
         threads: cpu.threads,
+        profile,
     };
     report(opts, label, med, min, ms.len(), Some(extra))
 }
@@ -210,6 +216,8 @@ struct Extra {
     fusion: String,
     interpreted: usize,
     threads: usize,
+    /// Per node, with `--profile`.
+    profile: Vec<NodeProfile>,
 }
 
 fn report(
@@ -240,6 +248,9 @@ fn report(
             j["fusion"] = e.fusion.clone().into();
             j["interpreted_nodes"] = e.interpreted.into();
             j["threads"] = e.threads.into();
+            if opts.profile {
+                j["profile"] = e.profile.iter().map(NodeProfile::json).collect();
+            }
         }
         println!("{j}");
     } else {
@@ -261,86 +272,27 @@ fn report(
     Ok(())
 }
 
-/// The CPU backend's time per node ([`print_node_profile`]).
-fn print_profile(m: &CompiledModel, inputs: &[Tensor]) -> Result<()> {
-    print_node_profile(|| Ok(m.run_profiled(inputs)?.1))
-}
-
-/// Time per node: the median over a few runs (robust to a run that another
-/// process interrupted), slowest first (the first 15, or
-/// `$KILN_PROFILE_TOP`), and per op type. `run` runs the model once and
-/// returns each node's time.
-pub fn print_node_profile(mut run: impl FnMut() -> Result<Vec<NodeTime>>) -> Result<()> {
-    let reps = 11;
-    let mut samples: Vec<(String, String, bool, Vec<Duration>)> = Vec::new();
-    for _ in 0..reps {
-        let times = run()?;
-        if samples.is_empty() {
-            samples = times
-                .iter()
-                .map(|t| (t.node.clone(), t.op.clone(), t.compiled, Vec::new()))
-                .collect();
-        }
-        for (acc, t) in samples.iter_mut().zip(&times) {
-            acc.3.push(t.time);
-        }
-    }
-    let mut total: Vec<(String, String, bool, Duration)> = samples
-        .into_iter()
-        .map(|(node, op, compiled, mut ts)| {
-            ts.sort();
-            (node, op, compiled, ts[ts.len() / 2])
-        })
-        .collect();
-    let all: f64 = total.iter().map(|t| t.3.as_secs_f64()).sum::<f64>();
-    let mut by_op: std::collections::BTreeMap<&str, (f64, usize)> = Default::default();
-    for t in &total {
-        let e = by_op.entry(&t.1).or_default();
-        e.0 += t.3.as_secs_f64();
-        e.1 += 1;
-    }
-    let mut ops: Vec<_> = by_op.into_iter().collect();
-    ops.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-    println!(
-        "profile (per-node median of {reps} runs, {:.3} ms in kernels):",
-        all * 1e3
-    );
-    println!("{:>10} {:>6} {:>6}  op", "ms", "%", "nodes");
-    for (op, (s, n)) in ops {
-        println!("{:>10.3} {:>6.1} {n:>6}  {op}", s * 1e3, 100.0 * s / all);
-    }
-    total.sort_by_key(|t| std::cmp::Reverse(t.3));
-    println!("slowest nodes:");
-    let shown = std::env::var("KILN_PROFILE_TOP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(15);
-    for (node, op, compiled, d) in total.iter().take(shown) {
-        let ms = d.as_secs_f64() * 1e3;
-        let how = if *compiled { "kernel" } else { "interpreter" };
-        println!(
-            "{ms:>10.3} {:>6.1}  {op} {node} ({how})",
-            100.0 * ms / 1e3 / all
-        );
-    }
-    Ok(())
+/// The CPU backend's time per node and its roofline bound on this machine
+/// with the model's threads.
+fn cpu_profile(m: &CompiledModel, inputs: &[Tensor], threads: usize) -> Result<Vec<NodeProfile>> {
+    let machine = Machine::measure(threads)?.machine;
+    let g = m.graph();
+    let bound = |i: usize| {
+        g.nodes
+            .get(i)
+            .and_then(|n| roofline::bound_ms(g, n, &machine))
+    };
+    node_profile(|| Ok(m.run_profiled(inputs)?.1), &bound)
 }
 
 /// Measures the fp32 FMA peak with `threads` threads.
 pub fn peak(threads: usize, json: bool) -> Result<()> {
-    let cfg = jit::CompilerConfig::from_env();
-    let units = [
-        kiln_codegen::peak::peak_c(),
-        kiln_codegen::bandwidth::triad_c(),
-    ];
-    let (lib, _) = jit::compile(&cfg, &units, 1)?;
-    // SAFETY: peak_c defines `double kiln_fma_peak_gflops(int)`, triad_c
-    // `double kiln_triad_gbps(int)`.
-    let f: unsafe extern "C" fn(i32) -> f64 = unsafe { lib.symbol("kiln_fma_peak_gflops")? };
-    let triad: unsafe extern "C" fn(i32) -> f64 = unsafe { lib.symbol("kiln_triad_gbps")? };
-    let one = unsafe { f(1) };
-    let all = unsafe { f(threads as i32) };
-    let gbps = unsafe { triad(threads as i32) };
+    let measured = Machine::measure(threads)?;
+    let (one, all, gbps) = (
+        measured.gflops_1thread,
+        measured.machine.gflops,
+        measured.machine.gbps,
+    );
     if json {
         println!(
             "{}",

@@ -1,6 +1,7 @@
 //! `--backend cuda` for `kiln run` and `kiln bench`.
 
-use crate::bench::{median, print_node_profile, BenchOptions};
+use crate::bench::{median, BenchOptions};
+use crate::profile::{node_profile, print_node_profile};
 use kiln_cpu::jit::{op_label, NodeTime};
 use kiln_cuda::{CudaModel, CudaOptions};
 use kiln_exec::Step;
@@ -61,7 +62,7 @@ pub fn bench(
         wall.push(t.elapsed().as_secs_f64() * 1e3);
     }
     if opts.profile {
-        print_node_profile(|| node_times(&m, inputs))?;
+        print_node_profile(&node_profile(|| node_times(&m, inputs), &|_| None)?);
     }
     let min = device.iter().cloned().fold(f64::INFINITY, f64::min);
     let (device_ms, wall_ms) = (median(&mut device), median(&mut wall));

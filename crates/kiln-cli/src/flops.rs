@@ -1,5 +1,6 @@
 //! FLOP counts of the compute-bound ops: 2 × multiply-accumulates of
-//! MatMul, Gemm, Conv and ConvTranspose (and their integer forms).
+//! MatMul, Gemm, Conv and ConvTranspose (and their integer forms, and the
+//! channels-last convolution the CPU backend's layout pass makes).
 
 use kiln_ir::{Graph, Node};
 
@@ -29,6 +30,12 @@ pub fn node_flops(g: &Graph, node: &Node) -> u64 {
                 let trans_a = node.attr_int_or("transA", 0).ok()? != 0;
                 let k = if trans_a { a.first()? } else { a.last()? };
                 Some(out_elems(g, node)? * *k as u64)
+            }
+            // The CPU layout pass's channels-last convolution: HWIO weights.
+            "ChannelsLast" if node.attr_string("op").ok()?? == "Conv" => {
+                let w = shape(g, node, 1)?;
+                let per_out: usize = w.iter().rev().skip(1).product();
+                Some(out_elems(g, node)? * per_out as u64)
             }
             "Conv" | "ConvInteger" | "QLinearConv" => {
                 let wi = if node.op == "QLinearConv" { 3 } else { 1 };

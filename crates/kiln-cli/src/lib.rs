@@ -7,6 +7,8 @@ pub mod cuda;
 pub mod dsa;
 pub mod emit;
 pub mod flops;
+pub mod profile;
 pub mod progress;
+pub mod roofline;
 pub mod tune;
 pub use kiln_ir::npy;

@@ -238,6 +238,12 @@ impl CompiledModel {
         })
     }
 
+    /// The graph this model runs (fused nodes carry their `body`); the
+    /// nodes of [`CompiledModel::run_profiled`]'s times, in order.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
     /// The execution plan this model runs.
     pub fn plan(&self) -> &ExecPlan {
         &self.plan
