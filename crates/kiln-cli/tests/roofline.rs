@@ -81,10 +81,7 @@ fn cases() -> Vec<Case> {
   output %z
 }"#,
         ),
-        // Known cliff (issue 19): a group's 8 output channels are the gemm's
-        // N, padded to a micro-kernel of 48 columns, in K blocks of 8. The
-        // way out is a kernel whose vector lanes span several groups.
-        known_cliff(
+        case(
             "grouped_conv_8_per_group",
             r#"graph "g" opsets [""=17] {
   input %x0: f32[4,208,28,28]
@@ -95,11 +92,8 @@ fn cases() -> Vec<Case> {
   node "r" %z: f32[4,208,28,28] = Relu(%y)
   output %z
 }"#,
-            100.0,
         ),
-        // Known cliff (issue 19): 4 channels per group are too few for the
-        // gemm, and the loop form sums over every group under a select.
-        known_cliff(
+        case(
             "grouped_conv_4_per_group",
             r#"graph "g" opsets [""=17] {
   input %x0: f32[1,128,56,56]
@@ -110,7 +104,6 @@ fn cases() -> Vec<Case> {
   node "r" %z: f32[1,128,56,56] = Relu(%y)
   output %z
 }"#,
-            100.0,
         ),
         case(
             "depthwise_relu",

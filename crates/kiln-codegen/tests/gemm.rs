@@ -194,6 +194,9 @@ struct Conv {
     /// `ChannelsLast` only: the images' pixels are all rows of one product
     /// (`Window::images`) instead of one batch entry per image.
     images_in_rows: bool,
+    /// `ChannelsLast` only (with `images_in_rows` when several images): a
+    /// grouped convolution, one batch entry per group.
+    groups: usize,
 }
 
 impl Conv {
@@ -220,16 +223,25 @@ impl Conv {
             layout: WindowLayout::Columns,
             prepack_weights: false,
             images_in_rows: false,
+            groups: 1,
         }
     }
 
-    /// Batch entries of the product: one per image, or one for all.
+    /// Batch entries of the product: one per group, one per image, or one
+    /// for all.
     fn batch(&self) -> usize {
-        if self.images_in_rows {
+        if self.groups > 1 {
+            self.groups
+        } else if self.images_in_rows {
             1
         } else {
             self.images
         }
+    }
+
+    /// Input and output channels of one group.
+    fn per_group(&self) -> (usize, usize) {
+        (self.cin / self.groups, self.cout / self.groups)
     }
 
     /// Output size along axis `d` (symmetric padding).
@@ -268,12 +280,17 @@ impl Conv {
         } else {
             (image, 1, 0)
         };
+        let (cin_g, _) = self.per_group();
         Operand::Window(Window {
             param: "X".into(),
-            batch,
+            batch: if self.groups > 1 {
+                cin_g as isize
+            } else {
+                batch
+            },
             images,
             image_stride,
-            channels: self.cin,
+            channels: cin_g,
             pixel_stride: self.cin,
             size: self.size,
             out: [self.out(0), self.out(1)],
@@ -295,9 +312,10 @@ impl Conv {
         }
     }
 
-    /// Element index of weight (co, ci, ky, kx) in this case's layout.
+    /// Element index of weight (co, ci, ky, kx) in this case's layout (`ci`
+    /// within the group of `co`).
     fn w_index(&self, co: usize, ci: usize, ky: usize, kx: usize) -> usize {
-        let ([kh, kw], cin, cout) = (self.kernel, self.cin, self.cout);
+        let ([kh, kw], (cin, _), cout) = (self.kernel, self.per_group(), self.cout);
         match self.layout {
             WindowLayout::ChannelsLast => ((ky * kw + kx) * cin + ci) * cout + co,
             WindowLayout::Rows => ((ci * kh + ky) * kw + kx) * cout + co,
@@ -319,12 +337,14 @@ impl Conv {
     fn reference(&self, x: &[f32], weights: &[f32], bias: &[f32]) -> Vec<f64> {
         let ([h, w], [kh, kw], [oh, ow]) = (self.size, self.kernel, [self.out(0), self.out(1)]);
         let mut expected = vec![0.0; self.images * self.cout * oh * ow];
+        let (cin_g, cout_g) = self.per_group();
         for img in 0..self.images {
             for co in 0..self.cout {
+                let first = co / cout_g * cin_g;
                 for y in 0..oh {
                     for xo in 0..ow {
                         let mut acc = 0.0;
-                        for ci in 0..self.cin {
+                        for ci in first..first + cin_g {
                             for ky in 0..kh {
                                 for kx in 0..kw {
                                     let iy = (y * self.stride[0] + ky * self.dilation[0]) as isize
@@ -335,7 +355,7 @@ impl Conv {
                                         continue;
                                     }
                                     let xi = self.x_index(img, ci, iy as usize, ix as usize);
-                                    let wi = self.w_index(co, ci, ky, kx);
+                                    let wi = self.w_index(co, ci - first, ky, kx);
                                     acc += x[xi] as f64 * weights[wi] as f64;
                                 }
                             }
@@ -351,7 +371,8 @@ impl Conv {
 
     fn case(&self, seed: u64, tuning: Tuning) -> Case {
         let pixels = self.out(0) * self.out(1);
-        let window = self.cin * self.kernel[0] * self.kernel[1];
+        let (cin_g, cout_g) = self.per_group();
+        let window = cin_g * self.kernel[0] * self.kernel[1];
         let x = values(self.images * self.cin * self.size[0] * self.size[1], seed);
         let weights = values(self.cout * window, seed + 1);
         let bias = values(self.cout, seed + 2);
@@ -372,13 +393,23 @@ impl Conv {
                 }),
                 // Pixel rows: pixels x output channels; else the transpose.
                 ..if self.layout != WindowLayout::Columns {
+                    let (group_stride, image_stride) = if self.groups > 1 {
+                        (cout_g as isize, 0)
+                    } else {
+                        (0, (self.cout * pixels) as isize)
+                    };
+                    let c_batch = group_stride + image_stride;
                     GemmSpec {
-                        m: pixels * self.images / self.batch(),
-                        n: self.cout,
+                        m: if self.images_in_rows {
+                            pixels * self.images
+                        } else {
+                            pixels
+                        },
+                        n: cout_g,
                         a: self.operand(),
-                        b: strided("W", 0, self.cout as isize, 1),
-                        c: strided("Y", (self.cout * pixels) as isize, self.cout as isize, 1),
-                        epilogue: Some("fmaxf(acc + bias[c], 0.0f)".into()),
+                        b: strided("W", group_stride, self.cout as isize, 1),
+                        c: strided("Y", c_batch, self.cout as isize, 1),
+                        epilogue: Some(format!("fmaxf(acc + bias[b * {group_stride} + c], 0.0f)")),
                         ..empty_spec()
                     }
                 } else {
@@ -695,6 +726,21 @@ fn cases() -> Vec<Case> {
                 ..Tuning::default()
             };
             cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning.clone()));
+            // Grouped: 4 and 8 channels per group (vector lanes over several
+            // groups where the width allows, a last vector of half a width).
+            for per_group in [4, 8] {
+                let grouped = Conv {
+                    name: Box::leak(
+                        format!("{}_groups_of_{per_group}", nhwc.name).into_boxed_str(),
+                    ),
+                    cin: per_group * 6,
+                    cout: per_group * 6,
+                    groups: 6,
+                    images_in_rows: conv.images > 1,
+                    ..nhwc.clone()
+                };
+                cases.push(grouped.case(seed + 9 + per_group as u64, tuning.clone()));
+            }
             if conv.images > 1 {
                 let in_rows = Conv {
                     name: Box::leak(format!("{}_images_in_rows", nhwc.name).into_boxed_str()),

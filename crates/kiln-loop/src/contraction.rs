@@ -244,7 +244,11 @@ fn oriented(
     } else {
         m * n * k
     };
-    if work < 32 * 32 * 32 || m < 4 || n < 8 {
+    // A grouped convolution's few channels per group (N) still make a
+    // gemm: the code generator spans vector lanes over several groups,
+    // where the loop forms would sum over every group under a select.
+    let narrow = if site.grouped { n < 2 } else { n < 8 };
+    if work < 32 * 32 * 32 || m < 4 || narrow {
         // Too small to pay for packing, or a matrix-vector product
         // (depthwise convolution, M = 1): plain loops in the y-reduce form
         // stream the data once and vectorize along the output row.

@@ -16,6 +16,7 @@ mod driver;
 mod emit;
 mod epilogue;
 mod kernel;
+mod lanes;
 mod pack;
 mod plan;
 mod prelude;
@@ -196,8 +197,13 @@ pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String>
     }
     w.line(format!("(void){WORKSPACE_PARAM};"));
     for_each_target(&mut w, |w, target| {
-        let plan = plan::plan(spec, target, tuning);
-        driver::emit_body(w, spec, &plan, &layout);
+        match lanes::LaneGroups::of(spec, target) {
+            Some(groups) => lanes::emit_body(w, spec, &groups),
+            None => {
+                let plan = plan::plan(spec, target, tuning);
+                driver::emit_body(w, spec, &plan, &layout);
+            }
+        }
     });
     w.close();
     Ok(w.finish())

@@ -56,6 +56,20 @@ KILN_STATIC_INLINE void kiln_vstore(float* p, kiln_vf v)
 {
     memcpy(p, &v, sizeof v);
 }
+/* The first `n` floats at `p` as a vector, the other lanes zero: no read past them. */
+KILN_STATIC_INLINE kiln_vf kiln_vload_part(const float* p, long n)
+{
+    kiln_vf v = {0};
+    memcpy(&v, p, sizeof(float) * (size_t)n);
+    return v;
+}
+/* `v`'s lanes permuted: lane j of the result is lane INDEX_j of `v` (constant indices). */
+#if defined(__clang__)
+#define KILN_LANES(v, ...) __builtin_shufflevector((v), (v), __VA_ARGS__)
+#else
+typedef int kiln_vi __attribute__((vector_size(KILN_VBYTES)));
+#define KILN_LANES(v, ...) __builtin_shuffle((v), (kiln_vi){__VA_ARGS__})
+#endif
 
 /* The most threads a gemm runs on: its workspace has a slot for each (the model defines it). */
 #ifndef KILN_MAX_THREADS

@@ -1,0 +1,232 @@
+//! Grouped convolutions with few channels per group, their vector lanes
+//! spanning several groups.
+//!
+//! A grouped channels-last convolution is a gemm batched over its groups
+//! whose N is one group's output channels (`L`). When `L` is below the
+//! vector length `VL`, a micro-kernel pads each group's `L` columns to
+//! whole vectors and most lanes compute zeros. Here a vector instead holds
+//! `VL / L` consecutive groups' outputs (`VL` consecutive output channels
+//! of a pixel): for input channel `ci` of each group, the lanes take the
+//! image's channel vector permuted so each group's lanes see its own
+//! `ci`-th channel (lane `j` reads lane `j - j mod L + ci`), times the
+//! weights' row `(tap, ci)`, which is already laid out by output channel.
+//! Every lane does useful work; the cost is one lane permutation per
+//! multiply-add.
+//!
+//! Needs: a spec batched over `G` groups with N = `L` and K = taps × `L`,
+//! A a [`WindowLayout::ChannelsLast`] window reading `L` channels per group
+//! at `b·L` of a pixel of `G·L` channels, B and C strided with batch stride
+//! `L`, row stride `G·L` and column stride 1 (HWIO weights, an NHWC
+//! output), nothing prepacked; and a vector target whose `VL` is a multiple
+//! of `L` above it ([`LaneGroups::of`]). Guarantees: the same values as the
+//! gemm (each output a sum over taps then channels, in that order, of the
+//! same products), the epilogue applied once per output, no read outside
+//! the image, the weights or a pixel's channels (the last vector of a pixel
+//! is read partially when `G·L` is not a multiple of `VL`), and tasks of
+//! `MR` pixels × one vector spread statically over the threads.
+
+use super::emit::CWriter;
+use super::kernel::VectorTarget;
+use super::window::{Window, WindowLayout};
+use super::{GemmSpec, Operand};
+
+/// A grouped convolution this module computes, on one vector target.
+#[derive(Debug)]
+pub(crate) struct LaneGroups<'a> {
+    window: &'a Window,
+    weights: &'a str,
+    output: &'a str,
+    /// Channels per group.
+    group: usize,
+    /// All channels of a pixel (input and output alike).
+    channels: usize,
+    vl: usize,
+}
+
+impl<'a> LaneGroups<'a> {
+    /// `spec` as lane groups on `target`, when it is such a convolution
+    /// (see the module doc).
+    pub(crate) fn of(spec: &'a GemmSpec, target: &VectorTarget) -> Option<LaneGroups<'a>> {
+        let (group, vl) = (spec.n, target.vector_len());
+        let channels = spec.batch * group;
+        let Operand::Window(window) = &spec.a else {
+            return None;
+        };
+        let layout_fits = window.layout == WindowLayout::ChannelsLast
+            && window.channels == group
+            && window.batch == group as isize
+            && window.pixel_stride == channels;
+        let strided = |o: &'a Operand| match o {
+            Operand::Strided {
+                param,
+                batch,
+                row,
+                col: 1,
+            } if *batch == group as isize && *row == channels as isize => Some(param.as_str()),
+            _ => None,
+        };
+        let (weights, output) = (strided(&spec.b)?, strided(&spec.c)?);
+        let lanes_fit = spec.batch > 1 && group < vl && vl.is_multiple_of(group);
+        (layout_fits && lanes_fit && spec.prepacked.is_none()).then_some(LaneGroups {
+            window,
+            weights,
+            output,
+            group,
+            channels,
+            vl,
+        })
+    }
+
+    /// Vectors per pixel.
+    fn vectors(&self) -> usize {
+        self.channels.div_ceil(self.vl)
+    }
+
+    /// Lanes of a pixel's last vector.
+    fn tail(&self) -> usize {
+        self.channels - (self.vectors() - 1) * self.vl
+    }
+
+    /// Pixels per task: accumulators, image vectors and a weight vector
+    /// fit the target's registers (32 with 64-byte vectors, 16 otherwise).
+    fn rows(&self) -> usize {
+        if self.vl >= 16 {
+            8
+        } else {
+            4
+        }
+    }
+}
+
+/// Emits the body of `spec`'s function for one vector target (the C
+/// `#if` branch [`super::gemm_c_tuned`] writes it in).
+pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
+    let (vectors, rows, vl) = (lanes.vectors(), lanes.rows(), lanes.vl);
+    w.line(format!(
+        "/* grouped convolution, {} groups of {} channels: {vl}-lane vectors of {} groups, tasks of {rows} pixels x 1 vector */",
+        spec.batch,
+        lanes.group,
+        vl / lanes.group
+    ));
+    w.line("KILN_OMP(omp parallel for schedule(static) num_threads(kiln_gemm_threads()))");
+    w.open(format!(
+        "for (long kiln_t = 0; kiln_t < {}; kiln_t++)",
+        spec.m.div_ceil(rows) * vectors
+    ));
+    w.line(format!(
+        "const long kiln_p0 = kiln_t / {vectors} * {rows}, kiln_v = kiln_t % {vectors};"
+    ));
+    w.line(format!(
+        "const long kiln_valid = kiln_v == {} ? {} : {vl};",
+        vectors - 1,
+        lanes.tail()
+    ));
+    w.line(format!("kiln_vf kiln_acc[{rows}];"));
+    w.line(format!(
+        "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_acc[kiln_i] = (kiln_vf){{0}};"
+    ));
+    emit_taps(w, spec, lanes);
+    emit_stores(w, spec, lanes);
+    w.close();
+}
+
+/// The sum over taps: per tap, each pixel's channel vector (zero in the
+/// padding or past the last pixel), then per input channel the permuted
+/// vectors times the weights' row.
+fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
+    let win = lanes.window;
+    let ([h, iw], [_, kw]) = (win.size, win.kernel);
+    let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
+    let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
+    let (rows, channels) = (lanes.rows(), lanes.channels);
+    w.open(format!(
+        "for (long kiln_tap = 0; kiln_tap < {}; kiln_tap++)",
+        win.kernel[0] * kw
+    ));
+    w.line(format!(
+        "const long kiln_dy = kiln_tap / {kw} * {dh} - {ph}, kiln_dx = kiln_tap % {kw} * {dw} - {pw};"
+    ));
+    w.line(format!("kiln_vf kiln_x[{rows}];"));
+    w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
+    w.line("const long kiln_px = kiln_p0 + kiln_i;");
+    w.line(format!(
+        "const long kiln_q = kiln_px % {per_image}, kiln_image = kiln_px / {per_image};"
+    ));
+    w.line(format!(
+        "const long kiln_ih = kiln_q / {ow} * {sh} + kiln_dy, kiln_iw = kiln_q % {ow} * {sw} + kiln_dx;"
+    ));
+    w.line("kiln_x[kiln_i] = (kiln_vf){0};");
+    w.open(format!(
+        "if (kiln_px < {} && kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw})",
+        spec.m
+    ));
+    w.line(format!(
+        "const float* kiln_p = {} + kiln_image * {} + (kiln_ih * {iw} + kiln_iw) * {channels} + kiln_v * {};",
+        win.param, win.image_stride, lanes.vl
+    ));
+    w.line(format!(
+        "kiln_x[kiln_i] = {};",
+        vector_load(lanes, "kiln_p")
+    ));
+    w.close();
+    w.close();
+    w.line(format!(
+        "const float* kiln_w = {} + kiln_tap * {} + kiln_v * {};",
+        lanes.weights,
+        lanes.group * channels,
+        lanes.vl
+    ));
+    for ci in 0..lanes.group {
+        let lane_of: Vec<String> = (0..lanes.vl)
+            .map(|j| (j - j % lanes.group + ci).to_string())
+            .collect();
+        w.open("");
+        w.line(format!(
+            "const kiln_vf kiln_wv = {};",
+            vector_load(lanes, &format!("kiln_w + {}", ci * channels))
+        ));
+        w.line(format!(
+            "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_acc[kiln_i] += KILN_LANES(kiln_x[kiln_i], {}) * kiln_wv;",
+            lane_of.join(", ")
+        ));
+        w.close();
+    }
+    w.close();
+}
+
+/// A vector load at `p` of a pixel's channels: whole, or the valid lanes
+/// of the last vector (the rest zero).
+fn vector_load(lanes: &LaneGroups, p: &str) -> String {
+    if lanes.tail() == lanes.vl {
+        format!("kiln_vload({p})")
+    } else {
+        format!(
+            "(kiln_valid == {} ? kiln_vload({p}) : kiln_vload_part({p}, kiln_valid))",
+            lanes.vl
+        )
+    }
+}
+
+/// Each pixel's accumulated lanes, through the epilogue, into the output.
+fn emit_stores(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
+    let (rows, vl, group) = (lanes.rows(), lanes.vl, lanes.group);
+    w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
+    w.line("const long r = kiln_p0 + kiln_i;");
+    w.line(format!("if (r >= {}) break;", spec.m));
+    w.line(format!("float kiln_lane[{vl}];"));
+    w.line("kiln_vstore(kiln_lane, kiln_acc[kiln_i]);");
+    w.open("for (long kiln_j = 0; kiln_j < kiln_valid; kiln_j++)");
+    w.line(format!(
+        "const long kiln_ch = kiln_v * {vl} + kiln_j, b = kiln_ch / {group}, c = kiln_ch % {group};"
+    ));
+    w.line("const float acc = kiln_lane[kiln_j];");
+    w.line("(void)b; (void)c;");
+    w.line(format!(
+        "{}[r * {} + kiln_ch] = {};",
+        lanes.output,
+        lanes.channels,
+        spec.epilogue.as_deref().unwrap_or("acc")
+    ));
+    w.close();
+    w.close();
+}
