@@ -45,7 +45,9 @@
 //! the same for every target (see each); what depends on the machine is
 //! read from the [`TargetDesc`].
 
-use crate::canonical::{coalesce_inward, output_nest, x_reduced_loops, y_reducible, Coalescing};
+use crate::canonical::{
+    coalesce_inward, output_nest, reduced_loops, x_reduced_loops, y_reducible, Coalescing,
+};
 use crate::gpu_map::rows::RowPart;
 use crate::ir::{find_loop, for_each_load, has_arg_reduction, Atom, Kernel, Loop, Stmt, Val};
 use crate::schedule::{split_names, Directive, Schedule};
@@ -147,6 +149,9 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         schedule.0.push(Directive::Vectorize(i));
         return schedule;
     }
+    if outward && nest.len() == 1 {
+        coalesce_reductions(&mut current, &mut schedule);
+    }
     let last_loop = output_nest(&current.body).last().map(|l| (*l).clone());
     let along = outward && last_loop.as_ref().is_some_and(y_reducible);
     let split_reduction = last_loop
@@ -211,6 +216,20 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         schedule.0.extend(vector_sum(&current, &r, extent, target));
     }
     schedule
+}
+
+/// Coalesces the reduced loops nested in `current`'s one output loop while
+/// the offsets stay affine: a global pool over a channels-last image sums
+/// over (height, width) for each channel, and as one loop of pixels it is
+/// long enough to split across threads (`reduction_to_split`).
+fn coalesce_reductions(current: &mut Kernel, schedule: &mut Schedule) {
+    let reduced = output_nest(&current.body)
+        .last()
+        .and_then(|l| reduced_loops(l))
+        .unwrap_or_default();
+    if reduced.len() > 1 {
+        coalesce_inward(current, schedule, &reduced, Coalescing::Consecutive);
+    }
 }
 
 /// Values a vector lane adds in f32 before its partial joins an f64 sum
@@ -589,6 +608,38 @@ mod tests {
         .unwrap();
         let s = default_schedule(&k, &CpuPreset::X86_64V4.desc(2));
         let text: Vec<String> = s.0.iter().map(|d| d.to_string()).collect();
-        assert_eq!(text, ["parallel(i0)", "fuse(r1, r2)", "vectorize(r1r2)"]);
+        assert_eq!(text, ["fuse(r1, r2)", "parallel(i0)", "vectorize(r1r2)"]);
+    }
+
+    #[test]
+    fn channels_last_global_pool_splits_its_pixels_across_threads() {
+        // A global average pool's sum over a channels-last image: the
+        // (height, width) loops coalesce into one loop of pixels, which
+        // is split across threads with the channels in vector lanes.
+        let k = parse_kernel(
+            "kernel k(in0: f32[1,56,56,48], out out0: f32[1,1,1,48]) {
+  for i3 in 0..48 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..56 {
+      for r1 in 0..56 {
+        acc = sum(acc, in0[2688*r0 + 48*r1 + i3])
+      }
+    }
+    out0[i3] = acc
+  }
+}",
+        )
+        .unwrap();
+        let s = default_schedule(&k, &CpuPreset::X86_64V4.desc(2));
+        let text: Vec<String> = s.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "fuse(r0, r1)",
+                "accumulate_outward(i3)",
+                "parallel(r0r1)",
+                "vectorize(i3)"
+            ]
+        );
     }
 }
