@@ -143,15 +143,27 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
     // A's reads must stay in bounds: a padded image read that is not a
     // window with pixel rows takes the other side. Several images read
     // window by window are first tried as a gemm batched over the images.
-    let first = match oriented(te, ka, kb, site, false)? {
-        Oriented::GuardedA => match oriented(te, ka, kb, site, true)? {
+    let first = match oriented(te, ka, kb, site, None)? {
+        Oriented::GuardedA => match oriented(te, ka, kb, site, Some(Axis::M))? {
             Oriented::Gemm(c) => Oriented::Gemm(c),
             _ => Oriented::GuardedA,
         },
         other => other,
     };
+    let first = match first {
+        // Images among the output's columns with the pixels (an NCHW
+        // convolution over several images) leave C no stride per column:
+        // they are the batch instead.
+        Oriented::Gemm(c) if !c.gemm.c.offset.is_affine() => {
+            match oriented(te, ka, kb, site, Some(Axis::N))? {
+                Oriented::Gemm(batched) => Oriented::Gemm(batched),
+                _ => Oriented::Gemm(c),
+            }
+        }
+        other => other,
+    };
     match first {
-        Oriented::GuardedA => match oriented(te, kb, ka, site, false)? {
+        Oriented::GuardedA => match oriented(te, kb, ka, site, None)? {
             // A small window (a first convolution's 3x3x3 over several
             // images) is left to the window form, vectorized along the
             // output's contiguous axis.
@@ -159,7 +171,7 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
             _ => Ok(None),
         },
         Oriented::Gemm(c) => Ok(Some(*c)),
-        Oriented::No if site.grouped => match oriented(te, kb, ka, site, false)? {
+        Oriented::No if site.grouped => match oriented(te, kb, ka, site, None)? {
             Oriented::Gemm(c) => Ok(Some(*c)),
             _ => Ok(None),
         },
@@ -182,15 +194,16 @@ enum Oriented {
 }
 
 /// The gemm computing `te` as `A = access ka`, `B = access kb`; with
-/// `images_as_batch`, A's images (its first dimension, read at an output
-/// variable B does not read) are the gemm's batch instead of part of its
-/// rows, so A can be a window over each image (`No` unless it is).
+/// `images_as_batch` `Some(M)`, A's images (its first dimension, read at
+/// an output variable B does not read) are the gemm's batch instead of
+/// part of its rows, with `Some(N)` B's instead of part of its columns, so
+/// that factor can be a window over each image (`No` unless it is).
 fn oriented(
     te: &TensorExpr,
     ka: usize,
     kb: usize,
     site: &Site,
-    images_as_batch: bool,
+    images_as_batch: Option<Axis>,
 ) -> Result<Oriented> {
     let (input_dtypes, buffer_of, out) = (site.input_dtypes, site.buffer_of, site.out);
     let all_f32 = te.dtype == DType::F32 && input_dtypes.iter().flatten().all(|d| *d == DType::F32);
@@ -226,8 +239,9 @@ fn oriented(
     for (k, &e) in red.iter().enumerate() {
         axes.push((Var::Red(k), Axis::K, e as i64));
     }
-    if images_as_batch {
-        let Some(l) = image_batch_var(te, ka, &axes) else {
+    if let Some(axis) = images_as_batch {
+        let factor = if axis == Axis::M { ka } else { kb };
+        let Some(l) = image_batch_var(te, factor, &axes, axis) else {
             return Ok(Oriented::No);
         };
         axes[l].1 = Axis::Batch;
@@ -239,7 +253,7 @@ fn oriented(
         size(Axis::N),
         size(Axis::K),
     );
-    let work = if site.grouped || images_as_batch {
+    let work = if site.grouped || images_as_batch.is_some() {
         batch * m * n * k
     } else {
         m * n * k
@@ -325,7 +339,7 @@ fn oriented(
     // padding).
     // Windows are read per batch entry only over one image, over each
     // entry's image, or over each group's channels.
-    let windows = batch == 1 || images_as_batch || site.grouped;
+    let windows = batch == 1 || images_as_batch.is_some() || site.grouped;
     let a_window = if windows {
         conv_window_last(te, ka, &axes).or_else(|| conv_window(te, ka, &axes, Axis::M))
     } else {
@@ -334,7 +348,12 @@ fn oriented(
     if !a_guard.is_empty() && a_window.is_none() {
         return Ok(Oriented::GuardedA);
     }
-    if images_as_batch && a_window.is_none() {
+    let window = if windows {
+        a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
+    } else {
+        None
+    };
+    if images_as_batch.is_some() && window.is_none() {
         return Ok(Oriented::No);
     }
     let (b_off, b_guard, b_index) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
@@ -369,11 +388,7 @@ fn oriented(
             offset: c_off,
             guard: Vec::new(),
         },
-        window: if windows {
-            a_window.or_else(|| conv_window(te, kb, &axes, Axis::N))
-        } else {
-            None
-        },
+        window,
         epilogue: None,
     };
     let factors = [
@@ -565,15 +580,20 @@ fn image_access<'a>(
     (one_image || per_entry).then_some((shape, index))
 }
 
-/// The output variable at which A (access `ka`) reads the first dimension
-/// of its 4-D input, when it could be the gemm's batch over images: an
-/// M variable of the images' extent (above 1), with no other batch
-/// variable longer than 1.
-fn image_batch_var(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Option<usize> {
+/// The output variable at which factor `k` reads the first dimension of
+/// its 4-D input, when it could be the gemm's batch over images: a
+/// variable of the factor's own `axis` (M for A, N for B) of the images'
+/// extent (above 1), with no other batch variable longer than 1.
+fn image_batch_var(
+    te: &TensorExpr,
+    k: usize,
+    axes: &[(Var, Axis, i64)],
+    axis: Axis,
+) -> Option<usize> {
     if axes.iter().any(|a| a.1 == Axis::Batch && a.2 > 1) {
         return None;
     }
-    let access = &te.accesses[ka];
+    let access = &te.accesses[k];
     let shape = te.inputs.get(access.input)?.as_ref()?;
     let (&[n, _, _, _], Some(first)) = (&shape[..], access.index.first()) else {
         return None;
@@ -581,8 +601,8 @@ fn image_batch_var(te: &TensorExpr, ka: usize, axes: &[(Var, Axis, i64)]) -> Opt
     let Var::Out(l) = first.as_affine()?.as_var()? else {
         return None;
     };
-    let &(_, axis, extent) = axes.get(l)?;
-    (axis == Axis::M && extent == n as i64 && n > 1).then_some(l)
+    let &(_, read_on, extent) = axes.get(l)?;
+    (read_on == axis && extent == n as i64 && n > 1).then_some(l)
 }
 
 /// One spatial axis' read: stride, dilation, padding and reduction variable.

@@ -368,6 +368,12 @@ impl Idx {
     }
 
     /// `floor(self / d)`, folded when exact.
+    /// Whether every term is a plain variable (no division, remainder or
+    /// data-dependent index).
+    pub fn is_affine(&self) -> bool {
+        self.terms.iter().all(|(a, _)| matches!(a, Atom::Var(_)))
+    }
+
     pub fn floordiv(self, d: i64) -> Idx {
         if d == 1 {
             return self;
