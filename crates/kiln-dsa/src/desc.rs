@@ -70,6 +70,8 @@ pub struct DsaDesc {
     pub name: String,
     pub clusters: u32,
     pub cores_per_cluster: u32,
+    /// Core clock in GHz: the simulator's cycles are nanoseconds × this.
+    pub clock_ghz: f64,
     /// The compute units of every core.
     pub units: Vec<UnitDesc>,
     /// LB: private to each core.
@@ -167,6 +169,7 @@ impl DsaDesc {
             self.cores_per_cluster > 0,
             "cores_per_cluster must be at least 1"
         );
+        positive(self.clock_ghz, "clock_ghz")?;
         ensure!(!self.units.is_empty(), "units: a core needs a compute unit");
         for (i, unit) in self.units.iter().enumerate() {
             positive(unit.gflops, &format!("units[{i}].gflops"))?;

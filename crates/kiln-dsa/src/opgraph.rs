@@ -13,6 +13,7 @@
 use crate::split_info::OpSplit;
 use kiln_ir::{bail, Graph, Result, ValueId};
 use kiln_ops::te::classify::node_expr;
+use kiln_ops::te::TensorExpr;
 use std::collections::BTreeSet;
 
 /// One node as the scheduler sees it.
@@ -32,6 +33,11 @@ pub struct OpNode {
     pub producers: Vec<usize>,
     /// Nodes reading this node's outputs, ascending, deduplicated.
     pub consumers: Vec<usize>,
+    /// Arithmetic of the whole node ([`node_work`]).
+    pub flops: u64,
+    /// A reduction over the product of two operands (convolution, matrix
+    /// product): what a matrix unit runs; everything else is vector work.
+    pub contraction: bool,
 }
 
 /// A graph ready for scheduling.
@@ -66,6 +72,7 @@ impl OpGraph {
         let mut nodes = Vec::with_capacity(g.nodes.len());
         for node in &g.nodes {
             let te = node_expr(g, node)?;
+            let (flops, contraction) = node_work(g, node, te.as_ref());
             let weights_read = node
                 .inputs
                 .iter()
@@ -80,6 +87,8 @@ impl OpGraph {
                 split: OpSplit::from_expr(te.as_ref(), node),
                 producers: Vec::new(),
                 consumers: Vec::new(),
+                flops,
+                contraction,
             });
         }
         link(&mut nodes, &producer);
@@ -107,6 +116,30 @@ impl OpGraph {
     pub fn is_activation(&self, v: ValueId) -> bool {
         !self.weights.contains(&v)
     }
+}
+
+/// FLOPs of a node and whether it is a contraction: one operation per
+/// output element and reduction step, two (multiply and add) when the
+/// reduction combines two operands. A node without a tensor expression
+/// counts one per output element (a copy).
+fn node_work(g: &Graph, node: &kiln_ir::Node, te: Option<&TensorExpr>) -> (u64, bool) {
+    let Some(te) = te else {
+        let elems = node
+            .outputs
+            .iter()
+            .flatten()
+            .filter_map(|&v| g.ty(v).numel())
+            .sum::<usize>();
+        return (elems as u64, false);
+    };
+    let elems = te.shape.iter().product::<usize>() as u64;
+    let steps = te
+        .reduction
+        .as_ref()
+        .map_or(1, |r| r.extents.iter().product::<usize>() as u64);
+    let contraction = te.reduction.is_some() && te.accesses.len() >= 2;
+    let per_step = if contraction { 2 } else { 1 };
+    (elems * steps.max(1) * per_step, contraction)
 }
 
 /// Fills producers and consumers from the values.

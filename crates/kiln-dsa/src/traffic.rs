@@ -1,0 +1,409 @@
+//! The bytes a schedule moves between DDR, the global buffer (GB) and the
+//! local buffers (LB), per instance (one kernel each, GraphTurbo §4), and
+//! what each instance computes: the traffic half of the simulator that
+//! puts numbers on GraphTurbo's Table 3 and Fig. 15 (§5.3–5.4).
+//!
+//! The model, per instance of a group split `f` ways:
+//! - an activation it reads from another instance comes from where that
+//!   instance's output lives (§3.4's scope): DDR or GB by DMA into LB,
+//!   nothing when it is in LB (§4.2's buffer stitching), through GB when
+//!   §3.5 redistributes it between cores (the cores are joined by the
+//!   LLB, §5); a model input comes from DDR;
+//! - its output slice goes to its scope: DDR, GB, or stays in LB;
+//! - weights (§2.2, §4.4 and Fig. 11): a group run as several instances
+//!   promotes its weights DDR → GB once and hoists them GB → LB in every
+//!   instance, when GB holds them; otherwise each instance reads its
+//!   slice of them from DDR;
+//! - values a group computes for itself stay in LB (§4.1–4.2);
+//! - each operand is moved once per instance and read from LB once per
+//!   node that reads it; re-reads caused by tiling inside a kernel (which
+//!   `tiling.rs` and the emulator count) are not modelled, so per kernel
+//!   this is the least traffic that kernel can have;
+//! - one DMA call per operand moved and core it is bound to.
+//!
+//! Needs: the [`Schedule`] built from the same graph as the [`OpGraph`].
+//! Guarantees: every weight and model input read by a node is read from
+//! DDR at least once and every graph output written to DDR at least
+//! once, so a schedule's DDR bytes are never below
+//! [`compulsory_ddr_bytes`].
+
+use crate::desc::DsaDesc;
+use crate::instances::Edge;
+use crate::opgraph::OpGraph;
+use crate::schedule::Schedule;
+use crate::scope::{cores_used, Scope, Transfer};
+use crate::split_info::{instance_bytes, propagate, Propagation, Region};
+use kiln_ir::{Graph, ValueId};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Bytes moved between memory levels, and the DMA calls moving them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Traffic {
+    pub ddr_to_lb: u64,
+    pub ddr_to_gb: u64,
+    pub gb_to_lb: u64,
+    pub lb_to_gb: u64,
+    pub lb_to_ddr: u64,
+    pub dma_calls: u64,
+}
+
+/// One hop of a DMA transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hop {
+    DdrToLb,
+    DdrToGb,
+    GbToLb,
+    LbToGb,
+    LbToDdr,
+}
+
+impl Traffic {
+    /// Bytes read from or written to DDR.
+    pub fn ddr_bytes(&self) -> u64 {
+        self.ddr_to_lb + self.ddr_to_gb + self.lb_to_ddr
+    }
+
+    /// Bytes written to or read from GB.
+    pub fn gb_bytes(&self) -> u64 {
+        self.ddr_to_gb + self.gb_to_lb + self.lb_to_gb
+    }
+
+    pub fn add(&mut self, other: &Traffic) {
+        self.ddr_to_lb += other.ddr_to_lb;
+        self.ddr_to_gb += other.ddr_to_gb;
+        self.gb_to_lb += other.gb_to_lb;
+        self.lb_to_gb += other.lb_to_gb;
+        self.lb_to_ddr += other.lb_to_ddr;
+        self.dma_calls += other.dma_calls;
+    }
+
+    /// `bytes` over `hop`, by `calls` DMA calls (none when nothing moves).
+    fn record(&mut self, hop: Hop, bytes: u64, calls: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let field = match hop {
+            Hop::DdrToLb => &mut self.ddr_to_lb,
+            Hop::DdrToGb => &mut self.ddr_to_gb,
+            Hop::GbToLb => &mut self.gb_to_lb,
+            Hop::LbToGb => &mut self.lb_to_gb,
+            Hop::LbToDdr => &mut self.lb_to_ddr,
+        };
+        *field += bytes;
+        self.dma_calls += calls;
+    }
+}
+
+/// What one node computes inside one instance.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Work {
+    pub node: String,
+    pub flops: u64,
+    /// Runs on a matrix unit (a convolution, a matrix product).
+    pub contraction: bool,
+    /// Bytes the node reads from and writes to LB.
+    pub lb_bytes: u64,
+}
+
+/// What one instance (one kernel) moves and computes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct InstanceTraffic {
+    /// Weight promotion for the first layer that reads weights (and the
+    /// group's DDR → GB promotion): needs no earlier kernel, so §4.4 may
+    /// prefetch it behind the one before.
+    pub weights: Traffic,
+    /// The later layers' weights: §4.4 may load them while the earlier
+    /// layers of the instance compute.
+    pub late_weights: Traffic,
+    /// Activations brought into LB.
+    pub inputs: Traffic,
+    /// Results leaving LB.
+    pub outputs: Traffic,
+    /// Bytes the compute reads from LB, per operand (value name).
+    pub lb_reads: BTreeMap<String, u64>,
+    /// Bytes the compute writes to LB, per value.
+    pub lb_writes: BTreeMap<String, u64>,
+    pub work: Vec<Work>,
+    /// Cores the instance is bound to.
+    pub cores: u64,
+}
+
+impl InstanceTraffic {
+    /// All three phases together.
+    pub fn total(&self) -> Traffic {
+        let mut t = self.weights;
+        t.add(&self.late_weights);
+        t.add(&self.inputs);
+        t.add(&self.outputs);
+        t
+    }
+
+    /// Bytes the compute reads from and writes to LB.
+    pub fn lb_bytes(&self) -> u64 {
+        self.lb_reads.values().chain(self.lb_writes.values()).sum()
+    }
+}
+
+/// A group as the traffic model reads it.
+struct GroupView {
+    nodes: Vec<usize>,
+    factor: usize,
+    prop: Propagation,
+    /// Weights are promoted to GB once and hoisted per instance.
+    weights_via_gb: bool,
+    weight_bytes: u64,
+    /// The weights the first node reading any weight reads.
+    lead_weights: BTreeSet<ValueId>,
+}
+
+/// Everything shared by the instances of one schedule.
+struct Model<'a> {
+    g: &'a Graph,
+    og: &'a OpGraph,
+    schedule: &'a Schedule,
+    has_gb: bool,
+    groups: Vec<GroupView>,
+    /// Per instance, the edges into it.
+    incoming: Vec<Vec<Edge>>,
+    redistributed: BTreeSet<Edge>,
+    /// Per group, the instance that runs first (it promotes the weights).
+    first_run: Vec<usize>,
+}
+
+/// The traffic of every instance of `schedule`, by instance position.
+pub fn instance_traffic(
+    g: &Graph,
+    og: &OpGraph,
+    schedule: &Schedule,
+    desc: &DsaDesc,
+) -> Vec<InstanceTraffic> {
+    let model = Model::new(g, og, schedule, desc);
+    (0..schedule.instances.len())
+        .map(|i| model.instance(i))
+        .collect()
+}
+
+/// The weights read by the first of `nodes` (ascending) that reads any.
+fn lead_weights(og: &OpGraph, nodes: &[usize]) -> BTreeSet<ValueId> {
+    nodes
+        .iter()
+        .map(|&n| {
+            og.nodes[n]
+                .inputs
+                .iter()
+                .copied()
+                .filter(|&v| !og.is_activation(v))
+                .collect::<BTreeSet<_>>()
+        })
+        .find(|w| !w.is_empty())
+        .unwrap_or_default()
+}
+
+/// The compulsory DDR traffic: every weight and model input some node
+/// reads, read once; every graph output written once.
+pub fn compulsory_ddr_bytes(og: &OpGraph) -> u64 {
+    let read: BTreeSet<ValueId> = og
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().copied())
+        .filter(|v| og.producer[v.index()].is_none())
+        .collect();
+    let written = og.graph_outputs.iter().filter(|v| !read.contains(v));
+    read.iter().chain(written).map(|&v| og.value_bytes(v)).sum()
+}
+
+impl<'a> Model<'a> {
+    fn new(g: &'a Graph, og: &'a OpGraph, schedule: &'a Schedule, desc: &DsaDesc) -> Model<'a> {
+        let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
+        let groups = schedule
+            .groups
+            .iter()
+            .map(|group| {
+                let (axis, factor) = group.split.map_or((0, 1), |s| (s.axis, s.factor));
+                let prop = propagate(og, &group.nodes, axis, factor);
+                let weight_bytes = prop
+                    .regions
+                    .keys()
+                    .filter(|v| !og.is_activation(**v))
+                    .map(|&v| og.value_bytes(v))
+                    .sum();
+                GroupView {
+                    lead_weights: lead_weights(og, &group.nodes),
+                    nodes: group.nodes.clone(),
+                    factor,
+                    prop,
+                    weights_via_gb: factor > 1 && gb.is_some_and(|gb| weight_bytes <= gb),
+                    weight_bytes,
+                }
+            })
+            .collect();
+        let mut incoming = vec![Vec::new(); schedule.instances.len()];
+        schedule
+            .edges
+            .iter()
+            .for_each(|e| incoming[e.consumer].push(*e));
+        let redistributed = schedule
+            .transfers
+            .iter()
+            .filter_map(|t| match t {
+                Transfer::Redistribute { edge, .. } => Some(*edge),
+                _ => None,
+            })
+            .collect();
+        let mut first_run = vec![usize::MAX; schedule.groups.len()];
+        for &i in schedule.order.iter().rev() {
+            first_run[schedule.instances[i].group] = i;
+        }
+        Model {
+            g,
+            og,
+            schedule,
+            has_gb: gb.is_some(),
+            groups,
+            incoming,
+            redistributed,
+            first_run,
+        }
+    }
+
+    /// Bytes of `v` one instance of `view` holds.
+    fn operand_bytes(&self, view: &GroupView, v: ValueId) -> u64 {
+        let og = self.og;
+        if og.is_activation(v) {
+            return instance_bytes(og, &view.nodes, &view.prop, view.factor as u64, v);
+        }
+        match view.prop.regions.get(&v) {
+            Some(Region::Slice(_)) => og.value_bytes(v).div_ceil(view.factor as u64),
+            _ => og.value_bytes(v),
+        }
+    }
+
+    fn produced_inside(&self, view: &GroupView, v: ValueId) -> bool {
+        self.og.producer[v.index()].is_some_and(|p| view.nodes.binary_search(&p).is_ok())
+    }
+
+    fn instance(&self, i: usize) -> InstanceTraffic {
+        let inst = &self.schedule.instances[i];
+        let view = &self.groups[inst.group];
+        let mut t = InstanceTraffic {
+            cores: cores_used(&inst.bind).max(1) as u64,
+            ..InstanceTraffic::default()
+        };
+        for &v in view.prop.regions.keys() {
+            if !self.og.is_activation(v) {
+                self.weights_in(i, view, v, &mut t);
+            } else if !self.produced_inside(view, v) {
+                self.activation_in(i, view, v, &mut t);
+            }
+        }
+        self.outputs_out(inst.scope, view, &mut t);
+        self.compute(view, &mut t);
+        t
+    }
+
+    /// Weight `v` into LB (Fig. 11's promotion through GB when it pays).
+    fn weights_in(&self, i: usize, view: &GroupView, v: ValueId, t: &mut InstanceTraffic) {
+        let bytes = self.operand_bytes(view, v);
+        let cores = t.cores;
+        let phase = if view.lead_weights.contains(&v) {
+            &mut t.weights
+        } else {
+            &mut t.late_weights
+        };
+        if !view.weights_via_gb {
+            phase.record(Hop::DdrToLb, bytes, cores);
+            return;
+        }
+        phase.record(Hop::GbToLb, bytes, cores);
+        // The group's first instance promotes all its weights at once.
+        let group = self.schedule.instances[i].group;
+        if self.first_run[group] == i && t.weights.ddr_to_gb == 0 {
+            t.weights.record(Hop::DdrToGb, view.weight_bytes, 1);
+        }
+    }
+
+    /// Activation `v` from outside the group into LB, from where each
+    /// producer instance left its part.
+    fn activation_in(&self, i: usize, view: &GroupView, v: ValueId, t: &mut InstanceTraffic) {
+        let bytes = self.operand_bytes(view, v);
+        let edges: Vec<&Edge> = self.incoming[i].iter().filter(|e| e.value == v).collect();
+        if edges.is_empty() {
+            t.inputs.record(Hop::DdrToLb, bytes, t.cores);
+            return;
+        }
+        let share = bytes.div_ceil(edges.len() as u64);
+        for edge in edges {
+            match self.schedule.instances[edge.producer].scope {
+                Scope::Ddr => t.inputs.record(Hop::DdrToLb, share, t.cores),
+                Scope::Gb => t.inputs.record(Hop::GbToLb, share, t.cores),
+                Scope::Lb if self.redistributed.contains(edge) => {
+                    // Between cores through the level that joins them.
+                    let (out, back) = if self.has_gb {
+                        (Hop::LbToGb, Hop::GbToLb)
+                    } else {
+                        (Hop::LbToDdr, Hop::DdrToLb)
+                    };
+                    t.inputs.record(out, share, t.cores);
+                    t.inputs.record(back, share, t.cores);
+                }
+                Scope::Lb => {}
+            }
+        }
+    }
+
+    /// Values read by another group go to the instance's scope, graph
+    /// outputs to DDR.
+    fn outputs_out(&self, scope: Scope, view: &GroupView, t: &mut InstanceTraffic) {
+        let og = self.og;
+        for &n in &view.nodes {
+            let node = &og.nodes[n];
+            let read_outside = node
+                .consumers
+                .iter()
+                .any(|c| view.nodes.binary_search(c).is_err());
+            for &v in &node.outputs {
+                let bytes = self.operand_bytes(view, v);
+                // A graph output goes to DDR whatever the instance's scope.
+                let scope = if og.graph_outputs.contains(&v) {
+                    Scope::Ddr
+                } else if read_outside {
+                    scope
+                } else {
+                    Scope::Lb
+                };
+                match scope {
+                    Scope::Ddr => t.outputs.record(Hop::LbToDdr, bytes, t.cores),
+                    Scope::Gb => t.outputs.record(Hop::LbToGb, bytes, t.cores),
+                    Scope::Lb => {}
+                }
+            }
+        }
+    }
+
+    /// Per node: its share of the arithmetic and its LB reads and writes.
+    fn compute(&self, view: &GroupView, t: &mut InstanceTraffic) {
+        for &n in &view.nodes {
+            let node = &self.og.nodes[n];
+            let mut lb_bytes = 0;
+            for &v in &node.inputs {
+                let bytes = self.operand_bytes(view, v);
+                *t.lb_reads.entry(self.g.name(v).to_string()).or_default() += bytes;
+                lb_bytes += bytes;
+            }
+            for &v in &node.outputs {
+                let bytes = self.operand_bytes(view, v);
+                *t.lb_writes.entry(self.g.name(v).to_string()).or_default() += bytes;
+                lb_bytes += bytes;
+            }
+            let sliced = view.prop.split_nodes.binary_search(&n).is_ok();
+            let share = if sliced { view.factor as u64 } else { 1 };
+            t.work.push(Work {
+                node: node.name.clone(),
+                flops: node.flops.div_ceil(share),
+                contraction: node.contraction,
+                lb_bytes,
+            });
+        }
+    }
+}
