@@ -18,7 +18,7 @@
 //! `order`, after the instances it reads.
 
 use crate::desc::DsaDesc;
-use crate::grouping::{layers, Grouping};
+use crate::grouping::{fuse_unfit_layers, layers, Grouping};
 use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
 use crate::reuse::{spill_longest_lived, Tenancy};
@@ -118,7 +118,8 @@ pub(crate) struct Placed {
 /// GraphTurbo's schedule of `g` on `desc`.
 pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     let og = OpGraph::new(g)?;
-    let ig = InstanceGraph::new(&og, Grouping::run(&og, desc))?;
+    let groups = fuse_unfit_layers(&og, Grouping::run(&og, desc));
+    let ig = InstanceGraph::new(&og, groups)?;
     let cores = desc.cores_per_cluster as usize;
     let mut best: Option<(u64, Placed)> = None;
     for kind in [OrderKind::Dfs, OrderKind::Bfs] {
