@@ -8,5 +8,7 @@ pub mod dsa;
 pub mod emit;
 pub mod flops;
 pub mod progress;
+pub mod sim;
+pub mod sim_html;
 pub mod tune;
 pub use kiln_ir::npy;

@@ -14,7 +14,7 @@
 //!   is limited by DDR.
 //! - A node runs on the fastest unit of its kind (matrix for a
 //!   contraction, vector otherwise, the fastest unit when the core has
-//!   none of that kind) of every core the instance is bound to, and takes
+//!   none of that kind) of every core the instance runs on, and takes
 //!   the longer of its arithmetic (`flops / (gflops × cores)`) and its LB
 //!   accesses (`lb_bytes / (local_buffer.gbps × cores)`). Nodes of an
 //!   instance run one after another.

@@ -10,16 +10,22 @@
 //!   §3.5 redistributes it between cores (the cores are joined by the
 //!   LLB, §5); a model input comes from DDR;
 //! - its output slice goes to its scope: DDR, GB, or stays in LB;
-//! - weights (§2.2, §4.4 and Fig. 11): a group run as several instances
-//!   promotes its weights DDR → GB once and hoists them GB → LB in every
-//!   instance, when GB holds them; otherwise each instance reads its
-//!   slice of them from DDR;
+//! - an operand from DDR (a weight, a model input, an output left in
+//!   DDR) that every instance of a split group reads whole is promoted
+//!   DDR → GB once by the group's first instance and hoisted GB → LB by
+//!   each (§4.4 and Fig. 11's weight promotion), when GB holds it;
+//!   otherwise each instance reads its part from DDR. Weights are split
+//!   into the first layer's (needed before compute) and the later
+//!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
 //! - each operand is moved once per instance and read from LB once per
 //!   node that reads it; re-reads caused by tiling inside a kernel (which
 //!   `tiling.rs` and the emulator count) are not modelled, so per kernel
 //!   this is the least traffic that kernel can have;
-//! - one DMA call per operand moved and core it is bound to.
+//! - an instance runs on all the cluster's cores (§3.4: Algorithm 1
+//!   sizes an instance for them; its binding says where its output's
+//!   slices live, not how many cores compute), with one DMA call per
+//!   operand moved and core.
 //!
 //! Needs: the [`Schedule`] built from the same graph as the [`OpGraph`].
 //! Guarantees: every weight and model input read by a node is read from
@@ -31,7 +37,7 @@ use crate::desc::DsaDesc;
 use crate::instances::Edge;
 use crate::opgraph::OpGraph;
 use crate::schedule::Schedule;
-use crate::scope::{cores_used, Scope, Transfer};
+use crate::scope::{Scope, Transfer};
 use crate::split_info::{instance_bytes, propagate, Propagation, Region};
 use kiln_ir::{Graph, ValueId};
 use serde::Serialize;
@@ -125,7 +131,7 @@ pub struct InstanceTraffic {
     /// Bytes the compute writes to LB, per value.
     pub lb_writes: BTreeMap<String, u64>,
     pub work: Vec<Work>,
-    /// Cores the instance is bound to.
+    /// Cores the instance runs on.
     pub cores: u64,
 }
 
@@ -150,9 +156,6 @@ struct GroupView {
     nodes: Vec<usize>,
     factor: usize,
     prop: Propagation,
-    /// Weights are promoted to GB once and hoisted per instance.
-    weights_via_gb: bool,
-    weight_bytes: u64,
     /// The weights the first node reading any weight reads.
     lead_weights: BTreeSet<ValueId>,
 }
@@ -162,7 +165,10 @@ struct Model<'a> {
     g: &'a Graph,
     og: &'a OpGraph,
     schedule: &'a Schedule,
-    has_gb: bool,
+    /// GB's size, when there is one.
+    gb: Option<u64>,
+    /// Every instance runs on all the cluster's cores.
+    cores: u64,
     groups: Vec<GroupView>,
     /// Per instance, the edges into it.
     incoming: Vec<Vec<Edge>>,
@@ -222,19 +228,11 @@ impl<'a> Model<'a> {
             .map(|group| {
                 let (axis, factor) = group.split.map_or((0, 1), |s| (s.axis, s.factor));
                 let prop = propagate(og, &group.nodes, axis, factor);
-                let weight_bytes = prop
-                    .regions
-                    .keys()
-                    .filter(|v| !og.is_activation(**v))
-                    .map(|&v| og.value_bytes(v))
-                    .sum();
                 GroupView {
                     lead_weights: lead_weights(og, &group.nodes),
                     nodes: group.nodes.clone(),
                     factor,
                     prop,
-                    weights_via_gb: factor > 1 && gb.is_some_and(|gb| weight_bytes <= gb),
-                    weight_bytes,
                 }
             })
             .collect();
@@ -259,7 +257,8 @@ impl<'a> Model<'a> {
             g,
             og,
             schedule,
-            has_gb: gb.is_some(),
+            gb,
+            cores: u64::from(desc.cores_per_cluster),
             groups,
             incoming,
             redistributed,
@@ -287,7 +286,7 @@ impl<'a> Model<'a> {
         let inst = &self.schedule.instances[i];
         let view = &self.groups[inst.group];
         let mut t = InstanceTraffic {
-            cores: cores_used(&inst.bind).max(1) as u64,
+            cores: self.cores,
             ..InstanceTraffic::default()
         };
         for &v in view.prop.regions.keys() {
@@ -302,7 +301,7 @@ impl<'a> Model<'a> {
         t
     }
 
-    /// Weight `v` into LB (Fig. 11's promotion through GB when it pays).
+    /// Weight `v` into LB.
     fn weights_in(&self, i: usize, view: &GroupView, v: ValueId, t: &mut InstanceTraffic) {
         let bytes = self.operand_bytes(view, v);
         let cores = t.cores;
@@ -311,16 +310,32 @@ impl<'a> Model<'a> {
         } else {
             &mut t.late_weights
         };
-        if !view.weights_via_gb {
+        self.from_ddr(i, view, v, bytes, phase, cores);
+    }
+
+    /// `bytes` of `v` from DDR into LB: straight, or, when every instance
+    /// of a split group reads `v` whole and GB holds it, promoted to GB by
+    /// the group's first instance and hoisted from there by each (Fig. 11;
+    /// the emulator stages re-read inputs the same way).
+    fn from_ddr(
+        &self,
+        i: usize,
+        view: &GroupView,
+        v: ValueId,
+        bytes: u64,
+        phase: &mut Traffic,
+        cores: u64,
+    ) {
+        let read_whole = matches!(view.prop.regions.get(&v), Some(Region::Whole));
+        let staged = view.factor > 1 && read_whole && self.gb.is_some_and(|gb| bytes <= gb);
+        if !staged {
             phase.record(Hop::DdrToLb, bytes, cores);
             return;
         }
-        phase.record(Hop::GbToLb, bytes, cores);
-        // The group's first instance promotes all its weights at once.
-        let group = self.schedule.instances[i].group;
-        if self.first_run[group] == i && t.weights.ddr_to_gb == 0 {
-            t.weights.record(Hop::DdrToGb, view.weight_bytes, 1);
+        if self.first_run[self.schedule.instances[i].group] == i {
+            phase.record(Hop::DdrToGb, bytes, 1);
         }
+        phase.record(Hop::GbToLb, bytes, cores);
     }
 
     /// Activation `v` from outside the group into LB, from where each
@@ -329,17 +344,17 @@ impl<'a> Model<'a> {
         let bytes = self.operand_bytes(view, v);
         let edges: Vec<&Edge> = self.incoming[i].iter().filter(|e| e.value == v).collect();
         if edges.is_empty() {
-            t.inputs.record(Hop::DdrToLb, bytes, t.cores);
+            self.from_ddr(i, view, v, bytes, &mut t.inputs, t.cores);
             return;
         }
         let share = bytes.div_ceil(edges.len() as u64);
         for edge in edges {
             match self.schedule.instances[edge.producer].scope {
-                Scope::Ddr => t.inputs.record(Hop::DdrToLb, share, t.cores),
+                Scope::Ddr => self.from_ddr(i, view, v, share, &mut t.inputs, t.cores),
                 Scope::Gb => t.inputs.record(Hop::GbToLb, share, t.cores),
                 Scope::Lb if self.redistributed.contains(edge) => {
                     // Between cores through the level that joins them.
-                    let (out, back) = if self.has_gb {
+                    let (out, back) = if self.gb.is_some() {
                         (Hop::LbToGb, Hop::GbToLb)
                     } else {
                         (Hop::LbToDdr, Hop::DdrToLb)

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""GraphTurbo's Table 3, Fig. 14 speedups and Fig. 15 breakdown in kind,
+from `kiln sim` (the DSA traffic and cycle simulator), as Markdown tables.
+
+    python scripts/dsa/sim_table.py [--kiln target/release/kiln] [--backend dsa:stcp920] \\
+        MODEL.onnx[:BATCH] ...
+
+Each model is simulated under five schedules (one `kiln sim --json` each):
+per-layer (TVM), layers-in-gb (Fig. 15's "outputs kept in GB"),
+astitch-like (one kernel per layer, outputs kept in LB: Fig. 15's "in LB"
+and §5.2's AStitch), graphturbo without across-layer scheduling (Fig.
+15's "plus instances") and graphturbo (Fig. 15's "plus across-layer
+scheduling"). A model is named by its directory (`models/NAME/model.onnx`).
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+RUNS = [
+    ("per-layer", ["--schedule", "per-layer"]),
+    ("layers-in-gb", ["--schedule", "layers-in-gb"]),
+    ("astitch-like", ["--schedule", "astitch-like"]),
+    ("graphturbo-serial", ["--schedule", "graphturbo", "--across-layer", "off"]),
+    ("graphturbo", ["--schedule", "graphturbo"]),
+]
+
+
+def simulate(kiln, backend, path, batch, extra):
+    cmd = [kiln, "sim", str(path), "--backend", backend, "--json", *extra]
+    if batch:
+        cmd += ["--batch", batch]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: {out.stderr.strip()}")
+    report = json.loads(out.stdout)
+    report.pop("per_kernel", None)
+    return report
+
+
+def scopes(r):
+    return f"{r['outputs_in_ddr']} / {r['outputs_in_gb']} / {r['outputs_in_lb']}"
+
+
+def speedup(base, new):
+    return f"{base['cycles'] / new['cycles']:.2f}×"
+
+
+def mb(n):
+    return f"{n / 1e6:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kiln", default="target/release/kiln")
+    ap.add_argument("--backend", default="dsa:stcp920")
+    ap.add_argument("models", nargs="+", help="MODEL.onnx[:BATCH]")
+    args = ap.parse_args()
+    rows = []
+    for spec in args.models:
+        path, _, batch = spec.partition(":")
+        name = Path(path).parent.name
+        runs = {k: simulate(args.kiln, args.backend, path, batch, extra) for k, extra in RUNS}
+        rows.append((name, batch or "own", runs))
+        print(f"simulated {name}", file=sys.stderr)
+
+    print("| model | batch | kernels per-layer / graphturbo | per-layer DDR / GB / LB | astitch-like DDR / GB / LB | graphturbo DDR / GB / LB |")
+    print("|---|---|---|---|---|---|")
+    for name, batch, r in rows:
+        print(f"| {name} | {batch} | {r['per-layer']['kernels']} / {r['graphturbo']['kernels']} | "
+              f"{scopes(r['per-layer'])} | {scopes(r['astitch-like'])} | {scopes(r['graphturbo'])} |")
+    print()
+    print("| model | per-layer Mcycles | astitch-like Mcycles | graphturbo Mcycles | graphturbo over per-layer | graphturbo over astitch-like |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, _, r in rows:
+        p, a, g = r["per-layer"], r["astitch-like"], r["graphturbo"]
+        print(f"| {name} | {p['cycles'] / 1e6:.2f} | {a['cycles'] / 1e6:.2f} | {g['cycles'] / 1e6:.2f} | "
+              f"{speedup(p, g)} | {speedup(a, g)} |")
+    print()
+    print("| model | outputs in GB | in LB | plus instances | plus across-layer scheduling |")
+    print("|---|---:|---:|---:|---:|")
+    for name, _, r in rows:
+        p = r["per-layer"]
+        steps = ["layers-in-gb", "astitch-like", "graphturbo-serial", "graphturbo"]
+        print(f"| {name} | " + " | ".join(speedup(p, r[s]) for s in steps) + " |")
+    print()
+    print("| model | compulsory MB | per-layer MB | astitch-like MB | graphturbo MB | graphturbo / compulsory |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, _, r in rows:
+        g = r["graphturbo"]
+        floor = g["compulsory_ddr_bytes"]
+        print(f"| {name} | {mb(floor)} | {mb(r['per-layer']['ddr_bytes'])} | {mb(r['astitch-like']['ddr_bytes'])} | "
+              f"{mb(g['ddr_bytes'])} | {g['ddr_bytes'] / floor:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
