@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+FLOAT_BYTES = None
+
 RUNS = [
     ("per-layer", ["--schedule", "per-layer"]),
     ("layers-in-gb", ["--schedule", "layers-in-gb"]),
@@ -30,6 +32,8 @@ RUNS = [
 
 def simulate(kiln, backend, path, batch, extra):
     cmd = [kiln, "sim", str(path), "--backend", backend, "--json", *extra]
+    if FLOAT_BYTES:
+        cmd += ["--float-bytes", FLOAT_BYTES]
     if batch:
         cmd += ["--batch", batch]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -56,8 +60,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default="target/release/kiln")
     ap.add_argument("--backend", default="dsa:stcp920")
+    ap.add_argument("--float-bytes", help="kiln sim --float-bytes (2: FP16)")
     ap.add_argument("models", nargs="+", help="MODEL.onnx[:BATCH]")
     args = ap.parse_args()
+    global FLOAT_BYTES
+    FLOAT_BYTES = args.float_bytes
     rows = []
     for spec in args.models:
         path, _, batch = spec.partition(":")

@@ -186,6 +186,7 @@ fn main() {
             schedule,
             across_layer,
             batch,
+            float_bytes,
             json,
             output,
             args,
@@ -196,6 +197,7 @@ fn main() {
                     target: backend,
                     schedule,
                     across_layer,
+                    float_bytes,
                     json,
                     html: output,
                 };

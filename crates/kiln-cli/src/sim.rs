@@ -34,6 +34,8 @@ pub struct SimRequest {
     pub target: String,
     pub schedule: ScheduleKind,
     pub across_layer: AcrossLayer,
+    /// Overrides the description's `float_bytes`.
+    pub float_bytes: Option<u32>,
     pub json: bool,
     pub html: Option<PathBuf>,
 }
@@ -48,6 +50,14 @@ pub fn parse_dsa_target(value: &str) -> std::result::Result<String, String> {
 /// Checks `--schedule` (the error lists the schedules).
 pub fn parse_schedule(value: &str) -> std::result::Result<ScheduleKind, String> {
     ScheduleKind::parse(value).map_err(|e| e.to_string())
+}
+
+/// Checks `--float-bytes`: 1, 2, 4 or 8.
+pub fn parse_float_bytes(value: &str) -> std::result::Result<u32, String> {
+    match value.parse::<u32>() {
+        Ok(b) if [1, 2, 4, 8].contains(&b) => Ok(b),
+        _ => Err(format!("'{value}' is not 1, 2, 4 or 8")),
+    }
 }
 
 /// Input shapes with the first dimension set to `batch`, for every input
@@ -70,7 +80,8 @@ pub fn rebatched_inputs(
 
 /// Simulates `g` (called `label`) and prints or writes what `req` asks.
 pub fn sim(g: &Graph, label: &str, req: &SimRequest) -> Result<()> {
-    let desc = kiln_dsa::parse_target(&req.target)?;
+    let mut desc = kiln_dsa::parse_target(&req.target)?;
+    desc.float_bytes = req.float_bytes.or(desc.float_bytes);
     let opts = SimOptions {
         schedule: req.schedule,
         across_layer: req.across_layer.choice(),

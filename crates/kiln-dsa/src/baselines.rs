@@ -84,7 +84,7 @@ pub fn per_layer(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
 
 /// One kernel per layer in graph order, outputs kept as `kind` says.
 fn layer_schedule(g: &Graph, desc: &DsaDesc, kind: ScheduleKind) -> Result<Schedule> {
-    let og = OpGraph::new(g)?;
+    let og = OpGraph::for_device(g, desc)?;
     let groups = layers(&og)
         .into_iter()
         .map(|nodes| Group { nodes, split: None })

@@ -6,10 +6,13 @@
 //! Needs: a graph with static shapes (`kiln_ops::infer` run); compound
 //! ops opened (kiln's graph passes) where splitting should see through
 //! them; a node without a tensor expression is scheduled but never split.
-//! Guarantees: edges follow values between nodes; initializers are
+//! Guarantees: edges follow values between nodes; value bytes are the
+//! model's types', or the device's floating-point size where the
+//! description sets one ([`OpGraph::for_device`]); initializers are
 //! weights, kept out of working sets as §2.2 does ("a small, fixed size of
 //! buffers in LB" promotes them per layer).
 
+use crate::desc::DsaDesc;
 use crate::split_info::OpSplit;
 use kiln_ir::{bail, Graph, Result, ValueId};
 use kiln_ops::te::classify::node_expr;
@@ -59,13 +62,27 @@ pub struct OpGraph {
 impl OpGraph {
     /// Builds the view; every value must have a static shape.
     pub fn new(g: &Graph) -> Result<OpGraph> {
+        OpGraph::with_float_bytes(g, None)
+    }
+
+    /// The view for `desc`: floating-point values take its `float_bytes`
+    /// per element when it sets them (the device's precision).
+    pub fn for_device(g: &Graph, desc: &DsaDesc) -> Result<OpGraph> {
+        OpGraph::with_float_bytes(g, desc.float_bytes)
+    }
+
+    fn with_float_bytes(g: &Graph, float_bytes: Option<u32>) -> Result<OpGraph> {
         let mut shapes = Vec::with_capacity(g.values.len());
         let mut bytes = Vec::with_capacity(g.values.len());
         for v in &g.values {
             let Some(shape) = &v.ty.shape else {
                 bail!("GraphTurbo needs static shapes: '{}' has none", v.name);
             };
-            bytes.push((shape.iter().product::<usize>() * v.ty.dtype.size()) as u64);
+            let element = match float_bytes {
+                Some(b) if v.ty.dtype.is_float() => b as usize,
+                _ => v.ty.dtype.size(),
+            };
+            bytes.push((shape.iter().product::<usize>() * element) as u64);
             shapes.push(shape.clone());
         }
         let producer = g.producers();

@@ -117,7 +117,7 @@ pub(crate) struct Placed {
 
 /// GraphTurbo's schedule of `g` on `desc`.
 pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
-    let og = OpGraph::new(g)?;
+    let og = OpGraph::for_device(g, desc)?;
     let groups = fuse_unfit_layers(&og, Grouping::run(&og, desc));
     let ig = InstanceGraph::new(&og, groups)?;
     let cores = desc.cores_per_cluster as usize;

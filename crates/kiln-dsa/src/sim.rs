@@ -106,7 +106,7 @@ pub struct SimReport {
 /// Simulates `g` on one cluster of `desc` under `opts`.
 pub fn simulate(g: &Graph, desc: &DsaDesc, opts: SimOptions) -> Result<SimReport> {
     let schedule = schedule(g, desc, opts.schedule)?;
-    let og = OpGraph::new(g)?;
+    let og = OpGraph::for_device(g, desc)?;
     let traffic = instance_traffic(g, &og, &schedule, desc);
     let phases: Vec<Phases> = traffic.iter().map(|t| phases(t, desc)).collect();
     let across_layer = opts

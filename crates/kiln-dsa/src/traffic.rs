@@ -13,8 +13,10 @@
 //! - an operand from DDR (a weight, a model input, an output left in
 //!   DDR) that every instance of a split group reads whole is promoted
 //!   DDR → GB once by the group's first instance and hoisted GB → LB by
-//!   each (§4.4 and Fig. 11's weight promotion), when GB holds it;
-//!   otherwise each instance reads its part from DDR. Weights are split
+//!   each (§4.4 and Fig. 11's weight promotion), while GB holds the
+//!   group's such operands together (largest first; GB's room for
+//!   spilled outputs is not subtracted); otherwise each instance reads
+//!   its part from DDR. Weights are split
 //!   into the first layer's (needed before compute) and the later
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
@@ -158,6 +160,8 @@ struct GroupView {
     prop: Propagation,
     /// The weights the first node reading any weight reads.
     lead_weights: BTreeSet<ValueId>,
+    /// Operands from outside read whole by every instance, staged in GB.
+    staged: BTreeSet<ValueId>,
 }
 
 /// Everything shared by the instances of one schedule.
@@ -206,6 +210,38 @@ fn lead_weights(og: &OpGraph, nodes: &[usize]) -> BTreeSet<ValueId> {
         .unwrap_or_default()
 }
 
+/// The operands from outside `nodes` that every instance of a group split
+/// `factor` ways reads whole, largest first while GB holds them together
+/// (none when the group is not split or there is no GB).
+fn staged_operands(
+    og: &OpGraph,
+    nodes: &[usize],
+    prop: &Propagation,
+    factor: usize,
+    gb: Option<u64>,
+) -> BTreeSet<ValueId> {
+    let Some(mut room) = gb.filter(|_| factor > 1) else {
+        return BTreeSet::new();
+    };
+    let outside =
+        |v: ValueId| og.producer[v.index()].is_none_or(|p| nodes.binary_search(&p).is_err());
+    let mut whole: Vec<(u64, ValueId)> = prop
+        .regions
+        .iter()
+        .filter(|&(&v, &region)| region == Region::Whole && outside(v))
+        .map(|(&v, _)| (og.value_bytes(v), v))
+        .collect();
+    whole.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
+    let mut staged = BTreeSet::new();
+    for (bytes, v) in whole {
+        if bytes <= room {
+            room -= bytes;
+            staged.insert(v);
+        }
+    }
+    staged
+}
+
 /// The compulsory DDR traffic: every weight and model input some node
 /// reads, read once; every graph output written once.
 pub fn compulsory_ddr_bytes(og: &OpGraph) -> u64 {
@@ -230,6 +266,7 @@ impl<'a> Model<'a> {
                 let prop = propagate(og, &group.nodes, axis, factor);
                 GroupView {
                     lead_weights: lead_weights(og, &group.nodes),
+                    staged: staged_operands(og, &group.nodes, &prop, factor, gb),
                     nodes: group.nodes.clone(),
                     factor,
                     prop,
@@ -313,10 +350,9 @@ impl<'a> Model<'a> {
         self.from_ddr(i, view, v, bytes, phase, cores);
     }
 
-    /// `bytes` of `v` from DDR into LB: straight, or, when every instance
-    /// of a split group reads `v` whole and GB holds it, promoted to GB by
-    /// the group's first instance and hoisted from there by each (Fig. 11;
-    /// the emulator stages re-read inputs the same way).
+    /// `bytes` of `v` from DDR into LB: straight, or, when `v` is staged,
+    /// promoted to GB by the group's first instance and hoisted from there
+    /// by each (Fig. 11; the emulator stages re-read inputs the same way).
     fn from_ddr(
         &self,
         i: usize,
@@ -326,9 +362,7 @@ impl<'a> Model<'a> {
         phase: &mut Traffic,
         cores: u64,
     ) {
-        let read_whole = matches!(view.prop.regions.get(&v), Some(Region::Whole));
-        let staged = view.factor > 1 && read_whole && self.gb.is_some_and(|gb| bytes <= gb);
-        if !staged {
+        if !view.staged.contains(&v) {
             phase.record(Hop::DdrToLb, bytes, cores);
             return;
         }

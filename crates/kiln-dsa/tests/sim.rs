@@ -205,3 +205,45 @@ fn totals_add_up_and_across_layer_scheduling_overlaps() {
     assert!(overlapped.overlap_cycles > serial.overlap_cycles);
     assert_eq!(overlapped.ddr_bytes, serial.ddr_bytes);
 }
+
+/// Fig. 3a's stages a, b and c run as 8, 4 and 2 instances (split along
+/// the batch), each reading its stage's weights whole: they are promoted
+/// DDR → GB once and hoisted GB → LB by every instance; stage d (one
+/// instance) reads its weights from DDR.
+#[test]
+fn weights_read_whole_by_every_instance_are_staged_in_gb_once() {
+    let g = common::graph("fig3_stages");
+    let r = sim(&g, &stcp920(), ScheduleKind::Graphturbo);
+    let stage = |conv: usize, down: usize| 4 * (conv + down);
+    let (a, b, c) = (
+        stage(48 * 48, 96 * 48 * 4),
+        stage(96 * 96, 192 * 96 * 4),
+        stage(192 * 192, 384 * 192 * 4),
+    );
+    let d = 4 * 384 * 384;
+    let weights = |f: fn(&kiln_dsa::traffic::Traffic) -> u64| -> u64 {
+        r.per_kernel
+            .iter()
+            .map(|k| f(&k.weights) + f(&k.late_weights))
+            .sum()
+    };
+    assert_eq!(weights(|t| t.ddr_to_gb), (a + b + c) as u64);
+    assert_eq!(weights(|t| t.gb_to_lb), (8 * a + 4 * b + 2 * c) as u64);
+    assert_eq!(weights(|t| t.ddr_to_lb), d as u64);
+}
+
+/// A description's `float_bytes` sizes floating-point tensors: FP16
+/// halves every byte count of the per-layer baseline on Fig. 3a.
+#[test]
+fn float_bytes_size_the_tensors() {
+    let g = common::graph("fig3_stages");
+    let mut desc = stcp920();
+    let f32_run = sim(&g, &desc, ScheduleKind::PerLayer);
+    desc.float_bytes = Some(2);
+    let f16_run = sim(&g, &desc, ScheduleKind::PerLayer);
+    assert_eq!(2 * f16_run.ddr_bytes, f32_run.ddr_bytes);
+    assert_eq!(
+        2 * f16_run.compulsory_ddr_bytes,
+        f32_run.compulsory_ddr_bytes
+    );
+}

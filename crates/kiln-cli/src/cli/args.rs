@@ -324,6 +324,11 @@ pub(crate) enum Command {
         /// Batch per cluster: the first dimension of every model input.
         #[arg(long)]
         batch: Option<usize>,
+        /// Bytes of a floating-point element on the device (2: FP16, as
+        /// STCP920 computes); default: the description's, else the
+        /// model's types.
+        #[arg(long, value_parser = kiln_cli::sim::parse_float_bytes)]
+        float_bytes: Option<u32>,
         /// Print one JSON object instead of the summary.
         #[arg(long)]
         json: bool,
