@@ -21,9 +21,11 @@
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
 //! - each operand is moved once per instance and read from LB once per
-//!   node that reads it; re-reads caused by tiling inside a kernel (which
-//!   `tiling.rs` and the emulator count) are not modelled, so per kernel
-//!   this is the least traffic that kernel can have;
+//!   node that reads it, except in a kernel whose operands do not fit the
+//!   cluster's LBs together: it is tiled, one operand streamed once per
+//!   block of another ([`tiling_rereads`], §4.1's anchor-op tiling; a
+//!   bound of the blocked-matrix-product kind, not the emulator's exact
+//!   tiles);
 //! - an instance runs on all the cluster's cores (§3.4: Algorithm 1
 //!   sizes an instance for them; its binding says where its output's
 //!   slices live, not how many cores compute), with one DMA call per
@@ -133,6 +135,9 @@ pub struct InstanceTraffic {
     /// Bytes the compute writes to LB, per value.
     pub lb_writes: BTreeMap<String, u64>,
     pub work: Vec<Work>,
+    /// The operand a tiled kernel streams more than once, and how many
+    /// times in all ([`tiling_rereads`]).
+    pub reread: Option<(String, u64)>,
     /// Cores the instance runs on.
     pub cores: u64,
 }
@@ -164,6 +169,15 @@ struct GroupView {
     staged: BTreeSet<ValueId>,
 }
 
+/// One operand moved into one instance, `times` times (a tiled kernel
+/// streams one operand once per block of another).
+struct Fetch<'a> {
+    instance: usize,
+    view: &'a GroupView,
+    value: ValueId,
+    times: u64,
+}
+
 /// Everything shared by the instances of one schedule.
 struct Model<'a> {
     g: &'a Graph,
@@ -173,6 +187,8 @@ struct Model<'a> {
     gb: Option<u64>,
     /// Every instance runs on all the cluster's cores.
     cores: u64,
+    /// One core's LB.
+    lb_bytes: u64,
     groups: Vec<GroupView>,
     /// Per instance, the edges into it.
     incoming: Vec<Vec<Edge>>,
@@ -208,6 +224,35 @@ fn lead_weights(og: &OpGraph, nodes: &[usize]) -> BTreeSet<ValueId> {
         })
         .find(|w| !w.is_empty())
         .unwrap_or_default()
+}
+
+/// §4.1: a kernel whose operands do not fit the cluster's LBs together
+/// is tiled: blocks of one of its two largest operands are held in half
+/// the LBs and the other is streamed once per block; of the two ways,
+/// the one reading fewer bytes again. Returns the streamed operand and how many
+/// times it is read, when more than once. (The output is written once, a
+/// tile at a time; smaller operands are read once.)
+pub fn tiling_rereads(operands: &[(ValueId, u64)], lb_total: u64) -> Option<(ValueId, u64)> {
+    let total: u64 = operands.iter().map(|&(_, bytes)| bytes).sum();
+    if total <= lb_total {
+        return None;
+    }
+    let mut largest = operands.to_vec();
+    largest.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
+    let [(a, a_bytes), (b, b_bytes), ..] = largest[..] else {
+        return None;
+    };
+    let half = (lb_total / 2).max(1);
+    let (a_blocks, b_blocks) = (a_bytes.div_ceil(half), b_bytes.div_ceil(half));
+    // Bytes read beyond once: streaming `a` once per block of `b`, or
+    // the other way round.
+    let (a_extra, b_extra) = (a_bytes * (b_blocks - 1), b_bytes * (a_blocks - 1));
+    let (streamed, times) = if a_extra <= b_extra {
+        (a, b_blocks)
+    } else {
+        (b, a_blocks)
+    };
+    (times > 1).then_some((streamed, times))
 }
 
 /// The operands from outside `nodes` that every instance of a group split
@@ -296,6 +341,7 @@ impl<'a> Model<'a> {
             schedule,
             gb,
             cores: u64::from(desc.cores_per_cluster),
+            lb_bytes: desc.local_buffer.bytes,
             groups,
             incoming,
             redistributed,
@@ -326,11 +372,29 @@ impl<'a> Model<'a> {
             cores: self.cores,
             ..InstanceTraffic::default()
         };
-        for &v in view.prop.regions.keys() {
-            if !self.og.is_activation(v) {
-                self.weights_in(i, view, v, &mut t);
-            } else if !self.produced_inside(view, v) {
-                self.activation_in(i, view, v, &mut t);
+        let external: Vec<(ValueId, u64)> = view
+            .prop
+            .regions
+            .keys()
+            .filter(|&&v| !self.og.is_activation(v) || !self.produced_inside(view, v))
+            .map(|&v| (v, self.operand_bytes(view, v)))
+            .collect();
+        let reread = tiling_rereads(&external, self.cores * self.lb_bytes);
+        if let Some((v, times)) = reread {
+            t.reread = Some((self.g.name(v).to_string(), times));
+        }
+        for &(value, _) in &external {
+            let times = reread.filter(|r| r.0 == value).map_or(1, |r| r.1);
+            let fetch = Fetch {
+                instance: i,
+                view,
+                value,
+                times,
+            };
+            if self.og.is_activation(value) {
+                self.activation_in(&fetch, &mut t);
+            } else {
+                self.weights_in(&fetch, &mut t);
             }
         }
         self.outputs_out(inst.scope, view, &mut t);
@@ -338,54 +402,52 @@ impl<'a> Model<'a> {
         t
     }
 
-    /// Weight `v` into LB.
-    fn weights_in(&self, i: usize, view: &GroupView, v: ValueId, t: &mut InstanceTraffic) {
-        let bytes = self.operand_bytes(view, v);
-        let cores = t.cores;
-        let phase = if view.lead_weights.contains(&v) {
+    /// A weight into LB.
+    fn weights_in(&self, f: &Fetch, t: &mut InstanceTraffic) {
+        let bytes = self.operand_bytes(f.view, f.value);
+        let phase = if f.view.lead_weights.contains(&f.value) {
             &mut t.weights
         } else {
             &mut t.late_weights
         };
-        self.from_ddr(i, view, v, bytes, phase, cores);
+        self.from_ddr(f, bytes, phase);
     }
 
-    /// `bytes` of `v` from DDR into LB: straight, or, when `v` is staged,
-    /// promoted to GB by the group's first instance and hoisted from there
-    /// by each (Fig. 11; the emulator stages re-read inputs the same way).
-    fn from_ddr(
-        &self,
-        i: usize,
-        view: &GroupView,
-        v: ValueId,
-        bytes: u64,
-        phase: &mut Traffic,
-        cores: u64,
-    ) {
-        if !view.staged.contains(&v) {
-            phase.record(Hop::DdrToLb, bytes, cores);
+    /// `bytes` of an operand from DDR into LB, `f.times` times: straight,
+    /// or, when the operand is staged, promoted to GB once by the group's
+    /// first instance and hoisted from there (Fig. 11; the emulator stages
+    /// re-read inputs the same way).
+    fn from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
+        let calls = self.cores * f.times;
+        if !f.view.staged.contains(&f.value) {
+            phase.record(Hop::DdrToLb, bytes * f.times, calls);
             return;
         }
-        if self.first_run[self.schedule.instances[i].group] == i {
+        if self.first_run[self.schedule.instances[f.instance].group] == f.instance {
             phase.record(Hop::DdrToGb, bytes, 1);
         }
-        phase.record(Hop::GbToLb, bytes, cores);
+        phase.record(Hop::GbToLb, bytes * f.times, calls);
     }
 
-    /// Activation `v` from outside the group into LB, from where each
+    /// An activation from outside the group into LB, from where each
     /// producer instance left its part.
-    fn activation_in(&self, i: usize, view: &GroupView, v: ValueId, t: &mut InstanceTraffic) {
-        let bytes = self.operand_bytes(view, v);
-        let edges: Vec<&Edge> = self.incoming[i].iter().filter(|e| e.value == v).collect();
+    fn activation_in(&self, f: &Fetch, t: &mut InstanceTraffic) {
+        let bytes = self.operand_bytes(f.view, f.value);
+        let edges: Vec<&Edge> = self.incoming[f.instance]
+            .iter()
+            .filter(|e| e.value == f.value)
+            .collect();
         if edges.is_empty() {
-            self.from_ddr(i, view, v, bytes, &mut t.inputs, t.cores);
+            self.from_ddr(f, bytes, &mut t.inputs);
             return;
         }
         let share = bytes.div_ceil(edges.len() as u64);
         for edge in edges {
             match self.schedule.instances[edge.producer].scope {
-                Scope::Ddr => self.from_ddr(i, view, v, share, &mut t.inputs, t.cores),
-                Scope::Gb => t.inputs.record(Hop::GbToLb, share, t.cores),
+                Scope::Ddr => self.from_ddr(f, share, &mut t.inputs),
+                Scope::Gb => t
+                    .inputs
+                    .record(Hop::GbToLb, share * f.times, self.cores * f.times),
                 Scope::Lb if self.redistributed.contains(edge) => {
                     // Between cores through the level that joins them.
                     let (out, back) = if self.gb.is_some() {
@@ -393,8 +455,8 @@ impl<'a> Model<'a> {
                     } else {
                         (Hop::LbToDdr, Hop::DdrToLb)
                     };
-                    t.inputs.record(out, share, t.cores);
-                    t.inputs.record(back, share, t.cores);
+                    t.inputs.record(out, share, self.cores);
+                    t.inputs.record(back, share, self.cores);
                 }
                 Scope::Lb => {}
             }
@@ -454,5 +516,35 @@ impl<'a> Model<'a> {
                 lb_bytes,
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(i: usize) -> ValueId {
+        ValueId(i as u32)
+    }
+
+    /// Operands that fit together are read once; a small second operand
+    /// fits one block, so the large one streams once; two large ones
+    /// stream the one that moves fewer bytes again.
+    #[test]
+    fn tiled_kernels_stream_one_operand_per_block() {
+        assert_eq!(tiling_rereads(&[(v(0), 100), (v(1), 100)], 200), None);
+        assert_eq!(tiling_rereads(&[(v(0), 1000), (v(1), 100)], 200), None);
+        // Blocks of 100: holding %1 (3 blocks) reads %0 twice more (2000
+        // B), holding %0 (10 blocks) reads %1 nine times more (2700 B).
+        assert_eq!(
+            tiling_rereads(&[(v(0), 1000), (v(1), 300), (v(2), 10)], 200),
+            Some((v(0), 3))
+        );
+        // %1 of 110 B (2 blocks): 1000 B more against 990 B more.
+        assert_eq!(
+            tiling_rereads(&[(v(0), 1000), (v(1), 110)], 200),
+            Some((v(1), 10))
+        );
+        assert_eq!(tiling_rereads(&[(v(0), 1000)], 200), None);
     }
 }

@@ -98,7 +98,15 @@ fn fig3_traffic_matches_the_hand_count() {
     assert_eq!(base.kernels, 7);
     // Layer inputs x, ra, da, rb, db, rc, dc; outputs ra .. rd.
     let activations = image + 2 * (image + da + da + db + db + dc) + rd;
-    assert_eq!(base.ddr_bytes, (activations + weights) as u64);
+    // Two layers do not fit the 8 × 64 KB of LB with their weights and
+    // are tiled in blocks of 256 KB: down_b holds rb (768 KB, 3 blocks)
+    // and reads wb_down (288 KB) twice more, less than rb once more;
+    // down_c holds rc (384 KB, 2 blocks) and reads wc_down (1152 KB)
+    // once more, less than rc four times more.
+    let (wb_down, wc_down) = (4 * 192 * 96 * 4, 4 * 384 * 192 * 4);
+    let rereads = 2 * wb_down + wc_down;
+    assert_eq!(base.ddr_bytes, (activations + weights + rereads) as u64);
+    assert_eq!(base.per_kernel[3].reread, Some(("wb_down".into(), 3)));
     let turbo = sim(&g, &desc, ScheduleKind::Graphturbo);
     assert_eq!(turbo.ddr_bytes, floor as u64);
 }
@@ -233,7 +241,8 @@ fn weights_read_whole_by_every_instance_are_staged_in_gb_once() {
 }
 
 /// A description's `float_bytes` sizes floating-point tensors: FP16
-/// halves every byte count of the per-layer baseline on Fig. 3a.
+/// halves the compulsory traffic on Fig. 3a, and the per-layer
+/// baseline's at least.
 #[test]
 fn float_bytes_size_the_tensors() {
     let g = common::graph("fig3_stages");
@@ -241,7 +250,8 @@ fn float_bytes_size_the_tensors() {
     let f32_run = sim(&g, &desc, ScheduleKind::PerLayer);
     desc.float_bytes = Some(2);
     let f16_run = sim(&g, &desc, ScheduleKind::PerLayer);
-    assert_eq!(2 * f16_run.ddr_bytes, f32_run.ddr_bytes);
+    // Half the bytes, and tiles twice the elements: fewer re-reads.
+    assert!(2 * f16_run.ddr_bytes <= f32_run.ddr_bytes);
     assert_eq!(
         2 * f16_run.compulsory_ddr_bytes,
         f32_run.compulsory_ddr_bytes
