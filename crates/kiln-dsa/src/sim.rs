@@ -60,8 +60,8 @@ pub struct KernelReport {
     pub lb_reads: BTreeMap<String, u64>,
     pub lb_writes: BTreeMap<String, u64>,
     pub flops: u64,
-    /// A tiled kernel's operand streamed more than once, and how often.
-    pub reread: Option<(String, u64)>,
+    /// Operands tiled nodes stream more than once, and how often.
+    pub rereads: Vec<(String, u64)>,
     pub unit_cycles: BTreeMap<String, u64>,
     pub compute_cycles: u64,
     pub dma_cycles: u64,
@@ -183,7 +183,7 @@ fn kernel_report(
         lb_reads: t.lb_reads.clone(),
         lb_writes: t.lb_writes.clone(),
         flops: t.work.iter().map(|w| w.flops).sum(),
-        reread: t.reread.clone(),
+        rereads: t.rereads.clone(),
         unit_cycles: p
             .unit_ns
             .iter()

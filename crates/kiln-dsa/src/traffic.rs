@@ -21,11 +21,11 @@
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
 //! - each operand is moved once per instance and read from LB once per
-//!   node that reads it, except in a kernel whose operands do not fit the
-//!   cluster's LBs together: it is tiled, one operand streamed once per
-//!   block of another ([`tiling_rereads`], §4.1's anchor-op tiling; a
-//!   bound of the blocked-matrix-product kind, not the emulator's exact
-//!   tiles);
+//!   node that reads it, except by a node whose two largest operands do
+//!   not fit the cluster's LBs together: it is tiled, one operand
+//!   streamed once per block of the other, from GB when GB holds it
+//!   ([`tiling_rereads`], §4.1's anchor-op tiling; a bound of the
+//!   blocked-matrix-product kind, not the emulator's exact tiles);
 //! - an instance runs on all the cluster's cores (§3.4: Algorithm 1
 //!   sizes an instance for them; its binding says where its output's
 //!   slices live, not how many cores compute), with one DMA call per
@@ -135,9 +135,9 @@ pub struct InstanceTraffic {
     /// Bytes the compute writes to LB, per value.
     pub lb_writes: BTreeMap<String, u64>,
     pub work: Vec<Work>,
-    /// The operand a tiled kernel streams more than once, and how many
-    /// times in all ([`tiling_rereads`]).
-    pub reread: Option<(String, u64)>,
+    /// Operands tiled nodes stream more than once, and how many times
+    /// each node reads them ([`tiling_rereads`]).
+    pub rereads: Vec<(String, u64)>,
     /// Cores the instance runs on.
     pub cores: u64,
 }
@@ -226,31 +226,41 @@ fn lead_weights(og: &OpGraph, nodes: &[usize]) -> BTreeSet<ValueId> {
         .unwrap_or_default()
 }
 
-/// §4.1: a kernel whose operands do not fit the cluster's LBs together
-/// is tiled: blocks of one of its two largest operands are held in half
-/// the LBs and the other is streamed once per block; of the two ways,
-/// the one reading fewer bytes again. Returns the streamed operand and how many
-/// times it is read, when more than once. (The output is written once, a
-/// tile at a time; smaller operands are read once.)
-pub fn tiling_rereads(operands: &[(ValueId, u64)], lb_total: u64) -> Option<(ValueId, u64)> {
-    let total: u64 = operands.iter().map(|&(_, bytes)| bytes).sum();
-    if total <= lb_total {
-        return None;
-    }
+/// §4.1: a node whose two largest operands do not fit the cluster's LBs
+/// together is tiled: blocks of one fill the LBs and the other is
+/// streamed through a small buffer (§2.2) once per block. `home` says
+/// where an operand's repeated reads come from (LB: free, GB, DDR); of
+/// the two ways, the one reading fewer DDR bytes again, then fewer GB
+/// bytes, then streaming the larger. Returns the streamed operand and
+/// how many times it is read, when more than once.
+pub fn tiling_rereads(
+    operands: &[(ValueId, u64)],
+    lb_total: u64,
+    home: impl Fn(ValueId, u64) -> Scope,
+) -> Option<(ValueId, u64)> {
     let mut largest = operands.to_vec();
     largest.sort_by_key(|&(v, bytes)| (std::cmp::Reverse(bytes), v));
-    let [(a, a_bytes), (b, b_bytes), ..] = largest[..] else {
+    let [a, b, ..] = largest[..] else {
         return None;
     };
-    let half = (lb_total / 2).max(1);
-    let (a_blocks, b_blocks) = (a_bytes.div_ceil(half), b_bytes.div_ceil(half));
-    // Bytes read beyond once: streaming `a` once per block of `b`, or
-    // the other way round.
-    let (a_extra, b_extra) = (a_bytes * (b_blocks - 1), b_bytes * (a_blocks - 1));
-    let (streamed, times) = if a_extra <= b_extra {
-        (a, b_blocks)
+    if a.1 + b.1 <= lb_total {
+        return None;
+    }
+    let blocks = |bytes: u64| bytes.div_ceil(lb_total.max(1));
+    // Bytes read again from DDR and from GB when `streamed` is read once
+    // per block of `held`.
+    let cost = |(streamed, bytes): (ValueId, u64), held: u64| {
+        let again = bytes * (blocks(held) - 1);
+        match home(streamed, bytes) {
+            Scope::Ddr => (again, 0),
+            Scope::Gb => (0, again),
+            Scope::Lb => (0, 0),
+        }
+    };
+    let (streamed, times) = if cost(a, b.1) <= cost(b, a.1) {
+        (a.0, blocks(b.1))
     } else {
-        (b, a_blocks)
+        (b.0, blocks(a.1))
     };
     (times > 1).then_some((streamed, times))
 }
@@ -372,24 +382,20 @@ impl<'a> Model<'a> {
             cores: self.cores,
             ..InstanceTraffic::default()
         };
-        let external: Vec<(ValueId, u64)> = view
+        let external: Vec<ValueId> = view
             .prop
             .regions
             .keys()
-            .filter(|&&v| !self.og.is_activation(v) || !self.produced_inside(view, v))
-            .map(|&v| (v, self.operand_bytes(view, v)))
+            .copied()
+            .filter(|&v| !self.og.is_activation(v) || !self.produced_inside(view, v))
             .collect();
-        let reread = tiling_rereads(&external, self.cores * self.lb_bytes);
-        if let Some((v, times)) = reread {
-            t.reread = Some((self.g.name(v).to_string(), times));
-        }
-        for &(value, _) in &external {
-            let times = reread.filter(|r| r.0 == value).map_or(1, |r| r.1);
+        let times = self.node_rereads(i, view, &mut t);
+        for value in external {
             let fetch = Fetch {
                 instance: i,
                 view,
                 value,
-                times,
+                times: times.get(&value).copied().unwrap_or(1),
             };
             if self.og.is_activation(value) {
                 self.activation_in(&fetch, &mut t);
@@ -400,6 +406,47 @@ impl<'a> Model<'a> {
         self.outputs_out(inst.scope, view, &mut t);
         self.compute(view, &mut t);
         t
+    }
+
+    /// How many times each operand is read in all where a node is tiled
+    /// ([`tiling_rereads`]); records the re-reads in `t.rereads`.
+    fn node_rereads(
+        &self,
+        i: usize,
+        view: &GroupView,
+        t: &mut InstanceTraffic,
+    ) -> BTreeMap<ValueId, u64> {
+        let mut times: BTreeMap<ValueId, u64> = BTreeMap::new();
+        for &n in &view.nodes {
+            let inputs: BTreeSet<ValueId> = self.og.nodes[n].inputs.iter().copied().collect();
+            let operands: Vec<(ValueId, u64)> = inputs
+                .into_iter()
+                .map(|v| (v, self.operand_bytes(view, v)))
+                .collect();
+            let home = |v, bytes| self.home(i, view, v, bytes);
+            if let Some((v, n_times)) = tiling_rereads(&operands, self.cores * self.lb_bytes, home)
+            {
+                *times.entry(v).or_insert(1) += n_times - 1;
+                t.rereads.push((self.g.name(v).to_string(), n_times));
+            }
+        }
+        times
+    }
+
+    /// Where repeated reads of `v` (`bytes` of it) in instance `i` come
+    /// from: LB for what the group computes or finds in LB, GB for what
+    /// is in GB or fits there, else DDR.
+    fn home(&self, i: usize, view: &GroupView, v: ValueId, bytes: u64) -> Scope {
+        if self.og.is_activation(v) && self.produced_inside(view, v) {
+            return Scope::Lb;
+        }
+        let producer = self.incoming[i].iter().find(|e| e.value == v);
+        let scope = producer.map_or(Scope::Ddr, |e| self.schedule.instances[e.producer].scope);
+        let fits_gb = view.staged.contains(&v) || self.gb.is_some_and(|gb| bytes <= gb);
+        match scope {
+            Scope::Ddr if fits_gb => Scope::Gb,
+            other => other,
+        }
     }
 
     /// A weight into LB.
@@ -413,20 +460,30 @@ impl<'a> Model<'a> {
         self.from_ddr(f, bytes, phase);
     }
 
-    /// `bytes` of an operand from DDR into LB, `f.times` times: straight,
-    /// or, when the operand is staged, promoted to GB once by the group's
-    /// first instance and hoisted from there (Fig. 11; the emulator stages
-    /// re-read inputs the same way).
+    /// `bytes` of an operand from DDR into LB, `f.times` times. A staged
+    /// operand is promoted to GB once by the group's first instance and
+    /// hoisted from there (Fig. 11; the emulator stages re-read inputs the
+    /// same way). Otherwise it comes straight from DDR, and when a tiled
+    /// node reads it again it is kept in GB for that if GB holds it.
     fn from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
-        let calls = self.cores * f.times;
-        if !f.view.staged.contains(&f.value) {
-            phase.record(Hop::DdrToLb, bytes * f.times, calls);
+        let again = f.times - 1;
+        if f.view.staged.contains(&f.value) {
+            if self.first_run[self.schedule.instances[f.instance].group] == f.instance {
+                phase.record(Hop::DdrToGb, bytes, 1);
+            }
+            phase.record(Hop::GbToLb, bytes * f.times, self.cores * f.times);
             return;
         }
-        if self.first_run[self.schedule.instances[f.instance].group] == f.instance {
-            phase.record(Hop::DdrToGb, bytes, 1);
+        phase.record(Hop::DdrToLb, bytes, self.cores);
+        if again == 0 {
+            return;
         }
-        phase.record(Hop::GbToLb, bytes * f.times, calls);
+        if self.gb.is_some_and(|gb| bytes <= gb) {
+            phase.record(Hop::LbToGb, bytes, self.cores);
+            phase.record(Hop::GbToLb, bytes * again, self.cores * again);
+        } else {
+            phase.record(Hop::DdrToLb, bytes * again, self.cores * again);
+        }
     }
 
     /// An activation from outside the group into LB, from where each
@@ -527,24 +584,22 @@ mod tests {
         ValueId(i as u32)
     }
 
-    /// Operands that fit together are read once; a small second operand
-    /// fits one block, so the large one streams once; two large ones
-    /// stream the one that moves fewer bytes again.
+    /// Operands that fit together are read once, and so is a large one
+    /// beside an operand that fits one block; otherwise the one whose
+    /// repeated reads cost least is streamed once per block of the other:
+    /// DDR bytes first, then GB bytes.
     #[test]
-    fn tiled_kernels_stream_one_operand_per_block() {
-        assert_eq!(tiling_rereads(&[(v(0), 100), (v(1), 100)], 200), None);
-        assert_eq!(tiling_rereads(&[(v(0), 1000), (v(1), 100)], 200), None);
-        // Blocks of 100: holding %1 (3 blocks) reads %0 twice more (2000
-        // B), holding %0 (10 blocks) reads %1 nine times more (2700 B).
-        assert_eq!(
-            tiling_rereads(&[(v(0), 1000), (v(1), 300), (v(2), 10)], 200),
-            Some((v(0), 3))
-        );
-        // %1 of 110 B (2 blocks): 1000 B more against 990 B more.
-        assert_eq!(
-            tiling_rereads(&[(v(0), 1000), (v(1), 110)], 200),
-            Some((v(1), 10))
-        );
-        assert_eq!(tiling_rereads(&[(v(0), 1000)], 200), None);
+    fn tiled_nodes_stream_the_cheaper_operand_per_block() {
+        let ddr = |_: ValueId, _: u64| Scope::Ddr;
+        assert_eq!(tiling_rereads(&[(v(0), 100), (v(1), 100)], 200, ddr), None);
+        assert_eq!(tiling_rereads(&[(v(0), 1000), (v(1), 100)], 200, ddr), None);
+        // Blocks of 200: holding %1 (2 blocks) reads %0 once more (1000
+        // B), holding %0 (5 blocks) reads %1 four times more (1200 B).
+        let big = [(v(0), 1000), (v(1), 300), (v(2), 10)];
+        assert_eq!(tiling_rereads(&big, 200, ddr), Some((v(0), 2)));
+        // Re-reading %1 from GB moves no DDR byte again.
+        let gb_for_1 = |x: ValueId, _: u64| if x == v(1) { Scope::Gb } else { Scope::Ddr };
+        assert_eq!(tiling_rereads(&big, 200, gb_for_1), Some((v(1), 5)));
+        assert_eq!(tiling_rereads(&[(v(0), 1000)], 200, ddr), None);
     }
 }
