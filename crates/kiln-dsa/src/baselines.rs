@@ -7,10 +7,14 @@
 //!   kernel in LLB as much as possible"): outputs in GB while GB holds
 //!   them over their lives, the longest-lived spilled to DDR first (§4.3's
 //!   rule applied to GB).
-//! - `astitch-like` (§5.2's AStitch, "maximally preserving tensors in L1"
-//!   without splitting into instances; also Fig. 15's second variant):
-//!   outputs in LB while the cluster's LBs hold them, spread over the
-//!   cores, the longest-lived spilled to GB, then DDR (§4.3).
+//! - `layers-in-lb` (Fig. 15's second variant, outputs "stay in L1 to
+//!   the greatest extent"): outputs in LB while the cluster's LBs hold
+//!   them, spread over the cores, the longest-lived spilled to GB, then
+//!   DDR (§4.3).
+//! - `astitch-like` (§5.2: AStitch reproduced "by maximally preserving
+//!   tensors in L1", without splitting into instances): as
+//!   `layers-in-lb` but spilled straight to DDR; AStitch does not use
+//!   the LLB.
 //!
 //! Graph outputs always go to DDR. [`ScheduleKind`] names every schedule
 //! `kiln sim --schedule` accepts; [`schedule`] builds one.
@@ -37,14 +41,16 @@ pub enum ScheduleKind {
     PerLayer,
     AstitchLike,
     LayersInGb,
+    LayersInLb,
 }
 
 impl ScheduleKind {
-    pub const ALL: [ScheduleKind; 4] = [
+    pub const ALL: [ScheduleKind; 5] = [
         ScheduleKind::Graphturbo,
         ScheduleKind::PerLayer,
         ScheduleKind::AstitchLike,
         ScheduleKind::LayersInGb,
+        ScheduleKind::LayersInLb,
     ];
 
     /// The name on the command line and in reports.
@@ -54,6 +60,7 @@ impl ScheduleKind {
             ScheduleKind::PerLayer => "per-layer",
             ScheduleKind::AstitchLike => "astitch-like",
             ScheduleKind::LayersInGb => "layers-in-gb",
+            ScheduleKind::LayersInLb => "layers-in-lb",
         }
     }
 
@@ -97,7 +104,8 @@ fn layer_schedule(g: &Graph, desc: &DsaDesc, kind: ScheduleKind) -> Result<Sched
     let order = bfs_order(&ig);
     let scope = match kind {
         ScheduleKind::LayersInGb => kept_in_gb(&og, &ig, &order, desc),
-        ScheduleKind::AstitchLike => kept_in_lb(&og, &ig, &order, desc),
+        ScheduleKind::LayersInLb => kept_in_lb(&og, &ig, &order, desc, true),
+        ScheduleKind::AstitchLike => kept_in_lb(&og, &ig, &order, desc, false),
         _ => vec![Scope::Ddr; ig.instances.len()],
     };
     // The per-layer baseline reads every input from DDR: no transfer
@@ -147,11 +155,21 @@ fn kept_in_gb(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc)
         .collect()
 }
 
-/// Outputs in LB while the cores hold them, longest-lived spilled to GB,
-/// then DDR.
-fn kept_in_lb(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc) -> Vec<Scope> {
+/// Outputs in LB while the cores hold them, longest-lived spilled to GB
+/// (when `use_gb`), then DDR.
+fn kept_in_lb(
+    og: &OpGraph,
+    ig: &InstanceGraph,
+    order: &[usize],
+    desc: &DsaDesc,
+    use_gb: bool,
+) -> Vec<Scope> {
     let tensors = lifetimes(og, ig, order, desc);
-    let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
+    let gb = desc
+        .global_buffer
+        .as_ref()
+        .map(|m| m.bytes)
+        .filter(|_| use_gb);
     let mut scope: Vec<Scope> = (0..ig.instances.len())
         .map(|i| {
             let t = &tensors[i];

@@ -21,8 +21,8 @@
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
 //! - each operand is moved once per instance and read from LB once per
-//!   node that reads it, except by a node whose two largest operands do
-//!   not fit the cluster's LBs together: it is tiled, one operand
+//!   node that reads it, except by a contraction whose two largest
+//!   operands do not fit the cluster's LBs together: it is tiled, one operand
 //!   streamed once per block of the other, from GB when GB holds it
 //!   ([`tiling_rereads`], §4.1's anchor-op tiling; a bound of the
 //!   blocked-matrix-product kind, not the emulator's exact tiles);
@@ -226,8 +226,8 @@ fn lead_weights(og: &OpGraph, nodes: &[usize]) -> BTreeSet<ValueId> {
         .unwrap_or_default()
 }
 
-/// §4.1: a node whose two largest operands do not fit the cluster's LBs
-/// together is tiled: blocks of one fill the LBs and the other is
+/// §4.1: a contraction whose two largest operands do not fit the
+/// cluster's LBs together is tiled: blocks of one fill the LBs and the other is
 /// streamed through a small buffer (§2.2) once per block. `home` says
 /// where an operand's repeated reads come from (LB: free, GB, DDR); of
 /// the two ways, the one reading fewer DDR bytes again, then fewer GB
@@ -417,7 +417,10 @@ impl<'a> Model<'a> {
         t: &mut InstanceTraffic,
     ) -> BTreeMap<ValueId, u64> {
         let mut times: BTreeMap<ValueId, u64> = BTreeMap::new();
-        for &n in &view.nodes {
+        // Element-wise nodes read their operands' tiles in step: only a
+        // contraction combines every tile of one with every tile of another.
+        let contractions = view.nodes.iter().filter(|&&n| self.og.nodes[n].contraction);
+        for &n in contractions {
             let inputs: BTreeSet<ValueId> = self.og.nodes[n].inputs.iter().copied().collect();
             let operands: Vec<(ValueId, u64)> = inputs
                 .into_iter()

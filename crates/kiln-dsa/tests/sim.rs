@@ -115,7 +115,10 @@ fn layer_outputs_kept_on_chip_cut_ddr_traffic() {
     let desc = stcp920();
     let base = sim(&g, &desc, ScheduleKind::PerLayer);
     let in_gb = sim(&g, &desc, ScheduleKind::LayersInGb);
-    let in_lb = sim(&g, &desc, ScheduleKind::AstitchLike);
+    let in_lb = sim(&g, &desc, ScheduleKind::LayersInLb);
+    let astitch = sim(&g, &desc, ScheduleKind::AstitchLike);
+    assert_eq!(astitch.outputs_in_gb, 0);
+    assert!(astitch.ddr_bytes >= in_lb.ddr_bytes);
     assert_eq!(in_gb.outputs_in_ddr, 1);
     assert_eq!(in_gb.outputs_in_gb, in_gb.kernels - 1);
     assert!(in_gb.ddr_bytes < base.ddr_bytes);

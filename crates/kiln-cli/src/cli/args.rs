@@ -313,8 +313,9 @@ pub(crate) enum Command {
         #[arg(long, default_value = "dsa:stcp920", value_parser = kiln_cli::sim::parse_dsa_target)]
         backend: String,
         /// `graphturbo`, `per-layer` (TVM: every kernel output in DDR),
-        /// `astitch-like` (one kernel per layer, outputs kept in LB) or
-        /// `layers-in-gb` (one kernel per layer, outputs kept in GB).
+        /// `astitch-like` (one kernel per layer, outputs kept in LB, else
+        /// DDR), `layers-in-gb` (outputs kept in GB) or `layers-in-lb`
+        /// (kept in LB, else GB).
         #[arg(long, default_value = "graphturbo", value_parser = kiln_cli::sim::parse_schedule)]
         schedule: kiln_dsa::ScheduleKind,
         /// Across-layer scheduling (weight prefetch behind compute,
