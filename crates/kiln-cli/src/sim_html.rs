@@ -104,7 +104,7 @@ fn draw_kernel(svg: &mut String, k: &KernelReport, scale: f64) {
         "kernel {} (%{}, {} nodes, output in {}): compute {} cycles, DMA {} cycles, DDR {} B, GB {} B",
         k.name, k.output, k.nodes, k.scope, k.compute_cycles, k.dma_cycles, k.ddr_bytes, k.gb_bytes
     );
-    let rows = (CORES_Y, k.cores as f64 * CORE_HEIGHT);
+    let rows = (CORES_Y, k.traffic.cores as f64 * CORE_HEIGHT);
     rect(svg, k.compute_at, scale, rows, scope_color(&k.scope), &what);
 }
 

@@ -49,19 +49,14 @@ pub struct KernelReport {
     /// The value it writes and where that lives.
     pub output: String,
     pub scope: String,
-    pub cores: u64,
     pub ddr_bytes: u64,
     pub gb_bytes: u64,
     pub lb_bytes: u64,
-    pub weights: Traffic,
-    pub late_weights: Traffic,
-    pub inputs: Traffic,
-    pub outputs: Traffic,
-    pub lb_reads: BTreeMap<String, u64>,
-    pub lb_writes: BTreeMap<String, u64>,
     pub flops: u64,
-    /// Operands tiled nodes stream more than once, and how often.
-    pub rereads: Vec<(String, u64)>,
+    /// What it moves per phase and level, LB reads and writes per
+    /// operand, per node work, re-reads.
+    #[serde(flatten)]
+    pub traffic: InstanceTraffic,
     pub unit_cycles: BTreeMap<String, u64>,
     pub compute_cycles: u64,
     pub dma_cycles: u64,
@@ -172,18 +167,11 @@ fn kernel_report(
         nodes: schedule.groups[inst.group].nodes.len(),
         output: inst.output.clone(),
         scope: inst.scope.to_string(),
-        cores: t.cores,
         ddr_bytes: total.ddr_bytes(),
         gb_bytes: total.gb_bytes(),
         lb_bytes: t.lb_bytes(),
-        weights: t.weights,
-        late_weights: t.late_weights,
-        inputs: t.inputs,
-        outputs: t.outputs,
-        lb_reads: t.lb_reads.clone(),
-        lb_writes: t.lb_writes.clone(),
         flops: t.work.iter().map(|w| w.flops).sum(),
-        rereads: t.rereads.clone(),
+        traffic: t.clone(),
         unit_cycles: p
             .unit_ns
             .iter()
@@ -209,9 +197,7 @@ impl SimReport {
             self.compute_cycles += k.compute_cycles;
             self.dma_cycles += k.dma_cycles;
             self.flops += k.flops;
-            for t in [&k.weights, &k.late_weights, &k.inputs, &k.outputs] {
-                self.traffic.add(t);
-            }
+            self.traffic.add(&k.traffic.total());
             for (unit, &c) in &k.unit_cycles {
                 *self.unit_cycles.entry(unit.clone()).or_default() += c;
             }
@@ -298,7 +284,7 @@ impl SimReport {
                 "{:<10} {:>6} {:>5} {:<4} {:>12} {:>12} {:>12} {:>12} {:>12}  %{}",
                 k.name,
                 k.nodes,
-                k.cores,
+                k.traffic.cores,
                 k.scope,
                 k.ddr_bytes,
                 k.gb_bytes,

@@ -19,6 +19,20 @@ fn sim(g: &Graph, desc: &DsaDesc, schedule: ScheduleKind) -> SimReport {
     simulate(g, desc, opts).unwrap_or_else(|e| panic!("{}: {e}", schedule.name()))
 }
 
+/// A graph of `body`'s nodes (kiln text, inside the braces).
+fn graph_of(body: &str) -> Graph {
+    common::load(&format!("graph \"t\" opsets [\"\"=17] {{\n{body}}}\n")).unwrap()
+}
+
+/// `stcp920` with free DMA calls and an LB no kernel waits for, so that
+/// one other rate bounds a kernel.
+fn bounded_by_one_rate() -> DsaDesc {
+    let mut desc = stcp920();
+    desc.dma.setup_ns = 0.0;
+    desc.local_buffer.gbps = 1e9;
+    desc
+}
+
 fn cases() -> Vec<(String, Graph)> {
     common::cases()
         .iter()
@@ -101,7 +115,7 @@ fn fig3_traffic_matches_the_hand_count() {
     // Every layer's smaller operand fits the 8 × 64 KB of LB, so no
     // layer reads an operand twice.
     assert_eq!(base.ddr_bytes, (activations + weights) as u64);
-    assert!(base.per_kernel.iter().all(|k| k.rereads.is_empty()));
+    assert!(base.per_kernel.iter().all(|k| k.traffic.rereads.is_empty()));
     let turbo = sim(&g, &desc, ScheduleKind::Graphturbo);
     assert_eq!(turbo.ddr_bytes, floor as u64);
 }
@@ -132,13 +146,10 @@ fn layer_outputs_kept_on_chip_cut_ddr_traffic() {
 /// clock (2 MiB at 51.2 / 4 GB/s and 1 GHz: 163 840).
 #[test]
 fn a_dma_bound_kernel_takes_bytes_over_bandwidth() {
-    let g = common::load(
-        "graph \"relu\" opsets [\"\"=17] {\n  input %x: f32[1,64,64,64]\n  node \"r\" %y: f32[1,64,64,64] = Relu(%x)\n  output %y\n}\n",
-    )
-    .unwrap();
-    let mut desc = stcp920();
-    desc.dma.setup_ns = 0.0;
-    desc.local_buffer.gbps = 1e9;
+    let g = graph_of(
+        "input %x: f32[1,64,64,64]\nnode \"r\" %y: f32[1,64,64,64] = Relu(%x)\noutput %y\n",
+    );
+    let mut desc = bounded_by_one_rate();
     desc.units.iter_mut().for_each(|u| u.gflops = 1e9);
     let r = sim(&g, &desc, ScheduleKind::PerLayer);
     let bytes = 2 * 64 * 64 * 64 * 4;
@@ -159,19 +170,16 @@ fn a_dma_bound_kernel_takes_bytes_over_bandwidth() {
 /// matrix engines of the bound cores.
 #[test]
 fn a_compute_bound_kernel_takes_flops_over_the_matrix_units() {
-    let g = common::load(
-        "graph \"mm\" opsets [\"\"=17] {\n  input %x: f32[8,512,1,1]\n  input %w: f32[512,512,1,1]\n  node \"c\" %y: f32[8,512,1,1] = Conv(%x, %w)\n  output %y\n}\n",
-    )
-    .unwrap();
-    let mut desc = stcp920();
-    desc.dma.setup_ns = 0.0;
+    let g = graph_of(
+        "input %x: f32[8,512,1,1]\ninput %w: f32[512,512,1,1]\nnode \"c\" %y: f32[8,512,1,1] = Conv(%x, %w)\noutput %y\n",
+    );
+    let mut desc = bounded_by_one_rate();
     desc.ddr.gbps = 1e9;
-    desc.local_buffer.gbps = 1e9;
     let r = sim(&g, &desc, ScheduleKind::PerLayer);
     let flops = 2.0 * 8.0 * 512.0 * 512.0;
     let k = &r.per_kernel[0];
     let mme = desc.units.iter().find(|u| u.name == "mme").unwrap();
-    let expected = flops / (mme.gflops * k.cores as f64) * desc.clock_ghz;
+    let expected = flops / (mme.gflops * k.traffic.cores as f64) * desc.clock_ghz;
     assert_eq!(k.flops as f64, flops);
     assert!((k.compute_cycles as f64 - expected).abs() <= 1.0);
     assert_eq!(k.unit_cycles.get("mme"), Some(&k.compute_cycles));
@@ -230,7 +238,7 @@ fn weights_read_whole_by_every_instance_are_staged_in_gb_once() {
     let weights = |f: fn(&kiln_dsa::traffic::Traffic) -> u64| -> u64 {
         r.per_kernel
             .iter()
-            .map(|k| f(&k.weights) + f(&k.late_weights))
+            .map(|k| f(&k.traffic.weights) + f(&k.traffic.late_weights))
             .sum()
     };
     assert_eq!(weights(|t| t.ddr_to_gb), (a + b + c) as u64);
@@ -262,14 +270,13 @@ fn float_bytes_size_the_tensors() {
 /// 1 MiB GB the repeated reads come from DDR.
 #[test]
 fn a_tiled_matrix_product_rereads_from_gb_when_it_fits() {
-    let g = common::load(
-        "graph \"mm\" opsets [\"\"=17] {\n  input %x: f32[1024,1024]\n  input %w: f32[1024,1024]\n  node \"mm\" %y: f32[1024,1024] = MatMul(%x, %w)\n  output %y\n}\n",
-    )
-    .unwrap();
+    let g = graph_of(
+        "input %x: f32[1024,1024]\ninput %w: f32[1024,1024]\nnode \"mm\" %y: f32[1024,1024] = MatMul(%x, %w)\noutput %y\n",
+    );
     let mib = 1u64 << 20;
     let mut desc = stcp920();
     let r = sim(&g, &desc, ScheduleKind::PerLayer);
-    assert_eq!(r.per_kernel[0].rereads, vec![("x".to_string(), 8)]);
+    assert_eq!(r.per_kernel[0].traffic.rereads, vec![("x".to_string(), 8)]);
     assert_eq!(r.ddr_bytes, 12 * mib);
     assert_eq!(r.compulsory_ddr_bytes, 12 * mib);
     // Kept in GB once, read from it 7 times more.
