@@ -41,7 +41,13 @@ def simulate(kiln, backend, path, batch, extra):
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)}: {out.stderr.strip()}")
     report = json.loads(out.stdout)
-    report.pop("per_kernel", None)
+    kernels = report.pop("per_kernel", [])
+    ddr = lambda t: t["ddr_to_lb"] + t["ddr_to_gb"] + t["lb_to_ddr"]
+    report["ddr_split"] = {
+        "weights": sum(ddr(k["weights"]) + ddr(k["late_weights"]) for k in kernels),
+        "inputs": sum(ddr(k["inputs"]) for k in kernels),
+        "outputs": sum(ddr(k["outputs"]) for k in kernels),
+    }
     return report
 
 
@@ -94,13 +100,15 @@ def main():
         steps = ["layers-in-gb", "layers-in-lb", "graphturbo-serial", "graphturbo"]
         print(f"| {name} | " + " | ".join(speedup(p, r[s]) for s in steps) + " |")
     print()
-    print("| model | compulsory MB | per-layer MB | astitch-like MB | graphturbo MB | graphturbo / compulsory |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("| model | compulsory MB | per-layer MB | astitch-like MB | graphturbo MB | graphturbo / compulsory | graphturbo weights / activations in / outputs out MB |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, _, r in rows:
         g = r["graphturbo"]
         floor = g["compulsory_ddr_bytes"]
+        split = g["ddr_split"]
         print(f"| {name} | {mb(floor)} | {mb(r['per-layer']['ddr_bytes'])} | {mb(r['astitch-like']['ddr_bytes'])} | "
-              f"{mb(g['ddr_bytes'])} | {g['ddr_bytes'] / floor:.2f}× |")
+              f"{mb(g['ddr_bytes'])} | {g['ddr_bytes'] / floor:.2f}× | "
+              f"{mb(split['weights'])} / {mb(split['inputs'])} / {mb(split['outputs'])} |")
 
 
 if __name__ == "__main__":
