@@ -460,7 +460,7 @@ impl<'a> Model<'a> {
         } else {
             &mut t.late_weights
         };
-        self.from_ddr(f, bytes, phase);
+        self.fetch_from_ddr(f, bytes, phase);
     }
 
     /// `bytes` of an operand from DDR into LB, `f.times` times. A staged
@@ -468,7 +468,7 @@ impl<'a> Model<'a> {
     /// hoisted from there (Fig. 11; the emulator stages re-read inputs the
     /// same way). Otherwise it comes straight from DDR, and when a tiled
     /// node reads it again it is kept in GB for that if GB holds it.
-    fn from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
+    fn fetch_from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
         let again = f.times - 1;
         if f.view.staged.contains(&f.value) {
             if self.first_run[self.schedule.instances[f.instance].group] == f.instance {
@@ -498,13 +498,13 @@ impl<'a> Model<'a> {
             .filter(|e| e.value == f.value)
             .collect();
         if edges.is_empty() {
-            self.from_ddr(f, bytes, &mut t.inputs);
+            self.fetch_from_ddr(f, bytes, &mut t.inputs);
             return;
         }
         let share = bytes.div_ceil(edges.len() as u64);
         for edge in edges {
             match self.schedule.instances[edge.producer].scope {
-                Scope::Ddr => self.from_ddr(f, share, &mut t.inputs),
+                Scope::Ddr => self.fetch_from_ddr(f, share, &mut t.inputs),
                 Scope::Gb => t
                     .inputs
                     .record(Hop::GbToLb, share * f.times, self.cores * f.times),
