@@ -10,5 +10,7 @@ pub mod flops;
 pub mod profile;
 pub mod progress;
 pub mod roofline;
+pub mod sim;
+pub mod sim_html;
 pub mod tune;
 pub use kiln_ir::npy;

@@ -180,6 +180,30 @@ fn main() {
             &args,
             &passes,
         ),
+        Command::Sim {
+            model,
+            backend,
+            schedule,
+            across_layer,
+            batch,
+            float_bytes,
+            json,
+            output,
+            args,
+            passes,
+        } => load_for_sim(model.as_deref(), batch, &args, &as_defined(passes)).and_then(
+            |(g, label)| {
+                let request = kiln_cli::sim::SimRequest {
+                    target: backend,
+                    schedule,
+                    across_layer,
+                    float_bytes,
+                    json,
+                    html: output,
+                };
+                kiln_cli::sim::sim(&g, &label, &request)
+            },
+        ),
         Command::Print {
             model,
             elide,
@@ -415,6 +439,46 @@ struct Prepared {
     import_time: std::time::Duration,
 }
 
+/// The model at `model`, or the embedded default model, with its label.
+fn load_or_default(
+    model: Option<&Path>,
+    opts: &kiln_onnx::ImportOptions,
+) -> Result<(Graph, String)> {
+    match model {
+        Some(p) => Ok((kiln_onnx::load(p, opts)?.graph, p.display().to_string())),
+        None => {
+            let m = kiln_onnx::load_bytes(bytes_of_default(), None, opts)
+                .map_err(|e| e.context("embedded default model"))?;
+            Ok((
+                m.graph,
+                "embedded default model (MobileNetV2 ×0.35, 96×96)".to_string(),
+            ))
+        }
+    }
+}
+
+/// `kiln sim`'s graph: loaded at `batch` (the first dimension of every
+/// input `--input-shape` does not set), then optimized.
+fn load_for_sim(
+    model: Option<&Path>,
+    batch: Option<usize>,
+    args: &ModelArgs,
+    passes: &PassArgs,
+) -> Result<(Graph, String)> {
+    let mut opts = import_options(args)?;
+    if let Some(b) = batch {
+        if b == 0 {
+            bail!("--batch must be at least 1");
+        }
+        let (declared, _) = load_or_default(model, &opts)?;
+        let shapes = kiln_cli::sim::rebatched_inputs(&declared, b, &opts.input_shapes);
+        opts.input_shapes.extend(shapes);
+    }
+    let (mut g, label) = load_or_default(model, &opts)?;
+    optimize(&mut g, passes)?;
+    Ok((g, label))
+}
+
 /// Loads (or takes the embedded default model), optimizes, and reads or
 /// makes the inputs.
 fn prepare(
@@ -425,17 +489,7 @@ fn prepare(
     passes: &PassArgs,
 ) -> Result<Prepared> {
     let start = Instant::now();
-    let (mut g, label) = match model {
-        Some(p) => (load(p, args)?, p.display().to_string()),
-        None => {
-            let m = kiln_onnx::load_bytes(bytes_of_default(), None, &import_options(args)?)
-                .map_err(|e| e.context("embedded default model"))?;
-            (
-                m.graph,
-                "embedded default model (MobileNetV2 ×0.35, 96×96)".to_string(),
-            )
-        }
-    };
+    let (mut g, label) = load_or_default(model, &import_options(args)?)?;
     optimize(&mut g, passes)?;
     let import_time = start.elapsed();
     if !input_files.is_empty() && input_files.len() != g.inputs.len() {

@@ -70,6 +70,8 @@ pub struct DsaDesc {
     pub name: String,
     pub clusters: u32,
     pub cores_per_cluster: u32,
+    /// Core clock in GHz: the simulator's cycles are nanoseconds × this.
+    pub clock_ghz: f64,
     /// The compute units of every core.
     pub units: Vec<UnitDesc>,
     /// LB: private to each core.
@@ -79,6 +81,11 @@ pub struct DsaDesc {
     pub ddr: MemDesc,
     pub dma: DmaDesc,
     pub host: Option<HostDesc>,
+    /// Bytes of a floating-point element on the device (2: FP16, as
+    /// STCP920 computes, GraphTurbo Fig. 16); absent: the model's types.
+    /// GraphTurbo's schedule and the simulator size tensors by it.
+    #[serde(default)]
+    pub float_bytes: Option<u32>,
 }
 
 /// The presets: name and TOML text.
@@ -167,6 +174,7 @@ impl DsaDesc {
             self.cores_per_cluster > 0,
             "cores_per_cluster must be at least 1"
         );
+        positive(self.clock_ghz, "clock_ghz")?;
         ensure!(!self.units.is_empty(), "units: a core needs a compute unit");
         for (i, unit) in self.units.iter().enumerate() {
             positive(unit.gflops, &format!("units[{i}].gflops"))?;
@@ -188,6 +196,10 @@ impl DsaDesc {
         if let Some(host) = &self.host {
             positive(host.gflops, "host.gflops")?;
         }
+        ensure!(
+            self.float_bytes.is_none_or(|b| [1, 2, 4, 8].contains(&b)),
+            "float_bytes must be 1, 2, 4 or 8"
+        );
         Ok(())
     }
 }
@@ -313,6 +325,12 @@ mod tests {
             ("gflops = 1024.0", "gflops = -1.0", "units[2].gflops"),
             ("kind = \"matrix\"", "kind = \"tensor\"", "tensor"),
             ("clusters = 4", "clusters = 4\nspeed = 1", "speed"),
+            (
+                "clusters = 4",
+                "clusters = 4\nfloat_bytes = 3",
+                "float_bytes",
+            ),
+            ("clock_ghz = 1.0", "clock_ghz = 0.0", "clock_ghz"),
         ];
         for (from, to, field) in cases {
             let err = DsaDesc::from_toml_str(&base.replace(from, to), "t.toml").unwrap_err();

@@ -22,6 +22,9 @@
 //! `f(SG) ≤ max f(member)`; `f` is the best split's factor, and a
 //! sub-graph without a split that fits never merges.
 //!
+//! [`fuse_unfit_layers`] then gives the nodes no split fits their
+//! per-layer kernels (§5.1: TVM's schedule is GraphTurbo's special case).
+//!
 //! Needs: an [`OpGraph`] and a [`DsaDesc`]. Guarantees: the groups
 //! partition the nodes, each has one exit, and no merge makes a cycle
 //! (merged members only feed each other or the exit).
@@ -320,4 +323,36 @@ pub fn layers(og: &OpGraph) -> Vec<Vec<usize>> {
         layer_of.push(layer);
     }
     layers
+}
+
+/// §5.1: where no split fits, GraphTurbo schedules as TVM does ("the
+/// scheduling of TVM can be considered as a special case of our work"):
+/// the nodes of a §1.1 layer that all stayed alone because no split of
+/// them fits become one sub-graph, one kernel as the per-layer baseline
+/// makes of them (§4.1's loop fusion within a layer tiles the anchor op,
+/// so the layer needs no split to run). A layer is a chain whose inner
+/// values have one reader, the next node, so merging it makes no cycle.
+pub fn fuse_unfit_layers(og: &OpGraph, groups: Vec<Group>) -> Vec<Group> {
+    let alone_unfit = |g: &Group| g.split.is_none() && g.nodes.len() == 1;
+    let unfit: BTreeSet<usize> = groups
+        .iter()
+        .filter(|g| alone_unfit(g))
+        .map(|g| g.nodes[0])
+        .collect();
+    let mut fused: Vec<Group> = groups.into_iter().filter(|g| !alone_unfit(g)).collect();
+    for layer in layers(og) {
+        if layer.iter().all(|n| unfit.contains(n)) {
+            fused.push(Group {
+                nodes: layer,
+                split: None,
+            });
+        } else {
+            let alone = layer.into_iter().filter(|n| unfit.contains(n));
+            fused.extend(alone.map(|n| Group {
+                nodes: vec![n],
+                split: None,
+            }));
+        }
+    }
+    fused
 }

@@ -20,9 +20,15 @@
 //!   [`instances`] (Algorithm 3, BFS/DFS), [`scope`] (Algorithm 4 and
 //!   §3.5's concat/copy/redistribute), [`reuse`] (§4.3, liveness-based
 //!   spilling); [`opgraph`] is the graph they read, [`schedule`] the
-//!   result (`graphturbo`, `per_layer`) with its text and Table 3's
-//!   counts.
+//!   result (`graphturbo`) with its text and Table 3's counts;
+//!   [`baselines`] the schedules §5 compares with (`per_layer`,
+//!   `astitch_like`, Fig. 15's `layers-in-gb`).
+//! - The simulator (GraphTurbo §5, modelled): [`traffic`] (bytes per
+//!   memory level per instance, the compulsory floor), [`timing`] (phase
+//!   durations from the description's rates, the timeline with §4.4's
+//!   across-layer scheduling), [`sim`] (`simulate`: the report).
 
+pub mod baselines;
 pub mod boxes;
 pub mod classify;
 pub mod correlation;
@@ -40,15 +46,20 @@ pub mod reorder;
 pub mod reuse;
 pub mod schedule;
 pub mod scope;
+pub mod sim;
 pub mod split_info;
 pub mod text;
 pub mod tile;
 pub mod tiling;
+pub mod timing;
+pub mod traffic;
 
+pub use baselines::{per_layer, schedule, ScheduleKind};
 pub use desc::{parse_target, DsaDesc};
 pub use device::DeviceKernel;
 pub use nest::{Access, Affine, Loop, Nest, Term};
 pub use plan::{plan_kernel, KernelPlan};
-pub use schedule::{graphturbo, per_layer, Schedule, ScopeCounts};
+pub use schedule::{graphturbo, Schedule, ScopeCounts};
+pub use sim::{simulate, SimOptions, SimReport};
 pub use text::parse_nest;
 pub use tiling::tile_kernel;

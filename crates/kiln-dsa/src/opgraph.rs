@@ -6,13 +6,17 @@
 //! Needs: a graph with static shapes (`kiln_ops::infer` run); compound
 //! ops opened (kiln's graph passes) where splitting should see through
 //! them; a node without a tensor expression is scheduled but never split.
-//! Guarantees: edges follow values between nodes; initializers are
+//! Guarantees: edges follow values between nodes; value bytes are the
+//! model's types', or the device's floating-point size where the
+//! description sets one ([`OpGraph::for_device`]); initializers are
 //! weights, kept out of working sets as §2.2 does ("a small, fixed size of
 //! buffers in LB" promotes them per layer).
 
+use crate::desc::DsaDesc;
 use crate::split_info::OpSplit;
 use kiln_ir::{bail, Graph, Result, ValueId};
 use kiln_ops::te::classify::node_expr;
+use kiln_ops::te::TensorExpr;
 use std::collections::BTreeSet;
 
 /// One node as the scheduler sees it.
@@ -32,6 +36,11 @@ pub struct OpNode {
     pub producers: Vec<usize>,
     /// Nodes reading this node's outputs, ascending, deduplicated.
     pub consumers: Vec<usize>,
+    /// Arithmetic of the whole node ([`node_work`]).
+    pub flops: u64,
+    /// A reduction over the product of two operands (convolution, matrix
+    /// product): what a matrix unit runs; everything else is vector work.
+    pub contraction: bool,
 }
 
 /// A graph ready for scheduling.
@@ -53,19 +62,34 @@ pub struct OpGraph {
 impl OpGraph {
     /// Builds the view; every value must have a static shape.
     pub fn new(g: &Graph) -> Result<OpGraph> {
+        OpGraph::with_float_bytes(g, None)
+    }
+
+    /// The view for `desc`: floating-point values take its `float_bytes`
+    /// per element when it sets them (the device's precision).
+    pub fn for_device(g: &Graph, desc: &DsaDesc) -> Result<OpGraph> {
+        OpGraph::with_float_bytes(g, desc.float_bytes)
+    }
+
+    fn with_float_bytes(g: &Graph, float_bytes: Option<u32>) -> Result<OpGraph> {
         let mut shapes = Vec::with_capacity(g.values.len());
         let mut bytes = Vec::with_capacity(g.values.len());
         for v in &g.values {
             let Some(shape) = &v.ty.shape else {
                 bail!("GraphTurbo needs static shapes: '{}' has none", v.name);
             };
-            bytes.push((shape.iter().product::<usize>() * v.ty.dtype.size()) as u64);
+            let element = match float_bytes {
+                Some(b) if v.ty.dtype.is_float() => b as usize,
+                _ => v.ty.dtype.size(),
+            };
+            bytes.push((shape.iter().product::<usize>() * element) as u64);
             shapes.push(shape.clone());
         }
         let producer = g.producers();
         let mut nodes = Vec::with_capacity(g.nodes.len());
         for node in &g.nodes {
             let te = node_expr(g, node)?;
+            let (flops, contraction) = node_work(g, node, te.as_ref());
             let weights_read = node
                 .inputs
                 .iter()
@@ -80,6 +104,8 @@ impl OpGraph {
                 split: OpSplit::from_expr(te.as_ref(), node),
                 producers: Vec::new(),
                 consumers: Vec::new(),
+                flops,
+                contraction,
             });
         }
         link(&mut nodes, &producer);
@@ -107,6 +133,30 @@ impl OpGraph {
     pub fn is_activation(&self, v: ValueId) -> bool {
         !self.weights.contains(&v)
     }
+}
+
+/// FLOPs of a node and whether it is a contraction: one operation per
+/// output element and reduction step, two (multiply and add) when the
+/// reduction combines two operands. A node without a tensor expression
+/// counts one per output element (a copy).
+fn node_work(g: &Graph, node: &kiln_ir::Node, te: Option<&TensorExpr>) -> (u64, bool) {
+    let Some(te) = te else {
+        let elems = node
+            .outputs
+            .iter()
+            .flatten()
+            .filter_map(|&v| g.ty(v).numel())
+            .sum::<usize>();
+        return (elems as u64, false);
+    };
+    let elems = te.shape.iter().product::<usize>() as u64;
+    let steps = te
+        .reduction
+        .as_ref()
+        .map_or(1, |r| r.extents.iter().product::<usize>() as u64);
+    let contraction = te.reduction.is_some() && te.accesses.len() >= 2;
+    let per_step = if contraction { 2 } else { 1 };
+    (elems * steps.max(1) * per_step, contraction)
 }
 
 /// Fills producers and consumers from the values.

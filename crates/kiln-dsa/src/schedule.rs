@@ -4,7 +4,7 @@
 //! between instances; built by GraphTurbo (OSDI '23, §3–§4.3: Algorithms
 //! 1–4 and liveness-based reuse) or by the per-layer baseline that §5.4's
 //! Table 3 compares it with (TVM: one kernel per layer, every kernel
-//! output in DDR).
+//! output in DDR; it and the other baselines are in [`crate::baselines`]).
 //!
 //! GraphTurbo's order is the better of BFS and DFS (§3.3, "with respect
 //! to memory utilization"): the one leaving fewer output bytes outside LB
@@ -18,13 +18,11 @@
 //! `order`, after the instances it reads.
 
 use crate::desc::DsaDesc;
-use crate::grouping::{layers, Group, Grouping};
+use crate::grouping::{fuse_unfit_layers, layers, Grouping};
 use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
 use crate::reuse::{spill_longest_lived, Tenancy};
-use crate::scope::{
-    bind_and_scope, plain_binding, slice_shape, transfers, Binding, Scope, Transfer,
-};
+use crate::scope::{bind_and_scope, slice_shape, transfers, Binding, Scope, Transfer};
 use crate::split_info::{exit_node, SplitCandidate};
 use kiln_ir::{Graph, Result, ValueId};
 use std::collections::BTreeMap;
@@ -76,7 +74,7 @@ pub struct ScheduledInstance {
 /// A schedule of one graph on one cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Schedule {
-    /// `graphturbo` or `per-layer`.
+    /// `graphturbo`, or a baseline's name ([`crate::baselines::ScheduleKind`]).
     pub planner: String,
     pub target: String,
     pub order_kind: OrderKind,
@@ -110,17 +108,18 @@ impl ScopeCounts {
 }
 
 /// An order with its bindings and scopes.
-struct Placed {
-    kind: OrderKind,
-    order: Vec<usize>,
-    bind: Vec<Binding>,
-    scope: Vec<Scope>,
+pub(crate) struct Placed {
+    pub(crate) kind: OrderKind,
+    pub(crate) order: Vec<usize>,
+    pub(crate) bind: Vec<Binding>,
+    pub(crate) scope: Vec<Scope>,
 }
 
 /// GraphTurbo's schedule of `g` on `desc`.
 pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
-    let og = OpGraph::new(g)?;
-    let ig = InstanceGraph::new(&og, Grouping::run(&og, desc))?;
+    let og = OpGraph::for_device(g, desc)?;
+    let groups = fuse_unfit_layers(&og, Grouping::run(&og, desc));
+    let ig = InstanceGraph::new(&og, groups)?;
     let cores = desc.cores_per_cluster as usize;
     let mut best: Option<(u64, Placed)> = None;
     for kind in [OrderKind::Dfs, OrderKind::Bfs] {
@@ -152,29 +151,8 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     Ok(assemble(g, &og, &ig, "graphturbo", placed, moves, desc))
 }
 
-/// The per-layer baseline: one kernel per §1.1 layer, every output in DDR.
-pub fn per_layer(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
-    let og = OpGraph::new(g)?;
-    let groups = layers(&og)
-        .into_iter()
-        .map(|nodes| Group { nodes, split: None })
-        .collect();
-    let ig = InstanceGraph::new(&og, groups)?;
-    let cores = desc.cores_per_cluster as usize;
-    let bind = (0..ig.instances.len())
-        .map(|i| plain_binding(&slice_shape(&og, &ig, i), cores))
-        .collect();
-    let placed = Placed {
-        kind: OrderKind::Layers,
-        order: bfs_order(&ig),
-        bind,
-        scope: vec![Scope::Ddr; ig.instances.len()],
-    };
-    Ok(assemble(g, &og, &ig, "per-layer", placed, Vec::new(), desc))
-}
-
 /// Bytes of the slice instance `i` writes.
-fn slice_bytes(og: &OpGraph, ig: &InstanceGraph, i: usize) -> u64 {
+pub(crate) fn slice_bytes(og: &OpGraph, ig: &InstanceGraph, i: usize) -> u64 {
     let Some(output) = instance_output(og, ig, i) else {
         return 0;
     };
@@ -200,14 +178,7 @@ fn final_scopes(
     let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
     for (i, scope_i) in scope.iter_mut().enumerate() {
         let group = &ig.groups[ig.instances[i].group];
-        let exit = exit_node(og, &group.nodes);
-        let graph_output = exit.is_some_and(|e| {
-            og.nodes[e]
-                .outputs
-                .iter()
-                .any(|v| og.graph_outputs.contains(v))
-        });
-        if graph_output {
+        if writes_graph_output(og, ig, i) {
             *scope_i = Scope::Ddr;
         } else if group.split.is_none() {
             *scope_i = if gb.is_some_and(|gb| slice_bytes(og, ig, i) <= gb) {
@@ -222,8 +193,24 @@ fn final_scopes(
     scope
 }
 
+/// Whether instance `i`'s output (its group's exit's) is a graph output.
+pub(crate) fn writes_graph_output(og: &OpGraph, ig: &InstanceGraph, i: usize) -> bool {
+    let group = &ig.groups[ig.instances[i].group];
+    exit_node(og, &group.nodes).is_some_and(|e| {
+        og.nodes[e]
+            .outputs
+            .iter()
+            .any(|v| og.graph_outputs.contains(v))
+    })
+}
+
 /// Each instance output's life over `order`.
-fn lifetimes(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc) -> Vec<Tenancy> {
+pub(crate) fn lifetimes(
+    og: &OpGraph,
+    ig: &InstanceGraph,
+    order: &[usize],
+    desc: &DsaDesc,
+) -> Vec<Tenancy> {
     let mut position = vec![0; order.len()];
     order.iter().enumerate().for_each(|(p, &i)| position[i] = p);
     let cores = u64::from(desc.cores_per_cluster);
@@ -245,7 +232,7 @@ fn lifetimes(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc) 
 }
 
 /// The schedule as data, with names for printing.
-fn assemble(
+pub(crate) fn assemble(
     g: &Graph,
     og: &OpGraph,
     ig: &InstanceGraph,

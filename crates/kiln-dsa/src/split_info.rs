@@ -198,7 +198,7 @@ fn merge(regions: &mut BTreeMap<ValueId, Region>, v: ValueId, region: Region) {
 /// Bytes of `v` in one instance: a slice when its producer in the
 /// sub-graph is computed as slices, or when it comes from outside and is
 /// read as a slice.
-fn instance_bytes(
+pub(crate) fn instance_bytes(
     og: &OpGraph,
     nodes: &[usize],
     prop: &Propagation,

@@ -301,6 +301,46 @@ pub(crate) enum Command {
         #[command(flatten)]
         passes: PassArgs,
     },
+    /// Simulate a model's memory traffic and cycles on one cluster of a DSA
+    /// under a schedule (GraphTurbo's or a baseline's): a summary (or
+    /// JSON) and, with -o, an HTML page drawing the kernels on the cores
+    /// over time. Takes the graph in ONNX's layout (nchw).
+    Sim {
+        /// The ONNX model (default: the embedded MobileNetV2 ×0.35).
+        model: Option<PathBuf>,
+        /// The DSA: dsa:PRESET (stcp920, goya-like, sunway-cg) or
+        /// dsa:PATH.toml.
+        #[arg(long, default_value = "dsa:stcp920", value_parser = kiln_cli::sim::parse_dsa_target)]
+        backend: String,
+        /// `graphturbo`, `per-layer` (TVM: every kernel output in DDR),
+        /// `astitch-like` (one kernel per layer, outputs kept in LB, else
+        /// DDR), `layers-in-gb` (outputs kept in GB) or `layers-in-lb`
+        /// (kept in LB, else GB).
+        #[arg(long, default_value = "graphturbo", value_parser = kiln_cli::sim::parse_schedule)]
+        schedule: kiln_dsa::ScheduleKind,
+        /// Across-layer scheduling (weight prefetch behind compute,
+        /// GraphTurbo §4.4): `auto` (on for graphturbo only), `on`, `off`.
+        #[arg(long, value_enum, default_value = "auto")]
+        across_layer: kiln_cli::sim::AcrossLayer,
+        /// Batch per cluster: the first dimension of every model input.
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Bytes of a floating-point element on the device (2: FP16, as
+        /// STCP920 computes); default: the description's, else the
+        /// model's types.
+        #[arg(long, value_parser = kiln_cli::sim::parse_float_bytes)]
+        float_bytes: Option<u32>,
+        /// Print one JSON object instead of the summary.
+        #[arg(long)]
+        json: bool,
+        /// Write the HTML report (timeline of kernels on cores) to FILE.
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        args: ModelArgs,
+        #[command(flatten)]
+        passes: PassArgs,
+    },
     /// Print the imported graph in kiln's textual IR.
     Print {
         model: PathBuf,
