@@ -117,6 +117,17 @@ fn cases() -> Vec<Case> {
   output %z
 }"#,
         ),
+        // A depthwise convolution of the model's (channels-first) input.
+        case(
+            "depthwise_on_model_input",
+            r#"graph "g" opsets [""=17] {
+  input %x: f32[1,144,112,112]
+  input %w: f32[144,1,3,3]
+  node "c" %y: f32[1,144,112,112] = Conv(%x, %w) {group=144, pads=[1,1,1,1]}
+  node "r" %z: f32[1,144,112,112] = Relu(%y)
+  output %z
+}"#,
+        ),
         case(
             "depthwise_relu_one_image",
             r#"graph "g" opsets [""=17] {

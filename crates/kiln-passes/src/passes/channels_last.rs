@@ -18,9 +18,9 @@
 //! Rewrite ([`to_channels_last`]), in one walk in graph order:
 //! - `Conv` (no bias: the bias is a separate Add once compounds are
 //!   opened) and single-output `MaxPool` become `kiln.ChannelsLast`
-//!   nodes reading the channels-last twin of their input (a convolution
-//!   of a value without one, like the model's input image, reads it
-//!   channels-first: `channels_last_input=0`);
+//!   nodes reading the channels-last twin of their input (a dense
+//!   convolution of a value without one, like the model's input image,
+//!   reads it channels-first: `channels_last_input=0`);
 //! - element-wise ops (the registry's scalar-rule ops) with an input that
 //!   has a channels-last twin run channels-last: constant operands are
 //!   permuted (after numpy's leading unit axes), other operands of full
@@ -170,8 +170,11 @@ impl Rewriter<'_> {
         let mut attrs = node.attrs.clone();
         attrs.insert("op".to_string(), Attr::String(node.op.clone()));
         // A channels-first image without a twin (the model's input) is
-        // read as it is: no transpose runs before the convolution.
-        let x_read = if node.op == "Conv" && !self.twin.contains_key(&x) {
+        // read as it is by a dense convolution (a gemm over windows of
+        // pixel rows): no transpose runs before it. A grouped or depthwise
+        // one vectorizes along the channels, which must be contiguous.
+        let dense = node.attr_int_or("group", 1)? == 1;
+        let x_read = if node.op == "Conv" && dense && !self.twin.contains_key(&x) {
             attrs.insert("channels_last_input".to_string(), Attr::Int(0));
             x
         } else {
