@@ -151,13 +151,16 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
         other => other,
     };
     let first = match first {
-        // Images among the output's columns with the pixels (an NCHW
-        // convolution over several images) leave C no stride per column:
-        // they are the batch instead.
-        Oriented::Gemm(c) if !c.gemm.c.offset.is_affine() => {
-            match oriented(te, ka, kb, site, Some(Axis::N))? {
-                Oriented::Gemm(batched) => Oriented::Gemm(batched),
-                _ => Oriented::Gemm(c),
+        // Images among the rows or columns with the pixels (a convolution
+        // over several images reading or writing channels-first) leave an
+        // operand no row or column stride: they are the batch instead.
+        Oriented::Gemm(c) if !strided(&c.gemm) => {
+            match oriented(te, ka, kb, site, Some(Axis::M))? {
+                Oriented::Gemm(batched) if strided(&batched.gemm) => Oriented::Gemm(batched),
+                _ => match oriented(te, ka, kb, site, Some(Axis::N))? {
+                    Oriented::Gemm(batched) => Oriented::Gemm(batched),
+                    _ => Oriented::Gemm(c),
+                },
             }
         }
         other => other,
@@ -179,6 +182,19 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
     }
 }
 
+/// Whether every operand of `g` read through its offset (not a window,
+/// not computed) has affine offsets: a stride per batch entry, row and
+/// column.
+fn strided(g: &Gemm) -> bool {
+    let window_on_a = g.window.as_ref().map(|w| w.layout.is_a());
+    let read_affine = |input: &GemmInput, is_window: bool| {
+        is_window || input.read().is_none_or(|o| o.offset.is_affine())
+    };
+    g.c.offset.is_affine()
+        && read_affine(&g.a, window_on_a == Some(true))
+        && read_affine(&g.b, window_on_a == Some(false))
+}
+
 /// Reduction length below which a padded product that cannot be oriented
 /// with the output's contiguous axis as N is not made a gemm: a choice
 /// between two lowerings (packing does not pay over so few steps), the
@@ -197,7 +213,7 @@ enum Oriented {
 /// `images_as_batch` `Some(M)`, A's images (its first dimension, read at
 /// an output variable B does not read) are the gemm's batch instead of
 /// part of its rows, with `Some(N)` B's instead of part of its columns, so
-/// that factor can be a window over each image (`No` unless it is).
+/// that factor is a window or a strided matrix per image.
 fn oriented(
     te: &TensorExpr,
     ka: usize,
@@ -353,9 +369,6 @@ fn oriented(
     } else {
         None
     };
-    if images_as_batch.is_some() && window.is_none() {
-        return Ok(Oriented::No);
-    }
     let (b_off, b_guard, b_index) = operand(&te.accesses[kb].index, &shape_of(b_in), &b_frame);
     let outs: Vec<IndexExpr> = (0..te.shape.len()).map(IndexExpr::out).collect();
     let (c_off, ..) = operand(&outs, &te.shape, &c_frame);
