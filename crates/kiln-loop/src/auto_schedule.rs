@@ -612,6 +612,32 @@ mod tests {
     }
 
     #[test]
+    fn a_reduction_without_reduced_loops_is_not_a_y_reduce() {
+        // A 1x1 depthwise convolution (VGG's adaptive average pool over a
+        // 7x7 image): its one-step reduction has no loop left to move out.
+        let k = parse_kernel(
+            "kernel k(in0: f32[1,7,7,512], in1: f32[1,1,1,512], out out0: f32[1,7,7,512]) {
+  for i1 in 0..7 {
+    for i2 in 0..7 {
+      for i3 in 0..512 {
+        let acc: f64 = 0.0:f64
+        acc = sum(acc, Mul(in0[3584*i1 + 512*i2 + i3], in1[i3]))
+        out0[3584*i1 + 512*i2 + i3] = acc
+      }
+    }
+  }
+}",
+        )
+        .unwrap();
+        let s = default_schedule(&k, &CpuPreset::X86_64V4.desc(2));
+        crate::schedule::apply(&k, &s).unwrap();
+        assert!(!s
+            .0
+            .iter()
+            .any(|d| matches!(d, Directive::AccumulateOutward(_))));
+    }
+
+    #[test]
     fn channels_last_global_pool_splits_its_pixels_across_threads() {
         // A global average pool's sum over a channels-last image: the
         // (height, width) loops coalesce into one loop of pixels, which

@@ -129,12 +129,12 @@ pub fn form_of(l: &Loop) -> Option<ReductionForm> {
     }
 }
 
-/// Whether parallel loop `l` computes a reduction and reads consecutive
-/// elements along its own variable (stride 1 or 2): it may be the inner
-/// loop of a y-reduce.
+/// Whether parallel loop `l` computes a reduction over reduced loops (not
+/// one of extent-1 loops only, a 1x1 depthwise convolution's) and reads
+/// consecutive elements along its own variable (stride 1 or 2): it may be
+/// the inner loop of a y-reduce.
 pub fn y_reducible(l: &Loop) -> bool {
-    let plain = l.body.iter().all(|s| matches!(s, Stmt::Store { .. }));
-    !plain && reads_along(&l.body, &l.var)
+    reduced_loops(l).is_some() && reads_along(&l.body, &l.var)
 }
 
 /// The reduced loops of parallel loop `l`, outermost first, when the
