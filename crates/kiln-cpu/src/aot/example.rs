@@ -214,7 +214,7 @@ pub fn makefile(aot: &AotOptions, sources: &[String]) -> String {
          # Cross-compile with CC=..., e.g. CC=aarch64-linux-gnu-gcc (export with --cpu aarch64-neon).\n\
          CC ?= cc\n\
          OPENMP ?= {openmp}\n\
-         CFLAGS ?= -O3 {march} -std=c11 -ffp-contract=fast -fno-trapping-math\n\
+         CFLAGS ?= -O3 {march} -std=c11 -ffp-contract=fast -fno-trapping-math -fno-math-errno\n\
          LDLIBS ?= -lm\n\
          OBJECTS = {objs}\n\n\
          {name}_main: main.o $(OBJECTS)\n\t$(CC) $(CFLAGS) $(OPENMP) $(LDFLAGS) -o $@ main.o $(OBJECTS) $(LDLIBS)\n\n\
