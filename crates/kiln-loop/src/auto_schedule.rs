@@ -196,11 +196,17 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         if let Some((lo, hi)) = interior(&current.body, &innermost, extent) {
             schedule.0.push(Directive::Peel {
                 var: innermost,
-                lo,
-                hi,
+                at: vec![lo, hi],
             });
         }
     } else if plain && (nest.len() > 1 || !parallel) {
+        let at = guard_cuts(&current.body, &innermost, extent);
+        if !at.is_empty() {
+            schedule.0.push(Directive::Peel {
+                var: innermost.clone(),
+                at,
+            });
+        }
         schedule.0.push(Directive::Vectorize(innermost));
     } else if let Some(nest) = last
         .as_ref()
@@ -411,6 +417,24 @@ fn reduction_to_split(l: &Loop, extent: i64, target: &TargetDesc) -> Option<Stri
     };
     let long = reduction.extent.max() >= extent.max(2 * ROW_CHUNK);
     (long && extent <= split_reduction_max_output(target)).then(|| reduction.var.clone())
+}
+
+/// The points inside `0..extent` where a bounds check of `var` alone
+/// (`0 <= var + c < n`) changes its answer: a concatenation along `var`
+/// selects each input on one part between them, and peeled there every
+/// part reads one input with no select (`guards.rs`).
+fn guard_cuts(body: &[Stmt], var: &str, extent: i64) -> Vec<i64> {
+    let mut guards = Vec::new();
+    guards_in(body, &mut guards);
+    let mut cuts: Vec<i64> = guards
+        .iter()
+        .filter(|(idx, _)| matches!(idx.terms.as_slice(), [(Atom::Var(v), 1)] if v == var))
+        .flat_map(|(idx, bound)| [-idx.constant, bound - idx.constant])
+        .filter(|&p| 0 < p && p < extent)
+        .collect();
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
 }
 
 /// The part `[lo, hi)` of loop `var` (of `extent` iterations) where every

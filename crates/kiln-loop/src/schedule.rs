@@ -40,13 +40,15 @@ pub enum Directive {
     /// the output buffer (initialised first): the "y-reduce" form that
     /// vectorizes window reductions along the output row.
     AccumulateOutward(String),
-    /// Partitions loop `var` into `[0, lo)`, `[lo, hi)` and `[hi, extent)`
-    /// (each a loop from 0 with `var` shifted), so bounds checks that hold
-    /// on the interior part can go (see `guards.rs`).
+    /// Partitions loop `var` at the increasing points `at`: `[0, at[0])`,
+    /// `[at[0], at[1])`, …, `[at[last], extent)` (each a loop from 0 with
+    /// `var` shifted; empty parts dropped), so bounds checks that decide
+    /// the same on a whole part can go (see `guards.rs`): an interior
+    /// without the padding's checks, or each input's range of a
+    /// concatenation.
     Peel {
         var: String,
-        lo: i64,
-        hi: i64,
+        at: Vec<i64>,
     },
     /// At the start of loop `at`'s body, copies what it reads of parameter
     /// `buf` into local buffers and reads those instead (`cache.rs`).
@@ -82,7 +84,10 @@ impl std::fmt::Display for Directive {
             Directive::Vectorize(v) => write!(f, "vectorize({v})"),
             Directive::Unroll(v) => write!(f, "unroll({v})"),
             Directive::AccumulateOutward(v) => write!(f, "accumulate_outward({v})"),
-            Directive::Peel { var, lo, hi } => write!(f, "peel({var}, {lo}, {hi})"),
+            Directive::Peel { var, at } => {
+                let at: Vec<String> = at.iter().map(i64::to_string).collect();
+                write!(f, "peel({var}, {})", at.join(", "))
+            }
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
             Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
@@ -177,7 +182,7 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
 fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
-        Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
+        Directive::Peel { at, .. } => return peel(l, at),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         Directive::PartialSums { dtype, .. } => {
             return crate::partial_sums::partial_sums(l, *dtype)
@@ -394,19 +399,26 @@ fn sink(
 /// `for v < E { body }` becomes the loops over `[0, lo)`, `[lo, hi)` and
 /// `[hi, E)`, each counting from 0 with `v` replaced by `v + start`; empty
 /// parts are left out, and a parallel part of one iteration runs serially.
-fn peel(l: &Loop, lo: i64, hi: i64) -> Result<Vec<Stmt>> {
+fn peel(l: &Loop, at: &[i64]) -> Result<Vec<Stmt>> {
     let Extent::Const(total) = l.extent else {
         bail!(
             "schedule: loop '{}' has a tail bound and cannot be peeled",
             l.var
         );
     };
-    if !(0 <= lo && lo <= hi && hi <= total) {
-        bail!("schedule: peel({}, {lo}, {hi}) outside 0..{total}", l.var);
+    let mut bounds = vec![0];
+    bounds.extend_from_slice(at);
+    bounds.push(total);
+    if bounds.windows(2).any(|w| w[0] > w[1]) {
+        bail!(
+            "schedule: peel({}, {at:?}) outside 0..{total} or out of order",
+            l.var
+        );
     }
     let shifted = Idx::var(&l.var);
-    Ok([(0, lo), (lo, hi), (hi, total)]
-        .into_iter()
+    Ok(bounds
+        .windows(2)
+        .map(|w| (w[0], w[1]))
         .filter(|(a, b)| b > a)
         .map(|(a, b)| {
             let with = shifted.clone().plus(&Idx::constant(a));

@@ -181,8 +181,7 @@ fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
         }
         schedule.0.push(Directive::Peel {
             var: var.clone(),
-            lo,
-            hi,
+            at: vec![lo, hi],
         });
     }
     // Neighbouring output points computed together share the window's
@@ -339,8 +338,7 @@ mod tests {
     fn peeling_the_vectorized_row_follows_the_targets_lanes() {
         let peel_i3 = Directive::Peel {
             var: "i3".into(),
-            lo: 1,
-            hi: 11,
+            at: vec![1, 11],
         };
         let jam = Directive::Jam {
             var: "i2".into(),
