@@ -55,6 +55,8 @@ use kiln_ir::DType;
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
+mod transpose;
+
 /// Elements per parallel chunk of a fully coalesced loop. The granularity
 /// of the work split, not a cache size (each element streams through once
 /// whatever the chunk), and a multiple of every target's f32 lanes, so it
@@ -129,6 +131,10 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let Some((innermost, extent, plain)) = nest.last().cloned() else {
         return schedule;
     };
+    if let Some(blocked) = transpose::blocked_transpose(&current, target) {
+        schedule.0.extend(blocked.0);
+        return schedule;
+    }
     let parallel = total >= PARALLEL_MIN_WORK;
     // An f16/bf16 output accumulates outward in a local row of its accumulator's type
     // (`schedule.rs`), which threads cannot share as they share the output's copies.

@@ -10,7 +10,8 @@
 //! `v` where offsets allow, which is what makes coalesced contiguous loops
 //! read plain `buf[v]`); `reorder` interchanges two perfectly nested loops
 //! (legal: loops of an expression's index space are independent, and a
-//! reduction's loops only reorder among themselves); `parallel`,
+//! reduction's loops only reorder among themselves; a split's inner loop
+//! stays inside its outer loop, whose variable its tail bound reads); `parallel`,
 //! `vectorize` and `unroll` mark how a loop runs; `cache_read` copies what
 //! a loop reads of a buffer into local buffers (`cache.rs`). A directive naming a
 //! loop that is not there, or an illegal rewrite, is an error.
@@ -204,7 +205,8 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
-            if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
+            // A tail bound names its split's outer loop, which must stay outside it.
+            if matches!(&i.extent, Extent::Tail { outer, .. } if *outer == l.var) {
                 bail!("schedule: cannot reorder the loops of a split");
             }
             Ok(Stmt::Loop(Loop {

@@ -1,0 +1,168 @@
+//! The default schedule's rule for transposes: a loop nest that writes
+//! memory consecutively along one output loop and reads it consecutively
+//! along another (a Transpose that moves the innermost axis, alone or
+//! fused with element-wise ops), run as a cache-blocked transpose.
+//!
+//! Needs: a CPU kernel after the default schedule's first step (output
+//! loops coalesced while consecutive in memory), whose body is one
+//! perfect nest of output loops around plain stores.
+//! Guarantees: when the stores walk the innermost output loop `o` with
+//! stride 1 and some load walks `o` with a stride other than 0 or ±1 and
+//! another output loop `c` with stride 1, and both loops are at least a
+//! tile long, a [`Schedule`] that
+//! 1. coalesces `c` with the loops outside it while the elements stay
+//!    consecutive (NCHW → NHWC: height and width become one loop of
+//!    pixels, so the tiles cut one long run);
+//! 2. splits `c` and `o` into tiles of one vector of output elements
+//!    ([`tile`]: the target's vector width);
+//! 3. moves the tile loops inside every other loop, `c`'s outside `o`'s:
+//!    a tile reads `tile` runs of consecutive elements and writes
+//!    `tile` runs, each a vector's worth, so every cache line it touches
+//!    is used whole while it is cached;
+//! 4. copies each tile of the transposed input into a local buffer
+//!    (`cache_read` at `o`'s tile loop: the copy does the transposing
+//!    reads) and vectorizes the store loop along `o`, which reads the
+//!    copy consecutively;
+//! 5. runs the outermost loop (over tiles) in parallel when the kernel
+//!    does enough work to pay for waking threads.
+//!
+//! The rule only reorders and regroups iterations that each store their
+//! own element: the values stored do not change.
+
+use super::{work, PARALLEL_MIN_WORK};
+use crate::canonical::{coalesce_inward, output_nest, Coalescing};
+use crate::ir::{for_each_load, Atom, Idx, Kernel, Stmt};
+use crate::schedule::{apply, split_names, Directive, Schedule};
+use kiln_target::TargetDesc;
+
+/// The blocked schedule of transpose `k` for `target` (see the module
+/// doc), or `None` when `k` is not a transpose the rule applies to.
+pub(super) fn blocked_transpose(k: &Kernel, target: &TargetDesc) -> Option<Schedule> {
+    let tile = tile(k, target)?;
+    let vars = nest_vars(k);
+    let (o, _) = vars.split_last()?;
+    if !plain_stores_along(k, o) {
+        return None;
+    }
+    let (read, c) = read_axis(k, o, &vars)?;
+    let mut current = k.clone();
+    let mut schedule = Schedule::default();
+    let through_c = &vars[..=vars.iter().position(|v| *v == c)?];
+    let c = coalesce_inward(
+        &mut current,
+        &mut schedule,
+        through_c,
+        Coalescing::Consecutive,
+    );
+    if extent(&current, &c)? < tile || extent(&current, o)? < tile {
+        return None;
+    }
+    let tiled = tile_loops(&current, (&c, o), &read, tile)?;
+    schedule.0.extend(tiled.0.iter().cloned());
+    let tiled_kernel = apply(&current, &tiled).ok()?;
+    let outermost = nest_vars(&tiled_kernel).into_iter().next()?;
+    if work(&k.body) >= PARALLEL_MIN_WORK && extent(&tiled_kernel, &outermost)? > 1 {
+        schedule.0.push(Directive::Parallel(outermost));
+    }
+    Some(schedule)
+}
+
+/// Elements on a side of a tile: one vector of the output's elements, so a
+/// row of a tile is one vector store (and, at 64-byte vectors, one cache
+/// line of f32s). `None` for an output without a fixed element size.
+fn tile(k: &Kernel, target: &TargetDesc) -> Option<i64> {
+    let bytes = k.buffers.iter().find(|b| b.output)?.dtype.size();
+    (bytes > 0).then(|| (target.vector_bytes / bytes).max(2) as i64)
+}
+
+/// The directives that tile loops `c` and `o` of `k` (`c` outside `o`) by
+/// `tile`, move the tile loops innermost and read each tile of parameter
+/// `read` from a local copy, checked by applying them.
+///
+/// The copy is what makes the vector loop pay: read in place, each lane
+/// of a vector over `o` comes from another row (a gather), and the C
+/// compiler cannot combine scalar loads into vector stores either, as it
+/// cannot tell the output from the input inside an OpenMP region. Reading
+/// a local buffer, nothing can alias.
+fn tile_loops(k: &Kernel, (c, o): (&str, &str), read: &str, tile: i64) -> Option<Schedule> {
+    let (_, c_inner) = split_names(c);
+    let (o_outer, o_inner) = split_names(o);
+    let mut d = vec![
+        Directive::Split {
+            var: c.to_string(),
+            factor: tile,
+        },
+        Directive::Split {
+            var: o.to_string(),
+            factor: tile,
+        },
+    ];
+    let split = apply(k, &Schedule(d.clone())).ok()?;
+    let vars = nest_vars(&split);
+    let from = vars.iter().position(|v| *v == c_inner)?;
+    let to = vars.iter().position(|v| *v == o_inner)?;
+    // Each reorder swaps `c`'s tile loop with the next loop inward, until
+    // only `o`'s tile loop is inside it.
+    d.extend(vars[from + 1..to].iter().map(|inner| Directive::Reorder {
+        outer: c_inner.clone(),
+        inner: inner.clone(),
+    }));
+    // Vectorized before the copy exists: the copy's own loop over `o`'s
+    // tile, made by `cache_read`, stays serial.
+    d.push(Directive::Vectorize(o_inner));
+    d.push(Directive::CacheRead {
+        buf: read.to_string(),
+        at: o_outer,
+    });
+    let schedule = Schedule(d);
+    apply(k, &schedule).ok().map(|_| schedule)
+}
+
+/// The variables of `k`'s output nest, outermost first.
+fn nest_vars(k: &Kernel) -> Vec<String> {
+    output_nest(&k.body).iter().map(|l| l.var.clone()).collect()
+}
+
+/// The extent of `k`'s loop over `var`.
+fn extent(k: &Kernel, var: &str) -> Option<i64> {
+    crate::ir::find_loop(&k.body, var).map(|l| l.extent.max())
+}
+
+/// Coefficient of loop variable `var` in `offset` (0 when it is absent).
+fn stride(offset: &Idx, var: &str) -> i64 {
+    offset
+        .terms
+        .iter()
+        .filter(|(a, _)| matches!(a, Atom::Var(x) if x == var))
+        .map(|(_, c)| *c)
+        .sum()
+}
+
+/// Whether the innermost loop of `k`'s output nest, over `o`, holds only
+/// stores, each writing consecutive elements along `o`.
+fn plain_stores_along(k: &Kernel, o: &str) -> bool {
+    let nest = output_nest(&k.body);
+    let Some(innermost) = nest.last() else {
+        return false;
+    };
+    innermost.body.iter().all(|s| match s {
+        Stmt::Store { offset, .. } => stride(offset, o) == 1,
+        _ => false,
+    })
+}
+
+/// The parameter some load of `k` reads consecutively along an output loop
+/// (of `vars`, not `o`) while it jumps along `o`, and that loop: the axis
+/// a transpose moved away from the innermost position.
+fn read_axis(k: &Kernel, o: &str, vars: &[String]) -> Option<(String, String)> {
+    let mut found = None;
+    for_each_load(&k.body, &mut |b, offset, _| {
+        if found.is_none() && stride(offset, o).abs() > 1 {
+            found = vars
+                .iter()
+                .find(|v| v.as_str() != o && stride(offset, v) == 1)
+                .map(|c| (k.buffers[b].name.clone(), c.clone()));
+        }
+    });
+    found
+}
