@@ -58,10 +58,15 @@ pub(super) fn blocked_transpose(k: &Kernel, target: &TargetDesc) -> Option<Sched
         return None;
     }
     let tiled = tile_loops(&current, (&c, o), &read, tile)?;
-    schedule.0.extend(tiled.0.iter().cloned());
-    let tiled_kernel = apply(&current, &tiled).ok()?;
-    let outermost = nest_vars(&tiled_kernel).into_iter().next()?;
-    if work(&k.body) >= PARALLEL_MIN_WORK && extent(&tiled_kernel, &outermost)? > 1 {
+    schedule.0.extend(tiled.0);
+    let outermost = nest_vars(&current).into_iter().next()?;
+    if work(&k.body) >= PARALLEL_MIN_WORK && extent(&current, &outermost)? > tile {
+        // The loop over whole tiles of `c` when `c` is outermost.
+        let outermost = if outermost == c {
+            split_names(&c).0
+        } else {
+            outermost
+        };
         schedule.0.push(Directive::Parallel(outermost));
     }
     Some(schedule)
@@ -77,7 +82,9 @@ fn tile(k: &Kernel, target: &TargetDesc) -> Option<i64> {
 
 /// The directives that tile loops `c` and `o` of `k` (`c` outside `o`) by
 /// `tile`, move the tile loops innermost and read each tile of parameter
-/// `read` from a local copy, checked by applying them.
+/// `read` from a local copy, checked by applying them. The partial tiles
+/// at the ends of `c` and `o` are peeled off first ([`whole_tiles`]), so
+/// the tiles inside have constant bounds.
 ///
 /// The copy is what makes the vector loop pay: read in place, each lane
 /// of a vector over `o` comes from another row (a gather), and the C
@@ -101,12 +108,23 @@ fn tile_loops(k: &Kernel, (c, o): (&str, &str), read: &str, tile: i64) -> Option
     let vars = nest_vars(&split);
     let from = vars.iter().position(|v| *v == c_inner)?;
     let to = vars.iter().position(|v| *v == o_inner)?;
+    let o_rest = whole_tiles(k, o, tile);
     // Each reorder swaps `c`'s tile loop with the next loop inward, until
-    // only `o`'s tile loop is inside it.
-    d.extend(vars[from + 1..to].iter().map(|inner| Directive::Reorder {
-        outer: c_inner.clone(),
-        inner: inner.clone(),
-    }));
+    // only `o`'s tile loop is inside it; where `o` was peeled, `c`'s tile
+    // loop holds both parts and is distributed over them first.
+    for inner in &vars[from + 1..to] {
+        if *inner == o_outer && o_rest.is_some() {
+            d.push(Directive::Distribute(c_inner.clone()));
+        }
+        d.push(Directive::Reorder {
+            outer: c_inner.clone(),
+            inner: inner.clone(),
+        });
+    }
+    d.splice(
+        0..0,
+        [whole_tiles(k, c, tile), o_rest].into_iter().flatten(),
+    );
     // Vectorized before the copy exists: the copy's own loop over `o`'s
     // tile, made by `cache_read`, stays serial.
     d.push(Directive::Vectorize(o_inner));
@@ -116,6 +134,19 @@ fn tile_loops(k: &Kernel, (c, o): (&str, &str), read: &str, tile: i64) -> Option
     });
     let schedule = Schedule(d);
     apply(k, &schedule).ok().map(|_| schedule)
+}
+
+/// Peels loop `var` of `k` into its whole tiles and the rest, when there
+/// is a rest. The partial tiles' copies then run in loops of their own:
+/// with a bound that varies from tile to tile the C compiler vectorizes
+/// no tile's copy.
+fn whole_tiles(k: &Kernel, var: &str, tile: i64) -> Option<Directive> {
+    let extent = extent(k, var)?;
+    (extent % tile != 0).then(|| Directive::Peel {
+        var: var.to_string(),
+        lo: 0,
+        hi: extent - extent % tile,
+    })
 }
 
 /// The variables of `k`'s output nest, outermost first.
