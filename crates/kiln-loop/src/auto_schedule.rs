@@ -8,7 +8,10 @@
 //! 1. coalesces output loops from the innermost outwards while every
 //!    offset stays free of `floordiv`/`mod` of the coalesced variable (the
 //!    contiguous part of the iteration space becomes one loop);
-//! 2. splits a single remaining loop longer than [`CHUNK`] into chunks;
+//! 2. runs a transpose (a load reading consecutively along another output
+//!    loop than the one the stores walk) as a cache-blocked copy
+//!    (`transpose.rs`, which states what it needs and guarantees); else
+//!    splits a single remaining loop longer than [`CHUNK`] into chunks;
 //!    a matrix-vector product whose reduction is at least as long as its
 //!    output splits the reduction across threads instead (the output
 //!    combined from per-thread copies: OpenMP array reductions) when a

@@ -197,3 +197,53 @@ fn read_axis(k: &Kernel, o: &str, vars: &[String]) -> Option<(String, String)> {
     });
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::default_schedule;
+    use crate::parse_kernel;
+    use kiln_target::CpuPreset;
+
+    fn schedule_text(kernel: &str, vector_bytes: usize) -> String {
+        let mut target = CpuPreset::X86_64V4.desc(2);
+        target.vector_bytes = vector_bytes;
+        let k = parse_kernel(kernel).unwrap();
+        let s = default_schedule(&k, &target);
+        s.0.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Tiles of one vector a side: 16 f32s at 64-byte vectors, 8 at 32.
+    #[test]
+    fn a_transpose_of_the_last_two_axes_is_tiled_by_the_vector_width() {
+        let k = "kernel k(in0: f32[4,64,64], out out0: f32[4,64,64]) {
+  for i0 in 0..4 {
+    for i1 in 0..64 {
+      for i2 in 0..64 {
+        out0[4096*i0 + 64*i1 + i2] = in0[4096*i0 + 64*i2 + i1]
+      }
+    }
+  }
+}";
+        let tiled = "split(i1, F) split(i2, F) reorder(i1i, i2o) vectorize(i2i) \
+                     cache_read(in0, i2o)";
+        assert_eq!(schedule_text(k, 64), tiled.replace('F', "16"));
+        assert_eq!(schedule_text(k, 32), tiled.replace('F', "8"));
+    }
+
+    /// A broadcast reads nothing across the output's rows: the rule
+    /// leaves it to the plain vector loop.
+    #[test]
+    fn a_broadcast_is_not_tiled() {
+        let broadcast = "kernel k(in0: f32[64], out out0: f32[64,64]) {
+  for i0 in 0..64 {
+    for i1 in 0..64 {
+      out0[64*i0 + i1] = in0[i0]
+    }
+  }
+}";
+        assert_eq!(schedule_text(broadcast, 64), "vectorize(i1)");
+    }
+}
