@@ -60,13 +60,15 @@ pub(super) fn blocked_transpose(k: &Kernel, target: &TargetDesc) -> Option<Sched
     let tiled = tile_loops(&current, (&c, o), &read, tile)?;
     schedule.0.extend(tiled.0);
     let outermost = nest_vars(&current).into_iter().next()?;
-    if work(&k.body) >= PARALLEL_MIN_WORK && extent(&current, &outermost)? > tile {
-        // The loop over whole tiles of `c` when `c` is outermost.
-        let outermost = if outermost == c {
-            split_names(&c).0
-        } else {
-            outermost
-        };
+    let length = extent(&current, &outermost)?;
+    // When `c` is outermost, its loop over tiles is, with more than one
+    // iteration only when `c` is longer than a tile.
+    let (outermost, several) = if outermost == c {
+        (split_names(&c).0, length > tile)
+    } else {
+        (outermost, length > 1)
+    };
+    if work(&k.body) >= PARALLEL_MIN_WORK && several {
         schedule.0.push(Directive::Parallel(outermost));
     }
     Some(schedule)
