@@ -14,7 +14,9 @@
 //!    consecutive (NCHW → NHWC: height and width become one loop of
 //!    pixels, so the tiles cut one long run);
 //! 2. splits `c` and `o` into tiles of one vector of output elements
-//!    ([`tile`]: the target's vector width);
+//!    ([`tile`]: the target's vector width), the partial tiles at their
+//!    ends peeled off into nests of their own (`peel`, `distribute`), so
+//!    every tile loop has a constant bound;
 //! 3. moves the tile loops inside every other loop, `c`'s outside `o`'s:
 //!    a tile reads `tile` runs of consecutive elements and writes
 //!    `tile` runs, each a vector's worth, so every cache line it touches
