@@ -11,8 +11,7 @@
 //! The factor is loose ([`FACTOR`]) because the bound ignores caches
 //! (what stays in L2 runs faster than DRAM, which only lowers the ratio)
 //! and because other processes may run beside the test (a profile takes
-//! the median of 11 runs). Known cliffs carry their own, larger factor and
-//! the reason, so they cannot grow unnoticed either.
+//! the median of 11 runs).
 
 use kiln_cli::profile::{node_profile, NodeProfile};
 use kiln_cli::roofline::{bound_ms, Machine};
@@ -27,24 +26,16 @@ const FACTOR: f64 = 8.0;
 const SLACK_MS: f64 = 0.02;
 
 /// One case: a graph in kiln's text form whose inputs named `w…` become
-/// random initializers (weights), and the factor its kernels must meet.
+/// random initializers (weights).
 struct Case {
     name: &'static str,
     text: String,
-    factor: f64,
 }
 
 fn case(name: &'static str, text: &str) -> Case {
-    known_cliff(name, text, FACTOR)
-}
-
-/// A case with a known cliff: its kernels may take up to `factor` times
-/// their bound (the reason is at the call).
-fn known_cliff(name: &'static str, text: &str, factor: f64) -> Case {
     Case {
         name,
         text: text.to_string(),
-        factor,
     }
 }
 
@@ -180,16 +171,13 @@ fn cases() -> Vec<Case> {
   output %y
 }"#,
         ),
-        // Known cliff (issue 19): a transpose of the last two axes is a loop
-        // nest over strided reads, not a blocked (cache-tiled) transpose.
-        known_cliff(
+        case(
             "transpose_last_two",
             r#"graph "g" opsets [""=17] {
   input %x: f32[16,512,512]
   node "t" %y: f32[16,512,512] = Transpose(%x) {perm=[0,2,1]}
   output %y
 }"#,
-            30.0,
         ),
     ]
 }
@@ -264,10 +252,10 @@ fn every_kernel_is_near_its_roofline() {
                 "{}: {} {}: {:.3} ms, bound {:.3} ms, {ratio:.1}x",
                 case.name, row.op, row.node, row.ms, bound
             );
-            if row.ms > case.factor * bound + SLACK_MS {
+            if row.ms > FACTOR * bound + SLACK_MS {
                 failures.push(format!(
                     "{}: {} {} took {:.3} ms, {ratio:.1}x its bound {:.3} ms (at most {}x)",
-                    case.name, row.op, row.node, row.ms, bound, case.factor
+                    case.name, row.op, row.node, row.ms, bound, FACTOR
                 ));
             }
         }

@@ -8,7 +8,10 @@
 //! 1. coalesces output loops from the innermost outwards while every
 //!    offset stays free of `floordiv`/`mod` of the coalesced variable (the
 //!    contiguous part of the iteration space becomes one loop);
-//! 2. splits a single remaining loop longer than [`CHUNK`] into chunks;
+//! 2. runs a transpose (a load reading consecutively along another output
+//!    loop than the one the stores walk) as a cache-blocked copy
+//!    (`transpose.rs`, which states what it needs and guarantees); else
+//!    splits a single remaining loop longer than [`CHUNK`] into chunks;
 //!    a matrix-vector product whose reduction is at least as long as its
 //!    output splits the reduction across threads instead (the output
 //!    combined from per-thread copies: OpenMP array reductions) when a
@@ -54,6 +57,8 @@ use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ir::DType;
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
+
+mod transpose;
 
 /// Elements per parallel chunk of a fully coalesced loop. The granularity
 /// of the work split, not a cache size (each element streams through once
@@ -129,6 +134,10 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let Some((innermost, extent, plain)) = nest.last().cloned() else {
         return schedule;
     };
+    if let Some(blocked) = transpose::blocked_transpose(&current, target) {
+        schedule.0.extend(blocked.0);
+        return schedule;
+    }
     let parallel = total >= PARALLEL_MIN_WORK;
     // An f16/bf16 output accumulates outward in a local row of its accumulator's type
     // (`schedule.rs`), which threads cannot share as they share the output's copies.

@@ -3,12 +3,15 @@
 //!
 //! Needs: a kernel whose loop `at` reads parameter `buf` (and does not
 //! write it) at offsets and guards that depend, besides variables bound
-//! outside `at`, only on loops of constant extent inside it.
+//! outside `at`, only on loops inside it whose extent is known at `at`'s
+//! start: constant, or a split's tail whose outer loop is `at` or outside
+//! it.
 //! Guarantees: at the start of `at`'s body, one local buffer per distinct
 //! read (offset and guard) of `buf` is declared ([`Stmt::Alloc`]), indexed
-//! densely by the inner loop variables that read uses (in nesting order),
-//! and filled by a nest over those variables with the read itself (zero
-//! where its guard fails, as the read gives); the read then loads the local
+//! densely by the inner loop variables that read uses (in nesting order,
+//! each dimension the loop's largest extent), and filled by a nest over
+//! those variables, with their extents, with the read itself (zero where
+//! its guard fails, as the read gives); the read then loads the local
 //! buffer, unguarded. Every value the kernel computes is unchanged.
 //!
 //! What it is for: a window whose taps do not depend on the vectorized
@@ -62,14 +65,15 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
         let uses = |v: &str| offset.uses(v) || guard.iter().any(|(g, _)| g.uses(v));
         let mut vars = Vec::new();
         for (v, extent) in inner.iter().filter(|(v, _)| uses(v)) {
-            let Some(e) = extent else {
+            if matches!(extent, Extent::Tail { outer, .. } if inner.iter().any(|(i, _)| i == outer))
+            {
                 bail!(
-                    "schedule: cache_read: the read uses loop '{v}', whose bound is not constant"
+                    "schedule: cache_read: the read uses loop '{v}', whose bound changes inside the loop"
                 );
-            };
-            vars.push((v.clone(), *e));
+            }
+            vars.push((v.clone(), extent.clone()));
         }
-        let shape: Vec<usize> = vars.iter().map(|(_, e)| *e as usize).collect();
+        let shape: Vec<usize> = vars.iter().map(|(_, e)| e.max() as usize).collect();
         let index = flatten(
             &vars.iter().map(|(v, _)| Idx::var(v)).collect::<Vec<_>>(),
             &shape,
@@ -97,7 +101,7 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
         prologue.push(vars.iter().rev().fold(fill, |body, (v, e)| {
             Stmt::Loop(Loop {
                 var: v.clone(),
-                extent: Extent::Const(*e),
+                extent: e.clone(),
                 kind: LoopKind::Serial,
                 body: vec![body],
             })
@@ -122,18 +126,13 @@ fn cache_in_loop(buffers: &mut Vec<Buffer>, l: &Loop, b: usize) -> Result<Loop> 
     Ok(Loop { body, ..l.clone() })
 }
 
-/// The loops inside `body` (nesting order) with their extents when
-/// constant (`None` for a split's tail).
-fn inner_loops(body: &[Stmt]) -> Vec<(String, Option<i64>)> {
-    let mut out: Vec<(String, Option<i64>)> = Vec::new();
+/// The loops inside `body` (nesting order) with their extents.
+fn inner_loops(body: &[Stmt]) -> Vec<(String, Extent)> {
+    let mut out: Vec<(String, Extent)> = Vec::new();
     for s in body {
         if let Stmt::Loop(l) = s {
             if !out.iter().any(|(v, _)| *v == l.var) {
-                let extent = match l.extent {
-                    Extent::Const(e) => Some(e),
-                    Extent::Tail { .. } => None,
-                };
-                out.push((l.var.clone(), extent));
+                out.push((l.var.clone(), l.extent.clone()));
             }
             for inner in inner_loops(&l.body) {
                 if !out.iter().any(|(v, _)| *v == inner.0) {
@@ -221,8 +220,11 @@ mod tests {
         assert_eq!(parse_kernel(want).unwrap(), cached);
     }
 
+    /// A split's tail bound known at the cached loop's start sizes the copy
+    /// (the local holds the largest tile); one that changes inside it
+    /// cannot.
     #[test]
-    fn refuses_reads_over_a_split_tail() {
+    fn caches_over_a_split_tail_bound_outside() {
         let k = parse_kernel(
             "kernel k(in0: f32[10], out out0: f32[10]) {
   for i0o in 0..3 {
@@ -233,7 +235,32 @@ mod tests {
 }",
         )
         .unwrap();
-        let err = cache_read(&k, "in0", "i0o").unwrap_err().to_string();
+        let cached = cache_read(&k, "in0", "i0o").unwrap();
+        let want = "kernel k(in0: f32[10], out out0: f32[10]) {
+  for i0o in 0..3 {
+    alloc in0_cache: f32[4]
+    for i0i in 0..min(4, 10 - 4*i0o) {
+      in0_cache[i0i] = in0[4*i0o + i0i]
+    }
+    for i0i in 0..min(4, 10 - 4*i0o) {
+      out0[4*i0o + i0i] = in0_cache[i0i]
+    }
+  }
+}";
+        assert_eq!(cached.to_string(), want);
+        let outer = parse_kernel(
+            "kernel k(in0: f32[10], out out0: f32[10]) {
+  for j in 0..2 {
+    for i0o in 0..3 {
+      for i0i in 0..min(4, 10 - 4*i0o) {
+        out0[4*i0o + i0i] = in0[4*i0o + i0i]
+      }
+    }
+  }
+}",
+        )
+        .unwrap();
+        let err = cache_read(&outer, "in0", "j").unwrap_err().to_string();
         assert!(err.contains("'i0i'"), "{err}");
         let err = cache_read(&k, "out0", "i0o").unwrap_err().to_string();
         assert!(err.contains("writes"), "{err}");

@@ -5,6 +5,7 @@ pub mod auto_schedule;
 pub mod cache;
 pub mod canonical;
 pub mod contraction;
+mod distribute;
 pub mod fused;
 pub mod gpu_map;
 pub mod group;

@@ -10,8 +10,10 @@
 //! `v` where offsets allow, which is what makes coalesced contiguous loops
 //! read plain `buf[v]`); `reorder` interchanges two perfectly nested loops
 //! (legal: loops of an expression's index space are independent, and a
-//! reduction's loops only reorder among themselves); `parallel`,
-//! `vectorize` and `unroll` mark how a loop runs; `cache_read` copies what
+//! reduction's loops only reorder among themselves; a split's inner loop
+//! stays inside its outer loop, whose variable its tail bound reads); `parallel`,
+//! `vectorize` and `unroll` mark how a loop runs; `distribute` splits a
+//! loop over its statements (`distribute.rs`); `cache_read` copies what
 //! a loop reads of a buffer into local buffers (`cache.rs`). A directive naming a
 //! loop that is not there, or an illegal rewrite, is an error.
 
@@ -62,6 +64,8 @@ pub enum Directive {
         var: String,
         factor: i64,
     },
+    /// One copy of loop `var` per statement of its body (`distribute.rs`).
+    Distribute(String),
     /// Loop `var`'s sums into outer locals kept in partials of `dtype`,
     /// added to them after the loop (`partial_sums.rs`).
     PartialSums {
@@ -91,6 +95,7 @@ impl std::fmt::Display for Directive {
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
             Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
+            Directive::Distribute(v) => write!(f, "distribute({v})"),
         }
     }
 }
@@ -130,6 +135,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::Vectorize(var)
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
+        | Directive::Distribute(var)
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
         | Directive::PartialSums { var, .. }
@@ -183,6 +189,7 @@ fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Ve
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { at, .. } => return peel(l, at),
+        Directive::Distribute(_) => return crate::distribute::distribute(l),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         Directive::PartialSums { dtype, .. } => {
             return crate::partial_sums::partial_sums(l, *dtype)
@@ -202,6 +209,7 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
         Directive::AccumulateOutward(_)
         | Directive::Peel { .. }
+        | Directive::Distribute(_)
         | Directive::Jam { .. }
         | Directive::PartialSums { .. } => {
             bail!("schedule: {d} rewrites into several statements")
@@ -209,7 +217,8 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),
         Directive::Reorder { inner, .. } => {
             let i = perfectly_nested(l, inner)?;
-            if matches!(i.extent, Extent::Tail { .. }) || matches!(l.extent, Extent::Tail { .. }) {
+            // A tail bound names its split's outer loop, which must stay outside it.
+            if matches!(&i.extent, Extent::Tail { outer, .. } if *outer == l.var) {
                 bail!("schedule: cannot reorder the loops of a split");
             }
             Ok(Stmt::Loop(Loop {
@@ -233,8 +242,9 @@ fn split(l: &Loop, var: &str, factor: i64) -> Result<Stmt> {
     let (outer, inner) = split_names(var);
     let with = Idx::var(&outer).scale(factor).plus(&Idx::var(&inner));
     let body: Vec<Stmt> = l.body.iter().map(|s| s.substitute(var, &with)).collect();
-    let inner_extent = if total % factor == 0 {
-        Extent::Const(factor)
+    let inner_extent = if total % factor == 0 || total < factor {
+        // One outer iteration holds the whole loop: its tail bound is `total`.
+        Extent::Const(factor.min(total))
     } else {
         Extent::Tail {
             total,
