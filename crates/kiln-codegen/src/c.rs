@@ -25,7 +25,9 @@ use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Scope, Stmt, Val};
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
-use omp_clauses::{array_reduction_clause, nan_flag, reduction_clause};
+use omp_clauses::{
+    array_reduction_clause, flagged_extreme_step, nan_flag, nan_flag_type, reduction_clause,
+};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -309,15 +311,17 @@ impl<'a> Printer<'a> {
                     }
                     Combiner::And => format!("(uint8_t)({name} && {v})"),
                     Combiner::Or => format!("(uint8_t)({name} || {v})"),
+                    Combiner::Min | Combiner::Max if self.nan_flagged.contains(name) => {
+                        let step = flagged_extreme_step(name, *combiner, ty, &v);
+                        writeln!(self.out, "{pad}{step}").ok();
+                        return Ok(());
+                    }
                     Combiner::Min | Combiner::Max => {
                         let s = combiner.scalar();
                         call_c(&s, &[dtype, dtype], &[name.clone(), v])?.0
                     }
                 };
                 writeln!(self.out, "{pad}{name} = {e};").ok();
-                if self.nan_flagged.contains(name) {
-                    writeln!(self.out, "{pad}{} |= {name} != {name};", nan_flag(name)).ok();
-                }
             }
             Stmt::ArgUpdate(a) => self.arg_step(a, depth)?,
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
@@ -346,7 +350,10 @@ impl<'a> Printer<'a> {
             let (clause, nan_locals) = reduction_clause(l, &|n| locals.get(n).copied())?;
             let sections = array_reduction_clause(self.k, l)?;
             for name in &nan_locals {
-                writeln!(self.out, "{pad}uint8_t {} = 0;", nan_flag(name)).ok();
+                let flag_type = nan_flag_type(self.locals.get(name).copied());
+                // Set when the local is NaN already: the lanes start from the identity and
+                // OpenMP's `max`/`min` would drop it when combining them.
+                writeln!(self.out, "{pad}{flag_type} {} = {name} != {name};", nan_flag(name)).ok();
             }
             writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
             flagged = nan_locals;
