@@ -225,9 +225,16 @@ pub const LANE_PARTIAL_TERMS: usize = 64;
 /// the vector width).
 /// `extent` is `r`'s (`None`: unknown, plain vectorization).
 fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
-    let Some(extent) = extent.filter(|_| f32_sums(k)) else {
-        return vec![Directive::Vectorize(r.to_string())];
-    };
+    match extent.filter(|_| f32_sums(k)) {
+        Some(extent) => vector_partial_sums(r, extent, target),
+        None => vec![Directive::Vectorize(r.to_string())],
+    }
+}
+
+/// The directives that vectorize loop `r` (of `extent` iterations) summing f32 values into
+/// f64 locals: each block of [`partial_block`] iterations summed in f32 lanes, then once
+/// into the f64 locals (the loop split first when it is longer than a block).
+pub(crate) fn vector_partial_sums(r: &str, extent: i64, target: &TargetDesc) -> Vec<Directive> {
     let block = partial_block(target);
     let dtype = DType::F32;
     if extent <= block {
@@ -264,6 +271,25 @@ pub(crate) fn partial_block(target: &TargetDesc) -> i64 {
 /// buffers, writes f32 outputs, and all its locals are f64 sums.
 fn f32_sums(k: &Kernel) -> bool {
     f32_in_and_out(k) && sums_into_f64(&k.body)
+}
+
+/// Whether loop `var` of `k` adds to an outer f64 sum values that read no f64 local of `k`
+/// (so they are f32 values when `k` reads only f32 buffers).
+pub(crate) fn sums_f32_values(k: &Kernel, var: &str) -> bool {
+    let Some(l) = find_loop(&k.body, var) else {
+        return false;
+    };
+    let f64_locals: Vec<&str> = crate::ir::declared_locals(&k.body)
+        .into_iter()
+        .filter(|(_, d)| *d == DType::F64)
+        .map(|(n, _)| n)
+        .collect();
+    let sums = crate::ir::reduced_locals(&l.body)
+        .iter()
+        .any(|(n, c)| *c == Combiner::Sum && f64_locals.contains(&n.as_str()));
+    let mut read = Vec::new();
+    crate::gpu_map::locals_read(&l.body, &mut read);
+    sums && !read.iter().any(|n| f64_locals.contains(&n.as_str()))
 }
 
 /// Whether `k` reads only f32 buffers and writes only f32 outputs.
@@ -347,7 +373,7 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));
         if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
-            if f32_sums(k) {
+            if f32_in_and_out(k) && sums_f32_values(k, &vars[0]) {
                 // A chunk's f32 values summed in f32 lanes, then once into the
                 // f64 partial of its thread (CHUNK / lanes values per lane: 256
                 // on AVX-512, at most 1024 on 4-lane targets).

@@ -275,39 +275,21 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
         innermost_reduction_loops(s, &mut inner_loops);
     }
     let f32_row = crate::auto_schedule::f32_in_and_out(k);
-    let f64_locals: Vec<String> = crate::ir::declared_locals(&k.body)
-        .into_iter()
-        .filter(|(_, d)| *d == DType::F64)
-        .map(|(n, _)| n.to_string())
-        .collect();
     for var in inner_loops {
-        let block = crate::auto_schedule::partial_block(target);
-        if f32_row && sums_f32_values(k, &var, &f64_locals, block) {
-            // A row's f32 values summed in f32 lanes, once into the f64 sum
-            // (`partial_sums.rs`; rows no longer than a block).
-            directives.push(Directive::PartialSums {
-                var: var.clone(),
-                dtype: DType::F32,
-            });
+        let extent = crate::ir::find_loop(&k.body, &var).map(|l| l.extent.max());
+        match extent {
+            // A row's f32 values summed in f32 lanes, block by block, each block once
+            // into the f64 sum (`partial_sums.rs`): every element converted to f64
+            // would halve the vector width.
+            Some(extent) if f32_row && crate::auto_schedule::sums_f32_values(k, &var) => {
+                directives.extend(crate::auto_schedule::vector_partial_sums(
+                    &var, extent, target,
+                ))
+            }
+            _ => directives.push(Directive::Vectorize(var)),
         }
-        directives.push(Directive::Vectorize(var));
     }
     Schedule(directives)
-}
-
-/// Whether loop `var` of `k`, at most `block` iterations, adds to an outer
-/// sum values that read no f64 local (so they are f32 values).
-fn sums_f32_values(k: &Kernel, var: &str, f64_locals: &[String], block: i64) -> bool {
-    let Some(l) = crate::ir::find_loop(&k.body, var) else {
-        return false;
-    };
-    let sums = crate::ir::reduced_locals(&l.body)
-        .iter()
-        .any(|(_, c)| *c == Combiner::Sum);
-    let mut read = Vec::new();
-    crate::gpu_map::locals_read(&l.body, &mut read);
-    let wide_reads = read.iter().any(|n| f64_locals.contains(n));
-    sums && !wide_reads && l.extent.max() <= block
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
