@@ -267,8 +267,8 @@ pub(crate) fn partial_block(target: &TargetDesc) -> i64 {
     (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64
 }
 
-/// Whether `k` sums f32 values into f64 accumulators: it reads only f32
-/// buffers, writes f32 outputs, and all its locals are f64 sums.
+/// Whether `k` sums f32 values into f64 accumulators: it reads and writes only values
+/// computed in f32 ([`f32_in_and_out`]), and all its locals are f64 sums.
 fn f32_sums(k: &Kernel) -> bool {
     f32_in_and_out(k) && sums_into_f64(&k.body)
 }
@@ -292,12 +292,14 @@ pub(crate) fn sums_f32_values(k: &Kernel, var: &str) -> bool {
     sums && !read.iter().any(|n| f64_locals.contains(&n.as_str()))
 }
 
-/// Whether `k` reads only f32 buffers and writes only f32 outputs.
+/// Whether `k` reads and writes only values computed in f32: f32 buffers, or f16 and bf16
+/// ones (computed in float, each value exact in f32).
 pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
+    let computed_in_f32 = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
     let mut read_types = Vec::new();
     for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
-    read_types.iter().all(|d| *d == DType::F32)
-        && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32)
+    read_types.iter().all(|d| computed_in_f32(*d))
+        && k.buffers.iter().all(|b| !b.output || computed_in_f32(b.dtype))
 }
 
 /// Whether every local `body` declares is f64 and some is updated by a sum.
