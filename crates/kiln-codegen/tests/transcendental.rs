@@ -73,7 +73,12 @@ fn transcendentals_match_libm() {
             .unwrap_or_else(|| panic!("no {name} line in:\n{text}"));
         line[name.len() + 1..].trim().parse().expect("a number")
     };
-    for (name, bound) in [("erf", 3e-6), ("tanh", 3e-6), ("exp", 1e-6), ("exp_edges", 1e-6)] {
+    for (name, bound) in [
+        ("erf", 3e-6),
+        ("tanh", 3e-6),
+        ("exp", 1e-6),
+        ("exp_edges", 1e-6),
+    ] {
         let err = value(name);
         assert!(
             err < bound,

@@ -299,7 +299,9 @@ pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
     let mut read_types = Vec::new();
     for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
     read_types.iter().all(|d| computed_in_f32(*d))
-        && k.buffers.iter().all(|b| !b.output || computed_in_f32(b.dtype))
+        && k.buffers
+            .iter()
+            .all(|b| !b.output || computed_in_f32(b.dtype))
 }
 
 /// Whether every local `body` declares is f64 and some is updated by a sum.

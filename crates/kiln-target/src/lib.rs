@@ -59,6 +59,10 @@ pub struct TargetDesc {
     pub arch: Arch,
     /// Bytes in one SIMD register the generated code uses (16, 32, 64).
     pub vector_bytes: usize,
+    /// Whether vector instructions convert between f16 and f32 (x86's F16C):
+    /// the generated C then widens and narrows a vector loop's f16 elements a
+    /// block at a time with them instead of in integer arithmetic.
+    pub half_conversions: bool,
     /// Cores the code may use by default.
     pub cores: usize,
     /// Caches, innermost first.

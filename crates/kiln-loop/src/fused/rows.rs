@@ -281,11 +281,10 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
             // A row's f32 values summed in f32 lanes, block by block, each block once
             // into the f64 sum (`partial_sums.rs`): every element converted to f64
             // would halve the vector width.
-            Some(extent) if f32_row && crate::auto_schedule::sums_f32_values(k, &var) => {
-                directives.extend(crate::auto_schedule::vector_partial_sums(
+            Some(extent) if f32_row && crate::auto_schedule::sums_f32_values(k, &var) => directives
+                .extend(crate::auto_schedule::vector_partial_sums(
                     &var, extent, target,
-                ))
-            }
+                )),
             _ => directives.push(Directive::Vectorize(var)),
         }
     }
