@@ -37,7 +37,7 @@ pub(super) struct BlockAccess {
 }
 
 /// The reads of loop `l` of `k` to widen ahead (see the module doc), their
-/// arrays named from `kiln_w{first}` on.
+/// arrays named `kiln_w{first}_0`, `kiln_w{first}_1`, ….
 pub(super) fn widened_reads(k: &Kernel, l: &Loop, first: usize) -> Vec<BlockAccess> {
     let stored: Vec<usize> = stores(l).map(|(buf, _, _)| buf).collect();
     let mut reads: Vec<BlockAccess> = Vec::new();
@@ -45,25 +45,15 @@ pub(super) fn widened_reads(k: &Kernel, l: &Loop, first: usize) -> Vec<BlockAcce
         return reads;
     }
     kiln_loop::ir::for_each_load(&l.body, &mut |buf, offset, guard| {
-        let widen = k.buffers[buf].dtype == DType::F16
-            && guard.is_empty()
-            && !stored.contains(&buf)
-            && offset.unit_stride_aligned(&l.var, 1)
-            && !reads.iter().any(|r| r.buf == buf && r.offset == *offset);
-        if widen {
-            reads.push(access(
-                buf,
-                offset,
-                format!("kiln_w{}", first + reads.len()),
-                l,
-            ));
+        if guard.is_empty() && !stored.contains(&buf) {
+            add_access(k, &mut reads, (buf, offset), l, &format!("kiln_w{first}_"));
         }
     });
     reads
 }
 
 /// The stores of loop `l` of `k` to narrow after it (see the module doc), their arrays
-/// named from `kiln_n{first}` on.
+/// named `kiln_n{first}_0`, ….
 pub(super) fn narrowed_stores(k: &Kernel, l: &Loop, first: usize) -> Vec<BlockAccess> {
     let mut read = Vec::new();
     kiln_loop::ir::for_each_load(&l.body, &mut |buf, _, _| read.push(buf));
@@ -72,21 +62,35 @@ pub(super) fn narrowed_stores(k: &Kernel, l: &Loop, first: usize) -> Vec<BlockAc
         return out;
     }
     for (buf, offset, value) in stores(l) {
-        let narrow = k.buffers[buf].dtype == DType::F16
-            && !read.contains(&buf)
-            && !matches!(value, Val::Load { buf: src, .. } if k.buffers[*src].dtype == DType::F16)
-            && offset.unit_stride_aligned(&l.var, 1)
-            && !out.iter().any(|s| s.buf == buf && s.offset == *offset);
-        if narrow {
-            out.push(access(
-                buf,
-                offset,
-                format!("kiln_n{}", first + out.len()),
-                l,
-            ));
+        let copy =
+            matches!(value, Val::Load { buf: src, .. } if k.buffers[*src].dtype == DType::F16);
+        if !read.contains(&buf) && !copy {
+            add_access(k, &mut out, (buf, offset), l, &format!("kiln_n{first}_"));
         }
     }
     out
+}
+
+/// Adds `buf[offset]` to `accesses`, its array named `prefix` and its position, when it is
+/// an f16 access at unit stride in `l`'s variable that `accesses` does not hold yet.
+fn add_access(
+    k: &Kernel,
+    accesses: &mut Vec<BlockAccess>,
+    (buf, offset): (usize, &Idx),
+    l: &Loop,
+    prefix: &str,
+) {
+    let new = k.buffers[buf].dtype == DType::F16
+        && offset.unit_stride_aligned(&l.var, 1)
+        && !accesses.iter().any(|a| a.buf == buf && a.offset == *offset);
+    if new {
+        accesses.push(BlockAccess {
+            buf,
+            offset: offset.clone(),
+            array: format!("{prefix}{}", accesses.len()),
+            var: l.var.clone(),
+        });
+    }
 }
 
 /// Whether loop `l` is short enough and flat, so its accesses convert a block at a time.
@@ -100,15 +104,6 @@ fn stores(l: &Loop) -> impl Iterator<Item = (usize, &Idx, &Val)> {
         Stmt::Store { buf, offset, value } => Some((*buf, offset, value)),
         _ => None,
     })
-}
-
-fn access(buf: usize, offset: &Idx, array: String, l: &Loop) -> BlockAccess {
-    BlockAccess {
-        buf,
-        offset: offset.clone(),
-        array,
-        var: l.var.clone(),
-    }
 }
 
 /// The access among `accesses` at `buf[offset]`, if any.
