@@ -64,6 +64,18 @@ pub const CHUNK: i64 = 4096;
 /// stay cached on any target) and a multiple of every target's lanes.
 pub const ROW_CHUNK: i64 = 64;
 
+/// Output elements per parallel chunk of a y-reduce with one output loop: the column strip
+/// one thread accumulates over every row. Its accumulators fill half the target's vector
+/// registers, so each row step reads that many consecutive vectors (a strip of a few cache
+/// lines a row apart streams slower, BENCHMARKS.md issue 20); at least [`ROW_CHUNK`], and
+/// no wider than leaves every core a strip.
+fn column_strip(extent: i64, target: &TargetDesc) -> i64 {
+    let lanes = target.f32_lanes() as i64;
+    let in_registers = lanes * target.vector_registers() as i64 / 2;
+    let per_core = extent / target.cores.max(1) as i64 / lanes * lanes;
+    in_registers.min(per_core).max(ROW_CHUNK)
+}
+
 /// Work (loop iterations, reductions included) below which a kernel runs on
 /// one thread. It weighs the OpenMP runtime's cost of waking threads, which
 /// the target description does not carry, so it stays one constant.
@@ -171,7 +183,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
             var: innermost,
-            factor: ROW_CHUNK,
+            factor: column_strip(extent, target),
         });
         schedule.0.push(Directive::Parallel(o));
         schedule.0.push(Directive::AccumulateOutward(i.clone()));
@@ -547,11 +559,22 @@ mod tests {
             per_core: true,
         }];
         let chunked = default_schedule(&matrix_vector(), &small);
+        // Column strips of 16 AVX-512 vectors: half the 32 registers.
         let row_chunks = Directive::Split {
             var: "i0".into(),
-            factor: ROW_CHUNK,
+            factor: 256,
         };
         assert!(chunked.0.contains(&row_chunks), "{chunked:?}");
+    }
+
+    /// A y-reduce strip keeps every core busy and never drops below [`ROW_CHUNK`].
+    #[test]
+    fn column_strips_fill_half_the_vector_registers() {
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        assert_eq!(column_strip(4096, &v4), 256);
+        assert_eq!(column_strip(384, &v4), 192);
+        assert_eq!(column_strip(128, &v4), ROW_CHUNK);
+        assert_eq!(column_strip(4096, &CpuPreset::X86_64V3.desc(2)), ROW_CHUNK);
     }
 
     #[test]

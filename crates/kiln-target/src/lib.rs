@@ -93,6 +93,16 @@ impl TargetDesc {
         self.caches.iter().find(|c| c.name == name)
     }
 
+    /// SIMD registers the instruction set names (16 with SSE and AVX2, 32 with AVX-512
+    /// and on NEON): how many vector accumulators a loop keeps without spilling.
+    pub fn vector_registers(&self) -> usize {
+        match self.arch {
+            Arch::X86_64 if self.vector_bytes >= 64 => 32,
+            Arch::Aarch64 => 32,
+            _ => 16,
+        }
+    }
+
     /// Bytes of L2 one core has (the default when unknown: 256 KiB).
     pub fn l2_per_core(&self) -> usize {
         match self.cache("L2") {
