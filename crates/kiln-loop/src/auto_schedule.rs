@@ -69,7 +69,7 @@ pub const ROW_CHUNK: i64 = 64;
 /// registers, so each row step reads that many consecutive vectors (a strip of a few cache
 /// lines a row apart streams slower, BENCHMARKS.md issue 20); at least [`ROW_CHUNK`], and
 /// no wider than leaves every core a strip.
-fn column_strip(extent: i64, target: &TargetDesc) -> i64 {
+pub(crate) fn column_strip(extent: i64, target: &TargetDesc) -> i64 {
     let lanes = target.f32_lanes() as i64;
     let in_registers = lanes * target.vector_registers() as i64 / 2;
     let per_core = extent / target.cores.max(1) as i64 / lanes * lanes;

@@ -67,6 +67,9 @@ pub enum Directive {
         var: String,
         dtype: kiln_ir::DType,
     },
+    /// Row loop `var`'s body (a row program) runs each statement across
+    /// the loop's rows, innermost (`rows_across.rs`).
+    RowsAcross(String),
 }
 
 /// A schedule: directives applied in order.
@@ -87,6 +90,7 @@ impl std::fmt::Display for Directive {
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
             Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
+            Directive::RowsAcross(v) => write!(f, "rows_across({v})"),
         }
     }
 }
@@ -126,6 +130,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::Vectorize(var)
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
+        | Directive::RowsAcross(var)
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
         | Directive::PartialSums { var, .. }
@@ -178,6 +183,7 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
 fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
+        Directive::RowsAcross(_) => return crate::rows_across::rows_across(l, buffers),
         Directive::Peel { lo, hi, .. } => return peel(l, *lo, *hi),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         Directive::PartialSums { dtype, .. } => {
@@ -197,6 +203,7 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
         Directive::AccumulateOutward(_)
+        | Directive::RowsAcross(_)
         | Directive::Peel { .. }
         | Directive::Jam { .. }
         | Directive::PartialSums { .. } => {

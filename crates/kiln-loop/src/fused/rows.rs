@@ -1,8 +1,12 @@
 //! The rows form (APOLLO §3.4 Layer II memory stitching): per row of the
 //! reductions' output space, every reduction into a register, then the
-//! outputs over the rest of their dimensions (Softmax, LayerNorm).
+//! outputs over the rest of their dimensions (Softmax, LayerNorm). When
+//! the reductions read consecutive elements along the rows rather than
+//! along the reduced axis, the schedule runs strips of rows across vector
+//! lanes (`rows_across.rs`).
 
 use super::*;
+use crate::schedule::split_names;
 
 /// The row program (memory stitching; see the module doc).
 pub(super) fn rows(
@@ -259,6 +263,32 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
         Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
         _ => return Schedule::default(),
     };
+    let mut row_vars = row_vars.to_vec();
+    let mut across = None;
+    if let Some(last) = row_vars.last().filter(|last| reduces_across_rows(k, last)) {
+        // PANAMERA's y-reduce for the rows: a strip of rows in vector lanes.
+        let (last, extent) = (last.clone(), loop_extent(k, last));
+        let width = crate::auto_schedule::column_strip(extent, target);
+        row_vars.pop();
+        if extent > width {
+            directives.push(Directive::Split {
+                var: last.clone(),
+                factor: width,
+            });
+            let (strips, rows) = split_names(&last);
+            row_vars.push(strips);
+            across = Some(rows);
+        } else {
+            across = Some(last);
+        }
+        match row_vars.first() {
+            Some(first) => outer = first.clone(),
+            None => {
+                directives.extend(rows_across_directives(across));
+                return Schedule(directives);
+            }
+        }
+    }
     for v in &row_vars[1..] {
         directives.push(Directive::Fuse {
             outer: outer.clone(),
@@ -268,6 +298,10 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     }
     if work(&k.body) >= PARALLEL_MIN_WORK {
         directives.push(Directive::Parallel(outer));
+    }
+    if across.is_some() {
+        directives.extend(rows_across_directives(across));
+        return Schedule(directives);
     }
     let mut inner_loops = Vec::new();
     for s in &k.body {
@@ -289,6 +323,47 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
         }
     }
     Schedule(directives)
+}
+
+/// Row loop `rows`' statements each across its rows, vectorized (`rows_across.rs`).
+fn rows_across_directives(rows: Option<String>) -> Vec<Directive> {
+    rows.map_or_else(Vec::new, |rows| {
+        vec![
+            Directive::RowsAcross(rows.clone()),
+            Directive::Vectorize(rows),
+        ]
+    })
+}
+
+/// The extent of loop `var` of `k` (1 if there is none).
+fn loop_extent(k: &Kernel, var: &str) -> i64 {
+    crate::ir::find_loop(&k.body, var).map_or(1, |l| l.extent.max())
+}
+
+/// Whether the reductions of row program `k` read consecutive elements along its rows (loop
+/// `last`, the innermost row variable) and none along their own innermost loops: a row's
+/// reduction would gather, a strip of rows reads vectors (`rows_across.rs`).
+fn reduces_across_rows(k: &Kernel, last: &str) -> bool {
+    let mut reductions = Vec::new();
+    k.body
+        .iter()
+        .for_each(|s| innermost_reduction_loops(s, &mut reductions));
+    let along_rows = |var: &String| {
+        let Some(l) = crate::ir::find_loop(&k.body, var) else {
+            return false;
+        };
+        let mut loads = Vec::new();
+        crate::ir::for_each_load(&l.body, &mut |_, offset, _| loads.push(offset.clone()));
+        let along_reduction = loads.iter().any(|o| o.unit_stride_aligned(var, 1));
+        let rowwise = loads.iter().filter(|o| o.uses(last));
+        !along_reduction
+            && loads.iter().any(|o| o.uses(last))
+            && rowwise.clone().all(|o| o.unit_stride_aligned(last, 1))
+    };
+    let wide_locals = crate::ir::declared_locals(&k.body)
+        .iter()
+        .all(|(_, d)| matches!(d, DType::F32 | DType::F64));
+    wide_locals && !reductions.is_empty() && reductions.iter().all(along_rows)
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
