@@ -186,8 +186,6 @@ pub struct KernelSource {
     pub workspace: GemmWorkspace,
 }
 
-/// `T* NAME = (T*)args[i];` for each of `k`'s parameters (inputs `const`;
-/// `restrict` where `restrict(i)`).
 /// The C bound of a loop of `extent` iterations.
 fn loop_bound(extent: &Extent) -> String {
     match extent {
@@ -202,6 +200,8 @@ fn loop_bound(extent: &Extent) -> String {
     }
 }
 
+/// `T* NAME = (T*)args[i];` for each of `k`'s parameters (inputs `const`;
+/// `restrict` where `restrict(i)`).
 fn buffer_arguments(k: &Kernel, restrict: &dyn Fn(usize) -> bool) -> Result<String> {
     let mut s = String::new();
     let params = k.buffers.iter().filter(|b| b.scope == Scope::Param);

@@ -258,51 +258,14 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     if target.is_scratchpad() {
         return Schedule::default();
     }
-    let mut directives = Vec::new();
-    let mut outer = match row_vars.first() {
-        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
+    match row_vars.first() {
+        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => {}
         _ => return Schedule::default(),
-    };
-    let mut row_vars = row_vars.to_vec();
-    let mut across = None;
-    if let Some(last) = row_vars.last().filter(|last| reduces_across_rows(k, last)) {
-        // PANAMERA's y-reduce for the rows: a strip of rows in vector lanes.
-        let (last, extent) = (last.clone(), loop_extent(k, last));
-        let width = crate::auto_schedule::column_strip(extent, target);
-        row_vars.pop();
-        if extent > width {
-            directives.push(Directive::Split {
-                var: last.clone(),
-                factor: width,
-            });
-            let (strips, rows) = split_names(&last);
-            row_vars.push(strips);
-            across = Some(rows);
-        } else {
-            across = Some(last);
-        }
-        match row_vars.first() {
-            Some(first) => outer = first.clone(),
-            None => {
-                directives.extend(rows_across_directives(across));
-                return Schedule(directives);
-            }
-        }
     }
-    for v in &row_vars[1..] {
-        directives.push(Directive::Fuse {
-            outer: outer.clone(),
-            inner: v.clone(),
-        });
-        outer = fused_name(&outer, v);
+    if let Some(schedule) = strips_across_rows(k, row_vars, target) {
+        return schedule;
     }
-    if work(&k.body) >= PARALLEL_MIN_WORK {
-        directives.push(Directive::Parallel(outer));
-    }
-    if across.is_some() {
-        directives.extend(rows_across_directives(across));
-        return Schedule(directives);
-    }
+    let mut directives = fused_parallel(k, row_vars);
     let mut inner_loops = Vec::new();
     for s in &k.body {
         innermost_store_loops(s, &mut inner_loops);
@@ -325,14 +288,53 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     Schedule(directives)
 }
 
-/// Row loop `rows`' statements each across its rows, vectorized (`rows_across.rs`).
-fn rows_across_directives(rows: Option<String>) -> Vec<Directive> {
-    rows.map_or_else(Vec::new, |rows| {
-        vec![
-            Directive::RowsAcross(rows.clone()),
-            Directive::Vectorize(rows),
-        ]
-    })
+/// Row loops `vars` coalesced into one, run in parallel when the kernel does enough work.
+fn fused_parallel(k: &Kernel, vars: &[String]) -> Vec<Directive> {
+    let mut directives = Vec::new();
+    let Some(mut outer) = vars.first().cloned() else {
+        return directives;
+    };
+    for v in &vars[1..] {
+        directives.push(Directive::Fuse {
+            outer: outer.clone(),
+            inner: v.clone(),
+        });
+        outer = fused_name(&outer, v);
+    }
+    if work(&k.body) >= PARALLEL_MIN_WORK {
+        directives.push(Directive::Parallel(outer));
+    }
+    directives
+}
+
+/// PANAMERA's y-reduce for row programs whose reductions read along the rows
+/// ([`reduces_across_rows`]): the innermost row loop in strips of a column strip's width,
+/// the other row loops and the strips coalesced and parallel, each strip's statements
+/// across its rows in vector lanes (`rows_across.rs`). `None` for other row programs.
+fn strips_across_rows(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Option<Schedule> {
+    let (last, outer) = row_vars.split_last()?;
+    if !reduces_across_rows(k, last) {
+        return None;
+    }
+    let extent = loop_extent(k, last);
+    let width = crate::auto_schedule::column_strip(extent, target);
+    let mut outer = outer.to_vec();
+    let mut directives = Vec::new();
+    let rows = if extent > width {
+        directives.push(Directive::Split {
+            var: last.clone(),
+            factor: width,
+        });
+        let (strips, rows) = split_names(last);
+        outer.push(strips);
+        rows
+    } else {
+        last.clone()
+    };
+    directives.extend(fused_parallel(k, &outer));
+    directives.push(Directive::RowsAcross(rows.clone()));
+    directives.push(Directive::Vectorize(rows));
+    Some(Schedule(directives))
 }
 
 /// The extent of loop `var` of `k` (1 if there is none).
