@@ -323,11 +323,18 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// `expf`, so a GELU epilogue stays cheap next to its matmul.
 pub const PRELUDE: &str = r#"
 KILN_INLINE float kiln_expf(float x) {
-  /* clamped where e^x overflows and where it rounds to 0, so 2^n splits into two normal
-     factors and the multiplications overflow and underflow as e^x does (no selects after
-     them); NaN clamps to the upper bound here (the result is x itself below) */
-  float c = x < 88.7228393554687500f ? x : 88.7228393554687500f;
-  c = c > -104.0f ? c : -104.0f;
+  /* clamped where e^x overflows (88.72283935546875 = 0x42b17218) and where it rounds to 0
+     (-104 = 0xc2d00000), so 2^n splits into two normal factors and the multiplications
+     overflow and underflow as e^x does (no selects after them). The clamps compare the bits:
+     as signed integers, floats order as their values up to the positive bound; as unsigned
+     ones, every positive float sits below the negative bound and negative floats order by
+     magnitude. Compilers keep these integer min/max as single instructions, where a float
+     compare against a constant became mask and blend chains. NaN is put back below. */
+  union { float f; int32_t i; uint32_t u; } b;
+  b.f = x;
+  b.i = b.i < 0x42b17218 ? b.i : 0x42b17218;
+  b.u = b.u < 0xc2d00000u ? b.u : 0xc2d00000u;
+  float c = b.f;
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
