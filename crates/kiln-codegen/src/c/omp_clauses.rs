@@ -59,7 +59,8 @@ pub(super) fn nan_flag(name: &str) -> String {
 
 /// The C type of a NaN flag for a local of `dtype`: an integer as wide as the local's C
 /// type, so the flag's lanes match the value's and the vector loop needs no packing of
-/// compare results into bytes (a third of a Softmax's max loop, BENCHMARKS.md issue 20).
+/// compare results into bytes (which cost a Softmax's max loop more than the max itself;
+/// issue 20).
 pub(super) fn nan_flag_type(dtype: Option<DType>) -> &'static str {
     match dtype {
         Some(DType::F64) => "int64_t",
