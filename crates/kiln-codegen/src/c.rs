@@ -15,17 +15,21 @@
 
 mod arg_reduction;
 pub(crate) mod gemm_kernel;
+mod half_blocks;
 mod omp_clauses;
 mod ordered_reduction;
 
 use crate::gemm::{GemmWorkspace, Tuning};
 use crate::scalar_c::{c_type, call_c, call_dtype, narrow, round_to, storage_type, widen};
 use gemm_kernel::gemm_kernel_c;
+use half_blocks::{narrowed_stores, widened_reads, BlockAccess};
 use kiln_ir::{bail, DType, Result, Tensor};
-use kiln_loop::{Atom, Extent, Idx, Kernel, LoopKind, Scope, Stmt, Val};
+use kiln_loop::{Atom, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
-use omp_clauses::{array_reduction_clause, nan_flag, reduction_clause};
+use omp_clauses::{
+    array_reduction_clause, flagged_extreme_step, nan_flag, nan_flag_type, reduction_clause,
+};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -80,6 +84,7 @@ pub fn prelude() -> String {
     );
     s.push_str(INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
+    s.push_str(half_blocks::HALF_BLOCKS);
     s.push_str(crate::gemm::gemm_prelude());
     s
 }
@@ -146,6 +151,7 @@ pub fn kernel_c(
         return gemm_kernel_c(k, g, constants, &tuning);
     }
     let mut p = Printer::new(k);
+    p.half_conversions = target.half_conversions;
     // An in-place pair may alias: neither gets `restrict`.
     let restrict = |i: usize| alias.is_none() || !(k.buffers[i].output || alias == Some(i));
     let args = buffer_arguments(k, &restrict)?;
@@ -178,6 +184,20 @@ pub struct KernelSource {
     /// Scratch memory it takes as its last argument (after the packing),
     /// 64-byte aligned, when nonzero.
     pub workspace: GemmWorkspace,
+}
+
+/// The C bound of a loop of `extent` iterations.
+fn loop_bound(extent: &Extent) -> String {
+    match extent {
+        Extent::Const(n) => n.to_string(),
+        Extent::Tail {
+            total,
+            outer,
+            factor,
+        } => format!(
+            "({total} - {factor}*{outer} < {factor} ? {total} - {factor}*{outer} : {factor})"
+        ),
+    }
 }
 
 /// `T* NAME = (T*)args[i];` for each of `k`'s parameters (inputs `const`;
@@ -214,6 +234,15 @@ pub(crate) struct Printer<'a> {
     conditional_reads: bool,
     /// Float max/min locals whose NaN the enclosing vectorized loops track in a flag.
     nan_flagged: Vec<String>,
+    /// Whether vector loops convert their f16 elements a block at a time with the
+    /// target's instructions (`c/half_blocks.rs`).
+    half_conversions: bool,
+    /// f16 reads the enclosing vector loop takes from arrays widened before it.
+    widened: Vec<BlockAccess>,
+    /// f16 stores the enclosing vector loop makes to arrays narrowed after it.
+    narrowed: Vec<BlockAccess>,
+    /// Block arrays declared so far (their names are numbered).
+    block_arrays: usize,
 }
 
 impl<'a> Printer<'a> {
@@ -226,6 +255,10 @@ impl<'a> Printer<'a> {
             simd: None,
             conditional_reads: false,
             nan_flagged: Vec::new(),
+            half_conversions: false,
+            widened: Vec::new(),
+            narrowed: Vec::new(),
+            block_arrays: 0,
         }
     }
 
@@ -260,6 +293,12 @@ impl<'a> Printer<'a> {
             }
             Stmt::Loop(l) => self.loop_stmt(l, depth)?,
             Stmt::Store { buf, offset, value } => {
+                let narrowed = half_blocks::find(&self.narrowed, *buf, offset);
+                if let Some(array) = narrowed.map(|a| format!("{}[{}]", a.array, a.var)) {
+                    let (v, _) = self.val(value)?;
+                    writeln!(self.out, "{pad}{array} = (float)({v});").ok();
+                    return Ok(());
+                }
                 let b = &self.k.buffers[*buf];
                 let off = self.idx(offset)?;
                 let v = match value {
@@ -309,15 +348,17 @@ impl<'a> Printer<'a> {
                     }
                     Combiner::And => format!("(uint8_t)({name} && {v})"),
                     Combiner::Or => format!("(uint8_t)({name} || {v})"),
+                    Combiner::Min | Combiner::Max if self.nan_flagged.contains(name) => {
+                        let step = flagged_extreme_step(name, *combiner, ty, &v);
+                        writeln!(self.out, "{pad}{step}").ok();
+                        return Ok(());
+                    }
                     Combiner::Min | Combiner::Max => {
                         let s = combiner.scalar();
                         call_c(&s, &[dtype, dtype], &[name.clone(), v])?.0
                     }
                 };
                 writeln!(self.out, "{pad}{name} = {e};").ok();
-                if self.nan_flagged.contains(name) {
-                    writeln!(self.out, "{pad}{} |= {name} != {name};", nan_flag(name)).ok();
-                }
             }
             Stmt::ArgUpdate(a) => self.arg_step(a, depth)?,
             Stmt::Gemm(_) => bail!("gemm statements are printed by the gemm template"),
@@ -335,6 +376,8 @@ impl<'a> Printer<'a> {
     /// before the loop and applied after it, see [`reduction_clause`]).
     fn loop_stmt(&mut self, l: &kiln_loop::Loop, depth: usize) -> Result<()> {
         let pad = "  ".repeat(depth);
+        let bound = loop_bound(&l.extent);
+        let blocks = self.open_half_blocks(l, &bound, &pad)?;
         let omp = match l.kind {
             LoopKind::Serial | LoopKind::Unrolled => None,
             LoopKind::Parallel => Some("omp parallel for"),
@@ -346,23 +389,21 @@ impl<'a> Printer<'a> {
             let (clause, nan_locals) = reduction_clause(l, &|n| locals.get(n).copied())?;
             let sections = array_reduction_clause(self.k, l)?;
             for name in &nan_locals {
-                writeln!(self.out, "{pad}uint8_t {} = 0;", nan_flag(name)).ok();
+                let flag_type = nan_flag_type(self.locals.get(name).copied());
+                // Set when the local is NaN already: the lanes start from the identity and
+                // OpenMP's `max`/`min` would drop it when combining them.
+                writeln!(
+                    self.out,
+                    "{pad}{flag_type} {} = {name} != {name};",
+                    nan_flag(name)
+                )
+                .ok();
             }
             writeln!(self.out, "{pad}KILN_OMP({p}{clause}{sections})").ok();
             flagged = nan_locals;
         } else if l.kind == LoopKind::Unrolled {
             writeln!(self.out, "{pad}KILN_UNROLL").ok();
         }
-        let bound = match &l.extent {
-            Extent::Const(n) => n.to_string(),
-            Extent::Tail {
-                total,
-                outer,
-                factor,
-            } => format!(
-                "({total} - {factor}*{outer} < {factor} ? {total} - {factor}*{outer} : {factor})"
-            ),
-        };
         writeln!(
             self.out,
             "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
@@ -387,7 +428,69 @@ impl<'a> Printer<'a> {
         for name in &flagged {
             writeln!(self.out, "{pad}if ({}) {name} = NAN;", nan_flag(name)).ok();
         }
+        self.close_half_blocks(blocks, &bound, &pad)
+    }
+
+    /// Before vector loop `l` (of `bound` iterations) on a target with f16 conversion
+    /// instructions: its f16 reads widened into float arrays and the arrays its f16 stores
+    /// go to declared (`c/half_blocks.rs`). Returns how many of each it added.
+    fn open_half_blocks(&mut self, l: &Loop, bound: &str, pad: &str) -> Result<(usize, usize)> {
+        if l.kind != LoopKind::Vectorized || !self.half_conversions {
+            return Ok((0, 0));
+        }
+        let reads = widened_reads(self.k, l, self.block_arrays);
+        self.block_arrays += reads.len();
+        let stores = narrowed_stores(self.k, l, self.block_arrays);
+        self.block_arrays += stores.len();
+        let len = l.extent.max();
+        for a in &reads {
+            let start = self.block_start(a)?;
+            writeln!(
+                self.out,
+                "{pad}float {0}[{len}]; kiln_f16_f32_n({0}, &{start}, {bound});",
+                a.array
+            )
+            .ok();
+        }
+        for a in &stores {
+            writeln!(self.out, "{pad}float {}[{len}];", a.array).ok();
+        }
+        let added = (reads.len(), stores.len());
+        self.widened.extend(reads);
+        self.narrowed.extend(stores);
+        Ok(added)
+    }
+
+    /// After the loop [`Printer::open_half_blocks`] opened `(reads, stores)` for: its
+    /// stores' arrays narrowed into their buffers.
+    fn close_half_blocks(
+        &mut self,
+        (reads, stores): (usize, usize),
+        bound: &str,
+        pad: &str,
+    ) -> Result<()> {
+        let narrowed = self.narrowed.split_off(self.narrowed.len() - stores);
+        for a in &narrowed {
+            let start = self.block_start(a)?;
+            writeln!(
+                self.out,
+                "{pad}kiln_f32_f16_n(&{start}, {}, {bound});",
+                a.array
+            )
+            .ok();
+        }
+        self.widened.truncate(self.widened.len() - reads);
         Ok(())
+    }
+
+    /// `buf[first]`: the element a block access starts at (its loop variable at 0).
+    fn block_start(&self, a: &BlockAccess) -> Result<String> {
+        let first = a.offset.substitute(&a.var, &Idx::constant(0));
+        Ok(format!(
+            "{}[{}]",
+            self.k.buffers[a.buf].name,
+            self.idx(&first)?
+        ))
     }
 
     fn range(&self, i: &Idx) -> (i64, i64) {
@@ -535,7 +638,10 @@ impl<'a> Printer<'a> {
         Ok(match v {
             Val::Load { buf, offset, guard } => {
                 let dtype = self.k.buffers[*buf].dtype;
-                (widen(dtype, &self.stored_read(*buf, offset, guard)?), dtype)
+                match half_blocks::find(&self.widened, *buf, offset).filter(|_| guard.is_empty()) {
+                    Some(a) => (format!("{}[{}]", a.array, a.var), dtype),
+                    None => (widen(dtype, &self.stored_read(*buf, offset, guard)?), dtype),
+                }
             }
             Val::Call(s, args)
                 if s.op == "Where" && args.len() == 3 && self.has_unconditional_read(v) =>

@@ -313,8 +313,8 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// `kiln_expf`, `kiln_tanhf` and `kiln_erff` are branch-free float
 /// arithmetic (no libm calls), so loops calling them vectorize: `expf` by
 /// range reduction `x = n·ln2 + r`, a degree-6 polynomial for `e^r` and
-/// `2^n` built in the exponent bits (relative error ≈ 2 ulp; overflow to
-/// inf, underflow to 0, NaN kept); `tanh` and `erf` as `x·P(x²)/Q(x²)`
+/// `2^n` built in the exponent bits of two factors (relative error ≈ 2 ulp;
+/// overflow to inf, gradual underflow to 0, NaN kept); `tanh` and `erf` as `x·P(x²)/Q(x²)`
 /// on a clamped range, rational functions kiln fitted by iteratively
 /// reweighted least squares on the relative error
 /// (`scripts/fit_rational.py`; tanh: degrees 4/3 in x² on [-9, 9], erf:
@@ -323,8 +323,18 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// `expf`, so a GELU epilogue stays cheap next to its matmul.
 pub const PRELUDE: &str = r#"
 KILN_INLINE float kiln_expf(float x) {
-  /* NaN clamps to -87 (the result is x itself below): no NaN reaches the int conversion */
-  float c = x > 88.3762626647949f ? 88.3762626647949f : (x >= -87.0f ? x : -87.0f);
+  /* clamped where e^x overflows (88.72283935546875 = 0x42b17218) and where it rounds to 0
+     (-104 = 0xc2d00000), so 2^n splits into two normal factors and the multiplications
+     overflow and underflow as e^x does (no selects after them). The clamps compare the bits:
+     as signed integers, floats order as their values up to the positive bound; as unsigned
+     ones, every positive float sits below the negative bound and negative floats order by
+     magnitude. Compilers keep these integer min/max as single instructions, where a float
+     compare against a constant became mask and blend chains. NaN is put back below. */
+  union { float f; int32_t i; uint32_t u; } b;
+  b.f = x;
+  b.i = b.i < 0x42b17218 ? b.i : 0x42b17218;
+  b.u = b.u < 0xc2d00000u ? b.u : 0xc2d00000u;
+  float c = b.f;
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
@@ -335,12 +345,12 @@ KILN_INLINE float kiln_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) << 23;
-  union { int32_t i; float f; } scale;
-  scale.i = e;
-  float y = p * scale.f;
-  y = x > 88.7228391116729996f ? INFINITY : y;
-  y = x < -103.972076416015625f ? 0.0f : y;
+  int32_t ni = (int32_t)n;
+  int32_t half = ni >> 1;
+  union { int32_t i; float f; } s1, s2;
+  s1.i = (half + 127) << 23;
+  s2.i = (ni - half + 127) << 23;
+  float y = p * s1.f * s2.f;
   return x != x ? x : y;
 }
 KILN_INLINE float kiln_tanhf(float x) {

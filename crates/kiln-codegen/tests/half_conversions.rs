@@ -4,7 +4,9 @@
 //! interpreter uses, through vectorized loops compiled with kiln's own flags: every
 //! 16-bit pattern widened, and rounding of f32 values spread over all exponents plus
 //! every tie between neighbouring f16 and bf16 values, subnormals, overflow, zeros,
-//! infinities and NaN.
+//! infinities and NaN. The block conversions (`kiln_f16_f32_n`, `kiln_f32_f16_n`,
+//! c/half_blocks.rs) convert the same values, by the F16C instructions where the host
+//! has them (the test checks they were compiled in).
 
 mod common;
 
@@ -14,7 +16,8 @@ use std::process::Command;
 /// Reads `n` u32 inputs from `in.bin`, writes per input (then the f32 bits of
 /// rounding it to f16 and to bf16 in float, `kiln_round_*`): f16 bits, bf16 bits (u16
 /// each) of its rounding, then the f32 bits of widening the input's low 16 bits as
-/// f16 and as bf16.
+/// f16 and as bf16; then the same f16 rounding and widening by the block conversions.
+/// Prints whether those used the F16C instructions.
 const PROGRAM: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +47,18 @@ int main(int argc, char** argv) {
     FILE* o = fopen(argv[2], "wb");
     fwrite(h, 2, n, o); fwrite(b, 2, n, o); fwrite(hw, 4, n, o); fwrite(bw, 4, n, o);
     fwrite(hr, 4, n, o); fwrite(br, 4, n, o);
+    uint16_t* low = malloc(n * 2);
+    float* xf = malloc(n * 4);
+    for (long i = 0; i < n; i++) { low[i] = (uint16_t)in[i]; xf[i] = kiln_bits_f32(in[i]); }
+    kiln_f32_f16_n(h, xf, n);
+    kiln_f16_f32_n((float*)hw, low, n);
+    fwrite(hw, 4, n, o); fwrite(h, 2, n, o);
     fclose(o);
+#if defined(__F16C__)
+    printf("hardware 1\n");
+#else
+    printf("hardware 0\n");
+#endif
     return 0;
 }
 "#;
@@ -90,11 +104,27 @@ fn half_conversions_match_the_half_crate() {
         eprintln!("note: no C compiler `{cc}` found; half conversion test skipped");
         return;
     }
+    let native = kiln_runtime::jit::CompilerConfig::default_flags("native");
+    let f16c = kiln_target::host().half_conversions;
+    // As the JIT compiles for this host; then, where that used F16C, without it (the block
+    // conversions' per-value path).
+    check_conversions(&cc, &native, f16c);
+    if f16c {
+        check_conversions(
+            &cc,
+            &[native, vec!["-mno-f16c".to_string()]].concat(),
+            false,
+        );
+    }
+}
+
+/// Compiles the program with `flags`, checks it used the F16C instructions exactly when
+/// `hardware`, and compares its conversions with the `half` crate's.
+fn check_conversions(cc: &str, flags: &[String], hardware: bool) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (source, exe) = (dir.path().join("h.c"), dir.path().join("h"));
     std::fs::write(&source, kiln_codegen::c::prelude() + PROGRAM).expect("write C");
-    let flags = kiln_runtime::jit::CompilerConfig::default_flags("native");
-    common::compile(&cc, &flags, &source, &exe);
+    common::compile(cc, flags, &source, &exe);
     let xs = inputs();
     let bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
     let (input, output) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
@@ -102,9 +132,14 @@ fn half_conversions_match_the_half_crate() {
     let run = Command::new(&exe)
         .args([&input, &output])
         .arg(xs.len().to_string())
-        .status()
+        .output()
         .expect("run test program");
-    assert!(run.success(), "conversion program failed: {run}");
+    assert!(run.status.success(), "conversion program failed: {run:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout).contains("hardware 1"),
+        hardware,
+        "the block conversions use F16C exactly where {flags:?} and the host description have it"
+    );
     let out = std::fs::read(&output).expect("read outputs");
     let n = xs.len();
     let u16_at = |k: usize| u16::from_le_bytes([out[2 * k], out[2 * k + 1]]);
@@ -141,6 +176,16 @@ fn half_conversions_match_the_half_crate() {
             bad.push(format!(
                 "f16 rounding of {f:e} = {x:#x} is {:#x}",
                 u32_at(3 * n + i)
+            ));
+        }
+        let block_h = u16_at(12 * n + i);
+        if !(block_h == want_h.to_bits() || (want_h.is_nan() && f16::from_bits(block_h).is_nan())) {
+            bad.push(format!("block f16({f:e} = {x:#x}) = {block_h:#x}"));
+        }
+        if !same(u32_at(5 * n + i), f16::from_bits(low).to_f32()) {
+            bad.push(format!(
+                "block f16 bits {low:#x} widened to {:#x}",
+                u32_at(5 * n + i)
             ));
         }
         if !same(u32_at(4 * n + i), want_b.to_f32()) {

@@ -154,6 +154,7 @@ impl DsaDesc {
             name: format!("dsa:{}", self.name),
             arch: Arch::Dsa,
             vector_bytes: 16,
+            half_conversions: false,
             cores: self.total_cores() as usize,
             caches: Vec::new(),
             local_memories,

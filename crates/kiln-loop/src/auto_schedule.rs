@@ -71,6 +71,18 @@ pub const CHUNK: i64 = 4096;
 /// stay cached on any target) and a multiple of every target's lanes.
 pub const ROW_CHUNK: i64 = 64;
 
+/// Output elements per parallel chunk of a y-reduce with one output loop: the column strip
+/// one thread accumulates over every row. Its accumulators fill half the target's vector
+/// registers, so each row step reads that many consecutive vectors (a strip of a few cache
+/// lines a row apart streams slower, BENCHMARKS.md issue 20); at least [`ROW_CHUNK`], and
+/// no wider than leaves every core a strip.
+pub(crate) fn column_strip(extent: i64, target: &TargetDesc) -> i64 {
+    let lanes = target.f32_lanes() as i64;
+    let in_registers = lanes * target.vector_registers() as i64 / 2;
+    let per_core = extent / target.cores.max(1) as i64 / lanes * lanes;
+    in_registers.min(per_core).max(ROW_CHUNK)
+}
+
 /// Work (loop iterations, reductions included) below which a kernel runs on
 /// one thread. It weighs the OpenMP runtime's cost of waking threads, which
 /// the target description does not carry, so it stays one constant.
@@ -185,7 +197,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
             var: innermost,
-            factor: ROW_CHUNK,
+            factor: column_strip(extent, target),
         });
         schedule.0.push(Directive::Parallel(o));
         schedule.0.push(Directive::AccumulateOutward(i.clone()));
@@ -259,9 +271,16 @@ pub const LANE_PARTIAL_TERMS: usize = 64;
 /// the vector width).
 /// `extent` is `r`'s (`None`: unknown, plain vectorization).
 fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
-    let Some(extent) = extent.filter(|_| f32_sums(k)) else {
-        return vec![Directive::Vectorize(r.to_string())];
-    };
+    match extent.filter(|_| f32_sums(k)) {
+        Some(extent) => vector_partial_sums(r, extent, target),
+        None => vec![Directive::Vectorize(r.to_string())],
+    }
+}
+
+/// The directives that vectorize loop `r` (of `extent` iterations) summing f32 values into
+/// f64 locals: each block of [`partial_block`] iterations summed in f32 lanes, then once
+/// into the f64 locals (the loop split first when it is longer than a block).
+pub(crate) fn vector_partial_sums(r: &str, extent: i64, target: &TargetDesc) -> Vec<Directive> {
     let block = partial_block(target);
     let dtype = DType::F32;
     if extent <= block {
@@ -294,18 +313,41 @@ pub(crate) fn partial_block(target: &TargetDesc) -> i64 {
     (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64
 }
 
-/// Whether `k` sums f32 values into f64 accumulators: it reads only f32
-/// buffers, writes f32 outputs, and all its locals are f64 sums.
+/// Whether `k` sums f32 values into f64 accumulators: it reads and writes only values
+/// computed in f32 ([`f32_in_and_out`]), and all its locals are f64 sums.
 fn f32_sums(k: &Kernel) -> bool {
     f32_in_and_out(k) && sums_into_f64(&k.body)
 }
 
-/// Whether `k` reads only f32 buffers and writes only f32 outputs.
+/// Whether loop `var` of `k` adds to an outer f64 sum values that read no f64 local of `k`
+/// (so they are f32 values when `k` reads only f32 buffers).
+pub(crate) fn sums_f32_values(k: &Kernel, var: &str) -> bool {
+    let Some(l) = find_loop(&k.body, var) else {
+        return false;
+    };
+    let f64_locals: Vec<&str> = crate::ir::declared_locals(&k.body)
+        .into_iter()
+        .filter(|(_, d)| *d == DType::F64)
+        .map(|(n, _)| n)
+        .collect();
+    let sums = crate::ir::reduced_locals(&l.body)
+        .iter()
+        .any(|(n, c)| *c == Combiner::Sum && f64_locals.contains(&n.as_str()));
+    let mut read = Vec::new();
+    crate::gpu_map::locals_read(&l.body, &mut read);
+    sums && !read.iter().any(|n| f64_locals.contains(&n.as_str()))
+}
+
+/// Whether `k` reads and writes only values computed in f32: f32 buffers, or f16 and bf16
+/// ones (computed in float, each value exact in f32).
 pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
+    let computed_in_f32 = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
     let mut read_types = Vec::new();
     for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
-    read_types.iter().all(|d| *d == DType::F32)
-        && k.buffers.iter().all(|b| !b.output || b.dtype == DType::F32)
+    read_types.iter().all(|d| computed_in_f32(*d))
+        && k.buffers
+            .iter()
+            .all(|b| !b.output || computed_in_f32(b.dtype))
 }
 
 /// Whether every local `body` declares is f64 and some is updated by a sum.
@@ -381,7 +423,7 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
         schedule.0.push(Directive::Split { var, factor: CHUNK });
         schedule.0.push(Directive::Parallel(o));
         if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
-            if f32_sums(k) {
+            if f32_in_and_out(k) && sums_f32_values(k, &vars[0]) {
                 // A chunk's f32 values summed in f32 lanes, then once into the
                 // f64 partial of its thread (CHUNK / lanes values per lane: 256
                 // on AVX-512, at most 1024 on 4-lane targets).
@@ -569,11 +611,22 @@ mod tests {
             per_core: true,
         }];
         let chunked = default_schedule(&matrix_vector(), &small);
+        // Column strips of 16 AVX-512 vectors: half the 32 registers.
         let row_chunks = Directive::Split {
             var: "i0".into(),
-            factor: ROW_CHUNK,
+            factor: 256,
         };
         assert!(chunked.0.contains(&row_chunks), "{chunked:?}");
+    }
+
+    /// A y-reduce strip keeps every core busy and never drops below [`ROW_CHUNK`].
+    #[test]
+    fn column_strips_fill_half_the_vector_registers() {
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        assert_eq!(column_strip(4096, &v4), 256);
+        assert_eq!(column_strip(384, &v4), 192);
+        assert_eq!(column_strip(128, &v4), ROW_CHUNK);
+        assert_eq!(column_strip(4096, &CpuPreset::X86_64V3.desc(2)), ROW_CHUNK);
     }
 
     #[test]

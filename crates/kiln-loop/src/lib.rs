@@ -19,6 +19,7 @@ pub mod operand_scale;
 mod parse;
 mod partial_sums;
 pub mod row_values;
+mod rows_across;
 pub mod schedule;
 mod text;
 pub mod window;

@@ -18,7 +18,8 @@
 //! loop that is not there, or an illegal rewrite, is an error.
 
 use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
-use kiln_ir::{bail, Result};
+use kiln_ir::{bail, DType, Result};
+use kiln_ops::te::Combiner;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Directive {
@@ -72,6 +73,9 @@ pub enum Directive {
         var: String,
         dtype: kiln_ir::DType,
     },
+    /// Row loop `var`'s body (a row program) runs each statement across
+    /// the loop's rows, innermost (`rows_across.rs`).
+    RowsAcross(String),
 }
 
 /// A schedule: directives applied in order.
@@ -96,6 +100,7 @@ impl std::fmt::Display for Directive {
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
             Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
             Directive::Distribute(v) => write!(f, "distribute({v})"),
+            Directive::RowsAcross(v) => write!(f, "rows_across({v})"),
         }
     }
 }
@@ -136,6 +141,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::Unroll(var)
         | Directive::AccumulateOutward(var)
         | Directive::Distribute(var)
+        | Directive::RowsAcross(var)
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
         | Directive::PartialSums { var, .. }
@@ -190,6 +196,7 @@ fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Ve
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { at, .. } => return peel(l, at),
         Directive::Distribute(_) => return crate::distribute::distribute(l),
+        Directive::RowsAcross(_) => return crate::rows_across::rows_across(l, buffers),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         Directive::PartialSums { dtype, .. } => {
             return crate::partial_sums::partial_sums(l, *dtype)
@@ -208,6 +215,7 @@ fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
         Directive::Split { var, factor } => split(l, var, *factor),
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
         Directive::AccumulateOutward(_)
+        | Directive::RowsAcross(_)
         | Directive::Peel { .. }
         | Directive::Distribute(_)
         | Directive::Jam { .. }
@@ -298,7 +306,10 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
 /// the output's type. An f16 or bf16 output of a wider accumulator would
 /// round every step to 16 bits: the rows then accumulate in a local buffer
 /// of the accumulator's type, one element per `v` (`acc[v]`), stored to the
-/// output after the reduction (`for v { out[o] = acc[v] }`).
+/// output after the reduction (`for v { out[o] = acc[v] }`). An f16 or bf16
+/// max or min accumulates in an f32 local buffer the same way: exact (the
+/// extreme is one of the values), without converting the output's 16-bit
+/// elements to float and back at every step.
 fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> {
     let [Stmt::Let {
         name,
@@ -322,7 +333,15 @@ fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> 
         );
     }
     let out_dtype = buffers[*buf].dtype;
-    if *dtype == out_dtype || !out_dtype.is_half_float() {
+    let extreme = matches!(
+        update_combiner(red, name),
+        Some(Combiner::Max | Combiner::Min)
+    );
+    let dtype = match *dtype {
+        d if d.is_half_float() && extreme => DType::F32,
+        d => d,
+    };
+    if dtype == out_dtype || !out_dtype.is_half_float() {
         return Ok(vec![
             row_loop(l, Stmt::store(*buf, offset.clone(), init.clone())),
             sink(red, name, l, (*buf, offset), None)?,
@@ -333,7 +352,7 @@ fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> 
         name: kiln_ir::unique_name(&format!("{}_acc", l.var), &|n| {
             buffers.iter().any(|b| b.name == n)
         }),
-        dtype: *dtype,
+        dtype,
         shape: vec![l.extent.max() as usize],
         output: false,
         scope: Scope::Local,
@@ -347,9 +366,18 @@ fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> 
     Ok(vec![
         Stmt::Alloc(acc),
         row_loop(l, Stmt::store(acc, at.clone(), init.clone())),
-        sink(red, name, l, (acc, &at), Some(*dtype))?,
+        sink(red, name, l, (acc, &at), Some(dtype))?,
         row_loop(l, Stmt::store(*buf, offset.clone(), read_acc)),
     ])
+}
+
+/// The combiner of the updates of local `acc` in reduction nest `red`.
+fn update_combiner(red: &Loop, acc: &str) -> Option<Combiner> {
+    red.body.iter().find_map(|s| match s {
+        Stmt::Loop(r) => update_combiner(r, acc),
+        Stmt::Update { name, combiner, .. } if name == acc => Some(*combiner),
+        _ => None,
+    })
 }
 
 /// A copy of loop `l` around the single statement `s`.

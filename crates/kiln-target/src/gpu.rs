@@ -82,6 +82,7 @@ impl GpuPreset {
             arch: Arch::Cuda,
             // One warp's f32 accesses: the unit a coalesced load moves.
             vector_bytes: 128,
+            half_conversions: false,
             cores: sms,
             caches: vec![MemLevel {
                 name: "L2".into(),

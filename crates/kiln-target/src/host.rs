@@ -16,11 +16,13 @@ pub fn host() -> TargetDesc {
         Arch::Generic
     };
     let vector_bytes = vector_bytes(arch, &flags);
+    let half_conversions = half_conversions(arch, &flags);
     let lanes = (vector_bytes / 4) as f64;
     TargetDesc {
         name: "host".to_string(),
         arch,
         vector_bytes,
+        half_conversions,
         cores,
         caches: read_caches().unwrap_or_else(typical_caches),
         local_memories: Vec::new(),
@@ -66,6 +68,12 @@ fn vector_bytes(arch: Arch, flags: &[String]) -> usize {
         Arch::X86_64 if has("avx") => 32,
         _ => 16,
     }
+}
+
+/// Whether the CPU converts between f16 and f32 in vector registers (x86's F16C; other
+/// architectures keep the generated C's integer conversions for now).
+fn half_conversions(arch: Arch, flags: &[String]) -> bool {
+    arch == Arch::X86_64 && flags.iter().any(|f| f == "f16c")
 }
 
 /// The `flags` line of /proc/cpuinfo (empty where unreadable).
@@ -136,5 +144,8 @@ mod tests {
         assert_eq!(vector_bytes(Arch::X86_64, &f("sse2 avx avx2 avx512f")), 64);
         assert_eq!(vector_bytes(Arch::X86_64, &f("sse2 avx avx2")), 32);
         assert_eq!(vector_bytes(Arch::Aarch64, &f("neon")), 16);
+        assert!(half_conversions(Arch::X86_64, &f("sse2 avx f16c")));
+        assert!(!half_conversions(Arch::X86_64, &f("sse2 avx")));
+        assert!(!half_conversions(Arch::Aarch64, &f("neon f16c")));
     }
 }

@@ -59,6 +59,10 @@ pub struct TargetDesc {
     pub arch: Arch,
     /// Bytes in one SIMD register the generated code uses (16, 32, 64).
     pub vector_bytes: usize,
+    /// Whether vector instructions convert between f16 and f32 (x86's F16C):
+    /// the generated C then widens and narrows a vector loop's f16 elements a
+    /// block at a time with them instead of in integer arithmetic.
+    pub half_conversions: bool,
     /// Cores the code may use by default.
     pub cores: usize,
     /// Caches, innermost first.
@@ -87,6 +91,16 @@ impl TargetDesc {
     /// The cache level named `name` (`L1`, `L2`, `L3`).
     pub fn cache(&self, name: &str) -> Option<&MemLevel> {
         self.caches.iter().find(|c| c.name == name)
+    }
+
+    /// SIMD registers the instruction set names (16 with SSE and AVX2, 32 with AVX-512
+    /// and on NEON): how many vector accumulators a loop keeps without spilling.
+    pub fn vector_registers(&self) -> usize {
+        match self.arch {
+            Arch::X86_64 if self.vector_bytes >= 64 => 32,
+            Arch::Aarch64 => 32,
+            _ => 16,
+        }
     }
 
     /// Bytes of L2 one core has (the default when unknown: 256 KiB).

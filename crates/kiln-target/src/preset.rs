@@ -76,6 +76,8 @@ impl CpuPreset {
                 _ => Arch::X86_64,
             },
             vector_bytes: self.vector_bytes(),
+            // x86-64-v3 and v4 include F16C; the SSE2 baseline does not.
+            half_conversions: matches!(self, CpuPreset::X86_64V3 | CpuPreset::X86_64V4),
             cores,
             caches: typical_caches(),
             local_memories: Vec::new(),

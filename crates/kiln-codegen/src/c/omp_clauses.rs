@@ -12,9 +12,9 @@ use std::collections::HashMap;
 /// OpenMP clause that lets those updates run in lanes (partial results
 /// combined at the end), and the float max/min locals among them. Those
 /// combine their lanes with OpenMP's own `max`/`min`, which may drop a
-/// NaN: each lane also ORs whether its partial is NaN into the local's
-/// flag ([`nan_flag`], `reduction(|:…)`), and the printer makes the local
-/// NaN after the loop when the flag is set. (kiln's NaN-propagating
+/// NaN: each step ORs whether the value it combines is NaN into the
+/// local's flag ([`nan_flag`], `reduction(|:…)`, [`flagged_extreme_step`]),
+/// and the printer makes the local NaN after the loop when the flag is set. (kiln's NaN-propagating
 /// `declare reduction`s combined lanes one call at a time: a quarter of a
 /// Softmax over rows of 384, BENCHMARKS.md session 15.) `local_type` gives
 /// each local's type; a combiner without a clause is an error rather than
@@ -55,6 +55,29 @@ pub(super) fn reduction_clause(
 /// The flag a vectorized loop sets when float max/min local `name` became NaN.
 pub(super) fn nan_flag(name: &str) -> String {
     format!("kiln_nan_{name}")
+}
+
+/// The C type of a NaN flag for a local of `dtype`: an integer as wide as the local's C
+/// type, so the flag's lanes match the value's and the vector loop needs no packing of
+/// compare results into bytes (which cost a Softmax's max loop more than the max itself;
+/// issue 20).
+pub(super) fn nan_flag_type(dtype: Option<DType>) -> &'static str {
+    match dtype {
+        Some(DType::F64) => "int64_t",
+        _ => "int32_t",
+    }
+}
+
+/// One step of a float max/min local `name` of C type `ty` by value `v` inside a vectorized
+/// loop that tracks its NaN in a flag: a plain compare-and-select (one vector max/min
+/// instruction) that keeps the lane's value when `v` is NaN, and the flag set from `v`
+/// itself, so the NaN test is off the lane's dependency chain.
+pub(super) fn flagged_extreme_step(name: &str, c: Combiner, ty: &str, v: &str) -> String {
+    let beats = if c == Combiner::Max { ">" } else { "<" };
+    let flag = nan_flag(name);
+    format!(
+        "{{ {ty} kiln_v = {v}; {name} = kiln_v {beats} {name} ? kiln_v : {name}; {flag} |= kiln_v != kiln_v; }}"
+    )
 }
 
 /// The OpenMP reduction identifier combining partial results of `dtype` by `c`. Float

@@ -1,8 +1,12 @@
 //! The rows form (APOLLO §3.4 Layer II memory stitching): per row of the
 //! reductions' output space, every reduction into a register, then the
-//! outputs over the rest of their dimensions (Softmax, LayerNorm).
+//! outputs over the rest of their dimensions (Softmax, LayerNorm). When
+//! the reductions read consecutive elements along the rows rather than
+//! along the reduced axis, the schedule runs strips of rows across vector
+//! lanes (`rows_across.rs`).
 
 use super::*;
+use crate::schedule::split_names;
 
 /// The row program (memory stitching; see the module doc).
 pub(super) fn rows(
@@ -254,12 +258,43 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     if target.is_scratchpad() {
         return Schedule::default();
     }
-    let mut directives = Vec::new();
-    let mut outer = match row_vars.first() {
-        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => v.clone(),
+    match row_vars.first() {
+        Some(v) if k.body.iter().any(|s| loop_named(s, v)) => {}
         _ => return Schedule::default(),
+    }
+    if let Some(schedule) = strips_across_rows(k, row_vars, target) {
+        return schedule;
+    }
+    let mut directives = fused_parallel(k, row_vars);
+    let mut inner_loops = Vec::new();
+    for s in &k.body {
+        innermost_store_loops(s, &mut inner_loops);
+        innermost_reduction_loops(s, &mut inner_loops);
+    }
+    let f32_row = crate::auto_schedule::f32_in_and_out(k);
+    for var in inner_loops {
+        let extent = crate::ir::find_loop(&k.body, &var).map(|l| l.extent.max());
+        match extent {
+            // A row's f32 values summed in f32 lanes, block by block, each block once
+            // into the f64 sum (`partial_sums.rs`): every element converted to f64
+            // would halve the vector width.
+            Some(extent) if f32_row && crate::auto_schedule::sums_f32_values(k, &var) => directives
+                .extend(crate::auto_schedule::vector_partial_sums(
+                    &var, extent, target,
+                )),
+            _ => directives.push(Directive::Vectorize(var)),
+        }
+    }
+    Schedule(directives)
+}
+
+/// Row loops `vars` coalesced into one, run in parallel when the kernel does enough work.
+fn fused_parallel(k: &Kernel, vars: &[String]) -> Vec<Directive> {
+    let mut directives = Vec::new();
+    let Some(mut outer) = vars.first().cloned() else {
+        return directives;
     };
-    for v in &row_vars[1..] {
+    for v in &vars[1..] {
         directives.push(Directive::Fuse {
             outer: outer.clone(),
             inner: v.clone(),
@@ -269,45 +304,68 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     if work(&k.body) >= PARALLEL_MIN_WORK {
         directives.push(Directive::Parallel(outer));
     }
-    let mut inner_loops = Vec::new();
-    for s in &k.body {
-        innermost_store_loops(s, &mut inner_loops);
-        innermost_reduction_loops(s, &mut inner_loops);
-    }
-    let f32_row = crate::auto_schedule::f32_in_and_out(k);
-    let f64_locals: Vec<String> = crate::ir::declared_locals(&k.body)
-        .into_iter()
-        .filter(|(_, d)| *d == DType::F64)
-        .map(|(n, _)| n.to_string())
-        .collect();
-    for var in inner_loops {
-        let block = crate::auto_schedule::partial_block(target);
-        if f32_row && sums_f32_values(k, &var, &f64_locals, block) {
-            // A row's f32 values summed in f32 lanes, once into the f64 sum
-            // (`partial_sums.rs`; rows no longer than a block).
-            directives.push(Directive::PartialSums {
-                var: var.clone(),
-                dtype: DType::F32,
-            });
-        }
-        directives.push(Directive::Vectorize(var));
-    }
-    Schedule(directives)
+    directives
 }
 
-/// Whether loop `var` of `k`, at most `block` iterations, adds to an outer
-/// sum values that read no f64 local (so they are f32 values).
-fn sums_f32_values(k: &Kernel, var: &str, f64_locals: &[String], block: i64) -> bool {
-    let Some(l) = crate::ir::find_loop(&k.body, var) else {
-        return false;
+/// PANAMERA's y-reduce for row programs whose reductions read along the rows
+/// ([`reduces_across_rows`]): the innermost row loop in strips of a column strip's width,
+/// the other row loops and the strips coalesced and parallel, each strip's statements
+/// across its rows in vector lanes (`rows_across.rs`). `None` for other row programs.
+fn strips_across_rows(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Option<Schedule> {
+    let (last, outer) = row_vars.split_last()?;
+    if !reduces_across_rows(k, last) {
+        return None;
+    }
+    let extent = loop_extent(k, last);
+    let width = crate::auto_schedule::column_strip(extent, target);
+    let mut outer = outer.to_vec();
+    let mut directives = Vec::new();
+    let rows = if extent > width {
+        directives.push(Directive::Split {
+            var: last.clone(),
+            factor: width,
+        });
+        let (strips, rows) = split_names(last);
+        outer.push(strips);
+        rows
+    } else {
+        last.clone()
     };
-    let sums = crate::ir::reduced_locals(&l.body)
+    directives.extend(fused_parallel(k, &outer));
+    directives.push(Directive::RowsAcross(rows.clone()));
+    directives.push(Directive::Vectorize(rows));
+    Some(Schedule(directives))
+}
+
+/// The extent of loop `var` of `k` (1 if there is none).
+fn loop_extent(k: &Kernel, var: &str) -> i64 {
+    crate::ir::find_loop(&k.body, var).map_or(1, |l| l.extent.max())
+}
+
+/// Whether the reductions of row program `k` read consecutive elements along its rows (loop
+/// `last`, the innermost row variable) and none along their own innermost loops: a row's
+/// reduction would gather, a strip of rows reads vectors (`rows_across.rs`).
+fn reduces_across_rows(k: &Kernel, last: &str) -> bool {
+    let mut reductions = Vec::new();
+    k.body
         .iter()
-        .any(|(_, c)| *c == Combiner::Sum);
-    let mut read = Vec::new();
-    crate::gpu_map::locals_read(&l.body, &mut read);
-    let wide_reads = read.iter().any(|n| f64_locals.contains(n));
-    sums && !wide_reads && l.extent.max() <= block
+        .for_each(|s| innermost_reduction_loops(s, &mut reductions));
+    let along_rows = |var: &String| {
+        let Some(l) = crate::ir::find_loop(&k.body, var) else {
+            return false;
+        };
+        let mut loads = Vec::new();
+        crate::ir::for_each_load(&l.body, &mut |_, offset, _| loads.push(offset.clone()));
+        let along_reduction = loads.iter().any(|o| o.unit_stride_aligned(var, 1));
+        let rowwise = loads.iter().filter(|o| o.uses(last));
+        !along_reduction
+            && loads.iter().any(|o| o.uses(last))
+            && rowwise.clone().all(|o| o.unit_stride_aligned(last, 1))
+    };
+    let wide_locals = crate::ir::declared_locals(&k.body)
+        .iter()
+        .all(|(_, d)| matches!(d, DType::F32 | DType::F64));
+    wide_locals && !reductions.is_empty() && reductions.iter().all(along_rows)
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
