@@ -281,6 +281,17 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
             inner.var
         );
     };
+    if let Some(tail) = [outer, inner]
+        .iter()
+        .find(|l| bounds_tail_of(&inner.body, &l.var))
+    {
+        bail!(
+            "schedule: cannot fuse '{}' and '{}': a loop inside has a tail bound over '{}'",
+            outer.var,
+            inner.var,
+            tail.var
+        );
+    }
     let name = fused_name(&outer.var, &inner.var);
     let v = Idx::var(&name);
     let body: Vec<Stmt> = inner
@@ -297,6 +308,18 @@ fn fuse(outer: &Loop, inner: &Loop) -> Result<Stmt> {
         kind: outer.kind,
         body,
     }))
+}
+
+/// Whether a loop in `body` has a tail bound over `var` (a tail names its
+/// outer loop, which a fused loop no longer has).
+fn bounds_tail_of(body: &[Stmt], var: &str) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Loop(l) => {
+            matches!(&l.extent, Extent::Tail { outer, .. } if outer == var)
+                || bounds_tail_of(&l.body, var)
+        }
+        _ => false,
+    })
 }
 
 /// `for v { let acc = init; for r.. { acc = acc ⊕ x }; out[o] = acc }`

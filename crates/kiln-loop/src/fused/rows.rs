@@ -326,7 +326,11 @@ fn strips_across_rows(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> O
             factor: width,
         });
         let (strips, rows) = split_names(last);
-        outer.push(strips);
+        // A last, partial strip's bound names the strip loop, which a
+        // loop fused with it would no longer have: it then runs inside.
+        if extent % width == 0 || outer.is_empty() {
+            outer.push(strips);
+        }
         rows
     } else {
         last.clone()
