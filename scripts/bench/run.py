@@ -527,10 +527,10 @@ def main(argv=None) -> int:
         "flops": model_flops(args.models, args.models_dir),
         "results": {},
     }
-    for model in args.models:
+    for index, model in enumerate(args.models):
         rounds = {engine: [] for engine in args.engines}
-        for _ in range(args.rounds):
-            for engine in args.engines:
+        for round_index in range(args.rounds):
+            for engine in rotated(args.engines, index + round_index):
                 rounds[engine].append(measure(engine, model, args))
         report["results"][model] = {
             engine: combine_rounds(results) for engine, results in rounds.items()
@@ -541,6 +541,14 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     print_report(report, args.markdown)
     return 0
+
+
+def rotated(engines: list, k: int) -> list:
+    """`engines` starting at position k (mod their count): each model and
+    round starts with another engine, since the first engine to run a model
+    measured slower on small models (BENCHMARKS.md, session 17)."""
+    k %= max(len(engines), 1)
+    return engines[k:] + engines[:k]
 
 
 if __name__ == "__main__":
