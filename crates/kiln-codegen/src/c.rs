@@ -48,6 +48,15 @@ pub fn prelude() -> String {
     s.push_str(
         "#if defined(__GNUC__)\n#define KILN_INLINE static inline __attribute__((always_inline, unused))\n#else\n#define KILN_INLINE static inline\n#endif\n",
     );
+    // kiln jams loops itself (`kiln-loop` jam.rs) where its schedule says
+    // so. GCC's own unroll-and-jam (on at -O3) also jams a split
+    // reduction's row loop around its vectorized column loop and then
+    // leaves the jammed body scalar (VGG's 25088x4096 classifier ran at
+    // half the memory bandwidth: BENCHMARKS.md, session 18). A pragma
+    // rather than a flag, since Clang rejects the flag.
+    s.push_str(
+        "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC optimize(\"no-loop-unroll-and-jam\")\n#endif\n",
+    );
     s.push_str(
         "#define KILN_SET_ERR(e) __atomic_store_n(e, 1, __ATOMIC_RELAXED)\n#if defined(__clang__)\n#define KILN_UNROLL _Pragma(\"unroll\")\n#else\n#define KILN_UNROLL _Pragma(\"GCC unroll 16\")\n#endif\n",
     );

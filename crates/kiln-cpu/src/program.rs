@@ -147,9 +147,12 @@ impl CpuProgram {
             for name in &names {
                 c += &format!("int {name}(void* const* restrict args);\n");
             }
+            // A team of at most the run's threads: more would share the
+            // cores with the run's own team, and OpenMP keeps every thread
+            // it started spinning between regions, slowing later kernels.
             c += &format!(
-                "int {func}(void* const* const* args) {{\n  int rc = 0;\n#ifdef _OPENMP\n#pragma omp parallel sections num_threads({}) reduction(|:rc)\n#endif\n  {{\n",
-                names.len()
+                "int {func}(void* const* const* args) {{\n  int rc = 0;\n#ifdef _OPENMP\n  const int team = omp_get_max_threads() < {n} ? omp_get_max_threads() : {n};\n#pragma omp parallel sections num_threads(team) reduction(|:rc)\n#endif\n  {{\n",
+                n = names.len()
             );
             for (j, name) in names.iter().enumerate() {
                 c += &format!(
