@@ -1,7 +1,7 @@
 //! Measures one generated matmul against the machine's measured fp32 FMA peak.
 //!
 //! `cargo run --release -p kiln-codegen --example gemm_bench -- [M N K] [threads]
-//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--prepacked] [--reps N]
+//!  [--batch B] [--kc N] [--mc N] [--nc N] [--shape MRxNR] [--transposed 0|1] [--pack-a 0|1] [--pack-b 0|1] [--staged 0|1] [--prefetch 0|1] [--prepacked [--cold-b COPIES]] [--reps N]
 //!  [--conv3x3 [--expr | --nhwc | --rows] [--kernel K] [--stride S]]`
 //!
 //! `--conv3x3` makes B an implicit-GEMM expression instead: a 3x3, stride 1, pad 1 convolution
@@ -17,7 +17,9 @@
 //! --rows --prepacked`: the same, pixels as rows).
 //!
 //! `--prepacked` packs B once before timing, as kiln does for a model's weights
-//! (`gemm_prepack_c`), so the timed calls read the packing (batch 1; B strided).
+//! (`gemm_prepack_c`), so the timed calls read the packing (batch 1; B strided). `--cold-b COPIES`
+//! packs that many copies and the calls take them in turn: with more bytes than the last-level
+//! cache, every call reads its weights from memory, as a model's successive layers do.
 //!
 //! Compiles (with `$CC`, default `cc`, kiln's flags `CompilerConfig::default_flags("native")`;
 //! `$KILN_CFLAGS` replaces
@@ -50,6 +52,8 @@ struct Args {
     stride: usize,
     /// B packed once before timing (`--prepacked`).
     prepacked: bool,
+    /// Copies of the prepacked B the calls take in turn (`--cold-b N`, default 1).
+    b_copies: usize,
     tuning: Tuning,
 }
 
@@ -69,6 +73,7 @@ fn parse_args() -> Result<Args, String> {
         kernel: 3,
         stride: 1,
         prepacked: false,
+        b_copies: 1,
         tuning: Tuning::default(),
     };
     let mut iter = std::env::args().skip(1);
@@ -87,6 +92,7 @@ fn parse_args() -> Result<Args, String> {
             "--stride" => args.stride = number(iter.next())?,
             "--reps" => args.reps = number(iter.next())?,
             "--prepacked" => args.prepacked = true,
+            "--cold-b" => args.b_copies = number(iter.next())?.max(1),
             "--kc" => args.tuning.kc = Some(number(iter.next())?),
             "--mc" => args.tuning.mc = Some(number(iter.next())?),
             "--nc" => args.tuning.nc = Some(number(iter.next())?),
@@ -94,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
             "--pack-a" => args.tuning.pack_a = Some(number(iter.next())? != 0),
             "--pack-b" => args.tuning.pack_b = Some(number(iter.next())? != 0),
             "--staged" => args.tuning.staged = Some(number(iter.next())? != 0),
+            "--prefetch" => args.tuning.prefetch = Some(number(iter.next())? != 0),
             "--shape" => {
                 let text = iter.next().ok_or("missing shape")?;
                 let (mr, nr) = text.split_once('x').ok_or("shape is MRxNR")?;
@@ -115,6 +122,9 @@ fn parse_args() -> Result<Args, String> {
     let pixel_rows = args.nhwc || args.rows;
     let pixels = if pixel_rows { args.m } else { args.n };
     let taps = args.kernel * args.kernel;
+    if args.b_copies > 1 && !args.prepacked {
+        return Err("--cold-b needs --prepacked".into());
+    }
     if args.prepacked && ((args.conv && !pixel_rows) || args.batch != 1) {
         return Err("--prepacked is for batch-1 matmuls with a strided B".into());
     }
@@ -318,7 +328,8 @@ fn run() -> Result<(), String> {
         gemm += &gemm_prepack_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
         let name = prepack_name(&spec);
         format!(
-            "    float* P = bench_alloc({name}_floats());\n    if (!P) return 1;\n    {name}(A, B, C, P, P);\n#define CALL_GEMM() bench_gemm(A, B, C, P, WS)"
+            "    const long COPIES = {copies}, PACKED = {name}_floats();\n    float* P = bench_alloc(PACKED * COPIES);\n    if (!P) return 1;\n    for (long c = 0; c < COPIES; c++) {name}(A, B, C, P + c * PACKED, P + c * PACKED);\n    long call = 0;\n#define CALL_GEMM() bench_gemm(A, B, C, P + (call++ % COPIES) * PACKED, WS)",
+            copies = args.b_copies
         )
     } else {
         "#define CALL_GEMM() bench_gemm(A, B, C, WS)".to_string()

@@ -124,6 +124,7 @@ pub fn kernel_c(
     if let [Stmt::Gemm(g)] = k.body.as_slice() {
         let tuning = Tuning {
             l2_bytes: tuning.l2_bytes.or(Some(target.l2_per_core())),
+            l1_bytes: tuning.l1_bytes.or(Some(target.l1_per_core())),
             ..tuning.clone()
         };
         return gemm_kernel_c(k, g, constants, &tuning);

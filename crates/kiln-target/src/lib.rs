@@ -105,11 +105,20 @@ impl TargetDesc {
 
     /// Bytes of L2 one core has (the default when unknown: 256 KiB).
     pub fn l2_per_core(&self) -> usize {
-        match self.cache("L2") {
-            Some(l2) if l2.per_core => l2.bytes,
-            Some(l2) => l2.bytes / self.cores.max(1),
-            None => 256 << 10,
-        }
+        self.per_core("L2").unwrap_or(256 << 10)
+    }
+
+    /// Bytes of L1 data cache one core has (the default when unknown: 32 KiB).
+    pub fn l1_per_core(&self) -> usize {
+        self.per_core("L1").unwrap_or(32 << 10)
+    }
+
+    /// Bytes of the cache level `name` one core has, when the description gives the level.
+    fn per_core(&self, name: &str) -> Option<usize> {
+        self.cache(name).map(|level| match level.per_core {
+            true => level.bytes,
+            false => level.bytes / self.cores.max(1),
+        })
     }
 
     /// Whether code for this target runs on a GPU.

@@ -293,7 +293,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
             ));
         }
     }
-    if let Some(param) = prepacked(Side::B) {
+    if let Some(param) = prepacked(Side::B).filter(|_| plan.prefetch_b) {
         // The panel the task reads next: this block's next one, or the next block's first.
         let block = plan.n_panels() * nr;
         w.line(format!(
@@ -310,7 +310,7 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     w.line(format!(
         "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
     ));
-    if prepacked(Side::B).is_some() {
+    if plan.prefetch_b {
         w.line("if (kiln_bnext) kiln_gemm_prefetch_part(kiln_bnext, kiln_bnext_floats, kiln_s - kiln_pa0, kiln_pa1 - kiln_pa0);");
     }
     let packed = |w: &mut CWriter| {

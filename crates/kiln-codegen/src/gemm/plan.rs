@@ -41,6 +41,9 @@ pub(crate) struct Plan {
     pub staged: bool,
     /// The kernel-orientation factor read from its prepacked panels (never packed per call).
     pub prepacked: Option<Side>,
+    /// With B prepacked: each tile prefetches its share of the panel the task reads next
+    /// (`prefetches_next_panel`).
+    pub prefetch_b: bool,
 }
 
 impl Plan {
@@ -270,8 +273,24 @@ fn blocked(
         pack_b: packing.b,
         staged: staged(spec, tuning, transposed, packing),
         prepacked,
+        prefetch_b: prepacked == Some(Side::B) && prefetches_next_panel(tuning, kc, shape.nr),
     }
 }
+
+/// Whether a prepacked B's next panel (`kc x nr` floats) is prefetched while the current one
+/// is in use: unless the tuning decides, only when both panels fit half of L1 together. x86
+/// prefetches fill L1 too (on AMD every hint does), so a panel as large as L1 evicts the
+/// panel and A rows in use (BENCHMARKS.md, session 18: 8x48 panels of depth 256 on a 48 KiB
+/// L1 ran faster without; 6x16 ones on a 32 KiB L1 faster with, session 8).
+fn prefetches_next_panel(tuning: &Tuning, kc: usize, nr: usize) -> bool {
+    let l1_bytes = tuning.l1_bytes.unwrap_or(DEFAULT_L1_BYTES);
+    tuning
+        .prefetch
+        .unwrap_or(2 * kc * nr * std::mem::size_of::<f32>() <= l1_bytes)
+}
+
+/// L1 data cache per core where neither the tuning nor the target gives it.
+const DEFAULT_L1_BYTES: usize = 32 << 10;
 
 /// Whether the plan reads a window operand from a staged copy: B packed by gathers (only B
 /// can be a window whose panels run along its pixels, its columns, in either orientation), or

@@ -20,6 +20,7 @@ impl Tuning {
             ("pack_a", self.pack_a),
             ("pack_b", self.pack_b),
             ("staged", self.staged),
+            ("prefetch", self.prefetch),
         ];
         for (name, value) in flags {
             if let Some(v) = value {
@@ -31,6 +32,7 @@ impl Tuning {
             ("mc", self.mc),
             ("nc", self.nc),
             ("l2", self.l2_bytes),
+            ("l1", self.l1_bytes),
         ] {
             if let Some(v) = value {
                 parts.push(format!("{name}={v}"));
@@ -70,10 +72,12 @@ impl Tuning {
                 "pack_a" => t.pack_a = Some(flag()?),
                 "pack_b" => t.pack_b = Some(flag()?),
                 "staged" => t.staged = Some(flag()?),
+                "prefetch" => t.prefetch = Some(flag()?),
                 "kc" => t.kc = Some(number()?),
                 "mc" => t.mc = Some(number()?),
                 "nc" => t.nc = Some(number()?),
                 "l2" => t.l2_bytes = Some(number()?),
+                "l1" => t.l1_bytes = Some(number()?),
                 _ => bail!("gemm tuning '{text}': unknown choice '{name}'"),
             }
         }
@@ -93,7 +97,10 @@ fn shape(text: &str, value: &str) -> Result<KernelShape> {
 
 /// What `kiln tune` measures for a gemm on vectors of `vector_bytes`:
 /// every register tile the width has, in both orientations, and for each
-/// the K block halved and doubled around the default.
+/// the K block halved and doubled around the default and, at the default
+/// K block, the prepacked weight's next panel prefetched and not (the
+/// same choice where the weight is not prepacked: a repeat the tuner
+/// measures as a tie).
 pub fn candidates(vector_bytes: usize) -> Vec<Tuning> {
     let Some(target) = TARGETS
         .iter()
@@ -110,6 +117,14 @@ pub fn candidates(vector_bytes: usize) -> Vec<Tuning> {
                     shape: Some(rated.shape),
                     transposed: Some(transposed),
                     kc,
+                    ..Tuning::default()
+                });
+            }
+            for prefetch in [false, true] {
+                out.push(Tuning {
+                    shape: Some(rated.shape),
+                    transposed: Some(transposed),
+                    prefetch: Some(prefetch),
                     ..Tuning::default()
                 });
             }
