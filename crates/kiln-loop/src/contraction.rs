@@ -154,9 +154,13 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
         // Images among the rows or columns with the pixels (a convolution
         // over several images reading or writing channels-first) leave an
         // operand no row or column stride: they are the batch instead.
-        Oriented::Gemm(c) if !strided(&c.gemm) => {
+        Oriented::Gemm(c) if unstrided_operands(&c.gemm) > 0 => {
             match oriented(te, ka, kb, site, Some(Axis::M))? {
-                Oriented::Gemm(batched) if strided(&batched.gemm) => Oriented::Gemm(batched),
+                Oriented::Gemm(batched)
+                    if unstrided_operands(&batched.gemm) < unstrided_operands(&c.gemm) =>
+                {
+                    Oriented::Gemm(batched)
+                }
                 _ => match oriented(te, ka, kb, site, Some(Axis::N))? {
                     Oriented::Gemm(batched) => Oriented::Gemm(batched),
                     _ => Oriented::Gemm(c),
@@ -182,17 +186,24 @@ fn ungrouped_gemm(te: &TensorExpr, site: &Site) -> Result<Option<Contraction>> {
     }
 }
 
-/// Whether every operand of `g` read through its offset (not a window,
-/// not computed) has affine offsets: a stride per batch entry, row and
-/// column.
-fn strided(g: &Gemm) -> bool {
+/// How many operands of `g` read through their offsets (not a window, not
+/// computed) lack a stride per batch entry, row and column (non-affine
+/// offsets). A weight read in another order than the gemm's K (a
+/// channels-last convolution's taps) stays so however the images are
+/// placed, so orientations are compared by this count.
+fn unstrided_operands(g: &Gemm) -> usize {
     let window_on_a = g.window.as_ref().map(|w| w.layout.is_a());
-    let read_affine = |input: &GemmInput, is_window: bool| {
-        is_window || input.read().is_none_or(|o| o.offset.is_affine())
+    let unstrided = |input: &GemmInput, is_window: bool| {
+        !is_window && input.read().is_some_and(|o| !o.offset.is_affine())
     };
-    g.c.offset.is_affine()
-        && read_affine(&g.a, window_on_a == Some(true))
-        && read_affine(&g.b, window_on_a == Some(false))
+    [
+        !g.c.offset.is_affine(),
+        unstrided(&g.a, window_on_a == Some(true)),
+        unstrided(&g.b, window_on_a == Some(false)),
+    ]
+    .iter()
+    .filter(|&&u| u)
+    .count()
 }
 
 /// Reduction length below which a padded product that cannot be oriented
