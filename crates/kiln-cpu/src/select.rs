@@ -168,6 +168,20 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
             view: None,
         });
     }
+    // A window reduction alone (its epilogue in another kernel) still
+    // takes the CPU's window form: accumulated in registers, borders peeled.
+    if !target.is_gpu() && !target.is_scratchpad() {
+        if let Some(lowered) = kiln_loop::window::lower_window_node(&te, name, &dtypes, target)? {
+            return Ok(LoweredNode {
+                kernel: lowered.kernel,
+                schedule: lowered.schedule,
+                inputs,
+                alias: None,
+                view: None,
+                constants: Vec::new(),
+            });
+        }
+    }
     let kernel = kiln_loop::lower(&te, name, &dtypes)?;
     let kernel = inline_constants(&kernel, &scalar_constants(g, node, &inputs)?);
     let alias = in_place_input(&kernel);

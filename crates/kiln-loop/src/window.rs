@@ -27,16 +27,27 @@
 
 use crate::auto_schedule::{interior, load_strides, reads_along, work, PARALLEL_MIN_WORK};
 use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
-use crate::group::{Env, GroupExpr, Inliner};
+use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
 use crate::ir::{find_loop, for_each_load, Buffer, Idx, Kernel, Loop, Stmt, Val};
-use crate::lower::{flatten, loop_or_zero, reduce_over, var_name};
-use crate::schedule::{apply, fused_name, has_div_mod_of, Directive, Schedule};
+use crate::lower::{flatten, input_buffers, loop_or_zero, push_output, reduce_over, var_name};
+use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
 use kiln_ir::{DType, Result};
-use kiln_ops::te::Var;
+use kiln_ops::te::classify::{classify, ApolloType, OpaqueKind};
+use kiln_ops::te::{TensorExpr, Var};
 use kiln_target::TargetDesc;
 
 /// Most reduction steps per output point (a 7x7 window is 49).
 pub const MAX_TAPS: usize = 64;
+
+/// Spatial windows (`window_side_taps`) of more taps than this (3x3) take
+/// the form only when most output points are interior (`mostly_interior`),
+/// and none of more than [`MAX_SIDE_TAPS`]. Measured (Zen 5, 2 threads,
+/// kernel profiles; the other form is the y-reduce): 5x5 over 28x28
+/// points 0.24 ms here against 0.44, over 14x14 even, over 7x7 0.62
+/// against 0.25; 7x7 windows (ConvNeXt) 1.7-4x slower here at 56x56 and
+/// 14x14 alike.
+const SMALL_SIDE_TAPS: i64 = 9;
+const MAX_SIDE_TAPS: i64 = 25;
 
 /// The group as a window in registers, scheduled for `target`; `None` when
 /// it does not have the shape the module doc needs (the caller then tries
@@ -56,11 +67,7 @@ pub fn window_in_registers(
         return Ok(None);
     };
     let taps: usize = red.extents.iter().product();
-    if v == r
-        || reductions(group) != [r]
-        || vt.shape != rt.shape
-        || rt.dtype != DType::F32
-        || taps > MAX_TAPS
+    if reductions(group) != [r] || vt.shape != rt.shape || rt.dtype != DType::F32 || taps > MAX_TAPS
     {
         return Ok(None);
     }
@@ -85,13 +92,17 @@ pub fn window_in_registers(
     inliner
         .computed
         .insert(r, (Val::Local("acc".into()), outs.clone()));
-    let epilogue = inliner.body(
-        v,
-        &Env {
-            out: outs.clone(),
-            red: Vec::new(),
-        },
-    )?;
+    // A group of one (`lower_window_node`) stores the accumulator itself.
+    let epilogue = match v == r {
+        true => Val::Local("acc".into()),
+        false => inliner.body(
+            v,
+            &Env {
+                out: outs.clone(),
+                red: Vec::new(),
+            },
+        )?,
+    };
     point.push(Stmt::Store {
         buf: output_buffer(group, 0),
         offset: flatten(&outs, &vt.shape),
@@ -106,7 +117,7 @@ pub fn window_in_registers(
         buffers: buffers.to_vec(),
         body,
     };
-    let Some(schedule) = register_schedule(&kernel, target.f32_lanes() as i64) else {
+    let Some(schedule) = register_schedule(&kernel, target) else {
         return Ok(None);
     };
     Ok(Some(LoweredGroup {
@@ -116,10 +127,43 @@ pub fn window_in_registers(
     }))
 }
 
-/// The schedule of the module doc for vectors of `lanes` f32 lanes; `None`
-/// when the nest has fewer than two output loops or the innermost one is
-/// not read along (then vectorizing it would gather).
-fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
+/// A lone window reduction node (a depthwise convolution or a pooling
+/// whose epilogue went to another kernel) in this form, as a group of one
+/// whose output is the reduction itself; `None` where the form does not
+/// apply (the default lowering then takes it).
+pub fn lower_window_node(
+    te: &TensorExpr,
+    name: &str,
+    input_dtypes: &[Option<DType>],
+    target: &TargetDesc,
+) -> Result<Option<LoweredGroup>> {
+    let windowed = matches!(
+        classify(te).apollo,
+        ApolloType::Opaque(OpaqueKind::Conv | OpaqueKind::Window)
+    );
+    if !windowed || te.reduction.is_none() {
+        return Ok(None);
+    }
+    let (inputs, buffer_of) = input_buffers(te, input_dtypes)?;
+    let group = GroupExpr {
+        inputs: inputs.clone(),
+        nodes: vec![GroupNode {
+            te: te.clone(),
+            args: buffer_of.iter().map(|b| b.map(Src::Input)).collect(),
+            label: name.to_string(),
+        }],
+        outputs: vec![0],
+    };
+    let mut buffers = inputs;
+    push_output(&mut buffers, te);
+    window_in_registers(&group, name, &buffers, 0, target)
+}
+
+/// The schedule of the module doc for `target` (its f32 lanes and L1);
+/// `None` when the nest has fewer than two output loops or the innermost
+/// one is not read along (then vectorizing it would gather).
+fn register_schedule(k: &Kernel, target: &TargetDesc) -> Option<Schedule> {
+    let lanes = target.f32_lanes() as i64;
     let (outputs, reductions) = loop_vars(&k.body);
     let [.., innermost] = &outputs[..] else {
         return None;
@@ -127,8 +171,14 @@ fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
     if outputs.len() < 2 || !reads_along(&k.body, innermost) {
         return None;
     }
-    let mut schedule = Schedule::default();
-    let mut current = k.clone();
+    let side = window_side_taps(&k.body, innermost)?;
+    if side > MAX_SIDE_TAPS || (side > SMALL_SIDE_TAPS && !mostly_interior(k, &outputs)) {
+        return None;
+    }
+    let mut schedule = channel_blocks(k, &outputs, target).unwrap_or_default();
+    let mut current = apply(k, &schedule).ok()?;
+    let (outputs, _) = loop_vars(&current.body);
+    let innermost = outputs.last()?;
     let mut outer = outputs[0].clone();
     let mut fused_count = 1;
     for next in &outputs[1..outputs.len() - 1] {
@@ -199,6 +249,96 @@ fn register_schedule(k: &Kernel, lanes: i64) -> Option<Schedule> {
         });
     }
     Some(schedule)
+}
+
+/// Splits the vectorized loop (channels, in a channels-last depthwise
+/// convolution) into blocks and runs the blocks outermost, when the
+/// window's weights over all of it would take more than half of L1: each
+/// block's weights then stay in L1 over every output point instead of
+/// streaming from L2 for each (MnasNet's 5x5 depthwise convolutions over
+/// 1152 channels read 115 KB of weights per point). A block is a whole
+/// number of vectors dividing the loop whose weights take at most a
+/// quarter of L1 (the rest holds the window's input rows), the one that
+/// shares the blocks most evenly among the cores; `None` when no split is
+/// needed or none divides.
+fn channel_blocks(k: &Kernel, outputs: &[String], target: &TargetDesc) -> Option<Schedule> {
+    let innermost = outputs.last()?;
+    let extent = find_loop(&k.body, innermost)?.extent.max();
+    let taps = window_taps(&k.body, innermost)?;
+    let lanes = target.f32_lanes() as i64;
+    let l1 = target.l1_per_core() as i64;
+    let bytes_per_channel = taps * std::mem::size_of::<f32>() as i64;
+    if extent * bytes_per_channel <= l1 / 2 {
+        return None;
+    }
+    // The blocks run in parallel: the fewest channels per core (the
+    // largest block among equals).
+    let widest = l1 / 4 / bytes_per_channel;
+    let cores = target.cores.max(1) as i64;
+    let block = (1..=widest / lanes)
+        .map(|vectors| vectors * lanes)
+        .filter(|block| extent % block == 0 && *block < extent)
+        .min_by_key(|block| ((extent / block + cores - 1) / cores * block, -block))?;
+    let (blocks, _) = split_names(innermost);
+    let mut directives = vec![Directive::Split {
+        var: innermost.clone(),
+        factor: block,
+    }];
+    // Out past every other output loop, innermost first.
+    directives.extend(
+        outputs[..outputs.len() - 1]
+            .iter()
+            .rev()
+            .map(|outer| Directive::Reorder {
+                outer: outer.clone(),
+                inner: blocks.clone(),
+            }),
+    );
+    Some(Schedule(directives))
+}
+
+/// Taps of the window's spatial extent: the reduction loops inside the
+/// vectorized loop `var` that a bounds check reads (a convolution's kernel
+/// rows and columns, not its input channels); all of them where nothing
+/// is padded.
+fn window_side_taps(body: &[Stmt], var: &str) -> Option<i64> {
+    let l = find_loop(body, var)?;
+    let (_, reductions) = loop_vars(&l.body);
+    let mut checked: Vec<Idx> = Vec::new();
+    for_each_load(&l.body, &mut |_, _, guard| {
+        checked.extend(guard.iter().map(|(index, _)| index.clone()))
+    });
+    reductions
+        .iter()
+        .filter(|r| checked.is_empty() || checked.iter().any(|index| index.uses(r)))
+        .map(|r| find_loop(&l.body, r).map(|r| r.extent.max()))
+        .product()
+}
+
+/// Whether more than half of the output points (over the output loops but
+/// the vectorized innermost one) read no padding.
+fn mostly_interior(k: &Kernel, outputs: &[String]) -> bool {
+    let (mut interior_points, mut points) = (1i64, 1i64);
+    for var in &outputs[..outputs.len() - 1] {
+        let Some(extent) = find_loop(&k.body, var).map(|l| l.extent.max()) else {
+            return false;
+        };
+        let (lo, hi) = interior(&k.body, var, extent).unwrap_or((0, extent));
+        interior_points *= hi - lo;
+        points *= extent;
+    }
+    2 * interior_points > points
+}
+
+/// Reduction steps per output point of the nest whose vectorized loop is
+/// `var`: the product of the extents of the loops inside it.
+fn window_taps(body: &[Stmt], var: &str) -> Option<i64> {
+    let l = find_loop(body, var)?;
+    let (_, reductions) = loop_vars(&l.body);
+    reductions
+        .iter()
+        .map(|r| find_loop(&l.body, r).map(|r| r.extent.max()))
+        .product()
 }
 
 /// Output points per iteration of the loop around the vectorized one (see

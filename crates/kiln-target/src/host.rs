@@ -89,28 +89,38 @@ fn cpu_flags() -> Vec<String> {
 
 /// Data and unified caches of CPU 0 from /sys (None where absent).
 fn read_caches() -> Option<Vec<MemLevel>> {
-    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    read_caches_in(std::path::Path::new("/sys/devices/system/cpu/cpu0/cache"))
+}
+
+/// The caches described under `dir` (laid out as /sys's `cpu0/cache`).
+fn read_caches_in(dir: &std::path::Path) -> Option<Vec<MemLevel>> {
     let mut levels = Vec::new();
+    // Entries other than the `indexN` directories (a `uevent` file) are skipped.
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).ok();
-        let kind = read("type")?;
-        if kind.trim() == "Instruction" {
-            continue;
+        if let Some(level) = read_cache_level(&entry.path()) {
+            levels.push(level);
         }
-        let level: usize = read("level")?.trim().parse().ok()?;
-        let bytes = parse_size(read("size")?.trim())?;
-        let shared = read("shared_cpu_list").unwrap_or_default();
-        levels.push((
-            level,
-            MemLevel {
-                name: format!("L{level}"),
-                bytes,
-                per_core: !shared.contains(['-', ',']),
-            },
-        ));
     }
     levels.sort_by_key(|(l, _)| *l);
     (!levels.is_empty()).then(|| levels.into_iter().map(|(_, m)| m).collect())
+}
+
+/// One `/sys/.../cache/indexN` directory: its level and description, or
+/// `None` for an instruction cache or anything unreadable.
+fn read_cache_level(dir: &std::path::Path) -> Option<(usize, MemLevel)> {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    if read("type")?.trim() == "Instruction" {
+        return None;
+    }
+    let level: usize = read("level")?.trim().parse().ok()?;
+    let bytes = parse_size(read("size")?.trim())?;
+    let shared = read("shared_cpu_list").unwrap_or_default();
+    let cache = MemLevel {
+        name: format!("L{level}"),
+        bytes,
+        per_core: !shared.contains(['-', ',']),
+    };
+    Some((level, cache))
 }
 
 /// "48K", "2048K", "32M" → bytes.
@@ -136,6 +146,41 @@ mod tests {
         assert_eq!(parse_size("32M"), Some(32 << 20));
         assert_eq!(parse_size("512"), Some(512));
         assert_eq!(parse_size("1Q"), None);
+    }
+
+    /// /sys's cache directory holds a `uevent` file beside the `indexN`
+    /// directories; it once made the whole reading fail, and the host fell
+    /// back to typical sizes.
+    #[test]
+    fn caches_read_from_sys_layout_skipping_other_entries() {
+        let dir = std::env::temp_dir().join(format!("kiln-caches-{}", std::process::id()));
+        let index = |n: usize, kind: &str, level: usize, size: &str, shared: &str| {
+            let d = dir.join(format!("index{n}"));
+            std::fs::create_dir_all(&d).unwrap();
+            for (file, text) in [("type", kind), ("size", size), ("shared_cpu_list", shared)] {
+                std::fs::write(d.join(file), format!("{text}\n")).unwrap();
+            }
+            std::fs::write(d.join("level"), format!("{level}\n")).unwrap();
+        };
+        index(0, "Data", 1, "48K", "0");
+        index(1, "Instruction", 1, "32K", "0");
+        index(2, "Unified", 2, "1024K", "0");
+        index(3, "Unified", 3, "32768K", "0-1");
+        std::fs::write(dir.join("uevent"), "").unwrap();
+        let caches = read_caches_in(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let summary: Vec<(String, usize, bool)> = caches
+            .into_iter()
+            .map(|c| (c.name, c.bytes, c.per_core))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("L1".to_string(), 48 << 10, true),
+                ("L2".to_string(), 1 << 20, true),
+                ("L3".to_string(), 32 << 20, false),
+            ]
+        );
     }
 
     #[test]

@@ -278,7 +278,7 @@ fn blocked(
 }
 
 /// Whether a prepacked B's next panel (`kc x nr` floats) is prefetched while the current one
-/// is in use: unless the tuning decides, only when both panels fit half of L1 together. x86
+/// is in use: unless the tuning decides, only when the two panels together fit in L1. x86
 /// prefetches fill L1 too (on AMD every hint does), so a panel as large as L1 evicts the
 /// panel and A rows in use (BENCHMARKS.md, session 18: 8x48 panels of depth 256 on a 48 KiB
 /// L1 ran faster without; 6x16 ones on a 32 KiB L1 faster with, session 8).
