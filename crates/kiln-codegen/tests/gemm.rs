@@ -515,6 +515,7 @@ fn cases() -> Vec<Case> {
         (4, 24),
         (6, 8),
         (4, 12),
+        (8, 32),
     ];
     for (index, (mr, nr)) in shapes.into_iter().enumerate() {
         for transposed in [false, true] {

@@ -56,13 +56,17 @@ const fn rated(mr: usize, nr: usize, speed: f64) -> RatedShape {
     }
 }
 
-/// AVX-512: 32 zmm registers. All three ran at the FMA peak (~118 GFLOP/s) with operands in L1
-/// on one Zen 4 core, so padding waste decides between them.
+/// AVX-512: 32 zmm registers. The first three ran at the FMA peak (~118 GFLOP/s) with operands in
+/// L1 on one Zen 4 core, so padding waste decides between them. 8x32 is for 32 columns under an A
+/// read through row pointers (at most 8 rows): DenseNet's 3x3 convolutions to 32 channels
+/// (`gemm_bench 3136 32 1152 2 --conv3x3 --nhwc --prepacked`, Zen 5) ran at 66% of peak as 8x48
+/// and 94% as 8x32; a little slower per FMA than the others (more broadcasts per FMA).
 const AVX512_SHAPES: &[RatedShape] = &[
     rated(14, 32, 1.0),
     rated(8, 48, 1.0),
     rated(6, 64, 1.0),
     rated(28, 16, 0.9),
+    rated(8, 32, 0.95),
 ];
 /// AVX/AVX2: 16 ymm registers -> 12 accumulators (the classic 6x16 Haswell kernel). 4x24
 /// needs all 16 registers (12 accumulators, 3 B vectors, the broadcast) and GCC spills: on a
