@@ -17,7 +17,12 @@
 //! the interior runs without bounds checks (the vectorized loop only when
 //! that leaves fewer scalar iterations, see `peel_pays`). Padded reads the
 //! vector lanes share are cached per output point (`cache_read` at the
-//! loop around the vectorized one).
+//! loop around the vectorized one). A vectorized loop whose weights would
+//! take more than half of L1 runs in blocks, outermost and in parallel
+//! (`channel_blocks`). Spatial windows larger than 3x3 take the form only
+//! while most points are interior, and none larger than 5x5
+//! (`SMALL_SIDE_TAPS`): the caller's y-reduce form is faster there. A
+//! lone window node is lowered as a group of one (`lower_window_node`).
 //!
 //! Why: the *reduce + epilogue* form (y-reduce, `fused.rs`) adds each tap
 //! into the output buffer, a read-modify-write pass over the output row per
