@@ -39,6 +39,23 @@ pub fn strides(shape: &[usize]) -> Vec<i64> {
 
 /// Lowers `te` into kernel `name`; `input_dtypes[i]` is input `i`'s type.
 pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Result<Kernel> {
+    let (group, buffers) = single_node_group(te, name, input_dtypes)?;
+    let mut inliner = Inliner::new(&group);
+    let body = node_nest(&mut inliner, 0, buffers.len() - 1, "acc")?;
+    Ok(Kernel {
+        name: name.to_string(),
+        buffers,
+        body,
+    })
+}
+
+/// `te` as a group of one node reading the kernel's inputs, and the
+/// kernel's buffers: its present inputs, then its output.
+pub(crate) fn single_node_group(
+    te: &TensorExpr,
+    name: &str,
+    input_dtypes: &[Option<DType>],
+) -> Result<(GroupExpr, Vec<Buffer>)> {
     let (mut buffers, buffer_of) = input_buffers(te, input_dtypes)?;
     let group = GroupExpr {
         inputs: buffers.clone(),
@@ -49,14 +66,8 @@ pub fn lower(te: &TensorExpr, name: &str, input_dtypes: &[Option<DType>]) -> Res
         }],
         outputs: vec![0],
     };
-    let out = push_output(&mut buffers, te);
-    let mut inliner = Inliner::new(&group);
-    let body = node_nest(&mut inliner, 0, out, "acc")?;
-    Ok(Kernel {
-        name: name.to_string(),
-        buffers,
-        body,
-    })
+    push_output(&mut buffers, te);
+    Ok((group, buffers))
 }
 
 /// The loop nest computing group node `n` over its whole index space into

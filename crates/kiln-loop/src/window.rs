@@ -32,9 +32,9 @@
 
 use crate::auto_schedule::{interior, load_strides, reads_along, work, PARALLEL_MIN_WORK};
 use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
-use crate::group::{Env, GroupExpr, GroupNode, Inliner, Src};
+use crate::group::{Env, GroupExpr, Inliner};
 use crate::ir::{find_loop, for_each_load, Buffer, Idx, Kernel, Loop, Stmt, Val};
-use crate::lower::{flatten, input_buffers, loop_or_zero, push_output, reduce_over, var_name};
+use crate::lower::{flatten, loop_or_zero, reduce_over, single_node_group, var_name};
 use crate::schedule::{apply, fused_name, has_div_mod_of, split_names, Directive, Schedule};
 use kiln_ir::{DType, Result};
 use kiln_ops::te::classify::{classify, ApolloType, OpaqueKind};
@@ -149,18 +149,7 @@ pub fn lower_window_node(
     if !windowed || te.reduction.is_none() {
         return Ok(None);
     }
-    let (inputs, buffer_of) = input_buffers(te, input_dtypes)?;
-    let group = GroupExpr {
-        inputs: inputs.clone(),
-        nodes: vec![GroupNode {
-            te: te.clone(),
-            args: buffer_of.iter().map(|b| b.map(Src::Input)).collect(),
-            label: name.to_string(),
-        }],
-        outputs: vec![0],
-    };
-    let mut buffers = inputs;
-    push_output(&mut buffers, te);
+    let (group, buffers) = single_node_group(te, name, input_dtypes)?;
     window_in_registers(&group, name, &buffers, 0, target)
 }
 

@@ -130,39 +130,51 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     w.close();
 }
 
-/// The sum over taps: per tap, each pixel's channel vector (zero in the
-/// padding or past the last pixel), then per input channel the permuted
-/// vectors times the weights' row.
+/// The sum over taps: each pixel's image and window origin once per task,
+/// then per tap each pixel's channel vector (zero in the padding or past
+/// the last pixel) and per input channel the permuted vectors times the
+/// weights' row.
 fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let win = lanes.window;
     let ([h, iw], [_, kw]) = (win.size, win.kernel);
     let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
     let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
     let (rows, channels) = (lanes.rows(), lanes.channels);
-    w.open(format!(
-        "for (long kiln_tap = 0; kiln_tap < {}; kiln_tap++)",
-        win.kernel[0] * kw
-    ));
-    w.line(format!(
-        "const long kiln_dy = kiln_tap / {kw} * {dh} - {ph}, kiln_dx = kiln_tap % {kw} * {dw} - {pw};"
-    ));
-    w.line(format!("kiln_vf kiln_x[{rows}];"));
+    // Past the last pixel: an origin no tap brings inside the image.
+    w.line(format!("long kiln_oh[{rows}], kiln_ow[{rows}];"));
+    w.line(format!("const float* kiln_img[{rows}];"));
     w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
     w.line("const long kiln_px = kiln_p0 + kiln_i;");
     w.line(format!(
         "const long kiln_q = kiln_px % {per_image}, kiln_image = kiln_px / {per_image};"
     ));
     w.line(format!(
-        "const long kiln_ih = kiln_q / {ow} * {sh} + kiln_dy, kiln_iw = kiln_q % {ow} * {sw} + kiln_dx;"
+        "kiln_oh[kiln_i] = kiln_px < {} ? kiln_q / {ow} * {sh} - {ph} : -{};",
+        spec.m,
+        h + win.kernel[0] * dh + ph
     ));
-    w.line("kiln_x[kiln_i] = (kiln_vf){0};");
+    w.line(format!("kiln_ow[kiln_i] = kiln_q % {ow} * {sw} - {pw};"));
+    w.line(format!(
+        "kiln_img[kiln_i] = {} + kiln_image * {} + kiln_v * {};",
+        win.param, win.image_stride, lanes.vl
+    ));
+    w.close();
     w.open(format!(
-        "if (kiln_px < {} && kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw})",
-        spec.m
+        "for (long kiln_tap = 0; kiln_tap < {}; kiln_tap++)",
+        win.kernel[0] * kw
     ));
     w.line(format!(
-        "const float* kiln_p = {} + kiln_image * {} + (kiln_ih * {iw} + kiln_iw) * {channels} + kiln_v * {};",
-        win.param, win.image_stride, lanes.vl
+        "const long kiln_dy = kiln_tap / {kw} * {dh}, kiln_dx = kiln_tap % {kw} * {dw};"
+    ));
+    w.line(format!("kiln_vf kiln_x[{rows}];"));
+    w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
+    w.line("const long kiln_ih = kiln_oh[kiln_i] + kiln_dy, kiln_iw = kiln_ow[kiln_i] + kiln_dx;");
+    w.line("kiln_x[kiln_i] = (kiln_vf){0};");
+    w.open(format!(
+        "if (kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw})"
+    ));
+    w.line(format!(
+        "const float* kiln_p = kiln_img[kiln_i] + (kiln_ih * {iw} + kiln_iw) * {channels};"
     ));
     w.line(format!(
         "kiln_x[kiln_i] = {};",
@@ -207,7 +219,11 @@ fn vector_load(lanes: &LaneGroups, p: &str) -> String {
     }
 }
 
-/// Each pixel's accumulated lanes, through the epilogue, into the output.
+/// Each pixel's accumulated lanes, through the epilogue, into the output:
+/// a vector loop over the lanes (the epilogue's group `b` and channel `c`
+/// per lane are shifts and masks when `L` is a power of two), so the
+/// stores cost a few vector operations rather than a scalar epilogue per
+/// lane.
 fn emit_stores(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let (rows, vl, group) = (lanes.rows(), lanes.vl, lanes.group);
     w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
@@ -215,6 +231,7 @@ fn emit_stores(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     w.line(format!("if (r >= {}) break;", spec.m));
     w.line(format!("float kiln_lane[{vl}];"));
     w.line("kiln_vstore(kiln_lane, kiln_acc[kiln_i]);");
+    w.line("KILN_OMP(omp simd)");
     w.open("for (long kiln_j = 0; kiln_j < kiln_valid; kiln_j++)");
     w.line(format!(
         "const long kiln_ch = kiln_v * {vl} + kiln_j, b = kiln_ch / {group}, c = kiln_ch % {group};"
