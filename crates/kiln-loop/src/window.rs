@@ -220,22 +220,11 @@ fn register_schedule(k: &Kernel, target: &TargetDesc) -> Option<Schedule> {
         }
     }
     // Padded borders of the output loops inside the parallel one, and of
-    // the parallel one when it is a single output loop (an image's rows):
-    // the interior rows and columns then read without bounds checks.
+    // the parallel one when it is a single output loop (an image's rows).
     let first = if fused_count == 1 { 0 } else { fused_count };
-    for var in &outputs[first..] {
-        let extent = find_loop(&current.body, var)?.extent.max();
-        let Some((lo, hi)) = interior(&current.body, var, extent) else {
-            continue;
-        };
-        if var == innermost && !peel_pays(&current.body, var, extent, hi - lo, lanes) {
-            continue;
-        }
-        schedule.0.push(Directive::Peel {
-            var: var.clone(),
-            at: vec![lo, hi],
-        });
-    }
+    schedule
+        .0
+        .extend(border_peels(&current, &outputs[first..], innermost, lanes)?);
     // Neighbouring output points computed together share the window's
     // weights and overlapping taps; the loop around the vectorized one
     // must hold it alone (no cached reads, the vectorized loop unpeeled).
@@ -251,6 +240,32 @@ fn register_schedule(k: &Kernel, target: &TargetDesc) -> Option<Schedule> {
         });
     }
     Some(schedule)
+}
+
+/// Peels the padded borders off the loops `vars` of `k`, so the interior
+/// rows and columns read without bounds checks (the vectorized loop
+/// `innermost` only where `peel_pays`).
+fn border_peels(
+    k: &Kernel,
+    vars: &[String],
+    innermost: &str,
+    lanes: i64,
+) -> Option<Vec<Directive>> {
+    let mut peels = Vec::new();
+    for var in vars {
+        let extent = find_loop(&k.body, var)?.extent.max();
+        let Some((lo, hi)) = interior(&k.body, var, extent) else {
+            continue;
+        };
+        if var == innermost && !peel_pays(&k.body, var, extent, hi - lo, lanes) {
+            continue;
+        }
+        peels.push(Directive::Peel {
+            var: var.clone(),
+            at: vec![lo, hi],
+        });
+    }
+    Some(peels)
 }
 
 /// Splits the vectorized loop (channels, in a channels-last depthwise
