@@ -75,26 +75,23 @@ impl Printer<'_> {
     }
 
     pub(crate) fn guard(&self, g: &[(Idx, i64)]) -> Result<String> {
-        let parts: Vec<String> = g
-            .iter()
-            .map(|(i, e)| {
-                let s = self.idx(i)?;
-                Ok(format!("({s} >= 0 && {s} < {e})"))
-            })
-            .collect::<Result<_>>()?;
+        let parts = self.guard_terms(g, |s, e| format!("({s} >= 0 && {s} < {e})"))?;
         Ok(parts.join(" && "))
     }
 
     /// The guard `g` as a C condition without short-circuit operators.
     fn guard_mask(&self, g: &[(Idx, i64)]) -> Result<String> {
-        let parts: Vec<String> = g
-            .iter()
-            .map(|(i, e)| {
-                let s = self.idx(i)?;
-                Ok(format!("({s} >= 0) & ({s} < {e})"))
-            })
-            .collect::<Result<_>>()?;
+        let parts = self.guard_terms(g, |s, e| format!("({s} >= 0) & ({s} < {e})"))?;
         Ok(format!("({})", parts.join(" & ")))
+    }
+
+    /// One C condition per bound of `g`, from the printed index and its extent.
+    fn guard_terms(
+        &self,
+        g: &[(Idx, i64)],
+        term: impl Fn(&str, i64) -> String,
+    ) -> Result<Vec<String>> {
+        g.iter().map(|(i, e)| Ok(term(&self.idx(i)?, *e))).collect()
     }
 
     /// Whether the guarded read of `offset` under `guard` may be printed as a conditional

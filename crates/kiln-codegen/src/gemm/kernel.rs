@@ -47,6 +47,9 @@ pub(crate) struct VectorTarget {
     /// Typical L2 per core in bytes, where the target description does not give it
     /// (`Tuning::l2_bytes`): a packed A block (mc x kc) takes up to 3/4 of it.
     pub l2_bytes: usize,
+    /// Typical L1 data cache per core in bytes, where the target description does not give
+    /// it (`Tuning::l1_bytes`): whether the next prepacked weight panel is prefetched.
+    pub l1_bytes: usize,
 }
 
 const fn rated(mr: usize, nr: usize, speed: f64) -> RatedShape {
@@ -85,6 +88,7 @@ pub(crate) const TARGETS: &[VectorTarget] = &[
         shapes: AVX512_SHAPES,
         kc_max: 256,
         l2_bytes: 1 << 20,
+        l1_bytes: 32 << 10,
     },
     VectorTarget {
         bytes: 32,
@@ -92,6 +96,7 @@ pub(crate) const TARGETS: &[VectorTarget] = &[
         shapes: AVX_SHAPES,
         kc_max: 256,
         l2_bytes: 256 << 10,
+        l1_bytes: 32 << 10,
     },
     VectorTarget {
         bytes: 16,
@@ -99,6 +104,7 @@ pub(crate) const TARGETS: &[VectorTarget] = &[
         shapes: GENERIC_SHAPES,
         kc_max: 256,
         l2_bytes: 256 << 10,
+        l1_bytes: 32 << 10,
     },
 ];
 

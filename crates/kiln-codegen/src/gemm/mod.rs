@@ -156,7 +156,8 @@ pub struct Tuning {
     /// packed A block; `None` keeps each vector width's typical size.
     pub l2_bytes: Option<usize>,
     /// L1 data cache per core of the target (`kiln_target::TargetDesc::l1_per_core`), which
-    /// decides whether the next prepacked weight panel is prefetched; `None`: 32 KiB.
+    /// decides whether the next prepacked weight panel is prefetched; `None` keeps each vector
+    /// width's typical size.
     pub l1_bytes: Option<usize>,
     /// Prefetch the next prepacked B panel while the current one is in use (true) or leave
     /// it to the hardware prefetchers (false); `None`: the plan's rule (`plan.rs`).

@@ -273,7 +273,8 @@ fn blocked(
         pack_b: packing.b,
         staged: staged(spec, tuning, transposed, packing),
         prepacked,
-        prefetch_b: prepacked == Some(Side::B) && prefetches_next_panel(tuning, kc, shape.nr),
+        prefetch_b: prepacked == Some(Side::B)
+            && prefetches_next_panel(tuning, target, kc, shape.nr),
     }
 }
 
@@ -282,15 +283,12 @@ fn blocked(
 /// prefetches fill L1 too (on AMD every hint does), so a panel as large as L1 evicts the
 /// panel and A rows in use (BENCHMARKS.md, session 18: 8x48 panels of depth 256 on a 48 KiB
 /// L1 ran faster without; 6x16 ones on a 32 KiB L1 faster with, session 8).
-fn prefetches_next_panel(tuning: &Tuning, kc: usize, nr: usize) -> bool {
-    let l1_bytes = tuning.l1_bytes.unwrap_or(DEFAULT_L1_BYTES);
+fn prefetches_next_panel(tuning: &Tuning, target: &VectorTarget, kc: usize, nr: usize) -> bool {
+    let l1_bytes = tuning.l1_bytes.unwrap_or(target.l1_bytes);
     tuning
         .prefetch
         .unwrap_or(2 * kc * nr * std::mem::size_of::<f32>() <= l1_bytes)
 }
-
-/// L1 data cache per core where neither the tuning nor the target gives it.
-const DEFAULT_L1_BYTES: usize = 32 << 10;
 
 /// Whether the plan reads a window operand from a staged copy: B packed by gathers (only B
 /// can be a window whose panels run along its pixels, its columns, in either orientation), or
