@@ -6,18 +6,19 @@
 //! taking the kernel's buffers in order (inputs `const T* restrict`,
 //! outputs `T* restrict`; no `restrict` on an in-place pair), returning 0, or 1 when a data-dependent index
 //! was out of range (that read then reads element 0, never outside the
-//! buffer). Parallel loops become `omp parallel for` (one that reduces into
-//! outer locals becomes an ordered parallel reduction,
-//! `c/ordered_reduction.rs`), vectorized loops
+//! buffer). Parallel loops become `omp parallel for` (one whose iterations
+//! combine partial results into outer locals becomes a region with a
+//! copy per thread, combined in thread order or atomically,
+//! `c/combine.rs`), vectorized loops
 //! `omp simd`, unrolled loops `GCC unroll`; without OpenMP the pragmas are
 //! ignored and the code stays correct. Floor division and remainder use
 //! plain `/` and `%` where the dividend is provably non-negative.
 
 mod arg_reduction;
+mod combine;
 pub(crate) mod gemm_kernel;
 mod half_blocks;
 mod omp_clauses;
-mod ordered_reduction;
 mod statements;
 mod values;
 

@@ -1,8 +1,9 @@
-//! Reductions to scalars long enough to run on several threads (the
-//! ordered parallel reduction: per-thread partials combined in thread
-//! order): equal to the reference interpreter on 1 to 4 threads, and the
-//! same bits on every run with a given thread count. Sum, max and min of
-//! f32, a sum of i32 (exact) and the max of a row holding a NaN.
+//! Reductions to scalars long enough to run on several threads (a
+//! parallel loop with a combine: per-thread partials of floats combined in
+//! thread order, of integers atomically): equal to the reference
+//! interpreter on 1 to 4 threads, and the same bits on every run with a
+//! given thread count. Sum, max and min of f32, a sum and a max of i32
+//! (exact) and the max of a row holding a NaN.
 
 mod common;
 
@@ -17,7 +18,8 @@ const GRAPH: &str = r#"graph "g" opsets [""=18] {
   node "max" %m: f32[] = ReduceMax(%x) {keepdims=0}
   node "min" %n: f32[] = ReduceMin(%x) {keepdims=0}
   node "isum" %t: i32[] = ReduceSum(%k) {keepdims=0}
-  output %s, %m, %n, %t
+  node "imax" %u: i32[] = ReduceMax(%k) {keepdims=0}
+  output %s, %m, %n, %t, %u
 }"#;
 
 fn run(g: &kiln_ir::Graph, ins: &[Tensor], threads: usize) -> Result<Vec<Tensor>> {
@@ -58,6 +60,7 @@ fn long_scalar_reductions_match_the_interpreter_on_any_thread_count() -> Result<
         let got = run(&g, &ins, threads)?;
         assert_close(&got, &want, &format!("{threads} threads"))?;
         assert_eq!(got[3], want[3], "the integer sum is exact");
+        assert_eq!(got[4], want[4], "the integer max is exact");
     }
     Ok(())
 }

@@ -544,6 +544,7 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
                 val(value, out)
             }
             Stmt::ArgUpdate(a) => val(&a.value, out),
+            Stmt::Combine(c) => val(&c.value, out),
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }

@@ -162,6 +162,7 @@ fn collect_reads(body: &[Stmt], b: usize, out: &mut Vec<Read>) -> Result<()> {
                 })
             }
             Stmt::ArgUpdate(_) => bail!("schedule: cache_read around an arg-reduction"),
+            Stmt::Combine(_) => bail!("schedule: cache_read around a parallel combine"),
             Stmt::Gemm(_) => bail!("schedule: cache_read around a gemm"),
             Stmt::Alloc(_) => {}
         }

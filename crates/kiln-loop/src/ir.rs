@@ -124,6 +124,44 @@ pub enum Stmt {
     /// Declares local buffer `buffers[i]` (uninitialised) for the rest of
     /// the enclosing block.
     Alloc(usize),
+    /// A parallel loop's iteration folds its partial result into a local
+    /// declared outside the loop (PANAMERA §4–5's combine; see [`Combine`]).
+    Combine(Box<Combine>),
+}
+
+/// `name = combiner(name, value)` as the last statement of a parallel
+/// loop's body, `name` declared outside the loop and `value` the
+/// iteration's partial result. The loop's iterations are dealt to the
+/// workers in contiguous blocks; how the partials meet is `mode`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Combine {
+    pub name: String,
+    pub combiner: Combiner,
+    pub value: Val,
+    pub mode: CombineMode,
+}
+
+/// How the partial results of a parallel loop's workers are combined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CombineMode {
+    /// Each worker folds its iterations in order, then the workers'
+    /// results are folded in worker order: the same result on every run
+    /// with the same number of workers (float sums, float max/min with
+    /// their NaN).
+    Ordered,
+    /// Each worker folds its result in as it finishes, in any order: for
+    /// combiners whose result does not depend on the order (integer and
+    /// bool types). A GPU's atomics, a CPU's atomic update.
+    Atomic,
+}
+
+impl CombineMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            CombineMode::Ordered => "ordered",
+            CombineMode::Atomic => "atomic",
+        }
+    }
 }
 
 /// One step of an arg-reduction (`kiln_ops::te::ArgIndex`): when `value` beats
@@ -637,6 +675,10 @@ impl Stmt {
                 value: f(&a.value, loops),
                 ..(**a).clone()
             })),
+            Stmt::Combine(c) => Stmt::Combine(Box::new(Combine {
+                value: f(&c.value, loops),
+                ..(**c).clone()
+            })),
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
             Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
@@ -677,14 +719,16 @@ impl Stmt {
                 index: a.index.substitute(name, with),
                 ..(**a).clone()
             })),
+            Stmt::Combine(c) => Stmt::Combine(Box::new(Combine {
+                value: c.value.substitute(name, with),
+                ..(**c).clone()
+            })),
             Stmt::Gemm(g) => Stmt::Gemm(g.clone()),
             Stmt::Alloc(b) => Stmt::Alloc(*b),
         }
     }
 }
 
-/// The locals `body` updates without declaring them (reductions carried
-/// in from outside it), with their combiners, each once, in order.
 /// Every local `body` declares (inside loops too), with its type.
 pub fn declared_locals(body: &[Stmt]) -> Vec<(&str, DType)> {
     let mut out = Vec::new();
@@ -707,6 +751,8 @@ pub fn find_loop<'a>(body: &'a [Stmt], var: &str) -> Option<&'a Loop> {
     })
 }
 
+/// The locals `body` updates without declaring them (reductions carried
+/// in from outside it), with their combiners, each once, in order.
 pub fn reduced_locals(body: &[Stmt]) -> Vec<(String, Combiner)> {
     fn walk(body: &[Stmt], inside: &mut Vec<String>, out: &mut Vec<(String, Combiner)>) {
         for s in body {
@@ -763,6 +809,7 @@ pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
                 value.for_each_load(f)
             }
             Stmt::ArgUpdate(a) => a.value.for_each_load(f),
+            Stmt::Combine(c) => c.value.for_each_load(f),
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }

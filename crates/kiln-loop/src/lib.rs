@@ -4,6 +4,7 @@
 pub mod auto_schedule;
 pub mod cache;
 pub mod canonical;
+pub mod combine;
 pub mod contraction;
 mod distribute;
 pub mod fused;
@@ -18,6 +19,7 @@ pub mod lower;
 pub mod operand_scale;
 mod parse;
 mod partial_sums;
+pub mod reciprocal;
 pub mod row_values;
 mod rows_across;
 pub mod schedule;
@@ -26,8 +28,8 @@ pub mod window;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{
-    ArgStep, Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop,
-    LoopKind, Scope, Stmt, Val, WindowLayout,
+    ArgStep, Atom, Buffer, Combine, CombineMode, ConvWindow, Extent, Gemm, GemmInput, GemmOperand,
+    Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val, WindowLayout,
 };
 pub use lower::lower;
 pub use parse::parse as parse_kernel;

@@ -217,7 +217,7 @@ pub fn serial(var: &str, extent: i64, body: Vec<Stmt>) -> Stmt {
 
 /// The combiner's identity as a 0-d tensor of `dtype` (integer extremes for
 /// integer min/max).
-fn identity(dtype: DType, c: Combiner) -> Result<Tensor> {
+pub fn identity(dtype: DType, c: Combiner) -> Result<Tensor> {
     let v = c.identity();
     let v = if dtype.is_float() || v.is_finite() {
         v

@@ -42,8 +42,8 @@
 //! (`kiln_ir::text::parse_attr`, `parse_scalar`), which wrote them.
 
 use crate::ir::{
-    ArgStep, Atom, Buffer, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx, Kernel, Loop,
-    LoopKind, Scope, Stmt, Val,
+    ArgStep, Atom, Buffer, Combine, CombineMode, Extent, Gemm, GemmInput, GemmOperand, Guard, Idx,
+    Kernel, Loop, LoopKind, Scope, Stmt, Val,
 };
 use crate::text::is_bare;
 use kiln_ir::{DType, Error, Result, Tensor};
@@ -406,6 +406,9 @@ impl Parser<'_> {
         if self.eat_word("alloc") {
             return self.alloc();
         }
+        if self.eat_word("combine") {
+            return self.combine();
+        }
         let name = self.name("a statement")?;
         if self.peek() == Some('[') {
             let (buf, offset, guard) = self.access_of(&name)?;
@@ -478,6 +481,30 @@ impl Parser<'_> {
             combiner,
             value,
         })
+    }
+
+    /// `ordered|atomic name = combiner(name, value)` after `combine`
+    fn combine(&mut self) -> Result<Stmt> {
+        let mode = match self.word("a combine mode")?.as_str() {
+            "ordered" => CombineMode::Ordered,
+            "atomic" => CombineMode::Atomic,
+            other => return Err(self.error(&format!("unknown combine mode '{other}'"))),
+        };
+        let name = self.name("the combined local")?;
+        let Stmt::Update {
+            name,
+            combiner,
+            value,
+        } = self.update(name)?
+        else {
+            return Err(self.error("a combine takes a combiner, not an arg-reduction"));
+        };
+        Ok(Stmt::Combine(Box::new(Combine {
+            name,
+            combiner,
+            value,
+            mode,
+        })))
     }
 
     /// `name = argmax_last(best, value, index)` after `arg`: `kind` is the rest of

@@ -96,7 +96,11 @@ impl RowArrays<'_> {
                     value: self.value(value),
                 },
             },
-            Stmt::Loop(_) | Stmt::Alloc(_) | Stmt::ArgUpdate(_) | Stmt::Gemm(_) => bail!(
+            Stmt::Loop(_)
+            | Stmt::Alloc(_)
+            | Stmt::ArgUpdate(_)
+            | Stmt::Gemm(_)
+            | Stmt::Combine(_) => bail!(
                 "schedule: rows_across({}): a row program holds only lets, updates, stores and loops",
                 self.rows.var
             ),

@@ -120,6 +120,7 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     for d in &schedule.0 {
         match d {
             Directive::CacheRead { buf, at } => k = crate::cache::cache_read(&k, buf, at)?,
+            Directive::Parallel(var) => k.body = parallel(&k.body, var)?,
             _ => k.body = apply_one(&k.body, &mut k.buffers, d)?,
         }
     }
@@ -131,6 +132,22 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
         k.body = crate::guards::simplify_guards(&k.body);
     }
     Ok(k)
+}
+
+/// `body` with loop `var` parallel, a reduction it carries combined
+/// explicitly (`combine.rs`).
+fn parallel(body: &[Stmt], var: &str) -> Result<Vec<Stmt>> {
+    let locals = crate::ir::declared_locals(body);
+    let local_type = |name: &str| locals.iter().find(|(n, _)| *n == name).map(|&(_, d)| d);
+    let mut found = false;
+    let out = rewrite(body, var, &mut |l| {
+        found = true;
+        Ok(vec![Stmt::Loop(crate::combine::parallel(l, &local_type)?)])
+    })?;
+    if !found {
+        bail!("schedule: no loop '{var}' for parallel({var})");
+    }
+    Ok(out)
 }
 
 fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
@@ -524,6 +541,7 @@ pub fn has_div_mod_of(body: &[Stmt], var: &str) -> bool {
         Stmt::Store { offset, value, .. } => idx(offset, var) || val(value, var),
         Stmt::Let { value, .. } | Stmt::Update { value, .. } => val(value, var),
         Stmt::ArgUpdate(a) => idx(&a.index, var) || val(&a.value, var),
+        Stmt::Combine(c) => val(&c.value, var),
         Stmt::Gemm(_) | Stmt::Alloc(_) => false,
     })
 }

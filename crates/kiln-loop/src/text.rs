@@ -18,7 +18,9 @@
 //!   `[1.5]:f32[1]`), floats in the shortest form that reads back exactly;
 //! - index terms print in order with their coefficients (`4*i0 - i1 + 2`),
 //!   the constant last; a guard `i < 9` means `0 <= i < 9`;
-//! - a split's tail extent prints as `min(f, total - f*outer)`.
+//! - a split's tail extent prints as `min(f, total - f*outer)`;
+//! - a parallel loop's combine prints as `combine ordered acc = sum(acc,
+//!   acc_w)` (or `atomic`).
 
 use crate::ir::{
     Atom, Buffer, ConvWindow, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, LoopKind, Scope,
@@ -38,6 +40,8 @@ pub(crate) const KEYWORDS: &[&str] = &[
     "unrolled",
     "let",
     "gemm",
+    "alloc",
+    "combine",
     "sum",
     "if",
     "min",
@@ -131,6 +135,14 @@ fn write_stmt(out: &mut String, k: &Kernel, s: &Stmt, depth: usize) -> fmt::Resu
             Name(name),
             combiner.name(),
             ValText(k, value)
+        ),
+        Stmt::Combine(c) => writeln!(
+            out,
+            "{pad}combine {} {1} = {2}({1}, {3})",
+            c.mode.name(),
+            Name(&c.name),
+            c.combiner.name(),
+            ValText(k, &c.value)
         ),
         Stmt::ArgUpdate(a) => writeln!(
             out,

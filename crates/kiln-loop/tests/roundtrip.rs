@@ -9,9 +9,9 @@ use kiln_ir::{Attr, DType, Data, Elem, Graph, Result, Tensor};
 use kiln_loop::contraction::lower_contraction;
 use kiln_loop::inline_constants::inline_constants;
 use kiln_loop::{
-    apply, default_schedule, parse_kernel, ArgStep, Atom, Buffer, ConvWindow, Directive, Extent,
-    Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope, Stmt, Val,
-    WindowLayout,
+    apply, default_schedule, parse_kernel, ArgStep, Atom, Buffer, Combine, CombineMode, ConvWindow,
+    Directive, Extent, Gemm, GemmInput, GemmOperand, Idx, Kernel, Loop, LoopKind, Schedule, Scope,
+    Stmt, Val, WindowLayout,
 };
 use kiln_ops::te::{Combiner, Scalar};
 use std::path::{Path, PathBuf};
@@ -261,6 +261,23 @@ fn every_construct() -> Kernel {
         }));
     }
     body.push(looped("z", Extent::Const(-1), LoopKind::Serial, vec![]));
+    // A parallel loop combining its iterations' partials, in both modes.
+    body.push(looped(
+        "w",
+        Extent::Const(4),
+        LoopKind::Parallel,
+        [CombineMode::Ordered, CombineMode::Atomic]
+            .into_iter()
+            .map(|mode| {
+                Stmt::Combine(Box::new(Combine {
+                    name: "acc".into(),
+                    combiner: Combiner::Max,
+                    value: load(0, var("w")),
+                    mode,
+                }))
+            })
+            .collect(),
+    ));
     // A local buffer, declared, written and read.
     body.push(looped(
         "j",
@@ -369,7 +386,8 @@ fn nan_constant_roundtrips() {
 #[test]
 fn odd_names_roundtrip() {
     let names = [
-        "out", "for", "sum", "min", "in", "kernel", "a b", "1x", "é", "", "x\"y",
+        "out", "for", "sum", "combine", "alloc", "min", "in", "kernel", "a b", "1x", "é", "",
+        "x\"y",
     ];
     for name in names {
         let k = Kernel {

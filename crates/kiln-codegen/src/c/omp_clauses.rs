@@ -183,7 +183,11 @@ fn collect_stores<'a>(
             }
             Stmt::Store { buf, offset, value } => out.push((*buf, offset, value)),
             Stmt::Alloc(buf) => private.push(*buf),
-            Stmt::Let { .. } | Stmt::Update { .. } | Stmt::ArgUpdate(_) | Stmt::Gemm(_) => {}
+            Stmt::Let { .. }
+            | Stmt::Update { .. }
+            | Stmt::ArgUpdate(_)
+            | Stmt::Gemm(_)
+            | Stmt::Combine(_) => {}
         }
     }
 }

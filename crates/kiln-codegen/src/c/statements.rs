@@ -35,10 +35,20 @@ impl Printer<'_> {
             }
             Stmt::Loop(l)
                 if l.kind == LoopKind::Parallel
+                    && !kiln_loop::combine::combines(&l.body).is_empty() =>
+            {
+                self.combined_parallel(l, depth)?
+            }
+            Stmt::Loop(l)
+                if l.kind == LoopKind::Parallel
                     && !kiln_loop::ir::reduced_locals(&l.body).is_empty() =>
             {
-                self.ordered_reduction(l, depth)?
+                bail!(
+                    "parallel loop '{}' updates locals declared outside it without a combine",
+                    l.var
+                )
             }
+            Stmt::Combine(c) => self.combine_step(c, depth)?,
             Stmt::Loop(l) => self.loop_stmt(l, depth)?,
             Stmt::Store { buf, offset, value } => {
                 let narrowed = half_blocks::find(&self.narrowed, *buf, offset);

@@ -11,14 +11,18 @@
 //! `ci`-th channel (lane `j` reads lane `j - j mod L + ci`), times the
 //! weights' row `(tap, ci)`, which is already laid out by output channel.
 //! Every lane does useful work; the cost is one lane permutation per
-//! multiply-add.
+//! multiply-add. When `L` is the vector length (8 channels per group on
+//! AVX2), a vector is one group and every lane takes the same channel: a
+//! broadcast load instead of a permutation, and eight pixels per task (no
+//! image vectors to hold), which ran twice as fast as the batched gemm,
+//! whose micro-kernel columns were half zeros there (BENCHMARKS, session 19).
 //!
 //! Needs: a spec batched over `G` groups with N = `L` and K = taps × `L`,
 //! A a [`WindowLayout::ChannelsLast`] window reading `L` channels per group
 //! at `b·L` of a pixel of `G·L` channels, B and C strided with batch stride
 //! `L`, row stride `G·L` and column stride 1 (HWIO weights, an NHWC
 //! output), nothing prepacked; and a vector target whose `VL` is a multiple
-//! of `L` above it ([`LaneGroups::of`]). Guarantees: the same values as the
+//! of `L` ([`LaneGroups::of`]). Guarantees: the same values as the
 //! gemm (each output a sum over taps then channels, in that order, of the
 //! same products), the epilogue applied once per output, no read outside
 //! the image, the weights or a pixel's channels (the last vector of a pixel
@@ -66,7 +70,7 @@ impl<'a> LaneGroups<'a> {
             _ => None,
         };
         let (weights, output) = (strided(&spec.b)?, strided(&spec.c)?);
-        let lanes_fit = spec.batch > 1 && group < vl && vl.is_multiple_of(group);
+        let lanes_fit = spec.batch > 1 && group <= vl && vl.is_multiple_of(group);
         (layout_fits && lanes_fit && spec.prepacked.is_none()).then_some(LaneGroups {
             window,
             weights,
@@ -87,10 +91,18 @@ impl<'a> LaneGroups<'a> {
         self.channels - (self.vectors() - 1) * self.vl
     }
 
+    /// Whether a vector holds one group: every lane takes the same input
+    /// channel, broadcast from memory, and no image vectors are held.
+    fn broadcast(&self) -> bool {
+        self.group == self.vl
+    }
+
     /// Pixels per task: accumulators, image vectors and a weight vector
-    /// fit the target's registers (32 with 64-byte vectors, 16 otherwise).
+    /// fit the target's registers (32 with 64-byte vectors, 16 otherwise;
+    /// broadcasts hold no image vectors). Eight accumulators also cover
+    /// the latency of two FMA ports.
     fn rows(&self) -> usize {
-        if self.vl >= 16 {
+        if self.vl >= 16 || self.broadcast() {
             8
         } else {
             4
@@ -136,7 +148,7 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 /// weights' row.
 fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let win = lanes.window;
-    let ([h, iw], [_, kw]) = (win.size, win.kernel);
+    let ([h, _], [_, kw]) = (win.size, win.kernel);
     let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
     let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
     let (rows, channels) = (lanes.rows(), lanes.channels);
@@ -166,22 +178,8 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     w.line(format!(
         "const long kiln_dy = kiln_tap / {kw} * {dh}, kiln_dx = kiln_tap % {kw} * {dw};"
     ));
-    w.line(format!("kiln_vf kiln_x[{rows}];"));
-    w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
-    w.line("const long kiln_ih = kiln_oh[kiln_i] + kiln_dy, kiln_iw = kiln_ow[kiln_i] + kiln_dx;");
-    w.line("kiln_x[kiln_i] = (kiln_vf){0};");
-    w.open(format!(
-        "if (kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw})"
-    ));
-    w.line(format!(
-        "const float* kiln_p = kiln_img[kiln_i] + (kiln_ih * {iw} + kiln_iw) * {channels};"
-    ));
-    w.line(format!(
-        "kiln_x[kiln_i] = {};",
-        vector_load(lanes, "kiln_p")
-    ));
-    w.close();
-    w.close();
+    let broadcast = lanes.broadcast();
+    emit_tap_inputs(w, lanes, broadcast);
     w.line(format!(
         "const float* kiln_w = {} + kiln_tap * {} + kiln_v * {};",
         lanes.weights,
@@ -189,20 +187,66 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
         lanes.vl
     ));
     for ci in 0..lanes.group {
-        let lane_of: Vec<String> = (0..lanes.vl)
-            .map(|j| (j - j % lanes.group + ci).to_string())
-            .collect();
         w.open("");
         w.line(format!(
             "const kiln_vf kiln_wv = {};",
             vector_load(lanes, &format!("kiln_w + {}", ci * channels))
         ));
+        let x = if broadcast {
+            // One group per vector: every lane takes the same channel, a
+            // broadcast load (no lane permutation).
+            format!("kiln_xp[kiln_i][{ci}]")
+        } else {
+            let lane_of: Vec<String> = (0..lanes.vl)
+                .map(|j| (j - j % lanes.group + ci).to_string())
+                .collect();
+            format!("KILN_LANES(kiln_x[kiln_i], {})", lane_of.join(", "))
+        };
         w.line(format!(
-            "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_acc[kiln_i] += KILN_LANES(kiln_x[kiln_i], {}) * kiln_wv;",
-            lane_of.join(", ")
+            "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_acc[kiln_i] += {x} * kiln_wv;"
         ));
         w.close();
     }
+    w.close();
+}
+
+/// Each pixel's input at the current tap: its channel vector (zero in
+/// the padding or past the last pixel), or with `broadcast` a pointer to
+/// its channels (to zeros there).
+fn emit_tap_inputs(w: &mut CWriter, lanes: &LaneGroups, broadcast: bool) {
+    let win = lanes.window;
+    let ([h, iw], rows, channels) = (win.size, lanes.rows(), lanes.channels);
+    if broadcast {
+        w.line(format!(
+            "static const float kiln_zeros[{}] = {{0}};",
+            lanes.vl
+        ));
+        w.line(format!("const float* kiln_xp[{rows}];"));
+    } else {
+        w.line(format!("kiln_vf kiln_x[{rows}];"));
+    }
+    w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
+    w.line("const long kiln_ih = kiln_oh[kiln_i] + kiln_dy, kiln_iw = kiln_ow[kiln_i] + kiln_dx;");
+    w.line(if broadcast {
+        "kiln_xp[kiln_i] = kiln_zeros;"
+    } else {
+        "kiln_x[kiln_i] = (kiln_vf){0};"
+    });
+    w.open(format!(
+        "if (kiln_ih >= 0 && kiln_ih < {h} && kiln_iw >= 0 && kiln_iw < {iw})"
+    ));
+    w.line(format!(
+        "const float* kiln_p = kiln_img[kiln_i] + (kiln_ih * {iw} + kiln_iw) * {channels};"
+    ));
+    if broadcast {
+        w.line("kiln_xp[kiln_i] = kiln_p;");
+    } else {
+        w.line(format!(
+            "kiln_x[kiln_i] = {};",
+            vector_load(lanes, "kiln_p")
+        ));
+    }
+    w.close();
     w.close();
 }
 

@@ -6,6 +6,7 @@
 //! lanes (`rows_across.rs`).
 
 use super::*;
+use crate::reciprocal::multiply_by_reciprocals;
 use crate::schedule::split_names;
 
 /// The row program (memory stitching; see the module doc).
@@ -32,6 +33,7 @@ pub(super) fn rows(
     for (v, &e) in row_vars.iter().zip(&row_extents) {
         inliner.bind(v, e as i64);
     }
+    let after_reduction = reads_reductions(group);
     let mut row_body = Vec::new();
     for (j, &r) in reds.iter().enumerate() {
         row_body.extend(row_reduction(
@@ -42,9 +44,14 @@ pub(super) fn rows(
             &row_vars,
             &row_extents,
         )?);
+        row_body.extend(row_level_values(
+            &mut inliner,
+            &after_reduction,
+            &row_vars,
+            &row_extents,
+        ));
     }
     // Outputs that read no reduction are plain nests before the rows.
-    let after_reduction = reads_reductions(group);
     let mut before = Vec::new();
     let mut before_schedule = Schedule::default();
     for (k, &n) in group.outputs.iter().enumerate() {
@@ -72,6 +79,7 @@ pub(super) fn rows(
         }
     }
     store_reduced_values(&mut row_body, &|b| buffers[b].dtype);
+    multiply_by_reciprocals(&mut row_body);
     let mut body = row_body;
     for (v, &e) in row_vars.iter().zip(&row_extents).rev() {
         body = loop_or_zero(v, e as i64, body);
@@ -111,6 +119,61 @@ fn reads_reductions(group: &GroupExpr) -> Vec<bool> {
     reads
 }
 
+/// Nodes of the row's own shape computed from the reductions so far and
+/// read inside the group (LogSoftmax's `Log(sum)`, LayerNorm's
+/// `Sqrt(var + eps)`): each once per row, as a local the nodes reading it
+/// take, rather than inlined into every element of the row. A node that
+/// still reads a reduction not yet computed waits for a later call.
+fn row_level_values(
+    inliner: &mut Inliner,
+    after_reduction: &[bool],
+    row_vars: &[String],
+    row_extents: &[usize],
+) -> Vec<Stmt> {
+    let group = inliner.group;
+    let mut lets = Vec::new();
+    for (n, node) in group.nodes.iter().enumerate() {
+        let te = &node.te;
+        let dims = real_dims(&te.shape);
+        let row_shaped = dims
+            .iter()
+            .map(|&l| te.shape[l])
+            .eq(row_extents.iter().copied());
+        let candidate = te.reduction.is_none() && after_reduction[n] && row_shaped;
+        if !candidate || inliner.computed.contains_key(&n) || !is_read_inside(group, n) {
+            continue;
+        }
+        let point = row_point(&te.shape, &dims, row_vars);
+        let Ok(value) = inliner.read(&Src::Node(n), &point) else {
+            continue;
+        };
+        let value = if matches!(value, Val::Local(_) | Val::Const(_)) {
+            value
+        } else {
+            let name = format!("w{n}");
+            lets.push(Stmt::Let {
+                name: name.clone(),
+                dtype: te.dtype,
+                value,
+            });
+            Val::Local(name)
+        };
+        inliner.computed.insert(n, (value, point));
+    }
+    lets
+}
+
+/// The index of a node of the row's shape at the row being computed: its
+/// real dimensions (`dims`, in order) are the row variables.
+fn row_point(shape: &[usize], dims: &[usize], row_vars: &[String]) -> Vec<Idx> {
+    (0..shape.len())
+        .map(|l| match dims.iter().position(|&d| d == l) {
+            Some(t) => Idx::var(&row_vars[t]),
+            None => Idx::constant(0),
+        })
+        .collect()
+}
+
 /// Reduction `r` (the `j`-th) of a row program: accumulate into a local,
 /// round it to the node's type, record where it is computed, and store it
 /// when it is an output.
@@ -133,12 +196,7 @@ fn row_reduction(
             row_extents
         );
     }
-    let point: Vec<Idx> = (0..te.shape.len())
-        .map(|l| match dims.iter().position(|&d| d == l) {
-            Some(t) => Idx::var(&row_vars[t]),
-            None => Idx::constant(0),
-        })
-        .collect();
+    let point = row_point(&te.shape, &dims, row_vars);
     let Some(red) = te.reduction.clone() else {
         bail!("{} is not a reduction", group.nodes[r].label);
     };

@@ -165,7 +165,7 @@ fn collect(
                 loads(&a.value, ranges, out);
             }
             Stmt::Alloc(_) => {}
-            Stmt::Gemm(_) => return false,
+            Stmt::Gemm(_) | Stmt::Combine(_) => return false,
         }
     }
     true

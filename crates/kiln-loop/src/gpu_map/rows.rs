@@ -68,9 +68,11 @@ pub fn row_parts<'a>(k: &Kernel, body: &'a [Stmt]) -> Option<Vec<RowPart<'a>>> {
                 }
             }
             Stmt::Store { .. } => RowPart::Once(s),
-            Stmt::Update { .. } | Stmt::ArgUpdate(_) | Stmt::Alloc(_) | Stmt::Gemm(_) => {
-                return None
-            }
+            Stmt::Update { .. }
+            | Stmt::ArgUpdate(_)
+            | Stmt::Alloc(_)
+            | Stmt::Gemm(_)
+            | Stmt::Combine(_) => return None,
         });
     }
     Some(parts)

@@ -11,7 +11,9 @@
 //! - line 2, consistent dimensions (rule 7): the consumer group's
 //!   iteration space (its largest output, in elements) is the reduction's
 //!   input space, i.e. the reduction's output elements times its reduced
-//!   elements; one loop nest over the rows then computes both;
+//!   elements, or its output space (a value per row computed from the
+//!   reduced ones, LogSoftmax's `Log(sum)`); one loop nest over the rows
+//!   then computes both;
 //! - line 3, identical canonical form (rule 8): every reduction of both
 //!   groups has the same `NodeInfo::reduce_form()` (PANAMERA §3).
 //!
@@ -43,8 +45,10 @@ pub fn stitch(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
             single_form(fg, mg, c).is_some_and(|f| f == form)
         } else {
             let (out, reduced) = (&form.0, &form.1);
-            let input_space: usize = out.iter().chain(reduced).product();
-            space(fg, mg.part.members(c)) == input_space
+            let output_space: usize = out.iter().product();
+            let input_space = output_space * reduced.iter().product::<usize>();
+            let consumer = space(fg, mg.part.members(c));
+            consumer == input_space || consumer == output_space
         }
     };
     apply_to_fixed_point(fg, mg, TABLE_2, &condition)

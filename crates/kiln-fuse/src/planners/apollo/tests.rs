@@ -172,8 +172,8 @@ fn reduction_then_ew_is_left_by_layer_1_and_stitched_by_layer_2() {
 }
 
 #[test]
-fn rule_7_needs_the_reduction_input_space() {
-    // `scale` runs over the reduced space [4,1], not the input space [4,8].
+fn rule_7_takes_the_reduction_output_space() {
+    // `scale` runs over the reduced space [4,1]: one value per row.
     let g = graph(
         r#"input %x: f32[4,8]
   init %axes: i64[1] = [1]
@@ -181,8 +181,21 @@ fn rule_7_needs_the_reduction_input_space() {
   node "scale" %y: f32[4,1] = Sqrt(%s)
   output %y"#,
     );
-    let p = planned(&g);
-    assert_eq!(p.kernels(), 2);
+    assert_eq!(planned(&g).kernels(), 1);
+}
+
+#[test]
+fn rule_7_needs_the_reduction_input_or_output_space() {
+    // `spread` runs over [4,3]: neither the input space [4,8] nor the rows.
+    let g = graph(
+        r#"input %x: f32[4,8]
+  input %z: f32[4,3]
+  init %axes: i64[1] = [1]
+  node "sum" %s: f32[4,1] = ReduceSum(%x, %axes)
+  node "spread" %y: f32[4,3] = Add(%s, %z)
+  output %y"#,
+    );
+    assert_eq!(planned(&g).kernels(), 2);
 }
 
 #[test]
