@@ -1,6 +1,6 @@
 //! The view of a kiln graph that GraphTurbo's scheduler (§3) reads: per
 //! node its tensor expression and what each output axis split means for
-//! its inputs ([`crate::split_info::OpSplit`]), its producer and consumer
+//! its inputs ([`crate::propagate::OpSplit`]), its producer and consumer
 //! nodes, and the bytes of every value.
 //!
 //! Needs: a graph with static shapes (`kiln_ops::infer` run); compound
@@ -13,7 +13,7 @@
 //! buffers in LB" promotes them per layer).
 
 use crate::desc::DsaDesc;
-use crate::split_info::OpSplit;
+use crate::propagate::OpSplit;
 use kiln_ir::{bail, Graph, Result, ValueId};
 use kiln_ops::te::classify::node_expr;
 use kiln_ops::te::TensorExpr;

@@ -6,6 +6,7 @@ mod common;
 
 use common::{graph, load};
 use kiln_dsa::opgraph::OpGraph;
+use kiln_dsa::propagate::{propagate, DimMap};
 use kiln_dsa::split_info::{best_split, split_info, SplitCandidate};
 use kiln_dsa::DsaDesc;
 
@@ -21,32 +22,71 @@ fn axes(og: &OpGraph, n: usize) -> Vec<usize> {
         .collect()
 }
 
-/// A padded 3×3 convolution splits over images and output channels, not
-/// rows or columns (a halo); a 1×1 one splits everywhere; channels read
-/// the input whole, images slice it.
+/// A padded 3×3 convolution splits over images, output channels and,
+/// through a halo, rows and columns: output row `i` reads input rows
+/// `i - 1 ..= i + 1`; a 2×2 stride-2 one reads rows `2i ..= 2i + 1`; a
+/// 1×1 one splits everywhere cleanly; channels read the input whole,
+/// images slice it.
 #[test]
 fn convolution_axes_follow_the_window() {
     let og = op_graph(
         "  input %x: f32[2,8,6,6]
   input %w3: f32[4,8,3,3]
   input %w1: f32[4,8,1,1]
+  input %w2: f32[4,8,2,2]
   node \"c3\" %a: f32[2,4,6,6] = Conv(%x, %w3) {pads=[1,1,1,1]}
   node \"c1\" %b: f32[2,4,6,6] = Conv(%x, %w1)
-  output %a, %b",
+  node \"s2\" %c: f32[2,4,3,3] = Conv(%x, %w2) {strides=[2,2]}
+  output %a, %b, %c",
     );
-    assert_eq!(axes(&og, 0), [0, 1]);
+    assert_eq!(axes(&og, 0), [0, 1, 2, 3]);
     assert_eq!(axes(&og, 1), [0, 1, 2, 3]);
     let x = og.nodes[0].inputs[0];
-    assert_eq!(
-        og.nodes[0].split.axis(0).unwrap()[&x],
-        Some(0),
-        "images slice the input"
+    let map = |n: usize, axis: usize| og.nodes[n].split.axis(axis).unwrap()[&x];
+    let dim = |dim, stride, lo, hi| {
+        Some(DimMap {
+            dim,
+            stride,
+            lo,
+            hi,
+        })
+    };
+    assert_eq!(map(0, 0), dim(0, 1, 0, 0), "images slice the input");
+    assert_eq!(map(0, 1), None, "channels read it whole");
+    assert_eq!(map(0, 2), dim(2, 1, -1, 1), "rows read a halo");
+    assert_eq!(map(1, 2), dim(2, 1, 0, 0));
+    assert_eq!(map(2, 3), dim(3, 2, 0, 1));
+}
+
+/// Two 3×3 convolutions in a row, cut into 3 pieces of 4 rows: the
+/// second reads rows 4k-1 .. 4k+5 of the first's output (6 rows, clipped
+/// at the edges), the first reads 8 rows of the input; the bytes of a
+/// piece are the clipped extent's.
+#[test]
+fn halos_grow_through_a_chain_of_windows() {
+    let og = op_graph(
+        "  input %x: f32[1,4,12,12]
+  input %wa: f32[4,4,3,3]
+  input %wb: f32[4,4,3,3]
+  node \"a\" %a: f32[1,4,12,12] = Conv(%x, %wa) {pads=[1,1,1,1]}
+  node \"b\" %b: f32[1,4,12,12] = Conv(%a, %wb) {pads=[1,1,1,1]}
+  output %b",
     );
-    assert_eq!(
-        og.nodes[0].split.axis(1).unwrap()[&x],
-        None,
-        "channels read it whole"
-    );
+    let prop = propagate(&og, &[0, 1], &[1, 1, 3, 1]);
+    let (x, a) = (og.nodes[0].inputs[0], og.nodes[0].outputs[0]);
+    let rows = |v| prop.regions[&v].dims[2].unwrap();
+    assert_eq!((rows(a).step, rows(a).extent, rows(a).offset), (4, 6, -1));
+    assert_eq!((rows(x).step, rows(x).extent, rows(x).offset), (4, 8, -2));
+    assert_eq!(rows(a).interval(0, 12), (0, 5));
+    assert_eq!(rows(a).interval(2, 12), (7, 12));
+    assert_eq!(prop.split_nodes, [0, 1]);
+    // 6 of 12 rows of a 4×12×12 f32 tensor.
+    assert_eq!(prop.bytes(&og, a), 4 * 6 * 12 * 4);
+    // Pieces of 1 row would need 5 rows of %a: over MAX_RECOMPUTE, so the
+    // first convolution is computed whole (along rows) in every instance.
+    let fine = propagate(&og, &[0, 1], &[1, 1, 12, 1]);
+    assert_eq!(fine.split_nodes, [1]);
+    assert!(fine.regions[&a].is_whole(og.shape(a)));
 }
 
 /// A broadcast input (per-channel bias) is read whole along the axes it
@@ -71,11 +111,14 @@ fn broadcast_and_reshape() {
 /// outer axis.
 #[test]
 fn eq1_is_a_lexicographic_maximum() {
-    let c = |split_ops, factor, axis| SplitCandidate {
-        split_ops,
-        factor,
-        axis,
-        per_core_bytes: 0,
+    let c = |split_ops, factor, axis: usize| {
+        let mut factors = vec![1; 4];
+        factors[axis] = factor;
+        SplitCandidate {
+            split_ops,
+            factors,
+            per_core_bytes: 0,
+        }
     };
     assert_eq!(best_split(&[c(2, 1, 0), c(3, 8, 1)]), Some(c(3, 8, 1)));
     assert_eq!(best_split(&[c(3, 4, 0), c(3, 2, 1)]), Some(c(3, 2, 1)));
@@ -92,7 +135,7 @@ fn fig3_stage1_splits_the_batch_eight_ways() {
     let desc = DsaDesc::preset("stcp920").unwrap();
     let info = split_info(&og, &[0, 1, 2], &desc);
     let best = best_split(&info).unwrap();
-    assert_eq!((best.axis, best.factor, best.split_ops), (0, 8, 3));
+    assert_eq!((best.axis(), best.factor(), best.split_ops), (0, 8, 3));
     assert_eq!(best.per_core_bytes, 2 * 48 * 32 * 32 * 4 / 8);
-    assert!(info.iter().all(|c| c.axis != 1), "{info:?}");
+    assert!(info.iter().all(|c| c.axis() != 1), "{info:?}");
 }
