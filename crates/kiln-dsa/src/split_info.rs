@@ -27,6 +27,14 @@
 //!   bounded per node ([`crate::propagate::MAX_RECOMPUTE`]). Larger
 //!   factors only re-read more, so the axis stops there.
 //!
+//! Beyond the paper, eq. (1) prefers splitting the batch (axis 0) to
+//! fewer instances among splits reaching as many nodes: consecutive
+//! groups split by images depend on each other image by image, so
+//! Algorithm 3's DFS keeps one image's tensors on chip (Fig. 3b's
+//! schedule, every stage split by images); groups split along different
+//! axes depend all-to-all, and the whole tensor between them is live at
+//! once (MobileNetV2 at batch 32 spilled 77 MB tensors to DDR that way).
+//!
 //! Beyond the paper, which splits one axis: when not even `v = size(d)`
 //! fits, axis `d` is cut whole (one piece per index) and the search goes
 //! on along the next axes inward, up to [`MAX_CUTS`] axes (images, then
@@ -187,13 +195,15 @@ impl Search<'_> {
     }
 }
 
-/// Eq. (1): `lexmax (n_d, -f_d, -d)`: the split reaching most nodes, then
-/// the fewest instances, then the outermost axis.
+/// Eq. (1), `lexmax (n_d, -f_d, -d)`: the split reaching most nodes, then
+/// the fewest instances, then the outermost axis; kiln puts a split of
+/// the batch (axis 0) before the fewest instances.
 pub fn best_split(info: &[SplitCandidate]) -> Option<SplitCandidate> {
     info.iter()
         .max_by_key(|c| {
             (
                 c.split_ops,
+                c.factors.first().is_some_and(|&f| f > 1),
                 std::cmp::Reverse(c.factor()),
                 std::cmp::Reverse(c.axis()),
             )
