@@ -107,8 +107,8 @@ fn broadcast_and_reshape() {
     assert_eq!(axes(&og, 1), [0]);
 }
 
-/// Eq. (1): more nodes split first, then the smaller factor, then the
-/// outer axis.
+/// Eq. (1): more nodes split first, then (kiln) a split of the batch,
+/// then the smaller factor, then the outer axis.
 #[test]
 fn eq1_is_a_lexicographic_maximum() {
     let c = |split_ops, factor, axis: usize| {
@@ -121,8 +121,10 @@ fn eq1_is_a_lexicographic_maximum() {
         }
     };
     assert_eq!(best_split(&[c(2, 1, 0), c(3, 8, 1)]), Some(c(3, 8, 1)));
-    assert_eq!(best_split(&[c(3, 4, 0), c(3, 2, 1)]), Some(c(3, 2, 1)));
-    assert_eq!(best_split(&[c(3, 2, 1), c(3, 2, 0)]), Some(c(3, 2, 0)));
+    assert_eq!(best_split(&[c(3, 4, 0), c(3, 2, 1)]), Some(c(3, 4, 0)));
+    assert_eq!(best_split(&[c(3, 4, 2), c(3, 2, 1)]), Some(c(3, 2, 1)));
+    assert_eq!(best_split(&[c(3, 2, 2), c(3, 2, 1)]), Some(c(3, 2, 1)));
+    assert_eq!(best_split(&[c(2, 2, 0), c(3, 8, 1)]), Some(c(3, 8, 1)));
     assert_eq!(best_split(&[]), None);
 }
 
