@@ -2,7 +2,7 @@
 //! and LB under the per-layer baseline and under GraphTurbo, on a DSA
 //! preset, for ONNX models at a batch size per cluster.
 //!
-//! `cargo run -p kiln-dsa --example table3 -- [--target dsa:stcp920] [--groups] MODEL.onnx:BATCH ...`
+//! `cargo run -p kiln-dsa --example table3 -- [--target dsa:stcp920] [--float-bytes 2] [--groups] MODEL.onnx:BATCH ...`
 //!
 //! `--groups` also prints each GraphTurbo schedule's group lines (nodes,
 //! layers, split, bytes per core) to stderr.
@@ -21,6 +21,10 @@ fn main() -> Result<()> {
     let mut desc = DsaDesc::preset("stcp920")?;
     if let Some(p) = args.iter().position(|a| a == "--target") {
         desc = parse_target(args.get(p + 1).map(String::as_str).unwrap_or(""))?;
+        args.drain(p..=p + 1);
+    }
+    if let Some(p) = args.iter().position(|a| a == "--float-bytes") {
+        desc.float_bytes = args.get(p + 1).and_then(|b| b.parse().ok());
         args.drain(p..=p + 1);
     }
     let groups = args.iter().any(|a| a == "--groups");

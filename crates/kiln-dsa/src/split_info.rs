@@ -20,12 +20,16 @@
 //!   `size(d)` (line 10's divisibility, load balance between instances).
 //! - `n_d` counts the nodes the split reaches (computed as slices).
 //! - "a simple cost model to prevent excessive recomputations" (not
-//!   given): a factor is refused when its instances together read more
-//!   bytes from outside the sub-graph than one unsplit run moves (its
+//!   given): a factor is refused when its instances together re-read
+//!   more from outside the sub-graph than one unsplit run moves (its
 //!   outside operands and outputs once each) — each instance reading a
-//!   weight whole re-reads it, and so does each halo; halos are also
-//!   bounded per node ([`crate::propagate::MAX_RECOMPUTE`]). Larger
-//!   factors only re-read more, so the axis stops there.
+//!   weight whole re-reads it, and so does each halo. Re-reads of the
+//!   operands GB holds (promoted once, hoisted by each instance: Fig. 11,
+//!   [`crate::traffic`]'s staging) count at GB's cost relative to DDR's
+//!   (the cluster's DDR share over GB's bandwidth), the others in full.
+//!   Halos are also bounded per node
+//!   ([`crate::propagate::MAX_RECOMPUTE`]). Larger factors only re-read
+//!   more, so the axis stops there.
 //!
 //! Beyond the paper, eq. (1) prefers splitting the batch (axis 0) to
 //! fewer instances among splits reaching as many nodes: consecutive
@@ -37,12 +41,14 @@
 //!
 //! Beyond the paper, which splits one axis: when not even `v = size(d)`
 //! fits, axis `d` is cut whole (one piece per index) and the search goes
-//! on along the next axes inward, up to [`MAX_CUTS`] axes (images, then
+//! on along each of the next axes inward, the best by eq. (1) kept, up to
+//! [`MAX_CUTS`] axes (images, then
 //! rows: a ResNet-50 stage-1 image at batch 16 does not fit 8 LBs).
 
 use crate::desc::DsaDesc;
 use crate::opgraph::OpGraph;
 use crate::propagate::{exit_node, instance_peak, propagate, Propagation};
+use crate::traffic::staged_operands;
 use kiln_ir::ValueId;
 
 /// The most output axes one split cuts.
@@ -96,6 +102,9 @@ struct Search<'a> {
     shape: Vec<usize>,
     cores: u64,
     lb: u64,
+    gb: Option<u64>,
+    /// A byte re-read from GB against one from DDR, in time.
+    gb_cost: f64,
 }
 
 /// Algorithm 1: per output axis of the sub-graph, the smallest factor
@@ -114,6 +123,10 @@ pub fn split_info(og: &OpGraph, nodes: &[usize], desc: &DsaDesc) -> Vec<SplitCan
         shape: og.shape(output).to_vec(),
         cores: u64::from(desc.cores_per_cluster),
         lb: desc.local_buffer.bytes,
+        gb: desc.global_buffer.as_ref().map(|m| m.bytes),
+        gb_cost: desc.global_buffer.as_ref().map_or(1.0, |m| {
+            desc.ddr.gbps / f64::from(desc.clusters.max(1)) / m.gbps
+        }),
     };
     let uncut = vec![1; search.shape.len()];
     (0..search.shape.len())
@@ -146,7 +159,10 @@ impl Search<'_> {
         if cut >= MAX_CUTS || size == 1 {
             return None;
         }
-        (axis + 1..self.shape.len()).find_map(|next| self.along(factors.clone(), next))
+        let inner: Vec<SplitCandidate> = (axis + 1..self.shape.len())
+            .filter_map(|next| self.along(factors.clone(), next))
+            .collect();
+        best_split(&inner)
     }
 
     /// `n_d`: the nodes every axis cut (or `axis` alone, uncut) reaches:
@@ -175,23 +191,30 @@ impl Search<'_> {
             && region.sliced(shape).any(|(d, _)| d == axis)
     }
 
-    /// The cost model: the bytes `factor` instances read from outside
-    /// beyond one read of each operand, at most what one unsplit run
-    /// moves (those operands and the exit's outputs once).
+    /// The cost model: the bytes `factor` instances re-read from outside
+    /// beyond one read of each operand (those in GB at GB's cost), at most
+    /// what one unsplit run moves (those operands and the exit's outputs
+    /// once).
     fn rereads_acceptable(&self, prop: &Propagation, factor: usize) -> bool {
         let og = self.og;
+        let staged = staged_operands(og, self.nodes, prop, factor, self.gb);
         let outside = |v: &ValueId| {
             og.producer[v.index()].is_none_or(|p| self.nodes.binary_search(&p).is_err())
         };
-        let (mut again, mut moved) = (0u64, 0u64);
+        let (mut again, mut moved) = (0.0, 0u64);
         for &v in prop.regions.keys().filter(|v| outside(v)) {
             let whole = og.value_bytes(v);
-            again += (prop.bytes(og, v) * factor as u64).saturating_sub(whole);
+            let extra = (prop.bytes(og, v) * factor as u64).saturating_sub(whole) as f64;
+            again += if staged.contains(&v) {
+                extra * self.gb_cost
+            } else {
+                extra
+            };
             moved += whole;
         }
         let outputs = &og.nodes[self.exit].outputs;
         moved += outputs.iter().map(|&v| og.value_bytes(v)).sum::<u64>();
-        again <= moved
+        again <= moved as f64
     }
 }
 

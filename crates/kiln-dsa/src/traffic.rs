@@ -268,7 +268,7 @@ pub fn tiling_rereads(
 /// group read more than once in all (a weight each reads whole, a halo),
 /// largest first while GB holds them together (none when the group is
 /// not split or there is no GB).
-fn staged_operands(
+pub(crate) fn staged_operands(
     og: &OpGraph,
     nodes: &[usize],
     prop: &Propagation,
