@@ -39,9 +39,10 @@
 //! axes depend all-to-all, and the whole tensor between them is live at
 //! once (MobileNetV2 at batch 32 spilled 77 MB tensors to DDR that way).
 //!
-//! Beyond the paper, which splits one axis: when not even `v = size(d)`
-//! fits, axis `d` is cut whole (one piece per index) and the search goes
-//! on along each of the next axes inward, the best by eq. (1) kept, up to
+//! Beyond the paper, which splits one axis: when no factor of axis `d`
+//! both fits and passes the cost model, `d` is cut by the largest factor
+//! that did not fit (`size(d)` when none fits) and the search goes on
+//! along each of the next axes inward, the best by eq. (1) kept, up to
 //! [`MAX_CUTS`] axes (images, then
 //! rows: a ResNet-50 stage-1 image at batch 16 does not fit 8 LBs).
 
@@ -52,7 +53,7 @@ use crate::traffic::staged_operands;
 use kiln_ir::ValueId;
 
 /// The most output axes one split cuts.
-pub const MAX_CUTS: usize = 2;
+pub const MAX_CUTS: usize = 3;
 
 /// One element of SplitInfo: the 4-tuple `(split_d, n_d, f_d, d)` with
 /// `split_d = 1` implied, `f_d` the product of `factors` and `d` the
@@ -135,10 +136,13 @@ pub fn split_info(og: &OpGraph, nodes: &[usize], desc: &DsaDesc) -> Vec<SplitCan
 }
 
 impl Search<'_> {
-    /// Lines 4–6 for `axis`, the axes already cut as in `factors`.
+    /// Lines 4–6 for `axis`, the axes already cut as in `factors`; when no
+    /// factor is both small enough to fit and cheap enough, the axis is
+    /// cut by the largest factor that did not fit and the next axes are
+    /// searched inward.
     fn along(&self, mut factors: Vec<usize>, axis: usize) -> Option<SplitCandidate> {
-        let size = self.shape[axis];
-        for v in line4_values(size) {
+        let mut unfit = 1;
+        for v in line4_values(self.shape[axis]) {
             factors[axis] = v;
             let prop = propagate(self.og, self.nodes, &factors);
             // More than one piece only helps when the exit is sliced.
@@ -146,17 +150,23 @@ impl Search<'_> {
                 return None;
             }
             let per_core = instance_peak(self.og, self.nodes, &prop).div_ceil(self.cores);
-            if per_core <= self.lb {
-                let f = factors.iter().product();
-                return self.rereads_acceptable(&prop, f).then(|| SplitCandidate {
+            if per_core > self.lb {
+                unfit = v;
+                continue;
+            }
+            let f = factors.iter().product();
+            if self.rereads_acceptable(&prop, f) {
+                return Some(SplitCandidate {
                     split_ops: self.reached(&prop, &factors, axis),
                     factors,
                     per_core_bytes: per_core,
                 });
             }
+            break;
         }
+        factors[axis] = unfit;
         let cut = factors.iter().filter(|&&f| f > 1).count();
-        if cut >= MAX_CUTS || size == 1 {
+        if unfit == 1 || cut >= MAX_CUTS {
             return None;
         }
         let inner: Vec<SplitCandidate> = (axis + 1..self.shape.len())
