@@ -14,7 +14,8 @@
 //! not split. This comes from the op's tensor expression, not op names.
 //!
 //! Per sub-graph ([`propagate`]), the exit's output is cut along each
-//! axis into `factors[axis]` equal pieces; instance `k` along an axis
+//! axis into `factors[axis]` pieces of `⌈size / factor⌉` (the last one
+//! shorter); instance `k` along an axis
 //! holds `[k·step + offset, k·step + offset + extent)` of every dimension
 //! that axis reaches ([`Span`]), clipped to the dimension. A node computes
 //! the union of what its readers in the sub-graph need; along an output
@@ -301,8 +302,8 @@ pub fn propagate(og: &OpGraph, nodes: &[usize], factors: &[usize]) -> Propagatio
         for &v in &og.nodes[exit].outputs {
             let cut = og.shape(v).iter().enumerate().map(|(axis, &size)| {
                 let f = factors.get(axis).copied().unwrap_or(1).max(1);
-                let step = (size / f).max(1) as i64;
-                (size.is_multiple_of(f)).then_some(Span {
+                let step = size.div_ceil(f).max(1) as i64;
+                Some(Span {
                     axis,
                     step,
                     extent: step,

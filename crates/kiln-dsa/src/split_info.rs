@@ -16,8 +16,10 @@
 //!   `peak / v`, since inputs read whole do not shrink.
 //! - line 5's `⌈peak/v⌉ ≤ sizeof(LB)`: the instance is bound to all the
 //!   cluster's cores (§3.4), so the test is `⌈peak_v / cores⌉ ≤ LB`.
-//! - line 4's values `1, 2, 4, 8, 9, …, size(d)`: only those dividing
-//!   `size(d)` (line 10's divisibility, load balance between instances).
+//! - line 4's values `1, 2, 4, 8, 9, …, size(d)`, as printed: pieces of
+//!   `⌈size(d) / v⌉`, the last one shorter, and only values that leave
+//!   no piece empty (line 10's divisibility is about intermediates; a
+//!   prime token axis of 197 would otherwise split 197 ways).
 //! - `n_d` counts the nodes the split reaches (computed as slices).
 //! - "a simple cost model to prevent excessive recomputations" (not
 //!   given): a factor is refused when its instances together re-read
@@ -87,12 +89,13 @@ impl SplitCandidate {
 }
 
 /// Line 4's values for an axis of extent `size`: 1, 2, 4, then 8 up to
-/// `size`, those dividing it.
+/// `size`, those that leave no piece empty (pieces of `⌈size / v⌉`, the
+/// last one shorter).
 fn line4_values(size: usize) -> impl Iterator<Item = usize> {
     [1, 2, 4]
         .into_iter()
         .chain(8..=size.max(1))
-        .filter(move |&v| v <= size && size.is_multiple_of(v))
+        .filter(move |&v| v <= size && (v - 1) * size.div_ceil(v) < size)
 }
 
 /// What Algorithm 1 reads of one sub-graph.
