@@ -233,15 +233,18 @@ impl Search<'_> {
 
 /// Eq. (1), `lexmax (n_d, -f_d, -d)`: the split reaching most nodes, then
 /// the fewest instances, then the outermost axis; kiln puts a split of
-/// the batch (axis 0) before the fewest instances.
+/// the batch (axis 0) before the fewest instances, and between splits
+/// cutting several axes prefers the outer ones.
 pub fn best_split(info: &[SplitCandidate]) -> Option<SplitCandidate> {
     info.iter()
         .max_by_key(|c| {
+            let axes: Vec<usize> = c.cuts().iter().map(|&(a, _)| a).collect();
             (
                 c.split_ops,
                 c.factors.first().is_some_and(|&f| f > 1),
                 std::cmp::Reverse(c.factor()),
                 std::cmp::Reverse(c.axis()),
+                std::cmp::Reverse(axes),
             )
         })
         .cloned()

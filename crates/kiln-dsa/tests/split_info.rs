@@ -141,3 +141,64 @@ fn fig3_stage1_splits_the_batch_eight_ways() {
     assert_eq!(best.per_core_bytes, 2 * 48 * 32 * 32 * 4 / 8);
     assert!(info.iter().all(|c| c.axis() != 1), "{info:?}");
 }
+
+/// One image of 64 channels × 64 × 64 (1 MB in f32) does not fit eight
+/// 64 KB LBs, so the batch of 4 is cut whole and the rows inward: four
+/// pieces of 16 rows read 18 input rows each (the 3×3 halo), 288 KB live.
+#[test]
+fn images_then_rows_when_an_image_does_not_fit() {
+    let og = op_graph(
+        "  input %x: f32[4,64,64,64]
+  input %w: f32[1,64,3,3]
+  node \"c\" %a: f32[4,1,64,64] = Conv(%x, %w) {pads=[1,1,1,1]}
+  node \"r\" %b: f32[4,1,64,64] = Relu(%a)
+  output %b",
+    );
+    let desc = DsaDesc::preset("stcp920").unwrap();
+    let best = best_split(&split_info(&og, &[0, 1], &desc)).unwrap();
+    assert_eq!(best.factors, [4, 1, 4, 1]);
+    assert_eq!((best.factor(), best.split_ops), (16, 2));
+    let x = (18 * 64 * 64 * 4) as u64;
+    let a = (16 * 64 * 4) as u64;
+    assert_eq!(best.per_core_bytes, (x + a).div_ceil(8));
+}
+
+/// The cost model: cutting the rows of `x · W` with a 16 MB weight (more
+/// than GB holds) would have every instance read W from DDR: refused, on
+/// every cut of the rows. Cutting the columns reads a slice of W each and
+/// `x` (128 KB, hoisted from GB) whole: chosen.
+#[test]
+fn a_split_rereading_a_large_weight_is_refused() {
+    let og = op_graph(
+        "  input %x: f32[64,512]
+  input %w: f32[512,8192]
+  node \"mm\" %y: f32[64,8192] = MatMul(%x, %w)
+  output %y",
+    );
+    let desc = DsaDesc::preset("stcp920").unwrap();
+    let info = split_info(&og, &[0], &desc);
+    assert!(info.iter().all(|c| c.factors[0] == 1), "{info:?}");
+    assert_eq!(best_split(&info).unwrap().factors, [1, 8]);
+}
+
+/// Line 4's values need not divide the axis: 197 tokens cut 4 ways are
+/// pieces of 50, the last one 47 long; 196 ways would leave a piece
+/// empty and is not offered.
+#[test]
+fn pieces_need_not_divide_the_axis() {
+    let og = op_graph(
+        "  input %x: f32[1,197,768]
+  node \"r\" %y: f32[1,197,768] = Relu(%x)
+  output %y",
+    );
+    let prop = propagate(&og, &[0], &[1, 4, 1]);
+    let x = og.nodes[0].inputs[0];
+    let rows = prop.regions[&x].dims[1].unwrap();
+    assert_eq!(rows.interval(0, 197), (0, 50));
+    assert_eq!(rows.interval(3, 197), (150, 197));
+    assert_eq!(prop.bytes(&og, x), 50 * 768 * 4);
+    let desc = DsaDesc::preset("stcp920").unwrap();
+    let best = best_split(&split_info(&og, &[0], &desc)).unwrap();
+    // 197 × 768 × 4 × 2 = 1.2 MB live: 4 pieces of 50 tokens fit 512 KB.
+    assert_eq!(best.factors, [1, 4, 1]);
+}
