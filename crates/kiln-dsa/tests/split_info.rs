@@ -108,7 +108,8 @@ fn broadcast_and_reshape() {
 }
 
 /// Eq. (1): more nodes split first, then (kiln) a split of the batch,
-/// then the smaller factor, then the outer axis.
+/// then the smaller factor, then the outer axis, then (kiln) the inner
+/// axes cut.
 #[test]
 fn eq1_is_a_lexicographic_maximum() {
     let c = |split_ops, factor, axis: usize| {
@@ -125,6 +126,22 @@ fn eq1_is_a_lexicographic_maximum() {
     assert_eq!(best_split(&[c(3, 4, 2), c(3, 2, 1)]), Some(c(3, 2, 1)));
     assert_eq!(best_split(&[c(3, 2, 2), c(3, 2, 1)]), Some(c(3, 2, 1)));
     assert_eq!(best_split(&[c(2, 2, 0), c(3, 8, 1)]), Some(c(3, 8, 1)));
+    let two = |a: usize, b: usize| SplitCandidate {
+        split_ops: 3,
+        factors: (0..4)
+            .map(|x| {
+                if x == 0 {
+                    4
+                } else if x == a {
+                    b
+                } else {
+                    1
+                }
+            })
+            .collect(),
+        per_core_bytes: 0,
+    };
+    assert_eq!(best_split(&[two(3, 2), two(2, 2)]), Some(two(3, 2)));
     assert_eq!(best_split(&[]), None);
 }
 
@@ -143,10 +160,11 @@ fn fig3_stage1_splits_the_batch_eight_ways() {
 }
 
 /// One image of 64 channels × 64 × 64 (1 MB in f32) does not fit eight
-/// 64 KB LBs, so the batch of 4 is cut whole and the rows inward: four
-/// pieces of 16 rows read 18 input rows each (the 3×3 halo), 288 KB live.
+/// 64 KB LBs, so the batch of 4 is cut whole and an axis inward: four
+/// pieces of 16 columns (rows would do as well; eq. (1) takes the inner
+/// axis on a tie) read 18 input columns each (the 3×3 halo), 288 KB live.
 #[test]
-fn images_then_rows_when_an_image_does_not_fit() {
+fn images_then_columns_when_an_image_does_not_fit() {
     let og = op_graph(
         "  input %x: f32[4,64,64,64]
   input %w: f32[1,64,3,3]
@@ -156,7 +174,7 @@ fn images_then_rows_when_an_image_does_not_fit() {
     );
     let desc = DsaDesc::preset("stcp920").unwrap();
     let best = best_split(&split_info(&og, &[0, 1], &desc)).unwrap();
-    assert_eq!(best.factors, [4, 1, 4, 1]);
+    assert_eq!(best.factors, [4, 1, 1, 4]);
     assert_eq!((best.factor(), best.split_ops), (16, 2));
     let x = (18 * 64 * 64 * 4) as u64;
     let a = (16 * 64 * 4) as u64;
