@@ -264,10 +264,7 @@ pub struct Propagation {
 impl Propagation {
     /// What one instance holds of `v` (all of it when `v` is not read).
     pub fn region(&self, og: &OpGraph, v: ValueId) -> Region {
-        self.regions
-            .get(&v)
-            .cloned()
-            .unwrap_or_else(|| Region::whole(og.shape(v).len()))
+        region_of(&self.regions, og, v)
     }
 
     /// Bytes of `v` one instance holds.
@@ -325,7 +322,7 @@ pub fn propagate(og: &OpGraph, nodes: &[usize], factors: &[usize]) -> Propagatio
         let Some(&out) = node.outputs.first() else {
             continue;
         };
-        let computed = computed_region(og, n, &propagation_region(&regions, og, out));
+        let computed = computed_region(og, n, &region_of(&regions, og, out));
         if !computed.is_whole(og.shape(out)) {
             split_nodes.push(n);
         }
@@ -341,7 +338,8 @@ pub fn propagate(og: &OpGraph, nodes: &[usize], factors: &[usize]) -> Propagatio
     }
 }
 
-fn propagation_region(regions: &BTreeMap<ValueId, Region>, og: &OpGraph, v: ValueId) -> Region {
+/// The region of `v` in `regions`, all of it when absent.
+fn region_of(regions: &BTreeMap<ValueId, Region>, og: &OpGraph, v: ValueId) -> Region {
     regions
         .get(&v)
         .cloned()

@@ -9,8 +9,9 @@
 //! `infer_binding` carries a consumer's binding to a producer's slice
 //! through the dimensions the consumer's output and that value share
 //! (Algorithm 1's matching: the spans [`crate::propagate::propagate`]
-//! gives every axis, cut or not): a consumer dimension bound to `b` cores whose slice spans `k`
-//! producer slices asks `b / k` cores of each.
+//! gives every axis, cut or not): a consumer dimension bound to `b`
+//! cores whose slice spans `k` producer slices asks `b / k` cores of
+//! each.
 //!
 //! Algorithm 4 is followed as printed: instances are visited from the
 //! last scheduled; an instance without a binding (or not in LB) takes the

@@ -11,17 +11,18 @@
 //!   LLB, §5); a model input comes from DDR;
 //! - its output slice goes to its scope: DDR, GB, or stays in LB;
 //! - an operand from DDR (a weight, a model input, an output left in
-//!   DDR) that every instance of a split group reads whole is promoted
-//!   DDR → GB once by the group's first instance and hoisted GB → LB by
-//!   each (§4.4 and Fig. 11's weight promotion), while GB holds the
-//!   group's such operands together (largest first; GB's room for
-//!   spilled outputs is not subtracted); otherwise each instance reads
-//!   its part from DDR. Weights are split
+//!   DDR) that the instances of a split group read more than once in all
+//!   (each reads a weight whole, neighbours share a halo) is promoted
+//!   whole DDR → GB once by the group's first instance and each hoists
+//!   its part GB → LB (§4.4 and Fig. 11's weight promotion), while GB
+//!   holds the group's such operands together (largest first; GB's room
+//!   for spilled outputs is not subtracted); otherwise each instance
+//!   reads its part from DDR. Weights are split
 //!   into the first layer's (needed before compute) and the later
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
-//! - each operand is moved once per instance and read from LB once per
-//!   node that reads it, except by a contraction whose two largest
+//! - each operand is moved once per instance (its piece, a halo
+//!   included) and read from LB once per node that reads it, except by a contraction whose two largest
 //!   operands do not fit the cluster's LBs together: it is tiled, one operand
 //!   streamed once per block of the other, from GB when GB holds it
 //!   ([`tiling_rereads`], §4.1's anchor-op tiling; a bound of the
@@ -164,7 +165,8 @@ struct GroupView {
     prop: Propagation,
     /// The weights the first node reading any weight reads.
     lead_weights: BTreeSet<ValueId>,
-    /// Operands from outside read whole by every instance, staged in GB.
+    /// Operands from outside the instances read more than once in all,
+    /// staged in GB.
     staged: BTreeSet<ValueId>,
 }
 
@@ -281,16 +283,16 @@ pub(crate) fn staged_operands(
     let outside =
         |v: ValueId| og.producer[v.index()].is_none_or(|p| nodes.binary_search(&p).is_err());
     let reread = |v: ValueId| prop.bytes(og, v) * factor as u64 > og.value_bytes(v);
-    let mut whole: Vec<(u64, ValueId)> = prop
+    let mut reread_ones: Vec<(u64, ValueId)> = prop
         .regions
         .keys()
         .copied()
         .filter(|&v| outside(v) && reread(v))
         .map(|v| (og.value_bytes(v), v))
         .collect();
-    whole.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
+    reread_ones.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
     let mut staged = BTreeSet::new();
-    for (bytes, v) in whole {
+    for (bytes, v) in reread_ones {
         if bytes <= room {
             room -= bytes;
             staged.insert(v);
