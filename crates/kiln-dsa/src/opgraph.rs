@@ -57,6 +57,9 @@ pub struct OpGraph {
     pub graph_outputs: BTreeSet<ValueId>,
     /// The node producing each value, if any.
     pub producer: Vec<Option<usize>>,
+    /// The first dimension of the first graph input with a shape: the
+    /// batch per cluster (§2.1); 1 when there is none.
+    pub batch: usize,
 }
 
 impl OpGraph {
@@ -116,6 +119,11 @@ impl OpGraph {
             weights: g.initializers.keys().copied().collect(),
             graph_outputs: g.outputs.iter().copied().collect(),
             producer,
+            batch: g
+                .inputs
+                .iter()
+                .find_map(|&v| g.ty(v).shape.as_ref()?.first().copied())
+                .unwrap_or(1),
         })
     }
 

@@ -34,8 +34,10 @@
 //!   ([`crate::propagate::MAX_RECOMPUTE`]). Larger factors only re-read
 //!   more, so the axis stops there.
 //!
-//! Beyond the paper, eq. (1) prefers splitting the batch (axis 0) to
-//! fewer instances among splits reaching as many nodes: consecutive
+//! Beyond the paper, eq. (1) prefers splitting the batch (axis 0 when it
+//! is as long as the graph's batch, above 1: a ViT exported sequence
+//! first has 197 tokens there) to fewer instances among splits reaching
+//! as many nodes: consecutive
 //! groups split by images depend on each other image by image, so
 //! Algorithm 3's DFS keeps one image's tensors on chip (Fig. 3b's
 //! schedule, every stage split by images); groups split along different
@@ -69,6 +71,8 @@ pub struct SplitCandidate {
     pub factors: Vec<usize>,
     /// One instance's working set per core, in bytes.
     pub per_core_bytes: u64,
+    /// It cuts the batch: axis 0, as long as the graph's batch (> 1).
+    pub batch: bool,
 }
 
 impl SplitCandidate {
@@ -108,6 +112,8 @@ struct Search<'a> {
     cores: u64,
     lb: u64,
     gb: Option<u64>,
+    /// The exit's axis 0 is the graph's batch.
+    batch_axis: bool,
     /// A byte re-read from GB against one from DDR, in time.
     gb_cost: f64,
 }
@@ -126,6 +132,7 @@ pub fn split_info(og: &OpGraph, nodes: &[usize], desc: &DsaDesc) -> Vec<SplitCan
         nodes,
         exit,
         shape: og.shape(output).to_vec(),
+        batch_axis: og.batch > 1 && og.shape(output).first() == Some(&og.batch),
         cores: u64::from(desc.cores_per_cluster),
         lb: desc.local_buffer.bytes,
         gb: desc.global_buffer.as_ref().map(|m| m.bytes),
@@ -162,6 +169,7 @@ impl Search<'_> {
             if self.rereads_acceptable(&prop, f) {
                 return Some(SplitCandidate {
                     split_ops: self.reached(&prop, &factors, axis),
+                    batch: self.batch_axis && factors[0] > 1,
                     factors,
                     per_core_bytes: per_core,
                 });
@@ -245,7 +253,7 @@ pub fn best_split(info: &[SplitCandidate]) -> Option<SplitCandidate> {
             let axes: Vec<usize> = c.cuts().iter().map(|&(a, _)| a).collect();
             (
                 c.split_ops,
-                c.factors.first().is_some_and(|&f| f > 1),
+                c.batch,
                 std::cmp::Reverse(c.factor()),
                 std::cmp::Reverse(c.axis()),
                 axes,

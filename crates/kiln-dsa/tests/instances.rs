@@ -156,6 +156,7 @@ fn halo_edges_join_neighbouring_pieces() {
             split_ops: 1,
             factors: vec![1, 1, 4, 1],
             per_core_bytes: 0,
+            batch: false,
         }),
     };
     let ig = InstanceGraph::new(&og, vec![cut(0), cut(1)]).unwrap();

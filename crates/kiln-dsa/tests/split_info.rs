@@ -117,6 +117,7 @@ fn eq1_is_a_lexicographic_maximum() {
         factors[axis] = factor;
         SplitCandidate {
             split_ops,
+            batch: axis == 0 && factor > 1,
             factors,
             per_core_bytes: 0,
         }
@@ -140,6 +141,7 @@ fn eq1_is_a_lexicographic_maximum() {
             })
             .collect(),
         per_core_bytes: 0,
+        batch: true,
     };
     assert_eq!(best_split(&[two(3, 2), two(2, 2)]), Some(two(3, 2)));
     assert_eq!(best_split(&[]), None);
