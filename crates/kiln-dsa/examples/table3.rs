@@ -2,7 +2,10 @@
 //! and LB under the per-layer baseline and under GraphTurbo, on a DSA
 //! preset, for ONNX models at a batch size per cluster.
 //!
-//! `cargo run -p kiln-dsa --example table3 -- [--target dsa:stcp920] MODEL.onnx:BATCH ...`
+//! `cargo run -p kiln-dsa --example table3 -- [--target dsa:stcp920] [--float-bytes 2] [--groups] MODEL.onnx:BATCH ...`
+//!
+//! `--groups` also prints each GraphTurbo schedule's group lines (nodes,
+//! layers, split, bytes per core) to stderr.
 //!
 //! The batch overrides the first dimension of every graph input (when the
 //! model cannot be re-batched, its own batch is used and said so).
@@ -20,6 +23,12 @@ fn main() -> Result<()> {
         desc = parse_target(args.get(p + 1).map(String::as_str).unwrap_or(""))?;
         args.drain(p..=p + 1);
     }
+    if let Some(p) = args.iter().position(|a| a == "--float-bytes") {
+        desc.float_bytes = args.get(p + 1).and_then(|b| b.parse().ok());
+        args.drain(p..=p + 1);
+    }
+    let groups = args.iter().any(|a| a == "--groups");
+    args.retain(|a| a != "--groups");
     println!("| model | batch | nodes | per-layer DDR / GB / LB | graphturbo DDR / GB / LB | graphturbo layer outputs DDR / GB / LB | groups | instances | seconds |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for arg in args {
@@ -36,6 +45,12 @@ fn main() -> Result<()> {
         let start = Instant::now();
         let baseline = per_layer(&g, &desc)?;
         let turbo = graphturbo(&g, &desc)?;
+        if groups {
+            let text = turbo.to_string();
+            text.lines()
+                .filter(|l| l.starts_with("group "))
+                .for_each(|l| eprintln!("{model}: {}", truncated(l)));
+        }
         println!(
             "| {model} | {batch} | {} | {} | {} | {} | {} | {} | {:.1} |",
             g.nodes.len(),
@@ -48,6 +63,14 @@ fn main() -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A group line without its long list of node names.
+fn truncated(line: &str) -> &str {
+    match line.char_indices().nth(160) {
+        Some((end, _)) => &line[..end],
+        None => line,
+    }
 }
 
 fn counts(c: ScopeCounts) -> String {

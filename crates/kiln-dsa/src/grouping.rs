@@ -44,7 +44,12 @@ pub struct Group {
 impl Group {
     /// Splitting factor `f` (1 when the group does not split).
     pub fn factor(&self) -> usize {
-        self.split.map_or(1, |s| s.factor)
+        self.split.as_ref().map_or(1, SplitCandidate::factor)
+    }
+
+    /// Pieces per axis of its exit's output (empty: not split).
+    pub fn factors(&self) -> &[usize] {
+        self.split.as_ref().map_or(&[], |s| &s.factors)
     }
 }
 
@@ -233,9 +238,9 @@ impl<'a> Grouping<'a> {
     fn rule_two(&self, members: &BTreeSet<usize>, merged: &Group) -> bool {
         let largest = members
             .iter()
-            .filter_map(|&m| self.groups[m].split.map(|s| s.factor))
+            .filter_map(|&m| self.groups[m].split.as_ref().map(SplitCandidate::factor))
             .max();
-        matches!((merged.split, largest), (Some(s), Some(f)) if s.factor <= f)
+        matches!((&merged.split, largest), (Some(s), Some(f)) if s.factor() <= f)
     }
 
     /// The groups after `entry` up to the first group all its consumers

@@ -2,12 +2,13 @@
 //! grouped sub-graph into instances and ordering them breadth-first (BFS)
 //! or depth-first (DFS).
 //!
-//! A group split `f` ways along its output axis `d` (its best split by
-//! eq. 1) becomes `f` instances, instance `k` computing slice `k` of `d`.
-//! An instance depends on a producer instance only when it reads part of
-//! what that one writes (§3.3's redundant edges, the gray ones of Fig. 6,
-//! are never made): both slice the value along the same dimension and
-//! the slices overlap, or either reads or writes it whole.
+//! A group split `f` ways (its best split by eq. 1, `f` the product of
+//! the pieces along each axis cut) becomes `f` instances, numbered
+//! row-major over the axes ([`crate::propagate::pieces`]). An instance
+//! depends on a producer instance only when it reads part of what that
+//! one writes (§3.3's redundant edges, the gray ones of Fig. 6, are never
+//! made): in every dimension both slice, the producer's piece and the
+//! consumer's (halo included) overlap.
 //!
 //! Needs: the groups of Algorithm 2 over an [`OpGraph`].
 //! Guarantees: groups are put in a topological order; instances are
@@ -16,7 +17,7 @@
 
 use crate::grouping::Group;
 use crate::opgraph::OpGraph;
-use crate::split_info::{exit_node, propagate, Region};
+use crate::propagate::{exit_node, pieces, propagate, Region};
 use kiln_ir::{bail, Result, ValueId};
 use std::collections::BTreeSet;
 
@@ -133,21 +134,21 @@ struct Read {
     value: ValueId,
     producer: usize,
     consumer: usize,
-    /// (dimension, pieces) the producer's instances slice the value by.
-    written: Option<(usize, usize)>,
-    /// (dimension, pieces) the consumer's instances slice it by.
-    read: Option<(usize, usize)>,
-    producer_count: usize,
-    consumer_count: usize,
+    shape: Vec<usize>,
+    /// What each producer instance writes, when they write parts.
+    written: Option<Region>,
+    /// What each consumer instance reads.
+    read: Region,
+    producer_factors: Vec<usize>,
+    consumer_factors: Vec<usize>,
 }
 
-/// Every value `consumer` reads from another group, with both slicings.
+/// Every value `consumer` reads from another group, with both regions.
 fn group_reads(og: &OpGraph, groups: &[Group], consumer: usize) -> Vec<Read> {
     let group = &groups[consumer];
-    let (axis, factor) = group.split.map_or((0, 1), |s| (s.axis, s.factor));
-    let regions = propagate(og, &group.nodes, axis, factor).regions;
+    let regions = propagate(og, &group.nodes, group.factors()).regions;
     let mut reads = Vec::new();
-    for (&value, &region) in &regions {
+    for (&value, region) in &regions {
         let Some(node) = og.producer[value.index()] else {
             continue;
         };
@@ -160,44 +161,43 @@ fn group_reads(og: &OpGraph, groups: &[Group], consumer: usize) -> Vec<Read> {
         if producer == consumer {
             continue;
         }
-        let read = match region {
-            Region::Slice(dim) if factor > 1 => Some((dim, factor)),
-            _ => None,
-        };
         reads.push(Read {
             value,
             producer,
             consumer,
-            written: written_slicing(og, &groups[producer], value),
-            read,
-            producer_count: groups[producer].factor(),
-            consumer_count: factor,
+            shape: og.shape(value).to_vec(),
+            written: written_region(og, &groups[producer], value),
+            read: region.clone(),
+            producer_factors: groups[producer].factors().to_vec(),
+            consumer_factors: group.factors().to_vec(),
         });
     }
     reads
 }
 
-/// The dimension and pieces a group's instances write `value` in, when
-/// they write slices of it.
-pub fn written_slicing(og: &OpGraph, group: &Group, value: ValueId) -> Option<(usize, usize)> {
-    let split = group.split.filter(|s| s.factor > 1)?;
+/// What each of a group's instances writes of `value`, when they write
+/// parts of it (its exit's output, split).
+pub fn written_region(og: &OpGraph, group: &Group, value: ValueId) -> Option<Region> {
+    let split = group.split.as_ref().filter(|s| s.factor() > 1)?;
     let exit = exit_node(og, &group.nodes)?;
-    let prop = propagate(og, &group.nodes, split.axis, split.factor);
+    let prop = propagate(og, &group.nodes, &split.factors);
     let sliced =
         prop.split_nodes.binary_search(&exit).is_ok() && og.nodes[exit].outputs.contains(&value);
-    match prop.regions.get(&value) {
-        Some(Region::Slice(dim)) if sliced => Some((*dim, split.factor)),
-        _ => None,
-    }
+    sliced.then(|| prop.region(og, value))
 }
 
 impl Read {
-    /// The instance edges: pairs whose slices of the value overlap.
+    /// The instance edges: pairs whose parts of the value overlap.
     fn edges(&self, first: &[usize]) -> Vec<Edge> {
+        let count = |f: &[usize]| f.iter().product::<usize>().max(1);
+        let consumers: Vec<Vec<usize>> = (0..count(&self.consumer_factors))
+            .map(|c| pieces(&self.consumer_factors, c))
+            .collect();
         let mut edges = Vec::new();
-        for p in 0..self.producer_count {
-            for c in 0..self.consumer_count {
-                if self.overlaps(p, c) {
+        for p in 0..count(&self.producer_factors) {
+            let written = pieces(&self.producer_factors, p);
+            for (c, read) in consumers.iter().enumerate() {
+                if self.overlaps(&written, read) {
                     edges.push(Edge {
                         producer: first[self.producer] + p,
                         consumer: first[self.consumer] + c,
@@ -209,15 +209,23 @@ impl Read {
         edges
     }
 
-    /// Whether producer slice `p` and consumer slice `c` share elements
-    /// (compared as fractions of the dimension: `[p/P, (p+1)/P)`).
-    fn overlaps(&self, p: usize, c: usize) -> bool {
-        match (self.written, self.read) {
-            (Some((wd, pieces_w)), Some((rd, pieces_r))) if wd == rd => {
-                p * pieces_r < (c + 1) * pieces_w && c * pieces_w < (p + 1) * pieces_r
+    /// Whether the producer's piece `written` and the consumer's piece
+    /// `read` share elements: in every dimension both slice, their
+    /// intervals meet.
+    fn overlaps(&self, written: &[usize], read: &[usize]) -> bool {
+        let Some(region) = &self.written else {
+            return true;
+        };
+        let mut dims = region.dims.iter().zip(&self.read.dims).zip(&self.shape);
+        dims.all(|((w, r), &size)| match (w, r) {
+            (Some(w), Some(r)) => {
+                let piece = |pieces: &[usize], axis: usize| pieces.get(axis).copied().unwrap_or(0);
+                let (ws, we) = w.interval(piece(written, w.axis), size);
+                let (rs, re) = r.interval(piece(read, r.axis), size);
+                ws < re && rs < we
             }
             _ => true,
-        }
+        })
     }
 }
 

@@ -16,7 +16,8 @@
 //!   swTVM Algorithm 3, giving a [`device::DeviceKernel`] (printed by
 //!   `kiln_codegen::dsa`).
 //! - GraphTurbo §3–§4.3, one algorithm per module: [`split_info`]
-//!   (Algorithm 1, eq. 1), [`grouping`] (Algorithm 2, and §1.1's layers),
+//!   (Algorithm 1, eq. 1) with [`propagate`] (its lines 7–11: a split
+//!   carried through a sub-graph, halos included), [`grouping`] (Algorithm 2, and §1.1's layers),
 //!   [`instances`] (Algorithm 3, BFS/DFS), [`scope`] (Algorithm 4 and
 //!   §3.5's concat/copy/redistribute), [`reuse`] (§4.3, liveness-based
 //!   spilling); [`opgraph`] is the graph they read, [`schedule`] the
@@ -42,6 +43,7 @@ pub mod ldm;
 pub mod nest;
 pub mod opgraph;
 pub mod plan;
+pub mod propagate;
 pub mod reorder;
 pub mod reuse;
 pub mod schedule;

@@ -1,6 +1,6 @@
 //! The view of a kiln graph that GraphTurbo's scheduler (§3) reads: per
 //! node its tensor expression and what each output axis split means for
-//! its inputs ([`crate::split_info::OpSplit`]), its producer and consumer
+//! its inputs ([`crate::propagate::OpSplit`]), its producer and consumer
 //! nodes, and the bytes of every value.
 //!
 //! Needs: a graph with static shapes (`kiln_ops::infer` run); compound
@@ -13,7 +13,7 @@
 //! buffers in LB" promotes them per layer).
 
 use crate::desc::DsaDesc;
-use crate::split_info::OpSplit;
+use crate::propagate::OpSplit;
 use kiln_ir::{bail, Graph, Result, ValueId};
 use kiln_ops::te::classify::node_expr;
 use kiln_ops::te::TensorExpr;
@@ -57,6 +57,9 @@ pub struct OpGraph {
     pub graph_outputs: BTreeSet<ValueId>,
     /// The node producing each value, if any.
     pub producer: Vec<Option<usize>>,
+    /// The first dimension of the first graph input with a shape: the
+    /// batch per cluster (§2.1); 1 when there is none.
+    pub batch: usize,
 }
 
 impl OpGraph {
@@ -116,6 +119,11 @@ impl OpGraph {
             weights: g.initializers.keys().copied().collect(),
             graph_outputs: g.outputs.iter().copied().collect(),
             producer,
+            batch: g
+                .inputs
+                .iter()
+                .find_map(|&v| g.ty(v).shape.as_ref()?.first().copied())
+                .unwrap_or(1),
         })
     }
 

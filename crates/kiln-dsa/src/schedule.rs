@@ -21,9 +21,10 @@ use crate::desc::DsaDesc;
 use crate::grouping::{fuse_unfit_layers, layers, Grouping};
 use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
+use crate::propagate::exit_node;
 use crate::reuse::{spill_longest_lived, Tenancy};
 use crate::scope::{bind_and_scope, slice_shape, transfers, Binding, Scope, Transfer};
-use crate::split_info::{exit_node, SplitCandidate};
+use crate::split_info::SplitCandidate;
 use kiln_ir::{Graph, Result, ValueId};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write};
@@ -258,7 +259,7 @@ pub(crate) fn assemble(
                 .iter()
                 .map(|&n| og.nodes[n].name.clone())
                 .collect(),
-            split: group.split,
+            split: group.split.clone(),
             layers: count_distinct(group.nodes.iter().map(|&n| layer_of[n])),
         })
         .collect();
@@ -394,12 +395,22 @@ impl fmt::Display for Schedule {
 
 fn describe_group(group: &ScheduledGroup) -> String {
     let mut s = format!("nodes {}, layers {}", group.nodes.len(), group.layers);
-    match group.split {
+    match &group.split {
         Some(c) => {
+            let cuts: Vec<String> = c
+                .cuts()
+                .iter()
+                .map(|(a, f)| format!("axis {a} by {f}"))
+                .collect();
+            let cuts = if cuts.is_empty() {
+                "axis 0 by 1".to_string()
+            } else {
+                cuts.join(" and ")
+            };
             let _ = write!(
                 s,
-                ", split axis {} by {}, sliced nodes {}, {} B/core",
-                c.axis, c.factor, c.split_ops, c.per_core_bytes
+                ", split {cuts}, sliced nodes {}, {} B/core",
+                c.split_ops, c.per_core_bytes
             );
         }
         None => s.push_str(", whole"),

@@ -8,9 +8,10 @@
 //! cluster's cores that divides the extent (8, 4, 2, 1 on eight cores).
 //! `infer_binding` carries a consumer's binding to a producer's slice
 //! through the dimensions the consumer's output and that value share
-//! (Algorithm 1's matching, [`crate::split_info::propagate`] with factor
-//! 1): a consumer dimension bound to `b` cores whose slice spans `k`
-//! producer slices asks `b / k` cores of each.
+//! (Algorithm 1's matching: the spans [`crate::propagate::propagate`]
+//! gives every axis, cut or not): a consumer dimension bound to `b`
+//! cores whose slice spans `k` producer slices asks `b / k` cores of
+//! each.
 //!
 //! Algorithm 4 is followed as printed: instances are visited from the
 //! last scheduled; an instance without a binding (or not in LB) takes the
@@ -31,9 +32,9 @@
 //! [`transfers`] makes every edge either LB-to-LB with matching bindings,
 //! or bridged by a copy or a redistribution.
 
-use crate::instances::{written_slicing, Edge, InstanceGraph};
+use crate::instances::{written_region, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
-use crate::split_info::{exit_node, propagate, Region};
+use crate::propagate::{exit_node, propagate, Region, Span};
 use kiln_ir::ValueId;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -87,8 +88,11 @@ pub fn slice_shape(og: &OpGraph, ig: &InstanceGraph, instance: usize) -> Vec<usi
         return Vec::new();
     };
     let mut shape = og.shape(output).to_vec();
-    if let Some((dim, pieces)) = written_slicing(og, group, output) {
-        shape[dim] /= pieces;
+    if let Some(region) = written_region(og, group, output) {
+        let full = shape.clone();
+        for (dim, span) in region.sliced(&full) {
+            shape[dim] = span.extent as usize;
+        }
     }
     shape
 }
@@ -128,27 +132,20 @@ pub fn infer_binding(
     let producer = &ig.groups[ig.instances[edge.producer].group];
     let piece = slice_shape(og, ig, edge.producer);
     let full = og.shape(edge.value);
-    let extent_in = |slicing: Option<(usize, usize)>, dim: usize| match slicing {
-        Some((d, pieces)) if d == dim => full[dim] / pieces,
-        _ => full[dim],
+    let read = propagate(og, &consumer.nodes, consumer.factors()).region(og, edge.value);
+    let written = written_region(og, producer, edge.value);
+    let extent = |region: Option<&Region>, dim: usize| {
+        let span = region.and_then(|r| r.dims[dim]);
+        span.map_or(full[dim], |s| s.extent.clamp(1, full[dim] as i64) as usize)
     };
-    let read = consumer.split.filter(|s| s.factor > 1).and_then(|s| {
-        match propagate(og, &consumer.nodes, s.axis, s.factor)
-            .regions
-            .get(&edge.value)
-        {
-            Some(Region::Slice(d)) => Some((*d, s.factor)),
-            _ => None,
-        }
-    });
-    let written = written_slicing(og, producer, edge.value);
     let mut inferred = vec![1; piece.len()];
     for (axis, &cores) in bind.iter().enumerate().filter(|(_, &c)| c > 1) {
-        let regions = propagate(og, &consumer.nodes, axis, 1).regions;
-        let Some(&Region::Slice(dim)) = regions.get(&edge.value) else {
+        // The value's dimension that follows the consumer's output axis.
+        let follows = |s: &Option<Span>| s.is_some_and(|s| s.axis == axis);
+        let Some(dim) = read.dims.iter().position(follows) else {
             continue;
         };
-        let pieces = (extent_in(read, dim) / extent_in(written, dim).max(1)).max(1);
+        let pieces = (extent(Some(&read), dim) / extent(written.as_ref(), dim).max(1)).max(1);
         if !cores.is_multiple_of(pieces)
             || dim >= piece.len()
             || !piece[dim].is_multiple_of(cores / pieces)

@@ -46,6 +46,8 @@ pub struct KernelReport {
     /// `group.instance`, numbered from 1 as in the schedule's text.
     pub name: String,
     pub nodes: usize,
+    /// Pieces per axis its group's output is cut into (empty: whole).
+    pub split: Vec<usize>,
     /// The value it writes and where that lives.
     pub output: String,
     pub scope: String,
@@ -165,6 +167,10 @@ fn kernel_report(
     KernelReport {
         name: format!("{}.{}", inst.group + 1, inst.index + 1),
         nodes: schedule.groups[inst.group].nodes.len(),
+        split: schedule.groups[inst.group]
+            .split
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.factors.clone()),
         output: inst.output.clone(),
         scope: inst.scope.to_string(),
         ddr_bytes: total.ddr_bytes(),

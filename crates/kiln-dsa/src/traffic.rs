@@ -11,17 +11,18 @@
 //!   LLB, §5); a model input comes from DDR;
 //! - its output slice goes to its scope: DDR, GB, or stays in LB;
 //! - an operand from DDR (a weight, a model input, an output left in
-//!   DDR) that every instance of a split group reads whole is promoted
-//!   DDR → GB once by the group's first instance and hoisted GB → LB by
-//!   each (§4.4 and Fig. 11's weight promotion), while GB holds the
-//!   group's such operands together (largest first; GB's room for
-//!   spilled outputs is not subtracted); otherwise each instance reads
-//!   its part from DDR. Weights are split
+//!   DDR) that the instances of a split group read more than once in all
+//!   (each reads a weight whole, neighbours share a halo) is promoted
+//!   whole DDR → GB once by the group's first instance and each hoists
+//!   its part GB → LB (§4.4 and Fig. 11's weight promotion), while GB
+//!   holds the group's such operands together (largest first; GB's room
+//!   for spilled outputs is not subtracted); otherwise each instance
+//!   reads its part from DDR. Weights are split
 //!   into the first layer's (needed before compute) and the later
 //!   layers' (§4.4 may load them during compute);
 //! - values a group computes for itself stay in LB (§4.1–4.2);
-//! - each operand is moved once per instance and read from LB once per
-//!   node that reads it, except by a contraction whose two largest
+//! - each operand is moved once per instance (its piece, a halo
+//!   included) and read from LB once per node that reads it, except by a contraction whose two largest
 //!   operands do not fit the cluster's LBs together: it is tiled, one operand
 //!   streamed once per block of the other, from GB when GB holds it
 //!   ([`tiling_rereads`], §4.1's anchor-op tiling; a bound of the
@@ -40,9 +41,9 @@
 use crate::desc::DsaDesc;
 use crate::instances::Edge;
 use crate::opgraph::OpGraph;
+use crate::propagate::{propagate, Propagation};
 use crate::schedule::Schedule;
 use crate::scope::{Scope, Transfer};
-use crate::split_info::{instance_bytes, propagate, Propagation, Region};
 use kiln_ir::{Graph, ValueId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -161,11 +162,11 @@ impl InstanceTraffic {
 /// A group as the traffic model reads it.
 struct GroupView {
     nodes: Vec<usize>,
-    factor: usize,
     prop: Propagation,
     /// The weights the first node reading any weight reads.
     lead_weights: BTreeSet<ValueId>,
-    /// Operands from outside read whole by every instance, staged in GB.
+    /// Operands from outside the instances read more than once in all,
+    /// staged in GB.
     staged: BTreeSet<ValueId>,
 }
 
@@ -265,10 +266,11 @@ pub fn tiling_rereads(
     (times > 1).then_some((streamed, times))
 }
 
-/// The operands from outside `nodes` that every instance of a group split
-/// `factor` ways reads whole, largest first while GB holds them together
-/// (none when the group is not split or there is no GB).
-fn staged_operands(
+/// The operands from outside `nodes` that the `factor` instances of a
+/// group read more than once in all (a weight each reads whole, a halo),
+/// largest first while GB holds them together (none when the group is
+/// not split or there is no GB).
+pub(crate) fn staged_operands(
     og: &OpGraph,
     nodes: &[usize],
     prop: &Propagation,
@@ -280,15 +282,17 @@ fn staged_operands(
     };
     let outside =
         |v: ValueId| og.producer[v.index()].is_none_or(|p| nodes.binary_search(&p).is_err());
-    let mut whole: Vec<(u64, ValueId)> = prop
+    let reread = |v: ValueId| prop.bytes(og, v) * factor as u64 > og.value_bytes(v);
+    let mut reread_ones: Vec<(u64, ValueId)> = prop
         .regions
-        .iter()
-        .filter(|&(&v, &region)| region == Region::Whole && outside(v))
-        .map(|(&v, _)| (og.value_bytes(v), v))
+        .keys()
+        .copied()
+        .filter(|&v| outside(v) && reread(v))
+        .map(|v| (og.value_bytes(v), v))
         .collect();
-    whole.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
+    reread_ones.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
     let mut staged = BTreeSet::new();
-    for (bytes, v) in whole {
+    for (bytes, v) in reread_ones {
         if bytes <= room {
             room -= bytes;
             staged.insert(v);
@@ -317,13 +321,13 @@ impl<'a> Model<'a> {
             .groups
             .iter()
             .map(|group| {
-                let (axis, factor) = group.split.map_or((0, 1), |s| (s.axis, s.factor));
-                let prop = propagate(og, &group.nodes, axis, factor);
+                let factors = group.split.as_ref().map_or(&[][..], |s| &s.factors);
+                let factor = factors.iter().product::<usize>().max(1);
+                let prop = propagate(og, &group.nodes, factors);
                 GroupView {
                     lead_weights: lead_weights(og, &group.nodes),
                     staged: staged_operands(og, &group.nodes, &prop, factor, gb),
                     nodes: group.nodes.clone(),
-                    factor,
                     prop,
                 }
             })
@@ -361,14 +365,7 @@ impl<'a> Model<'a> {
 
     /// Bytes of `v` one instance of `view` holds.
     fn operand_bytes(&self, view: &GroupView, v: ValueId) -> u64 {
-        let og = self.og;
-        if og.is_activation(v) {
-            return instance_bytes(og, &view.nodes, &view.prop, view.factor as u64, v);
-        }
-        match view.prop.regions.get(&v) {
-            Some(Region::Slice(_)) => og.value_bytes(v).div_ceil(view.factor as u64),
-            _ => og.value_bytes(v),
-        }
+        view.prop.bytes(self.og, v)
     }
 
     fn produced_inside(&self, view: &GroupView, v: ValueId) -> bool {
@@ -460,20 +457,27 @@ impl<'a> Model<'a> {
         } else {
             &mut t.late_weights
         };
+        self.promote(f, phase);
         self.fetch_from_ddr(f, bytes, phase);
     }
 
-    /// `bytes` of an operand from DDR into LB, `f.times` times. A staged
-    /// operand is promoted to GB once by the group's first instance and
-    /// hoisted from there (Fig. 11; the emulator stages re-read inputs the
-    /// same way). Otherwise it comes straight from DDR, and when a tiled
-    /// node reads it again it is kept in GB for that if GB holds it.
+    /// A staged operand is promoted to GB whole (every instance reads
+    /// parts of it) by the group's first instance (Fig. 11; the emulator
+    /// stages re-read inputs the same way).
+    fn promote(&self, f: &Fetch, phase: &mut Traffic) {
+        let first = self.first_run[self.schedule.instances[f.instance].group] == f.instance;
+        if first && f.view.staged.contains(&f.value) {
+            phase.record(Hop::DdrToGb, self.og.value_bytes(f.value), 1);
+        }
+    }
+
+    /// `bytes` of an operand from DDR into LB, `f.times` times: hoisted
+    /// from GB when staged ([`Model::promote`]); otherwise straight from
+    /// DDR, and when a tiled node reads it again it is kept in GB for that
+    /// if GB holds it.
     fn fetch_from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
         let again = f.times - 1;
         if f.view.staged.contains(&f.value) {
-            if self.first_run[self.schedule.instances[f.instance].group] == f.instance {
-                phase.record(Hop::DdrToGb, bytes, 1);
-            }
             phase.record(Hop::GbToLb, bytes * f.times, self.cores * f.times);
             return;
         }
@@ -497,13 +501,17 @@ impl<'a> Model<'a> {
             .iter()
             .filter(|e| e.value == f.value)
             .collect();
+        let scope = |e: &Edge| self.schedule.instances[e.producer].scope;
+        if edges.is_empty() || edges.iter().any(|e| scope(e) == Scope::Ddr) {
+            self.promote(f, &mut t.inputs);
+        }
         if edges.is_empty() {
             self.fetch_from_ddr(f, bytes, &mut t.inputs);
             return;
         }
         let share = bytes.div_ceil(edges.len() as u64);
         for edge in edges {
-            match self.schedule.instances[edge.producer].scope {
+            match scope(edge) {
                 Scope::Ddr => self.fetch_from_ddr(f, share, &mut t.inputs),
                 Scope::Gb => t
                     .inputs
@@ -567,11 +575,14 @@ impl<'a> Model<'a> {
                 *t.lb_writes.entry(self.g.name(v).to_string()).or_default() += bytes;
                 lb_bytes += bytes;
             }
-            let sliced = view.prop.split_nodes.binary_search(&n).is_ok();
-            let share = if sliced { view.factor as u64 } else { 1 };
+            // Its output's part: halos are computed again by neighbours.
+            let flops = node.outputs.first().map_or(node.flops, |&out| {
+                let region = view.prop.region(self.og, out);
+                region.part(self.og.shape(out), node.flops)
+            });
             t.work.push(Work {
                 node: node.name.clone(),
-                flops: node.flops.div_ceil(share),
+                flops,
                 contraction: node.contraction,
                 lb_bytes,
             });

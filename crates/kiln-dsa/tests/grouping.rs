@@ -126,7 +126,7 @@ fn fig3_stages_stop_at_down_sampling() {
     assert_eq!(names(&og, groups.iter().map(|g| g.nodes.clone())), stages);
     let splits: Vec<(usize, usize)> = groups
         .iter()
-        .map(|g| g.split.map(|s| (s.axis, s.factor)).unwrap())
+        .map(|g| g.split.as_ref().map(|s| (s.axis(), s.factor())).unwrap())
         .collect();
     assert_eq!(splits, [(0, 8), (0, 4), (0, 2), (0, 1)]);
 }

@@ -5,12 +5,13 @@
 mod common;
 
 use common::graph;
-use kiln_dsa::grouping::Grouping;
+use kiln_dsa::grouping::{Group, Grouping};
 use kiln_dsa::instances::{bfs_order, dfs_order, InstanceGraph};
 use kiln_dsa::opgraph::OpGraph;
 use kiln_dsa::scope::{
     bind_and_scope, cores_used, plain_binding, smaller_factors, transfers, Transfer,
 };
+use kiln_dsa::split_info::SplitCandidate;
 use kiln_dsa::DsaDesc;
 
 fn fig6() -> (OpGraph, InstanceGraph) {
@@ -128,4 +129,55 @@ fn algorithm4_binds_every_instance() {
     assert!(bind.iter().all(|b| !b.is_empty() && cores_used(b) <= 8));
     // The stage-1 instances (one image) use all cores over channels.
     assert!(bind[..8].iter().all(|b| b == &[1, 8, 1, 1]), "{bind:?}");
+}
+
+/// Instance edges through a halo: a ReLU and a padded 3×3 convolution
+/// each cut into 4 pieces of 8 rows; convolution piece k reads rows
+/// 8k − 1 .. 8k + 8 of the ReLU's output, so it depends on ReLU pieces
+/// k − 1, k and k + 1 (10 edges, not 16); a DFS runs each convolution
+/// piece as soon as the rows it reads are there.
+#[test]
+fn halo_edges_join_neighbouring_pieces() {
+    let g = common::load(
+        "graph \"t\" opsets [\"\"=17] {
+  input %x: f32[1,8,32,32]
+  input %w: f32[8,8,3,3]
+  node \"r\" %a: f32[1,8,32,32] = Relu(%x)
+  node \"c\" %b: f32[1,8,32,32] = Conv(%a, %w) {pads=[1,1,1,1]}
+  output %b
+}
+",
+    )
+    .unwrap();
+    let og = OpGraph::new(&g).unwrap();
+    let cut = |n: usize| Group {
+        nodes: vec![n],
+        split: Some(SplitCandidate {
+            split_ops: 1,
+            factors: vec![1, 1, 4, 1],
+            per_core_bytes: 0,
+            batch: false,
+        }),
+    };
+    let ig = InstanceGraph::new(&og, vec![cut(0), cut(1)]).unwrap();
+    let pairs: Vec<(usize, usize)> = ig
+        .edges
+        .iter()
+        .map(|e| (e.producer, e.consumer - 4))
+        .collect();
+    let expected = [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (2, 2),
+        (2, 3),
+        (3, 2),
+        (3, 3),
+    ];
+    assert_eq!(pairs, expected);
+    // Instances 0–3 are the ReLU's pieces, 4–7 the convolution's.
+    assert_eq!(dfs_order(&ig), [3, 2, 7, 1, 6, 0, 5, 4]);
 }

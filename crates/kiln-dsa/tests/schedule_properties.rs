@@ -8,8 +8,8 @@ mod common;
 
 use kiln_dsa::grouping::Grouping;
 use kiln_dsa::opgraph::OpGraph;
+use kiln_dsa::propagate::{instance_peak, propagate};
 use kiln_dsa::scope::{Scope, Transfer};
-use kiln_dsa::split_info::{instance_peak, propagate};
 use kiln_dsa::{graphturbo, per_layer, DsaDesc, Schedule};
 use kiln_ir::Graph;
 use proptest::prelude::*;
@@ -104,10 +104,13 @@ fn check_groups(og: &OpGraph, desc: &DsaDesc) {
         "groups partition the nodes"
     );
     let cores = u64::from(desc.cores_per_cluster);
-    for g in groups.iter().filter_map(|g| g.split.map(|s| (g, s))) {
+    for g in groups
+        .iter()
+        .filter_map(|g| g.split.as_ref().map(|s| (g, s)))
+    {
         let (group, split) = g;
-        let prop = propagate(og, &group.nodes, split.axis, split.factor);
-        let per_core = instance_peak(og, &group.nodes, &prop, split.factor).div_ceil(cores);
+        let prop = propagate(og, &group.nodes, &split.factors);
+        let per_core = instance_peak(og, &group.nodes, &prop).div_ceil(cores);
         assert_eq!(per_core, split.per_core_bytes);
         assert!(
             per_core <= desc.local_buffer.bytes,
