@@ -89,6 +89,17 @@ pub(super) fn rows(
         buffers,
         body,
     };
+    if let Some(last) = row_vars.last() {
+        let row_shaped_only = (0..group.nodes.len())
+            .all(|n| !after_reduction[n] || row_shaped(&group.nodes[n].te.shape, &row_extents));
+        let strided = reads_across_rows(&kernel, last) && !reduces_across_rows(&kernel, last);
+        if row_shaped_only && strided && !target.is_gpu() && !target.is_scratchpad() {
+            bail!(
+                "{}: a reduction along an outer axis with only a per-row epilogue: as rows it would read one element per row (its own nest reads vectors)",
+                group.nodes[reds[0]].label
+            );
+        }
+    }
     let schedule = if row_vars.is_empty() {
         // One row (all dimensions reduced): no output loops, which the
         // default rule schedules for the target.
@@ -135,11 +146,8 @@ fn row_level_values(
     for (n, node) in group.nodes.iter().enumerate() {
         let te = &node.te;
         let dims = real_dims(&te.shape);
-        let row_shaped = dims
-            .iter()
-            .map(|&l| te.shape[l])
-            .eq(row_extents.iter().copied());
-        let candidate = te.reduction.is_none() && after_reduction[n] && row_shaped;
+        let candidate =
+            te.reduction.is_none() && after_reduction[n] && row_shaped(&te.shape, row_extents);
         if !candidate || inliner.computed.contains_key(&n) || !is_read_inside(group, n) {
             continue;
         }
@@ -161,6 +169,15 @@ fn row_level_values(
         inliner.computed.insert(n, (value, point));
     }
     lets
+}
+
+/// Whether a node of `shape` holds one value per row (its dimensions
+/// other than 1 are the rows').
+fn row_shaped(shape: &[usize], row_extents: &[usize]) -> bool {
+    real_dims(shape)
+        .iter()
+        .map(|&l| shape[l])
+        .eq(row_extents.iter().copied())
 }
 
 /// The index of a node of the row's shape at the row being computed: its
@@ -408,6 +425,15 @@ fn loop_extent(k: &Kernel, var: &str) -> i64 {
 /// `last`, the innermost row variable) and none along their own innermost loops: a row's
 /// reduction would gather, a strip of rows reads vectors (`rows_across.rs`).
 fn reduces_across_rows(k: &Kernel, last: &str) -> bool {
+    let wide_locals = crate::ir::declared_locals(&k.body)
+        .iter()
+        .all(|(_, d)| matches!(d, DType::F32 | DType::F64));
+    wide_locals && reads_across_rows(k, last)
+}
+
+/// Whether the reductions of row program `k` read consecutive elements along its rows (loop
+/// `last`) and none along their own innermost loops.
+fn reads_across_rows(k: &Kernel, last: &str) -> bool {
     let mut reductions = Vec::new();
     k.body
         .iter()
@@ -424,10 +450,7 @@ fn reduces_across_rows(k: &Kernel, last: &str) -> bool {
             && loads.iter().any(|o| o.uses(last))
             && rowwise.clone().all(|o| o.unit_stride_aligned(last, 1))
     };
-    let wide_locals = crate::ir::declared_locals(&k.body)
-        .iter()
-        .all(|(_, d)| matches!(d, DType::F32 | DType::F64));
-    wide_locals && !reductions.is_empty() && reductions.iter().all(along_rows)
+    !reductions.is_empty() && reductions.iter().all(along_rows)
 }
 
 fn loop_named(s: &Stmt, v: &str) -> bool {
