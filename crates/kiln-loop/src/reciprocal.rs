@@ -1,9 +1,9 @@
 //! Dividing by a row's value as multiplying by its reciprocal: a row
 //! program's output loop that divides every element by the same reduced
 //! value (Softmax's `exp(x - max) / sum`) computes `1 / sum` once before
-//! the loop and multiplies by it. A vector division costs several times a
-//! multiplication on every x86 and Arm core, and in a Softmax over short
-//! rows it was a visible part of the kernel (BENCHMARKS, issue 20, session 19).
+//! the loop and multiplies by it: a vector division costs several times a
+//! multiplication on x86 and Arm cores (BENCHMARKS.md, session 19, has a
+//! Softmax before and after).
 //!
 //! Needs: a row body as the rows form builds it (`fused/rows.rs`), locals
 //! declared by `let` statements at its top level before the loops that

@@ -14,8 +14,8 @@
 //! multiply-add. When `L` is the vector length (8 channels per group on
 //! AVX2), a vector is one group and every lane takes the same channel: a
 //! broadcast load instead of a permutation, and eight pixels per task (no
-//! image vectors to hold), which ran twice as fast as the batched gemm,
-//! whose micro-kernel columns were half zeros there (BENCHMARKS, session 19).
+//! image vectors to hold), where the batched gemm's micro-kernel columns
+//! would be half zeros (BENCHMARKS.md, session 19, compares them).
 //!
 //! Needs: a spec batched over `G` groups with N = `L` and K = taps × `L`,
 //! A a [`WindowLayout::ChannelsLast`] window reading `L` channels per group
