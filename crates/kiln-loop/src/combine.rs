@@ -16,7 +16,7 @@
 //! updates no outer local is only marked parallel. Arg-reductions (whose
 //! steps must run in index order) are refused.
 
-use crate::ir::{reduced_locals, Combine, CombineMode, Loop, LoopKind, Stmt, Val};
+use crate::ir::{reduced_locals, renamed_updates, Combine, CombineMode, Loop, LoopKind, Stmt, Val};
 use crate::lower::identity;
 use kiln_ir::{bail, DType, Result};
 
@@ -42,7 +42,7 @@ pub fn parallel(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<
         let partial = format!("{name}_w");
         body = body
             .iter()
-            .map(|s| renamed_updates(s, &name, &partial))
+            .map(|s| renamed_updates(s, &|n, _| (n == name).then(|| partial.clone())))
             .collect();
         partials.push(Stmt::Let {
             name: partial.clone(),
@@ -69,30 +69,6 @@ fn mode_for(dtype: DType) -> CombineMode {
         CombineMode::Ordered
     } else {
         CombineMode::Atomic
-    }
-}
-
-/// `s` with its updates of local `from` (inside loops too) updating `to`.
-fn renamed_updates(s: &Stmt, from: &str, to: &str) -> Stmt {
-    match s {
-        Stmt::Update {
-            name,
-            combiner,
-            value,
-        } if name == from => Stmt::Update {
-            name: to.to_string(),
-            combiner: *combiner,
-            value: value.clone(),
-        },
-        Stmt::Loop(l) => Stmt::Loop(Loop {
-            body: l
-                .body
-                .iter()
-                .map(|s| renamed_updates(s, from, to))
-                .collect(),
-            ..l.clone()
-        }),
-        other => other.clone(),
     }
 }
 

@@ -751,6 +751,27 @@ pub fn find_loop<'a>(body: &'a [Stmt], var: &str) -> Option<&'a Loop> {
     })
 }
 
+/// `s` with each update (inside loops too) of a local that `rename(name,
+/// combiner)` gives a new name for updating that name instead.
+pub fn renamed_updates(s: &Stmt, rename: &dyn Fn(&str, Combiner) -> Option<String>) -> Stmt {
+    match s {
+        Stmt::Update {
+            name,
+            combiner,
+            value,
+        } => Stmt::Update {
+            name: rename(name, *combiner).unwrap_or_else(|| name.clone()),
+            combiner: *combiner,
+            value: value.clone(),
+        },
+        Stmt::Loop(l) => Stmt::Loop(Loop {
+            body: l.body.iter().map(|s| renamed_updates(s, rename)).collect(),
+            ..l.clone()
+        }),
+        other => other.clone(),
+    }
+}
+
 /// The locals `body` updates without declaring them (reductions carried
 /// in from outside it), with their combiners, each once, in order.
 pub fn reduced_locals(body: &[Stmt]) -> Vec<(String, Combiner)> {

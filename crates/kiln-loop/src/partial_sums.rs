@@ -13,7 +13,7 @@
 //! added once to the f64 total, they keep f32's full vector width at an
 //! error far below the conformance tolerance.
 
-use crate::ir::{reduced_locals, Loop, Stmt, Val};
+use crate::ir::{reduced_locals, renamed_updates, Loop, Stmt, Val};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::Combiner;
 
@@ -41,7 +41,11 @@ pub(crate) fn partial_sums(l: &Loop, dtype: DType) -> Result<Vec<Stmt>> {
     let body = l
         .body
         .iter()
-        .map(|s| renamed_updates(s, &sums, &partial))
+        .map(|s| {
+            renamed_updates(s, &|n, c| {
+                (c == Combiner::Sum && sums.iter().any(|m| m == n)).then(|| partial(n))
+            })
+        })
         .collect();
     out.push(Stmt::Loop(Loop { body, ..l.clone() }));
     out.extend(sums.iter().map(|n| Stmt::Update {
@@ -50,28 +54,4 @@ pub(crate) fn partial_sums(l: &Loop, dtype: DType) -> Result<Vec<Stmt>> {
         value: Val::Local(partial(n)),
     }));
     Ok(out)
-}
-
-/// `s` with its sum updates of the locals `sums` made updates of their partials.
-fn renamed_updates(s: &Stmt, sums: &[String], partial: &dyn Fn(&str) -> String) -> Stmt {
-    match s {
-        Stmt::Update {
-            name,
-            combiner: Combiner::Sum,
-            value,
-        } if sums.contains(name) => Stmt::Update {
-            name: partial(name),
-            combiner: Combiner::Sum,
-            value: value.clone(),
-        },
-        Stmt::Loop(inner) => Stmt::Loop(Loop {
-            body: inner
-                .body
-                .iter()
-                .map(|s| renamed_updates(s, sums, partial))
-                .collect(),
-            ..inner.clone()
-        }),
-        other => other.clone(),
-    }
 }
