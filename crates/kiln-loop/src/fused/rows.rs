@@ -34,38 +34,17 @@ pub(super) fn rows(
         inliner.bind(v, e as i64);
     }
     let after_reduction = reads_reductions(group);
-    let mut row_body = Vec::new();
-    for (j, &r) in reds.iter().enumerate() {
-        row_body.extend(row_reduction(
-            &mut inliner,
-            group,
-            j,
-            r,
-            &row_vars,
-            &row_extents,
-        )?);
-        row_body.extend(row_level_values(
-            &mut inliner,
-            &after_reduction,
-            &row_vars,
-            &row_extents,
-        ));
-    }
-    // Outputs that read no reduction are plain nests before the rows.
-    let mut before = Vec::new();
+    let rows_of = (row_vars.as_slice(), row_extents.as_slice());
+    let mut row_body = row_reductions(&mut inliner, &reds, &after_reduction, rows_of)?;
     let mut before_schedule = Schedule::default();
-    for (k, &n) in group.outputs.iter().enumerate() {
-        if group.nodes[n].te.reduction.is_none() && !after_reduction[n] {
-            let nest = node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?;
-            before.extend(scheduled_nest(
-                name,
-                nest,
-                &mut buffers,
-                &mut before_schedule,
-                target,
-            )?);
-        }
-    }
+    let before = outputs_before_rows(
+        group,
+        name,
+        &after_reduction,
+        &mut buffers,
+        &mut before_schedule,
+        target,
+    )?;
     for (k, &n) in group.outputs.iter().enumerate() {
         if group.nodes[n].te.reduction.is_none() && after_reduction[n] {
             row_body.extend(row_output(
@@ -89,17 +68,7 @@ pub(super) fn rows(
         buffers,
         body,
     };
-    if let Some(last) = row_vars.last() {
-        let row_shaped_only = (0..group.nodes.len())
-            .all(|n| !after_reduction[n] || row_shaped(&group.nodes[n].te.shape, &row_extents));
-        let strided = reads_across_rows(&kernel, last) && !reduces_across_rows(&kernel, last);
-        if row_shaped_only && strided && !target.is_gpu() && !target.is_scratchpad() {
-            bail!(
-                "{}: a reduction along an outer axis with only a per-row epilogue: as rows it would read one element per row (its own nest reads vectors)",
-                group.nodes[reds[0]].label
-            );
-        }
-    }
+    refuse_strided_epilogue(group, &kernel, rows_of, &after_reduction, target)?;
     let schedule = if row_vars.is_empty() {
         // One row (all dimensions reduced): no output loops, which the
         // default rule schedules for the target.
@@ -117,6 +86,53 @@ pub(super) fn rows(
     })
 }
 
+/// The outputs that read no reduction, as plain scheduled nests that run
+/// before the rows (their schedules appended to `schedule`).
+fn outputs_before_rows(
+    group: &GroupExpr,
+    name: &str,
+    after_reduction: &[bool],
+    buffers: &mut Vec<Buffer>,
+    schedule: &mut Schedule,
+    target: &TargetDesc,
+) -> Result<Vec<Stmt>> {
+    let mut before = Vec::new();
+    for (k, &n) in group.outputs.iter().enumerate() {
+        if group.nodes[n].te.reduction.is_none() && !after_reduction[n] {
+            let nest = node_nest(&mut Inliner::new(group), n, output_buffer(group, k), "acc")?;
+            before.extend(scheduled_nest(name, nest, buffers, schedule, target)?);
+        }
+    }
+    Ok(before)
+}
+
+/// An error (the planner's feedback) for a group whose only readers of
+/// its reductions are per-row nodes (APOLLO rule 7's output-space
+/// consumers) when the rows form would read one element per row: a
+/// reduction along an outer axis whose locals cannot run in strips across
+/// lanes. Split off, the reduction keeps its own vectorized nest.
+fn refuse_strided_epilogue(
+    group: &GroupExpr,
+    kernel: &Kernel,
+    (row_vars, row_extents): (&[String], &[usize]),
+    after_reduction: &[bool],
+    target: &TargetDesc,
+) -> Result<()> {
+    let Some(last) = row_vars.last() else {
+        return Ok(());
+    };
+    let row_shaped_only = (0..group.nodes.len())
+        .all(|n| !after_reduction[n] || row_shaped(&group.nodes[n].te.shape, row_extents));
+    let strided = reads_across_rows(kernel, last) && !reduces_across_rows(kernel, last);
+    if row_shaped_only && strided && !target.is_gpu() && !target.is_scratchpad() {
+        bail!(
+            "{}: a reduction along an outer axis with only a per-row epilogue: as rows it would read one element per row (its own nest reads vectors)",
+            group.nodes[reductions(group)[0]].label
+        );
+    }
+    Ok(())
+}
+
 /// For each node, whether it reads a reduction of the group, directly or
 /// through other nodes (one pass: nodes are in topological order).
 fn reads_reductions(group: &GroupExpr) -> Vec<bool> {
@@ -128,6 +144,28 @@ fn reads_reductions(group: &GroupExpr) -> Vec<bool> {
         });
     }
     reads
+}
+
+/// Every reduction `reds` of a row program in order, each followed by
+/// the per-row values that it completes.
+fn row_reductions(
+    inliner: &mut Inliner,
+    reds: &[usize],
+    after_reduction: &[bool],
+    (row_vars, row_extents): (&[String], &[usize]),
+) -> Result<Vec<Stmt>> {
+    let group = inliner.group;
+    let mut body = Vec::new();
+    for (j, &r) in reds.iter().enumerate() {
+        body.extend(row_reduction(inliner, group, j, r, row_vars, row_extents)?);
+        body.extend(row_level_values(
+            inliner,
+            after_reduction,
+            row_vars,
+            row_extents,
+        ));
+    }
+    Ok(body)
 }
 
 /// Nodes of the row's own shape computed from the reductions so far and
