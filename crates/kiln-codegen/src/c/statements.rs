@@ -123,7 +123,15 @@ impl Printer<'_> {
             Stmt::Alloc(b) => {
                 let b = &self.k.buffers[*b];
                 let ty = storage_type(b.dtype)?;
-                writeln!(self.out, "{pad}{ty} {}[{}];", b.name, b.numel().max(1)).ok();
+                let (name, n) = (&b.name, b.numel().max(1));
+                // Explicitly aligned, so GCC realigns the frame: GCC 12.2 placed a small
+                // array whose zeroing it vectorized with aligned stores at an address 8 mod
+                // 16 in a leaf function's red zone (a segfault; differential seed 59).
+                writeln!(
+                    self.out,
+                    "#if defined(__GNUC__) && !defined(__CUDACC__)\n{pad}{ty} {name}[{n}] __attribute__((aligned(64)));\n#else\n{pad}{ty} {name}[{n}];\n#endif"
+                )
+                .ok();
             }
         }
         Ok(())
