@@ -120,7 +120,6 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
     for d in &schedule.0 {
         match d {
             Directive::CacheRead { buf, at } => k = crate::cache::cache_read(&k, buf, at)?,
-            Directive::Parallel(var) => k.body = parallel(&k.body, var)?,
             _ => k.body = apply_one(&k.body, &mut k.buffers, d)?,
         }
     }
@@ -132,22 +131,6 @@ pub fn apply(k: &Kernel, schedule: &Schedule) -> Result<Kernel> {
         k.body = crate::guards::simplify_guards(&k.body);
     }
     Ok(k)
-}
-
-/// `body` with loop `var` parallel, a reduction it carries combined
-/// explicitly (`combine.rs`).
-fn parallel(body: &[Stmt], var: &str) -> Result<Vec<Stmt>> {
-    let locals = crate::ir::declared_locals(body);
-    let local_type = |name: &str| locals.iter().find(|(n, _)| *n == name).map(|&(_, d)| d);
-    let mut found = false;
-    let out = rewrite(body, var, &mut |l| {
-        found = true;
-        Ok(vec![Stmt::Loop(crate::combine::parallel(l, &local_type)?)])
-    })?;
-    if !found {
-        bail!("schedule: no loop '{var}' for parallel({var})");
-    }
-    Ok(out)
 }
 
 fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
@@ -166,10 +149,14 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
     };
+    // The types of the kernel's locals, which a parallel loop's partials
+    // take (`combine.rs`).
+    let locals = crate::ir::declared_locals(body);
+    let local_type = |name: &str| locals.iter().find(|(n, _)| *n == name).map(|&(_, t)| t);
     let mut found = false;
     let out = rewrite(body, target, &mut |l| {
         found = true;
-        rewrite_loop(l, buffers, d)
+        rewrite_loop(l, buffers, d, &local_type)
     })?;
     if !found {
         bail!("schedule: no loop '{target}' for {d}");
@@ -208,7 +195,12 @@ fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
     }
 }
 
-fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Vec<Stmt>> {
+fn rewrite_loop(
+    l: &Loop,
+    buffers: &mut Vec<Buffer>,
+    d: &Directive,
+    local_type: &dyn Fn(&str) -> Option<DType>,
+) -> Result<Vec<Stmt>> {
     match d {
         Directive::AccumulateOutward(_) => return accumulate_outward(l, buffers),
         Directive::Peel { at, .. } => return peel(l, at),
@@ -220,13 +212,17 @@ fn rewrite_loop(l: &Loop, buffers: &mut Vec<Buffer>, d: &Directive) -> Result<Ve
         }
         _ => {}
     }
-    rewrite_one(l, d).map(|s| vec![s])
+    rewrite_one(l, d, local_type).map(|s| vec![s])
 }
 
-fn rewrite_one(l: &Loop, d: &Directive) -> Result<Stmt> {
+fn rewrite_one(
+    l: &Loop,
+    d: &Directive,
+    local_type: &dyn Fn(&str) -> Option<DType>,
+) -> Result<Stmt> {
     let mark = |kind| Ok(Stmt::Loop(Loop { kind, ..l.clone() }));
     match d {
-        Directive::Parallel(_) => mark(LoopKind::Parallel),
+        Directive::Parallel(_) => Ok(Stmt::Loop(crate::combine::parallel(l, local_type)?)),
         Directive::Vectorize(_) => mark(LoopKind::Vectorized),
         Directive::Unroll(_) => mark(LoopKind::Unrolled),
         Directive::Split { var, factor } => split(l, var, *factor),
