@@ -13,8 +13,7 @@
 //! `Mul(X, v_inv)`, with `let v_inv = Reciprocal(v)` (same type) declared
 //! right before the first such loop. Each quotient may then differ from
 //! the division by one rounding (the reciprocal's): at most 1.5 ulp of the
-//! result, within every tolerance the ONNX tests use, and the same
-//! rewrite onnxruntime's and PyTorch's Softmax kernels make. Divisions by
+//! result, within every tolerance the ONNX tests use. Divisions by
 //! anything else (constants, values of the loop) are unchanged.
 
 use crate::ir::{Stmt, Val};
