@@ -179,7 +179,7 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
         "const long kiln_dy = kiln_tap / {kw} * {dh}, kiln_dx = kiln_tap % {kw} * {dw};"
     ));
     let broadcast = lanes.broadcast();
-    emit_tap_inputs(w, lanes, broadcast);
+    emit_tap_inputs(w, lanes);
     w.line(format!(
         "const float* kiln_w = {} + kiln_tap * {} + kiln_v * {};",
         lanes.weights,
@@ -211,9 +211,10 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 }
 
 /// Each pixel's input at the current tap: its channel vector (zero in
-/// the padding or past the last pixel), or with `broadcast` a pointer to
+/// the padding or past the last pixel), or when a vector is one group a pointer to
 /// its channels (to zeros there).
-fn emit_tap_inputs(w: &mut CWriter, lanes: &LaneGroups, broadcast: bool) {
+fn emit_tap_inputs(w: &mut CWriter, lanes: &LaneGroups) {
+    let broadcast = lanes.broadcast();
     let win = lanes.window;
     let ([h, iw], rows, channels) = (win.size, lanes.rows(), lanes.channels);
     if broadcast {
