@@ -61,6 +61,10 @@ pub fn prelude() -> String {
     s.push_str(
         "#define KILN_SET_ERR(e) __atomic_store_n(e, 1, __ATOMIC_RELAXED)\n#if defined(__clang__)\n#define KILN_UNROLL _Pragma(\"unroll\")\n#else\n#define KILN_UNROLL _Pragma(\"GCC unroll 16\")\n#endif\n",
     );
+    // Kept rolled: see `c/statements.rs` `holds_simd_reduction`.
+    s.push_str(
+        "#if defined(__GNUC__) && !defined(__clang__)\n#define KILN_ROLLED _Pragma(\"GCC unroll 1\")\n#else\n#define KILN_ROLLED\n#endif\n",
+    );
     s.push_str(INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
     s.push_str(half_blocks::HALF_BLOCKS);
@@ -209,6 +213,9 @@ pub(crate) struct Printer<'a> {
     narrowed: Vec<BlockAccess>,
     /// Block arrays declared so far (their names are numbered).
     block_arrays: usize,
+    /// The next loop is workshared by an `omp for` already printed before it
+    /// (`c/combine.rs`), so no other pragma may come between them.
+    workshared: bool,
 }
 
 impl<'a> Printer<'a> {
@@ -225,6 +232,7 @@ impl<'a> Printer<'a> {
             widened: Vec::new(),
             narrowed: Vec::new(),
             block_arrays: 0,
+            workshared: false,
         }
     }
 
@@ -308,6 +316,36 @@ mod tests {
     }
 
     /// Differential finding 268: GCC 12.2 gave a group of masked loads one vector's mask.
+    #[test]
+    fn loops_around_simd_reductions_stay_rolled() {
+        let split = "kernel k(in0: f32[4,768], out out0: f32[4]) {
+  for o in 0..4 {
+    let acc: f32 = 0.0:f32
+    for r0o in 0..2 {
+      vectorized for r0i in 0..min(512, 768 - 512*r0o) {
+        acc = sum(acc, in0[512*r0o + r0i + 768*o])
+      }
+    }
+    out0[o] = acc
+  }
+}";
+        let c = c_of(split).expect("C");
+        // Both serial loops hold the simd reduction; the simd loop itself is not marked.
+        assert_eq!(c.matches("KILN_ROLLED\n").count(), 2, "{c}");
+        assert!(c.contains("KILN_ROLLED\n    for (int64_t r0o = 0;"), "{c}");
+        let copy = "kernel k(in0: f32[4,768], out out0: f32[4,768]) {
+  for o in 0..4 {
+    for r0o in 0..2 {
+      vectorized for r0i in 0..min(512, 768 - 512*r0o) {
+        out0[512*r0o + r0i + 768*o] = in0[512*r0o + r0i + 768*o]
+      }
+    }
+  }
+}";
+        let c = c_of(copy).expect("C");
+        assert!(!c.contains("KILN_ROLLED\n"), "{c}");
+    }
+
     #[test]
     fn guarded_reads_are_conditional_only_where_gcc_cannot_mix_up_their_masks() {
         let window = "kernel k(in0: f32[3,3,5,3], out out0: f32[3,3,6,3]) {

@@ -59,6 +59,7 @@ impl Printer<'_> {
             kind: LoopKind::Serial,
             ..l.clone()
         };
+        self.workshared = true;
         self.stmt(&Stmt::Loop(serial), depth + 2)?;
         for v in &combined {
             self.end_of_thread(v.c, depth + 2)?;

@@ -144,6 +144,7 @@ impl Printer<'_> {
         let pad = "  ".repeat(depth);
         let bound = loop_bound(&l.extent);
         let blocks = self.open_half_blocks(l, &bound, &pad)?;
+        let workshared = std::mem::take(&mut self.workshared);
         let omp = match l.kind {
             LoopKind::Serial | LoopKind::Unrolled => None,
             LoopKind::Parallel => Some("omp parallel for"),
@@ -169,6 +170,8 @@ impl Printer<'_> {
             flagged = nan_locals;
         } else if l.kind == LoopKind::Unrolled {
             writeln!(self.out, "{pad}KILN_UNROLL").ok();
+        } else if !workshared && holds_simd_reduction(&l.body) {
+            writeln!(self.out, "{pad}KILN_ROLLED").ok();
         }
         writeln!(
             self.out,
@@ -258,4 +261,20 @@ impl Printer<'_> {
             self.idx(&first)?
         ))
     }
+}
+
+/// Whether `body` holds, at any depth of serial loops, an `omp simd` loop with
+/// reductions. GCC fully unrolls short constant-trip loops before it vectorizes,
+/// and the copies of a simd loop share its per-lane reduction arrays, which stops
+/// their vectorization: a LayerNorm row sum split in two blocks ran scalar at a
+/// third of the speed. Such loops are printed `KILN_ROLLED`, so GCC keeps them.
+fn holds_simd_reduction(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Loop(l) if l.kind == LoopKind::Vectorized => {
+            !kiln_loop::ir::reduced_locals(&l.body).is_empty()
+                || kiln_loop::ir::has_arg_reduction(&l.body)
+        }
+        Stmt::Loop(l) if l.kind != LoopKind::Parallel => holds_simd_reduction(&l.body),
+        _ => false,
+    })
 }

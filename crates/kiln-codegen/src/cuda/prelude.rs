@@ -104,6 +104,7 @@ typedef unsigned long long uint64_t;
 #define NAN __int_as_float(0x7fc00000)
 #define KILN_INLINE static __device__ __forceinline__
 #define KILN_UNROLL _Pragma("unroll")
+#define KILN_ROLLED
 #define KILN_OMP(x)
 /* each thread has its own error flag; the kernel publishes it at the end */
 #define KILN_SET_ERR(e) (*(e) = 1)
