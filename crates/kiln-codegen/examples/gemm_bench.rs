@@ -16,6 +16,9 @@
 //! `64 12544 147 --kernel 7 --stride 2` is ResNet-50's first convolution (`12544 64 147
 //! --rows --prepacked`: the same, pixels as rows).
 //!
+//! The cache blocking takes this machine's L1 and L2 sizes (`kiln_target::host`), as kiln's own
+//! compiles do.
+//!
 //! `--prepacked` packs B once before timing, as kiln does for a model's weights
 //! (`gemm_prepack_c`), so the timed calls read the packing (batch 1; B strided). `--cold-b COPIES`
 //! packs that many copies and the calls take them in turn: with more bytes than the last-level
@@ -320,7 +323,11 @@ fn main() {
 }
 
 fn run() -> Result<(), String> {
-    let args = parse_args()?;
+    let mut args = parse_args()?;
+    // The cache sizes kiln's own compiles give the gemm (`c.rs` `kernel_c`): this machine's.
+    let host = kiln_target::host();
+    args.tuning.l2_bytes = args.tuning.l2_bytes.or(Some(host.l2_per_core()));
+    args.tuning.l1_bytes = args.tuning.l1_bytes.or(Some(host.l1_per_core()));
     let spec = spec(&args);
     let mut gemm = gemm_c_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;
     let workspace = gemm_workspace_tuned(&spec, &args.tuning).map_err(|e| e.to_string())?;

@@ -211,3 +211,62 @@ fn concat_stays_channels_last_and_outside_the_next_gemm() -> Result<()> {
     }
     Ok(())
 }
+
+/// A ShuffleNet unit over two images: a stem, a channel split by two
+/// Slices, a 1x1 convolution on one half, a channel Concat and the channel
+/// shuffle (Reshape to groups, Transpose of the groups, Reshape back)
+/// before the next convolution.
+fn shuffle_network() -> String {
+    format!(
+        r#"graph "shuffle" opsets [""=17] {{
+  input %x: f32[2,3,9,8]
+  init %w0: f32[8,3,3,3] = [{}]
+  init %wb: f32[4,4,1,1] = [{}]
+  init %wn: f32[8,8,1,1] = [{}]
+  init %zero: i64[1] = [0]
+  init %four: i64[1] = [4]
+  init %eight: i64[1] = [8]
+  init %one: i64[1] = [1]
+  init %groups: i64[5] = [2, 2, 4, 9, 8]
+  init %merged: i64[4] = [2, 8, 9, 8]
+  node "stem" %s: f32[2,8,9,8] = Conv(%x, %w0) {{pads=[1,1,1,1]}}
+  node "left" %l: f32[2,4,9,8] = Slice(%s, %zero, %four, %one)
+  node "right" %r: f32[2,4,9,8] = Slice(%s, %four, %eight, %one)
+  node "branch" %b: f32[2,4,9,8] = Conv(%r, %wb)
+  node "concat" %c: f32[2,8,9,8] = Concat(%l, %b) {{axis=1}}
+  node "split_groups" %g: f32[2,2,4,9,8] = Reshape(%c, %groups)
+  node "shuffle" %t: f32[2,4,2,9,8] = Transpose(%g) {{perm=[0,2,1,3,4]}}
+  node "merge_groups" %m: f32[2,8,9,8] = Reshape(%t, %merged)
+  node "next" %y: f32[2,8,9,8] = Conv(%m, %wn)
+  output %y
+}}"#,
+        values(8 * 27, 21),
+        values(4 * 4, 22),
+        values(8 * 8, 23),
+    )
+}
+
+/// The shuffle unit stays channels-last through its Slices and its channel
+/// shuffle: one Transpose permutes the channels within each pixel (the
+/// groups' axes, last in the twin) and one is the output's; every planner
+/// gives the interpreter's results.
+#[test]
+fn channel_shuffle_stays_channels_last() -> Result<()> {
+    let src = shuffle_network();
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = optimized(&src, Layout::Auto)?;
+    let text = kiln_ir::text::print(&g);
+    assert_eq!(count(&g, "Transpose"), 2, "{text}");
+    let within_pixels = g.nodes.iter().any(|n| {
+        n.op == "Transpose" && n.attr_ints("perm").ok().flatten() == Some(&[0, 1, 2, 4, 3][..])
+    });
+    assert!(within_pixels, "{text}");
+    assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
+    for fusion in PlannerKind::ALL {
+        let model = compiled(&g, fusion)?;
+        assert_close(&model.run(&ins)?, &want, fusion.name())?;
+    }
+    Ok(())
+}

@@ -181,7 +181,7 @@ fn candidate(
         choice_allowed(
             packing.b,
             tuning.pack_b,
-            stride.is_some() && aligned,
+            stride.is_some() && aligned && !b_rows_pages_apart(spec, transposed),
             stride.is_some(),
         )
     };
@@ -233,6 +233,21 @@ fn b_rows_aligned(spec: &GemmSpec, transposed: bool, target: &VectorTarget) -> b
     View::new(b, transposed)
         .kernel_strides()
         .is_some_and(|(batch, row, _)| batch % vl == 0 && row % vl == 0)
+}
+
+/// Whether B's rows (kernel orientation) lie a whole number of 4 KiB pages apart. A panel's
+/// rows then share their address bits below the page size, which index an L1's sets (and the
+/// low bits of an L2's): the panel, reread for every A tile, keeps few of its lines cached.
+/// `gemm_bench 1024 N 1024 1 --pack-b 0|1` on Zen 4 (AVX2, 32 KiB L1, 1 MiB L2): in place ran
+/// at 60-70% of peak with rows 4, 8 or 16 KiB apart (N = 1024, 2048, 4096) against 63-81%
+/// packed, and at 90-96% against 83-91% packed with rows 256 B to 3 KiB apart (BENCHMARKS.md,
+/// session 20).
+fn b_rows_pages_apart(spec: &GemmSpec, transposed: bool) -> bool {
+    const PAGE_FLOATS: isize = 4096 / std::mem::size_of::<f32>() as isize;
+    let b = if transposed { &spec.a } else { &spec.b };
+    View::new(b, transposed)
+        .kernel_strides()
+        .is_some_and(|(_, row, _)| row != 0 && row % PAGE_FLOATS == 0)
 }
 
 /// The cache blocking of one (shape, orientation, packing) choice.
@@ -449,6 +464,21 @@ mod tests {
         assert!(!aligned.pack_b, "{aligned:?}");
         let misaligned = plan(&row_major(256, 196, 1024), &TARGETS[0], &Tuning::default());
         assert!(misaligned.pack_b, "{misaligned:?}");
+    }
+
+    #[test]
+    fn b_rows_whole_pages_apart_are_packed() {
+        let untransposed = Tuning {
+            transposed: Some(false),
+            ..Tuning::default()
+        };
+        for target in TARGETS {
+            // 1024 floats: rows 4 KiB apart; 768: 3 KiB apart.
+            let paged = plan(&row_major(1024, 1024, 1024), target, &untransposed);
+            assert!(paged.pack_b, "{paged:?}");
+            let unpaged = plan(&row_major(1024, 768, 1024), target, &untransposed);
+            assert!(!unpaged.pack_b, "{unpaged:?}");
+        }
     }
 
     #[test]

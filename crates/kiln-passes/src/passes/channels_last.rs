@@ -29,7 +29,14 @@
 //!   the twin along the permuted axes;
 //! - `Concat` with an input that has a twin joins the twins along the
 //!   permuted axis (DenseNet's, Inception's and SqueezeNet's channel
-//!   concatenations stay channels-last instead of transposing both ways).
+//!   concatenations stay channels-last instead of transposing both ways);
+//! - `Slice` with constant axes slices the twin along the permuted axes;
+//! - a `Reshape` that keeps the batch and image axes and only splits or
+//!   merges the channels, and a `Transpose` that only permutes the channel
+//!   axes, run on twins too. A twin then may hold several channel axes
+//!   (`[N, C/g, g, H, W]` is held as `[N, H, W, C/g, g]`, [`twin_perm`]),
+//!   so ShuffleNet's channel shuffle (Reshape, Transpose, Reshape) becomes a
+//!   permutation within each pixel instead of two whole-tensor transposes.
 //!
 //! Every rewritten node's original output stays defined, as a Transpose
 //! of its twin back to channels-first, so nodes the walk leaves alone
@@ -46,6 +53,8 @@ use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
 use kiln_ops::te::layout::{channels_last_perm, inverse, permuted, weights_last_perm};
 use kiln_ops::util::transpose;
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+mod moves;
 
 /// Which layout convolutions and pooling run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +116,7 @@ pub fn to_channels_last(g: &mut Graph) -> Result<bool> {
         names: g.values.iter().map(|v| v.name.clone()).collect(),
         g,
         twin: HashMap::new(),
+        grouped: HashMap::new(),
         out: Vec::with_capacity(nodes.len()),
     };
     for node in nodes {
@@ -129,6 +139,9 @@ struct Rewriter<'g> {
     names: HashSet<String>,
     /// Channels-first value → its channels-last twin.
     twin: HashMap<ValueId, ValueId>,
+    /// Channels-first value → its twin with `k > 1` channel axes, and `k`
+    /// ([`twin_perm`]): only reshapes and transposes read these.
+    grouped: HashMap<ValueId, (ValueId, usize)>,
     out: Vec<Node>,
 }
 
@@ -147,6 +160,15 @@ impl Rewriter<'_> {
         }
         if let Some(axis) = self.concat_axis(&node) {
             return self.concat(node, axis);
+        }
+        if let Some(axes) = self.slice_axes(&node) {
+            return self.slice(node, &axes);
+        }
+        if let Some((twin, dims, k)) = self.channel_reshape(&node) {
+            return self.reshape(node, twin, &dims, k);
+        }
+        if let Some((twin, perm, k)) = self.channel_transpose(&node) {
+            return self.transpose(node, twin, perm, k);
         }
         self.out.push(node);
         Ok(())
@@ -194,21 +216,43 @@ impl Rewriter<'_> {
 
     /// `node` with `inputs`, writing a new channels-last output; the
     /// original output becomes its transpose back.
-    fn rebuilt(&mut self, mut node: Node, inputs: Vec<Option<ValueId>>) -> Result<()> {
+    fn rebuilt(&mut self, node: Node, inputs: Vec<Option<ValueId>>) -> Result<()> {
+        self.rebuilt_with(node, inputs, 1)
+    }
+
+    /// [`Rewriter::rebuilt`] for an output twin with `k` channel axes.
+    fn rebuilt_with(
+        &mut self,
+        mut node: Node,
+        inputs: Vec<Option<ValueId>>,
+        k: usize,
+    ) -> Result<()> {
         let Some(y) = node.outputs.first().copied().flatten() else {
             kiln_ir::bail!("expected one output");
         };
         let Some(rank) = self.g.ty(y).shape.as_ref().map(|s| s.len()) else {
             kiln_ir::bail!("output shape unknown");
         };
-        let perm = channels_last_perm(rank);
+        let perm = twin_perm(rank, k);
         let yl = self.value(y, self.permuted_type(y, &perm));
         node.inputs = inputs;
         node.outputs = vec![Some(yl)];
         self.out.push(node);
         self.push_transpose(yl, y, &inverse(&perm));
-        self.twin.insert(y, yl);
+        if k == 1 {
+            self.twin.insert(y, yl);
+        } else {
+            self.grouped.insert(y, (yl, k));
+        }
         Ok(())
+    }
+
+    /// `v`'s twin and its number of channel axes.
+    fn layout_of(&self, v: ValueId) -> Option<(ValueId, usize)> {
+        match self.twin.get(&v) {
+            Some(&t) => Some((t, 1)),
+            None => self.grouped.get(&v).copied(),
+        }
     }
 
     /// The channels-last twin of `x`, made when it has none.
@@ -405,6 +449,16 @@ impl Rewriter<'_> {
             .insert("axis".to_string(), Attr::Int(position[axis] as i64));
         self.rebuilt(node, inputs)
     }
+}
+
+/// The permutation from a channels-first value of rank `rank` with `k`
+/// channel axes after the batch (`[N, C…, S…]`) to its twin
+/// `[N, S…, C…]`; `channels_last_perm(rank)` when `k` is 1.
+fn twin_perm(rank: usize, k: usize) -> Vec<usize> {
+    let mut p = vec![0];
+    p.extend(1 + k..rank);
+    p.extend(1..1 + k);
+    p
 }
 
 /// `node` as the `kiln.ChannelsLast` node with `attrs` (which name it).

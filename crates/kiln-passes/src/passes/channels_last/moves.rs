@@ -1,0 +1,135 @@
+//! The channels-last rewrite's data-movement rules: `Slice` with constant
+//! axes, and the `Reshape`s and `Transpose`s that touch only the channel
+//! axes (see the parent module's doc). Each runs the op on its input's
+//! twin with the axes, shape or permutation carried over to the twin's
+//! layout ([`twin_perm`]).
+
+use super::{twin_perm, Rewriter};
+use kiln_ir::{Attr, DType, Node, Result, Tensor, ValueId};
+use kiln_ops::te::layout::{channels_last_perm, inverse};
+
+impl Rewriter<'_> {
+    /// The axes of a `Slice` of a value with a (one channel axis) twin,
+    /// as channels-first axes in `0..rank`, when they are constant.
+    pub(super) fn slice_axes(&self, node: &Node) -> Option<Vec<usize>> {
+        if node.op != "Slice" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        self.twin.get(&x)?;
+        let rank = self.g.ty(x).shape.as_ref()?.len() as i64;
+        let axes = match node.inputs.get(3).copied().flatten() {
+            Some(a) => {
+                let t = self.g.constant(a)?.to_tensor().ok()?;
+                (t.dtype() == DType::I64).then(|| t.data.to_i64_vec().ok())??
+            }
+            None => {
+                let starts = node.inputs.get(1).copied().flatten()?;
+                let n = self.g.ty(starts).shape.as_ref()?.first().copied()?;
+                (0..n as i64).collect()
+            }
+        };
+        axes.iter()
+            .map(|&a| {
+                (-rank..rank)
+                    .contains(&a)
+                    .then(|| a.rem_euclid(rank) as usize)
+            })
+            .collect()
+    }
+
+    /// `node` (a Slice along channels-first `axes`) slicing its input's twin
+    /// along the permuted axes.
+    pub(super) fn slice(&mut self, node: Node, axes: &[usize]) -> Result<()> {
+        let Some(x) = node.inputs[0] else {
+            kiln_ir::bail!("a Slice without data");
+        };
+        let rank = self.g.ty(x).shape.as_ref().map_or(0, |s| s.len());
+        let position = inverse(&channels_last_perm(rank));
+        let moved: Vec<i64> = axes.iter().map(|&a| position[a] as i64).collect();
+        let like = node.inputs.get(3).copied().flatten().or(node.inputs[1]);
+        let Some(like) = like else {
+            kiln_ir::bail!("a Slice without starts");
+        };
+        let axes = self.constant(like, Tensor::from_vec(vec![moved.len()], moved)?);
+        let mut inputs = node.inputs.clone();
+        inputs.resize(inputs.len().max(4), None);
+        inputs[0] = Some(self.twin[&x]);
+        inputs[3] = Some(axes);
+        self.rebuilt(node, inputs)
+    }
+
+    /// A `Reshape` of a value with a twin that keeps the batch axis and the
+    /// image axes and reshapes only the channel axes between them: the
+    /// input's twin, the output twin's dims and its number of channel axes.
+    pub(super) fn channel_reshape(&self, node: &Node) -> Option<(ValueId, Vec<i64>, usize)> {
+        if node.op != "Reshape" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        let y = node.outputs[0]?;
+        let (twin, kx) = self.layout_of(x)?;
+        let xs = self.g.ty(x).shape.clone()?;
+        let ys = self.g.ty(y).shape.clone()?;
+        let images = xs.len().checked_sub(1 + kx)?;
+        let ky = ys.len().checked_sub(1 + images)?;
+        let kept = ky >= 1
+            && xs.first() == ys.first()
+            && xs[xs.len() - images..] == ys[ys.len() - images..];
+        let dims = twin_perm(ys.len(), ky)
+            .iter()
+            .map(|&a| ys[a] as i64)
+            .collect();
+        kept.then_some((twin, dims, ky))
+    }
+
+    /// `node` (see [`Rewriter::channel_reshape`]) reshaping `twin` to `dims`.
+    pub(super) fn reshape(
+        &mut self,
+        node: Node,
+        twin: ValueId,
+        dims: &[i64],
+        k: usize,
+    ) -> Result<()> {
+        let Some(shape) = node.inputs.get(1).copied().flatten() else {
+            kiln_ir::bail!("a Reshape without a shape");
+        };
+        let shape = self.constant(shape, Tensor::from_vec(vec![dims.len()], dims.to_vec())?);
+        self.rebuilt_with(node, vec![Some(twin), Some(shape)], k)
+    }
+
+    /// A `Transpose` of a value with a twin that keeps the batch axis and
+    /// the image axes in place and permutes only the channel axes: the
+    /// input's twin, the permutation of the twin and its channel axes.
+    pub(super) fn channel_transpose(&self, node: &Node) -> Option<(ValueId, Vec<i64>, usize)> {
+        if node.op != "Transpose" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        let (twin, k) = self.layout_of(x)?;
+        let rank = self.g.ty(x).shape.as_ref()?.len();
+        let perm = node.attr_ints("perm").ok()??;
+        let images = rank.checked_sub(1 + k)?;
+        let channels_only = perm.len() == rank
+            && perm[0] == 0
+            && (1 + k..rank).all(|i| perm[i] == i as i64)
+            && perm[1..1 + k].iter().all(|&p| (1..=k as i64).contains(&p));
+        // The twin is [N, images…, channels…]: its channel axis j is the
+        // input's channel axis perm[1 + j].
+        let mut moved: Vec<i64> = (0..=images as i64).collect();
+        moved.extend(perm[1..1 + k].iter().map(|&p| images as i64 + p));
+        channels_only.then_some((twin, moved, k))
+    }
+
+    /// `node` (see [`Rewriter::channel_transpose`]) permuting `twin` by `perm`.
+    pub(super) fn transpose(
+        &mut self,
+        mut node: Node,
+        twin: ValueId,
+        perm: Vec<i64>,
+        k: usize,
+    ) -> Result<()> {
+        node.attrs.insert("perm".to_string(), Attr::Ints(perm));
+        self.rebuilt_with(node, vec![Some(twin)], k)
+    }
+}
