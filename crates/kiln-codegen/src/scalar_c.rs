@@ -312,8 +312,10 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 ///
 /// `kiln_expf`, `kiln_tanhf` and `kiln_erff` are branch-free float
 /// arithmetic (no libm calls), so loops calling them vectorize: `expf` by
-/// range reduction `x = n·ln2 + r`, a degree-6 polynomial for `e^r` and
-/// `2^n` built in the exponent bits of two factors (relative error ≈ 2 ulp;
+/// range reduction `x = n·ln2 + r`, a degree-6 polynomial for `e^r` fitted
+/// by kiln (`scripts/fit_rational.py`; six multiply-adds, two fewer than
+/// the degree-7 Cephes form it replaced: BENCHMARKS.md, session 20) and
+/// `2^n` built in the exponent bits of two factors (relative error ≈ 1 ulp;
 /// overflow to inf, gradual underflow to 0, NaN kept); `tanh` and `erf` as `x·P(x²)/Q(x²)`
 /// on a clamped range, rational functions kiln fitted by iteratively
 /// reweighted least squares on the relative error
@@ -338,13 +340,13 @@ KILN_INLINE float kiln_expf(float x) {
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  /* e^r = 1 + r (1 + r q(r)), q fitted by scripts/fit_rational.py: six multiply-adds */
+  float q = 0.0013901895144954324f;
+  q = q * r + 0.008367503061890602f;
+  q = q * r + 0.04166682809591293f;
+  q = q * r + 0.16666531562805176f;
+  q = q * r + 0.5f;
+  float p = (q * r + 1.0f) * r + 1.0f;
   int32_t ni = (int32_t)n;
   int32_t half = ni >> 1;
   union { int32_t i; float f; } s1, s2;
