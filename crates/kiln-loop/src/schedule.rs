@@ -345,7 +345,11 @@ fn bounds_tail_of(body: &[Stmt], var: &str) -> bool {
 /// output after the reduction (`for v { out[o] = acc[v] }`). An f16 or bf16
 /// max or min accumulates in an f32 local buffer the same way: exact (the
 /// extreme is one of the values), without converting the output's 16-bit
-/// elements to float and back at every step.
+/// elements to float and back at every step. So does an f16 or bf16 sum or
+/// product the expression widens to f64: in f32, as an f32 output's sum
+/// accumulates in the f32 output itself, 13 bits finer than the f16 result
+/// it is rounded to once (f64 elements halve the vectors and add a
+/// conversion per step: BENCHMARKS.md, session 20).
 fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> {
     let [Stmt::Let {
         name,
@@ -375,6 +379,7 @@ fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> 
     );
     let dtype = match *dtype {
         d if d.is_half_float() && extreme => DType::F32,
+        DType::F64 if out_dtype.is_half_float() => DType::F32,
         d => d,
     };
     if dtype == out_dtype || !out_dtype.is_half_float() {
