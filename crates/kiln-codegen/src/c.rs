@@ -315,7 +315,8 @@ mod tests {
         assert!(err.contains("parallel loop 'r0' stores to out0"), "{err}");
     }
 
-    /// Differential finding 268: GCC 12.2 gave a group of masked loads one vector's mask.
+    /// A serial loop around a vectorized reduction is printed `KILN_ROLLED` (not one
+    /// around a vectorized copy): GCC's full unrolling left the copies of the simd sum scalar.
     #[test]
     fn loops_around_simd_reductions_stay_rolled() {
         let split = "kernel k(in0: f32[4,768], out out0: f32[4]) {
@@ -346,6 +347,7 @@ mod tests {
         assert!(!c.contains("KILN_ROLLED\n"), "{c}");
     }
 
+    /// Differential finding 268: GCC 12.2 gave a group of masked loads one vector's mask.
     #[test]
     fn guarded_reads_are_conditional_only_where_gcc_cannot_mix_up_their_masks() {
         let window = "kernel k(in0: f32[3,3,5,3], out out0: f32[3,3,6,3]) {
