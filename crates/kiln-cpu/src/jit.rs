@@ -13,13 +13,13 @@
 
 use crate::inputs::Input;
 use crate::memory::{
-    as_declared, data_ptr, from_bytes, reuse_or_new_output, AlignedBytes, OutputStorage,
+    as_declared, data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage,
 };
 use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
 use crate::weights::{prepack_all, raw_weights, Weights};
 use kiln_exec::{Exec, ExecPlan, Loc, Step};
 use kiln_fuse::{Plan, Planned};
-use kiln_ir::{bail, Data, Error, Graph, Result, Tensor, ValueId};
+use kiln_ir::{bail, Error, Graph, Result, Tensor, ValueId};
 use kiln_runtime::jit::{self, CompileReport, Library};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -94,9 +94,6 @@ pub struct CompileSummary {
 struct Scratch {
     arena: AlignedBytes,
     workspace: AlignedBytes,
-    /// Per graph output: the storage the last run returned, when kernels
-    /// wrote it in place (reused once its caller drops it).
-    kept_outputs: Vec<Option<Data>>,
 }
 
 pub struct CompiledModel {
@@ -226,7 +223,6 @@ impl CompiledModel {
             scratch: std::sync::Mutex::new(Scratch {
                 arena: AlignedBytes::new(plan.arena_bytes),
                 workspace: AlignedBytes::new(plan.workspace_bytes),
-                kept_outputs: Vec::new(),
             }),
             graph: program.graph,
             plan,
@@ -303,7 +299,6 @@ impl CompiledModel {
             .lock()
             .map_err(|_| Error::new("a previous run of this model panicked"))?;
         let scratch: &mut Scratch = &mut guard;
-        let fresh = self.fresh_outputs(std::mem::take(&mut scratch.kept_outputs))?;
         if let Some(set) = self.set_threads {
             // SAFETY: `kiln_set_threads(int)` from the loaded library.
             unsafe { set(self.threads as i32) };
@@ -313,7 +308,7 @@ impl CompiledModel {
             inputs,
             scratch,
             boxed: vec![None; self.plan.boxed],
-            fresh,
+            fresh: self.fresh_outputs()?,
             ptrs: Vec::new(),
             block_args: Vec::new(),
         };
@@ -332,34 +327,25 @@ impl CompiledModel {
             }
         }
         let fresh = std::mem::take(&mut run.fresh);
-        let mut kept = Vec::with_capacity(fresh.len());
-        let mut outs = Vec::with_capacity(fresh.len());
-        for (&o, storage) in self.graph.outputs.iter().zip(fresh) {
-            let in_place = storage.is_some();
-            let t = match storage {
-                Some(s) => s.into_tensor(self.graph.ty(o).shape.clone().unwrap_or_default())?,
-                None => run.read(o)?,
-            };
-            kept.push(in_place.then(|| t.data.clone()));
-            outs.push(t);
-        }
-        guard.kept_outputs = kept;
-        Ok(outs)
+        self.graph
+            .outputs
+            .iter()
+            .zip(fresh)
+            .map(|(&o, storage)| match storage {
+                Some(s) => s.into_tensor(self.graph.ty(o).shape.clone().unwrap_or_default()),
+                None => run.read(o),
+            })
+            .collect()
     }
 
-    /// Storage for the outputs kernels write in place, by output position:
-    /// `kept`'s (the last run's outputs) where their callers dropped them.
-    fn fresh_outputs(
-        &self,
-        mut kept: Vec<Option<Data>>,
-    ) -> Result<Vec<Option<Box<dyn OutputStorage>>>> {
+    /// Storage for the outputs kernels write in place, by output position.
+    fn fresh_outputs(&self) -> Result<Vec<Option<Box<dyn OutputStorage>>>> {
         let mut fresh: Vec<Option<Box<dyn OutputStorage>>> =
             (0..self.graph.outputs.len()).map(|_| None).collect();
         for (&v, &k) in &self.direct {
             let ty = self.graph.ty(ValueId(v as u32));
             let n = ty.shape.as_ref().map_or(0, |s| s.iter().product());
-            let last = kept.get_mut(k).and_then(Option::take);
-            fresh[k] = Some(reuse_or_new_output(last, ty.dtype, n)?);
+            fresh[k] = Some(output_storage(ty.dtype, n)?);
         }
         Ok(fresh)
     }

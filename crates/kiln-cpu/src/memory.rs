@@ -1,7 +1,7 @@
 //! Raw memory for the executors: aligned buffers, tensors' element
 //! addresses, tensors copied out of raw memory.
 
-use kiln_ir::{bail, with_dtype, DType, Data, Elem, Result, Tensor};
+use kiln_ir::{bail, with_dtype, DType, Elem, Result, Tensor};
 
 /// A zeroed, 64-byte aligned byte buffer.
 pub struct AlignedBytes {
@@ -121,53 +121,8 @@ impl<T: Elem> OutputStorage for Zeroed<T> {
     }
 }
 
-/// A previous run's output whose caller has dropped every handle on it,
-/// reused as is: kernels write every element of the outputs they write in
-/// place (as they do arena values, which are not cleared between runs), so
-/// the old values need no clearing. Saves the page faults of a fresh
-/// allocation, which cost a large output about as much as its kernel.
-struct Reused(Data);
-
-impl OutputStorage for Reused {
-    fn ptr(&mut self) -> Result<*mut u8> {
-        match unique_ptr(&mut self.0) {
-            Some(p) => Ok(p),
-            None => bail!("internal error: reused output storage is shared"),
-        }
-    }
-
-    fn into_tensor(self: Box<Self>, shape: Vec<usize>) -> Result<Tensor> {
-        Tensor::new(shape, self.0)
-    }
-}
-
-/// The address of `d`'s elements when no other handle shares them.
-fn unique_ptr(d: &mut Data) -> Option<*mut u8> {
-    kiln_ir::dispatch_num!(
-        d,
-        |v: T| std::sync::Arc::get_mut(v).map(|s| s.as_mut_ptr() as *mut u8),
-        None
-    )
-}
-
-/// Storage for `n` elements of `dtype`: `kept` (what the last run
-/// returned for this output) when its caller has dropped it and it has
-/// that type and size, else fresh zeroed storage.
-pub fn reuse_or_new_output(
-    kept: Option<Data>,
-    dtype: DType,
-    n: usize,
-) -> Result<Box<dyn OutputStorage>> {
-    if let Some(mut d) = kept {
-        if d.dtype() == dtype && d.len() == n && unique_ptr(&mut d).is_some() {
-            return Ok(Box::new(Reused(d)));
-        }
-    }
-    output_storage(dtype, n)
-}
-
 /// Zeroed storage for `n` elements of `dtype`, a numeric type or bool.
-fn output_storage(dtype: DType, n: usize) -> Result<Box<dyn OutputStorage>> {
+pub fn output_storage(dtype: DType, n: usize) -> Result<Box<dyn OutputStorage>> {
     use kiln_ir::tensor::{bf16, f16};
     use std::sync::Arc;
     Ok(match dtype {
