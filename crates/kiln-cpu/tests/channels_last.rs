@@ -79,6 +79,17 @@ fn compiled(g: &Graph, fusion: PlannerKind) -> Result<CompiledModel> {
     CompiledModel::compile(g, &opts)
 }
 
+/// `g` on `ins` gives `want` on the interpreter and on the CPU backend
+/// under every planner.
+fn gives_everywhere(g: &Graph, ins: &[kiln_ir::Tensor], want: &[kiln_ir::Tensor]) -> Result<()> {
+    assert_close(&kiln_interp::run(g, ins)?, want, "interpreter")?;
+    for fusion in PlannerKind::ALL {
+        let model = compiled(g, fusion)?;
+        assert_close(&model.run(ins)?, want, fusion.name())?;
+    }
+    Ok(())
+}
+
 /// `src` optimized under the automatic layout has four channels-last
 /// spatial ops, and runs with the original graph's interpreter results on
 /// the interpreter and on the CPU backend under every planner.
@@ -96,12 +107,7 @@ fn check_channels_last(src: &str) -> Result<()> {
     // the classifier (a reshape there: it moves unit axes only).
     assert_eq!(count(&g, "ChannelsLast"), 4, "{}", kiln_ir::text::print(&g));
     assert_eq!(count(&g, "Transpose"), 1, "{}", kiln_ir::text::print(&g));
-    assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
-    for fusion in PlannerKind::ALL {
-        let model = compiled(&g, fusion)?;
-        assert_close(&model.run(&ins)?, &want, fusion.name())?;
-    }
-    Ok(())
+    gives_everywhere(&g, &ins, &want)
 }
 
 #[test]
@@ -263,10 +269,5 @@ fn channel_shuffle_stays_channels_last() -> Result<()> {
         n.op == "Transpose" && n.attr_ints("perm").ok().flatten() == Some(&[0, 1, 2, 4, 3][..])
     });
     assert!(within_pixels, "{text}");
-    assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
-    for fusion in PlannerKind::ALL {
-        let model = compiled(&g, fusion)?;
-        assert_close(&model.run(&ins)?, &want, fusion.name())?;
-    }
-    Ok(())
+    gives_everywhere(&g, &ins, &want)
 }

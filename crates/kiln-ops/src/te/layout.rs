@@ -21,9 +21,16 @@ use kiln_ir::{ensure, Result};
 /// channels-last: axis `i` of the result is axis `perm[i]` of the input
 /// (`[0, 2, …, r-1, 1]`, as ONNX's Transpose reads `perm`).
 pub fn channels_last_perm(r: usize) -> Vec<usize> {
+    grouped_channels_last_perm(r, 1)
+}
+
+/// [`channels_last_perm`] for a rank-`r` tensor with `k` channel axes after
+/// the batch (`[N, C…, S…]` → `[N, S…, C…]`): a channel split into groups
+/// (`[N, g, C/g, H, W]`) keeps its groups last, in order.
+pub fn grouped_channels_last_perm(r: usize, k: usize) -> Vec<usize> {
     let mut p = vec![0];
-    p.extend(2..r);
-    p.push(1);
+    p.extend(1 + k..r);
+    p.extend(1..1 + k);
     p
 }
 

@@ -34,7 +34,7 @@
 //! - a `Reshape` that keeps the batch and image axes and only splits or
 //!   merges the channels, and a `Transpose` that only permutes the channel
 //!   axes, run on twins too. A twin then may hold several channel axes
-//!   (`[N, C/g, g, H, W]` is held as `[N, H, W, C/g, g]`, [`twin_perm`]),
+//!   (`[N, C/g, g, H, W]` is held as `[N, H, W, C/g, g]`, `grouped_channels_last_perm`),
 //!   so ShuffleNet's channel shuffle (Reshape, Transpose, Reshape) becomes a
 //!   permutation within each pixel instead of two whole-tensor transposes.
 //!
@@ -50,7 +50,9 @@
 
 use kiln_ir::{Attr, DType, Graph, Node, Result, Tensor, TensorType, ValueId};
 use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
-use kiln_ops::te::layout::{channels_last_perm, inverse, permuted, weights_last_perm};
+use kiln_ops::te::layout::{
+    channels_last_perm, grouped_channels_last_perm, inverse, permuted, weights_last_perm,
+};
 use kiln_ops::util::transpose;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -140,7 +142,7 @@ struct Rewriter<'g> {
     /// Channels-first value → its channels-last twin.
     twin: HashMap<ValueId, ValueId>,
     /// Channels-first value → its twin with `k > 1` channel axes, and `k`
-    /// ([`twin_perm`]): only reshapes and transposes read these.
+    /// (`grouped_channels_last_perm`): only reshapes and transposes read these.
     grouped: HashMap<ValueId, (ValueId, usize)>,
     out: Vec<Node>,
 }
@@ -233,7 +235,7 @@ impl Rewriter<'_> {
         let Some(rank) = self.g.ty(y).shape.as_ref().map(|s| s.len()) else {
             kiln_ir::bail!("output shape unknown");
         };
-        let perm = twin_perm(rank, k);
+        let perm = grouped_channels_last_perm(rank, k);
         let yl = self.value(y, self.permuted_type(y, &perm));
         node.inputs = inputs;
         node.outputs = vec![Some(yl)];
@@ -393,8 +395,12 @@ impl Rewriter<'_> {
         }
         let x = node.inputs.first().copied().flatten()?;
         self.twin.get(&x)?;
-        let axes = node.inputs.get(1).copied().flatten()?;
-        let t = self.g.constant(axes)?.to_tensor().ok()?;
+        self.constant_i64s(node.inputs.get(1).copied().flatten()?)
+    }
+
+    /// The values of `v` when it is a constant i64 tensor.
+    fn constant_i64s(&self, v: ValueId) -> Option<Vec<i64>> {
+        let t = self.g.constant(v)?.to_tensor().ok()?;
         (t.dtype() == DType::I64).then(|| t.data.to_i64_vec().ok())?
     }
 
@@ -449,16 +455,6 @@ impl Rewriter<'_> {
             .insert("axis".to_string(), Attr::Int(position[axis] as i64));
         self.rebuilt(node, inputs)
     }
-}
-
-/// The permutation from a channels-first value of rank `rank` with `k`
-/// channel axes after the batch (`[N, C…, S…]`) to its twin
-/// `[N, S…, C…]`; `channels_last_perm(rank)` when `k` is 1.
-fn twin_perm(rank: usize, k: usize) -> Vec<usize> {
-    let mut p = vec![0];
-    p.extend(1 + k..rank);
-    p.extend(1..1 + k);
-    p
 }
 
 /// `node` as the `kiln.ChannelsLast` node with `attrs` (which name it).

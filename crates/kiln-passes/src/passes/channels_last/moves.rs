@@ -2,11 +2,11 @@
 //! axes, and the `Reshape`s and `Transpose`s that touch only the channel
 //! axes (see the parent module's doc). Each runs the op on its input's
 //! twin with the axes, shape or permutation carried over to the twin's
-//! layout ([`twin_perm`]).
+//! layout (`grouped_channels_last_perm`).
 
-use super::{twin_perm, Rewriter};
-use kiln_ir::{Attr, DType, Node, Result, Tensor, ValueId};
-use kiln_ops::te::layout::{channels_last_perm, inverse};
+use super::Rewriter;
+use kiln_ir::{Attr, Node, Result, Tensor, ValueId};
+use kiln_ops::te::layout::{channels_last_perm, grouped_channels_last_perm, inverse};
 
 impl Rewriter<'_> {
     /// The axes of a `Slice` of a value with a (one channel axis) twin,
@@ -19,10 +19,7 @@ impl Rewriter<'_> {
         self.twin.get(&x)?;
         let rank = self.g.ty(x).shape.as_ref()?.len() as i64;
         let axes = match node.inputs.get(3).copied().flatten() {
-            Some(a) => {
-                let t = self.g.constant(a)?.to_tensor().ok()?;
-                (t.dtype() == DType::I64).then(|| t.data.to_i64_vec().ok())??
-            }
+            Some(a) => self.constant_i64s(a)?,
             None => {
                 let starts = node.inputs.get(1).copied().flatten()?;
                 let n = self.g.ty(starts).shape.as_ref()?.first().copied()?;
@@ -76,7 +73,7 @@ impl Rewriter<'_> {
         let kept = ky >= 1
             && xs.first() == ys.first()
             && xs[xs.len() - images..] == ys[ys.len() - images..];
-        let dims = twin_perm(ys.len(), ky)
+        let dims = grouped_channels_last_perm(ys.len(), ky)
             .iter()
             .map(|&a| ys[a] as i64)
             .collect();
@@ -114,11 +111,14 @@ impl Rewriter<'_> {
             && perm[0] == 0
             && (1 + k..rank).all(|i| perm[i] == i as i64)
             && perm[1..1 + k].iter().all(|&p| (1..=k as i64).contains(&p));
+        if !channels_only {
+            return None;
+        }
         // The twin is [N, images…, channels…]: its channel axis j is the
         // input's channel axis perm[1 + j].
         let mut moved: Vec<i64> = (0..=images as i64).collect();
         moved.extend(perm[1..1 + k].iter().map(|&p| images as i64 + p));
-        channels_only.then_some((twin, moved, k))
+        Some((twin, moved, k))
     }
 
     /// `node` (see [`Rewriter::channel_transpose`]) permuting `twin` by `perm`.
