@@ -101,11 +101,16 @@ pub trait OutputStorage {
     fn into_tensor(self: Box<Self>, shape: Vec<usize>) -> Result<Tensor>;
 }
 
-/// Zeroed shared storage of `T`s (all-zero bits are a value of every
-/// numeric type and of bool).
-struct Zeroed<T>(std::sync::Arc<[std::mem::MaybeUninit<T>]>);
+/// Shared storage of `T`s that a kernel writes in full before it becomes
+/// a tensor (`direct_outputs` in jit.rs: only a kernel's own outputs).
+/// Left uninitialised: clearing a fresh output at every run cost a
+/// Softmax over 9.4 MB about a third of its run (BENCHMARKS.md, session
+/// 21). Debug builds (the tests) fill it with [`Elem`]'s poison instead,
+/// so a kernel that left an element unwritten gives NaN or -1 there, not a
+/// plausible zero.
+struct Written<T>(std::sync::Arc<[std::mem::MaybeUninit<T>]>);
 
-impl<T: Elem> OutputStorage for Zeroed<T> {
+impl<T: Elem> OutputStorage for Written<T> {
     fn ptr(&mut self) -> Result<*mut u8> {
         match std::sync::Arc::get_mut(&mut self.0) {
             Some(s) => Ok(s.as_mut_ptr() as *mut u8),
@@ -114,31 +119,48 @@ impl<T: Elem> OutputStorage for Zeroed<T> {
     }
 
     fn into_tensor(self: Box<Self>, shape: Vec<usize>) -> Result<Tensor> {
-        // SAFETY: zeroed when made (a valid `T`: see `output_storage`),
-        // then only written with `T`s by kernels.
+        // SAFETY: the kernel that computes this output has written every
+        // element with a `T` (see `Written`).
         let data = unsafe { self.0.assume_init() };
         Tensor::new(shape, T::wrap_shared(data))
     }
 }
 
-/// Zeroed storage for `n` elements of `dtype`, a numeric type or bool.
+/// Storage for `n` elements of `T`, written in full by a kernel (see [`Written`]).
+fn written<T: Elem>(n: usize) -> Box<dyn OutputStorage> {
+    let mut s = std::sync::Arc::<[T]>::new_uninit_slice(n);
+    if cfg!(debug_assertions) {
+        // All-ones bytes: NaN in every float type, -1 or the maximum in
+        // integers; `true` for bool, whose other bytes are no value.
+        let poison = if T::DTYPE == DType::Bool { 1 } else { 0xff };
+        if let Some(s) = std::sync::Arc::get_mut(&mut s) {
+            // SAFETY: writes the slice's own `n` elements' bytes.
+            unsafe {
+                std::ptr::write_bytes(s.as_mut_ptr() as *mut u8, poison, std::mem::size_of_val(s))
+            };
+        }
+    }
+    Box::new(Written(s))
+}
+
+/// Storage for `n` elements of `dtype` (a numeric type or bool) that a kernel writes in
+/// full (see [`Written`]).
 pub fn output_storage(dtype: DType, n: usize) -> Result<Box<dyn OutputStorage>> {
     use kiln_ir::tensor::{bf16, f16};
-    use std::sync::Arc;
     Ok(match dtype {
-        DType::F32 => Box::new(Zeroed::<f32>(Arc::new_zeroed_slice(n))),
-        DType::F64 => Box::new(Zeroed::<f64>(Arc::new_zeroed_slice(n))),
-        DType::F16 => Box::new(Zeroed::<f16>(Arc::new_zeroed_slice(n))),
-        DType::BF16 => Box::new(Zeroed::<bf16>(Arc::new_zeroed_slice(n))),
-        DType::I8 => Box::new(Zeroed::<i8>(Arc::new_zeroed_slice(n))),
-        DType::I16 => Box::new(Zeroed::<i16>(Arc::new_zeroed_slice(n))),
-        DType::I32 => Box::new(Zeroed::<i32>(Arc::new_zeroed_slice(n))),
-        DType::I64 => Box::new(Zeroed::<i64>(Arc::new_zeroed_slice(n))),
-        DType::U8 => Box::new(Zeroed::<u8>(Arc::new_zeroed_slice(n))),
-        DType::U16 => Box::new(Zeroed::<u16>(Arc::new_zeroed_slice(n))),
-        DType::U32 => Box::new(Zeroed::<u32>(Arc::new_zeroed_slice(n))),
-        DType::U64 => Box::new(Zeroed::<u64>(Arc::new_zeroed_slice(n))),
-        DType::Bool => Box::new(Zeroed::<bool>(Arc::new_zeroed_slice(n))),
+        DType::F32 => written::<f32>(n),
+        DType::F64 => written::<f64>(n),
+        DType::F16 => written::<f16>(n),
+        DType::BF16 => written::<bf16>(n),
+        DType::I8 => written::<i8>(n),
+        DType::I16 => written::<i16>(n),
+        DType::I32 => written::<i32>(n),
+        DType::I64 => written::<i64>(n),
+        DType::U8 => written::<u8>(n),
+        DType::U16 => written::<u16>(n),
+        DType::U32 => written::<u32>(n),
+        DType::U64 => written::<u64>(n),
+        DType::Bool => written::<bool>(n),
         other => bail!("no output storage for {other} tensors"),
     })
 }

@@ -52,7 +52,10 @@ use crate::canonical::{
     coalesce_inward, output_nest, reduced_loops, x_reduced_loops, y_reducible, Coalescing,
 };
 use crate::gpu_map::rows::RowPart;
-use crate::ir::{find_loop, for_each_load, has_arg_reduction, Atom, Kernel, Loop, Stmt, Val};
+use crate::ir::{
+    find_loop, for_each_load, has_arg_reduction, Atom, Extent, Kernel, Loop, Stmt, Val,
+};
+use crate::lane_partials::straight_sums;
 use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ir::DType;
 use kiln_ops::te::Combiner;
@@ -124,7 +127,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return if target.is_gpu() || in_order {
             schedule
         } else {
-            scalar_reductions(k)
+            scalar_reductions(k, target)
         };
     }
     // A GPU coalesces every output loop whatever the offsets (threads take
@@ -272,39 +275,65 @@ pub const LANE_PARTIAL_TERMS: usize = 64;
 /// `extent` is `r`'s (`None`: unknown, plain vectorization).
 fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
     match extent.filter(|_| f32_sums(k)) {
-        Some(extent) => vector_partial_sums(r, extent, target),
+        Some(extent) => vector_partial_sums(k, r, extent, target),
         None => vec![Directive::Vectorize(r.to_string())],
     }
 }
 
-/// The directives that vectorize loop `r` (of `extent` iterations) summing f32 values into
-/// f64 locals: each block of [`partial_block`] iterations summed in f32 lanes, then once
-/// into the f64 locals (the loop split first when it is longer than a block).
-pub(crate) fn vector_partial_sums(r: &str, extent: i64, target: &TargetDesc) -> Vec<Directive> {
+/// The directives that vectorize loop `r` of `k` (of `extent` iterations) summing f32
+/// values into f64 locals: each block of at most [`partial_block`] iterations summed in f32
+/// lanes, then once into the f64 locals (the loop split first when it is longer than a
+/// block, into equal blocks when they divide it). A block of constant length whose body
+/// only loads, computes and sums keeps its sums in several vector accumulators
+/// (`lane_partials.rs`).
+pub(crate) fn vector_partial_sums(
+    k: &Kernel,
+    r: &str,
+    extent: i64,
+    target: &TargetDesc,
+) -> Vec<Directive> {
     let block = partial_block(target);
-    let dtype = DType::F32;
-    if extent <= block {
-        let var = r.to_string();
-        return vec![
-            Directive::PartialSums {
-                var: var.clone(),
-                dtype,
-            },
-            Directive::Vectorize(var),
-        ];
-    }
-    let (_, inner) = split_names(r);
-    vec![
-        Directive::Split {
+    let blocks = (extent + block - 1) / block;
+    let factor = if extent % blocks == 0 {
+        extent / blocks
+    } else {
+        block
+    };
+    let mut out = Vec::new();
+    let var = if blocks > 1 {
+        out.push(Directive::Split {
             var: r.to_string(),
-            factor: block,
-        },
-        Directive::PartialSums {
-            var: inner.clone(),
-            dtype,
-        },
-        Directive::Vectorize(inner),
-    ]
+            factor,
+        });
+        split_names(r).1
+    } else {
+        r.to_string()
+    };
+    out.push(Directive::PartialSums {
+        var: var.clone(),
+        dtype: DType::F32,
+    });
+    out.push(Directive::Vectorize(var.clone()));
+    let constant = extent % factor.min(extent) == 0;
+    out.extend(
+        find_loop(&k.body, r)
+            .filter(|_| constant)
+            .and_then(|l| lane_partials(l, &var, factor.min(extent), target)),
+    );
+    out
+}
+
+/// `lane_partials` for vectorized loop `var`, made from loop `l` of a kernel (split or
+/// not: the same body) and of `extent` iterations in every instance, when its f32 sums
+/// are straight-line and it is long enough for the partials to pay (two vectors of
+/// [`TargetDesc::sum_accumulators`]).
+fn lane_partials(l: &Loop, var: &str, extent: i64, target: &TargetDesc) -> Option<Directive> {
+    let lanes = (target.f32_lanes() * target.sum_accumulators()) as i64;
+    let constant = matches!(l.extent, Extent::Const(_));
+    (constant && extent >= 2 * lanes && straight_sums(l)).then(|| Directive::LanePartials {
+        var: var.to_string(),
+        lanes,
+    })
 }
 
 /// Values summed in f32 lanes before joining an f64 sum: [`LANE_PARTIAL_TERMS`]
@@ -397,7 +426,7 @@ fn accumulates_in_half_float(body: &[Stmt]) -> bool {
 /// a chunk (the C printer combines the threads' partial results in thread
 /// order: deterministic for a given thread count); each such output loop
 /// too ([`chunked_loop`]).
-fn scalar_reductions(k: &Kernel) -> Schedule {
+fn scalar_reductions(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
     // Only row programs: their reduction nests are proved to store nothing
     // two iterations share (`gpu_map::rows`), so chunks may run at once.
@@ -420,7 +449,10 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
         let vars: Vec<String> = loops.iter().map(|l| l.var.clone()).collect();
         let var = coalesce_inward(&mut current, &mut schedule, &vars, Coalescing::Full);
         let (o, i) = split_names(&var);
-        schedule.0.push(Directive::Split { var, factor: CHUNK });
+        schedule.0.push(Directive::Split {
+            var: var.clone(),
+            factor: CHUNK,
+        });
         schedule.0.push(Directive::Parallel(o));
         if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
             if f32_in_and_out(k) && sums_f32_values(k, &vars[0]) {
@@ -431,6 +463,12 @@ fn scalar_reductions(k: &Kernel) -> Schedule {
                     var: i.clone(),
                     dtype: DType::F32,
                 });
+                schedule.0.push(Directive::Vectorize(i.clone()));
+                let chunk = find_loop(&current.body, &var).filter(|_| total % CHUNK == 0);
+                schedule
+                    .0
+                    .extend(chunk.and_then(|l| lane_partials(l, &i, CHUNK, target)));
+                continue;
             }
             schedule.0.push(Directive::Vectorize(i));
         }

@@ -15,6 +15,7 @@ pub mod guards;
 pub mod inline_constants;
 pub mod ir;
 pub mod jam;
+mod lane_partials;
 pub mod lower;
 pub mod operand_scale;
 mod parse;

@@ -73,6 +73,13 @@ pub enum Directive {
         var: String,
         dtype: kiln_ir::DType,
     },
+    /// Vectorized loop `var`'s sums into outer locals kept in `lanes`
+    /// independent partials each, folded into them after the loop
+    /// (`lane_partials.rs`).
+    LanePartials {
+        var: String,
+        lanes: i64,
+    },
     /// Row loop `var`'s body (a row program) runs each statement across
     /// the loop's rows, innermost (`rows_across.rs`).
     RowsAcross(String),
@@ -99,6 +106,7 @@ impl std::fmt::Display for Directive {
             Directive::CacheRead { buf, at } => write!(f, "cache_read({buf}, {at})"),
             Directive::Jam { var, factor } => write!(f, "jam({var}, {factor})"),
             Directive::PartialSums { var, dtype } => write!(f, "partial_sums({var}, {dtype})"),
+            Directive::LanePartials { var, lanes } => write!(f, "lane_partials({var}, {lanes})"),
             Directive::Distribute(v) => write!(f, "distribute({v})"),
             Directive::RowsAcross(v) => write!(f, "rows_across({v})"),
         }
@@ -145,6 +153,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
         | Directive::PartialSums { var, .. }
+        | Directive::LanePartials { var, .. }
         | Directive::CacheRead { at: var, .. }
         | Directive::Fuse { outer: var, .. }
         | Directive::Reorder { outer: var, .. } => var,
@@ -210,6 +219,9 @@ fn rewrite_loop(
         Directive::PartialSums { dtype, .. } => {
             return crate::partial_sums::partial_sums(l, *dtype)
         }
+        Directive::LanePartials { lanes, .. } => {
+            return crate::lane_partials::lane_partials(l, *lanes, buffers, local_type)
+        }
         _ => {}
     }
     rewrite_one(l, d, local_type).map(|s| vec![s])
@@ -232,7 +244,8 @@ fn rewrite_one(
         | Directive::Peel { .. }
         | Directive::Distribute(_)
         | Directive::Jam { .. }
-        | Directive::PartialSums { .. } => {
+        | Directive::PartialSums { .. }
+        | Directive::LanePartials { .. } => {
             bail!("schedule: {d} rewrites into several statements")
         }
         Directive::CacheRead { .. } => bail!("schedule: {d} rewrites the kernel's buffers"),

@@ -88,6 +88,15 @@ impl TargetDesc {
         self.vector_bytes / 4
     }
 
+    /// Independent vector accumulators a loop that only loads and adds
+    /// keeps, so that consecutive vectors do not wait on each other's
+    /// addition: the adder's latency (3-4 cycles on current x86 and Arm
+    /// cores) at one or two additions a cycle needs 4-8; 4 already keeps
+    /// such a loop at the speed of its loads from L2 and beyond.
+    pub fn sum_accumulators(&self) -> usize {
+        4
+    }
+
     /// The cache level named `name` (`L1`, `L2`, `L3`).
     pub fn cache(&self, name: &str) -> Option<&MemLevel> {
         self.caches.iter().find(|c| c.name == name)

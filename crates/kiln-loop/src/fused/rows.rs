@@ -393,7 +393,7 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
             // would halve the vector width.
             Some(extent) if f32_row && crate::auto_schedule::sums_f32_values(k, &var) => directives
                 .extend(crate::auto_schedule::vector_partial_sums(
-                    &var, extent, target,
+                    k, &var, extent, target,
                 )),
             _ => directives.push(Directive::Vectorize(var)),
         }
