@@ -55,7 +55,7 @@ use crate::gpu_map::rows::RowPart;
 use crate::ir::{
     find_loop, for_each_load, has_arg_reduction, Atom, Extent, Kernel, Loop, Stmt, Val,
 };
-use crate::lane_partials::straight_sums;
+use crate::lane_partials::straight_reductions;
 use crate::schedule::{split_names, Directive, Schedule};
 use kiln_ir::DType;
 use kiln_ops::te::Combiner;
@@ -274,10 +274,14 @@ pub const LANE_PARTIAL_TERMS: usize = 64;
 /// the vector width).
 /// `extent` is `r`'s (`None`: unknown, plain vectorization).
 fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
-    match extent.filter(|_| f32_sums(k)) {
-        Some(extent) => vector_partial_sums(k, r, extent, target),
-        None => vec![Directive::Vectorize(r.to_string())],
+    if let Some(extent) = extent.filter(|_| f32_sums(k)) {
+        return vector_partial_sums(k, r, extent, target);
     }
+    let mut out = vec![Directive::Vectorize(r.to_string())];
+    if let (Some(l), Some(extent)) = (find_loop(&k.body, r), extent) {
+        out.extend(lane_partials(k, l, r, extent, target));
+    }
+    out
 }
 
 /// The directives that vectorize loop `r` of `k` (of `extent` iterations) summing f32
@@ -318,21 +322,31 @@ pub(crate) fn vector_partial_sums(
     out.extend(
         find_loop(&k.body, r)
             .filter(|_| constant)
-            .and_then(|l| lane_partials(l, &var, factor.min(extent), target)),
+            .and_then(|l| lane_partials(k, l, &var, factor.min(extent), target)),
     );
     out
 }
 
-/// `lane_partials` for vectorized loop `var`, made from loop `l` of a kernel (split or
-/// not: the same body) and of `extent` iterations in every instance, when its f32 sums
-/// are straight-line and it is long enough for the partials to pay (two vectors of
-/// [`TargetDesc::sum_accumulators`]).
-fn lane_partials(l: &Loop, var: &str, extent: i64, target: &TargetDesc) -> Option<Directive> {
+/// `lane_partials` for vectorized loop `var`, made from loop `l` of kernel `k` (split or
+/// not: the same body) and of `extent` iterations in every instance, when its float
+/// reductions are straight-line and it is long enough for the partials to pay (two
+/// vectors of [`TargetDesc::sum_accumulators`]).
+fn lane_partials(
+    k: &Kernel,
+    l: &Loop,
+    var: &str,
+    extent: i64,
+    target: &TargetDesc,
+) -> Option<Directive> {
     let lanes = (target.f32_lanes() * target.sum_accumulators()) as i64;
+    let locals = crate::ir::declared_locals(&k.body);
+    let local_type = |name: &str| locals.iter().find(|(n, _)| *n == name).map(|&(_, t)| t);
     let constant = matches!(l.extent, Extent::Const(_));
-    (constant && extent >= 2 * lanes && straight_sums(l)).then(|| Directive::LanePartials {
-        var: var.to_string(),
-        lanes,
+    (constant && extent >= 2 * lanes && straight_reductions(l, &local_type)).then(|| {
+        Directive::LanePartials {
+            var: var.to_string(),
+            lanes,
+        }
     })
 }
 
@@ -463,14 +477,12 @@ fn scalar_reductions(k: &Kernel, target: &TargetDesc) -> Schedule {
                     var: i.clone(),
                     dtype: DType::F32,
                 });
-                schedule.0.push(Directive::Vectorize(i.clone()));
-                let chunk = find_loop(&current.body, &var).filter(|_| total % CHUNK == 0);
-                schedule
-                    .0
-                    .extend(chunk.and_then(|l| lane_partials(l, &i, CHUNK, target)));
-                continue;
             }
-            schedule.0.push(Directive::Vectorize(i));
+            schedule.0.push(Directive::Vectorize(i.clone()));
+            let chunk = find_loop(&current.body, &var).filter(|_| total % CHUNK == 0);
+            schedule
+                .0
+                .extend(chunk.and_then(|l| lane_partials(&current, l, &i, CHUNK, target)));
         }
     }
     schedule

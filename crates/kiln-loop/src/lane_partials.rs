@@ -1,30 +1,35 @@
-//! Lane partials: a vectorized loop's sums kept in several independent
-//! vector accumulators (the `lane_partials(var, lanes)` directive).
+//! Lane partials: a vectorized loop's reductions kept in several
+//! independent vector accumulators (the `lane_partials(var, lanes)`
+//! directive).
 //!
 //! Needs: loop `var` of a constant extent, its body straight-line
 //! (`let`, stores, updates: no loops, no arg-reductions), every update a
-//! `sum` into a local declared outside the loop, whose type `local_type`
-//! knows.
-//! Guarantees: `for var in 0..E { …; acc = sum(acc, v) }` becomes
+//! sum, product, max or min into a float local declared outside the loop,
+//! whose type `local_type` knows.
+//! Guarantees: `for var in 0..E { …; acc = op(acc, v) }` becomes
 //!
 //! ```text
 //! alloc acc_l: T[lanes]
-//! for varl in 0..lanes { acc_l[varl] = 0 }
-//! for varb in 0..E/lanes { for varl in 0..lanes { …; acc_l[varl] = acc_l[varl] + v } }
-//! for var in 0..E%lanes { …; acc = sum(acc, v) }        (shifted past the blocks)
-//! for varl in 0..lanes { acc = sum(acc, acc_l[varl]) }
+//! for varl in 0..lanes { acc_l[varl] = identity }
+//! for varb in 0..E/lanes { for varl in 0..lanes { …; acc_l[varl] = Op(acc_l[varl], v) } }
+//! for var in 0..E%lanes { …; acc = op(acc, v) }        (shifted past the blocks)
+//! for varl in 0..lanes { acc = op(acc, acc_l[varl]) }
 //! ```
 //!
-//! with `varl` and the remainder loop of `var`'s kind, `varb` serial. The
-//! values are the same sums in another association (as a vectorized loop's
-//! reduction clause already reassociates them). Why: a vectorized sum keeps
-//! one vector accumulator, so a loop that only loads and adds waits on the
-//! adder's latency at every vector; `lanes` consecutive elements in a local
-//! array of constant size give the compiler that many lanes of independent
-//! accumulators, which it keeps in registers (BENCHMARKS.md, session 21).
+//! with `varl` and the remainder loop of `var`'s kind, `varb` serial; `T`
+//! is the local's type, f32 for an f16 or bf16 max or min (exact: the
+//! extreme is one of the values). The values are the same reductions in
+//! another association (as a vectorized loop's reduction clause already
+//! reassociates them; max and min keep NaN through the op's own rule).
+//! Why: a vectorized reduction keeps one vector accumulator, so a loop
+//! that only loads and adds waits on the adder's latency at every vector;
+//! `lanes` consecutive elements in a local array of constant size give the
+//! compiler that many lanes of independent accumulators, which it keeps in
+//! registers, and an f16 loop's conversions then come a register at a time
+//! (BENCHMARKS.md, session 21).
 
 use crate::ir::{reduced_locals, Buffer, Extent, Idx, Loop, LoopKind, Scope, Stmt, Val};
-use kiln_ir::{bail, DType, Result, Tensor};
+use kiln_ir::{bail, DType, Result};
 use kiln_ops::te::Combiner;
 
 /// Loop `l` with its sums into outer locals kept in `lanes` partials each (see the module
@@ -47,21 +52,26 @@ pub(crate) fn lane_partials(
             l.var
         );
     }
-    check_straight_sums(l)?;
+    check_straight_sums(l, local_type)?;
     let (block, lane) = (format!("{}b", l.var), format!("{}l", l.var));
     let at = Idx::var(&lane);
     let mut partials = Vec::new();
-    for (name, _) in reduced_locals(&l.body) {
-        let Some(dtype) = local_type(&name) else {
+    for (name, combiner) in reduced_locals(&l.body) {
+        let Some(dtype) = local_type(&name).map(|d| lane_type(d, combiner)) else {
             bail!(
-                "schedule: loop '{}' sums into undeclared local '{name}'",
+                "schedule: loop '{}' reduces into undeclared local '{name}'",
                 l.var
             );
         };
         let buffer = kiln_ir::unique_name(&format!("{name}_l"), &|n| {
             buffers.iter().any(|b| b.name == n)
         });
-        partials.push((name, dtype, buffers.len()));
+        partials.push(Partial {
+            name,
+            combiner,
+            dtype,
+            buf: buffers.len(),
+        });
         buffers.push(Buffer {
             name: buffer,
             dtype,
@@ -76,12 +86,13 @@ pub(crate) fn lane_partials(
         kind: l.kind,
         body,
     };
-    let mut out: Vec<Stmt> = partials.iter().map(|&(_, _, b)| Stmt::Alloc(b)).collect();
-    let mut zeros = Vec::new();
-    for &(_, dtype, buf) in &partials {
-        zeros.push(Stmt::store(buf, at.clone(), Val::Const(zero(dtype)?)));
+    let mut out: Vec<Stmt> = partials.iter().map(|p| Stmt::Alloc(p.buf)).collect();
+    let mut starts = Vec::new();
+    for p in &partials {
+        let identity = crate::lower::identity(p.dtype, p.combiner)?;
+        starts.push(Stmt::store(p.buf, at.clone(), Val::Const(identity)));
     }
-    out.push(Stmt::Loop(lane_loop(zeros)));
+    out.push(Stmt::Loop(lane_loop(starts)));
     let element = Idx::var(&block).scale(lanes).plus(&at);
     let blocked = l
         .body
@@ -109,53 +120,78 @@ pub(crate) fn lane_partials(
     }
     let folds = partials
         .iter()
-        .map(|(name, _, buf)| Stmt::Update {
-            name: name.clone(),
-            combiner: Combiner::Sum,
-            value: load(*buf, &at),
+        .map(|p| Stmt::Update {
+            name: p.name.clone(),
+            combiner: p.combiner,
+            value: load(p.buf, &at),
         })
         .collect();
     out.push(Stmt::Loop(lane_loop(folds)));
     Ok(out)
 }
 
-/// Fails unless `l`'s body is straight-line sums ([`straight_sums`]).
-fn check_straight_sums(l: &Loop) -> Result<()> {
-    if !straight_sums(l) {
+/// A local's partials: its name, combiner, and the local buffer of their type.
+struct Partial {
+    name: String,
+    combiner: Combiner,
+    dtype: DType,
+    buf: usize,
+}
+
+/// The type of the partials of a local of `dtype` reduced by `combiner`: its own, f32 for
+/// an f16 or bf16 max or min.
+fn lane_type(dtype: DType, combiner: Combiner) -> DType {
+    let extreme = matches!(combiner, Combiner::Max | Combiner::Min);
+    if extreme && dtype.is_half_float() {
+        DType::F32
+    } else {
+        dtype
+    }
+}
+
+/// Fails unless `l`'s body is straight-line reductions ([`straight_reductions`]).
+fn check_straight_sums(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<()> {
+    if !straight_reductions(l, local_type) {
         bail!(
-            "schedule: loop '{}' is not straight-line sums into outer locals: no lane partials",
+            "schedule: loop '{}' is not straight-line float reductions into outer locals: \
+             no lane partials",
             l.var
         );
     }
     Ok(())
 }
 
-/// Whether `l`'s body is straight-line (`let`, stores, updates) and updates outer locals,
-/// only by `sum`: what lane partials need.
-pub(crate) fn straight_sums(l: &Loop) -> bool {
+/// Whether `l`'s body is straight-line (`let`, stores, updates) and reduces into outer
+/// locals, only float ones (of `local_type`) and only by sum, product, max or min: what
+/// lane partials need.
+pub(crate) fn straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> bool {
     let straight = l.body.iter().all(|s| match s {
         Stmt::Let { .. } | Stmt::Store { .. } => true,
-        Stmt::Update { combiner, .. } => *combiner == Combiner::Sum,
+        Stmt::Update { combiner, .. } => !matches!(combiner, Combiner::And | Combiner::Or),
         _ => false,
     });
-    straight && !reduced_locals(&l.body).is_empty()
+    let reduced = reduced_locals(&l.body);
+    let floats = reduced
+        .iter()
+        .all(|(n, _)| local_type(n).is_some_and(|d| d.is_float()));
+    straight && !reduced.is_empty() && floats
 }
 
 /// `s` with an update of a local in `partials` turned into a read-modify-write of that
 /// local's partial at lane `at` (the value cast to the partial's type, which the local
 /// widened implicitly).
-fn lane_update(s: &Stmt, partials: &[(String, DType, usize)], at: &Idx) -> Stmt {
+fn lane_update(s: &Stmt, partials: &[Partial], at: &Idx) -> Stmt {
     let Stmt::Update { name, value, .. } = s else {
         return s.clone();
     };
-    let Some(&(_, dtype, buf)) = partials.iter().find(|(n, _, _)| n == name) else {
+    let Some(p) = partials.iter().find(|p| p.name == *name) else {
         return s.clone();
     };
-    let sum = Val::Call(
-        Combiner::Sum.scalar(),
-        vec![load(buf, at), Val::cast(dtype, value.clone())],
+    let combined = Val::Call(
+        p.combiner.scalar(),
+        vec![load(p.buf, at), Val::cast(p.dtype, value.clone())],
     );
-    Stmt::store(buf, at.clone(), sum)
+    Stmt::store(p.buf, at.clone(), combined)
 }
 
 fn load(buf: usize, at: &Idx) -> Val {
@@ -164,9 +200,4 @@ fn load(buf: usize, at: &Idx) -> Val {
         offset: at.clone(),
         guard: Vec::new(),
     }
-}
-
-/// A zero of `dtype` as a scalar constant.
-fn zero(dtype: DType) -> Result<Tensor> {
-    Tensor::new(vec![], kiln_ir::Data::from_f64(dtype, &[0.0])?)
 }

@@ -155,6 +155,10 @@ impl Printer<'_> {
             let locals = &self.locals;
             let (clause, nan_locals) = reduction_clause(l, &|n| locals.get(n).copied())?;
             let sections = array_reduction_clause(self.k, l)?;
+            if !nan_locals.is_empty() {
+                // A block of its own: another loop of the same local declares its flag too.
+                writeln!(self.out, "{pad}{{").ok();
+            }
             for name in &nan_locals {
                 let flag_type = nan_flag_type(self.locals.get(name).copied());
                 // Set when the local is NaN already: the lanes start from the identity and
@@ -196,6 +200,9 @@ impl Printer<'_> {
         writeln!(self.out, "{pad}}}").ok();
         for name in &flagged {
             writeln!(self.out, "{pad}if ({}) {name} = NAN;", nan_flag(name)).ok();
+        }
+        if !flagged.is_empty() {
+            writeln!(self.out, "{pad}}}").ok();
         }
         self.close_half_blocks(blocks, &bound, &pad)
     }
