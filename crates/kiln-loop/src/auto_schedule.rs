@@ -703,7 +703,8 @@ mod tests {
                 "fuse(r0, r1)",
                 "split(r0r1, 4096)",
                 "parallel(r0r1o)",
-                "vectorize(r0r1i)"
+                "vectorize(r0r1i)",
+                "lane_partials(r0r1i, 64)"
             ]
         );
         // Short ones stay on one thread; a GPU gets nothing here.

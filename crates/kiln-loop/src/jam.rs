@@ -69,16 +69,7 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
     })];
     let rest = extent % factor;
     if rest > 0 {
-        let shifted = Idx::var(&l.var).plus(&Idx::constant(jammed * factor));
-        out.push(Stmt::Loop(Loop {
-            extent: Extent::Const(rest),
-            body: l
-                .body
-                .iter()
-                .map(|s| s.substitute(&l.var, &shifted))
-                .collect(),
-            ..l.clone()
-        }));
+        out.push(Stmt::Loop(l.part(jammed * factor, rest)));
     }
     Ok(out)
 }

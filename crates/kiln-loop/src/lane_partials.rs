@@ -107,16 +107,7 @@ pub(crate) fn lane_partials(
     }));
     let done = extent - extent % lanes;
     if done < extent {
-        let shifted = Idx::var(&l.var).plus(&Idx::constant(done));
-        out.push(Stmt::Loop(Loop {
-            extent: Extent::Const(extent - done),
-            body: l
-                .body
-                .iter()
-                .map(|s| s.substitute(&l.var, &shifted))
-                .collect(),
-            ..l.clone()
-        }));
+        out.push(Stmt::Loop(l.part(done, extent - done)));
     }
     let folds = partials
         .iter()

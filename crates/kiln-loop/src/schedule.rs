@@ -507,23 +507,19 @@ fn peel(l: &Loop, at: &[i64]) -> Result<Vec<Stmt>> {
             l.var
         );
     }
-    let shifted = Idx::var(&l.var);
     Ok(bounds
         .windows(2)
         .map(|w| (w[0], w[1]))
         .filter(|(a, b)| b > a)
         .map(|(a, b)| {
-            let with = shifted.clone().plus(&Idx::constant(a));
             // One iteration gains nothing from a parallel loop's fork.
             let kind = match (l.kind, b - a) {
                 (LoopKind::Parallel, 1) => LoopKind::Serial,
                 (kind, _) => kind,
             };
             Stmt::Loop(Loop {
-                extent: Extent::Const(b - a),
-                body: l.body.iter().map(|s| s.substitute(&l.var, &with)).collect(),
                 kind,
-                ..l.clone()
+                ..l.part(a, b - a)
             })
         })
         .collect())

@@ -79,6 +79,23 @@ impl Val {
     }
 }
 
+impl Loop {
+    /// The loop's iterations `start..start + len` as a loop of its own from 0 (the
+    /// variable shifted by `start` in its body), of the same kind.
+    pub fn part(&self, start: i64, len: i64) -> Loop {
+        let with = Idx::var(&self.var).plus(&Idx::constant(start));
+        Loop {
+            extent: Extent::Const(len),
+            body: self
+                .body
+                .iter()
+                .map(|s| s.substitute(&self.var, &with))
+                .collect(),
+            ..self.clone()
+        }
+    }
+}
+
 impl Stmt {
     /// `buf[offset] = value`.
     pub fn store(buf: usize, offset: Idx, value: Val) -> Stmt {
