@@ -297,7 +297,7 @@ pub(crate) fn vector_partial_sums(
     target: &TargetDesc,
 ) -> Vec<Directive> {
     let block = partial_block(target);
-    let blocks = (extent + block - 1) / block;
+    let blocks = ((extent + block - 1) / block).max(1);
     let factor = if extent % blocks == 0 {
         extent / blocks
     } else {
@@ -318,11 +318,13 @@ pub(crate) fn vector_partial_sums(
         dtype: DType::F32,
     });
     out.push(Directive::Vectorize(var.clone()));
-    let constant = extent % factor.min(extent) == 0;
+    // Every block as long as the first (an empty loop has none).
+    let first = factor.min(extent);
+    let constant = first > 0 && extent % first == 0;
     out.extend(
         find_loop(&k.body, r)
             .filter(|_| constant)
-            .and_then(|l| lane_partials(k, l, &var, factor.min(extent), target)),
+            .and_then(|l| lane_partials(k, l, &var, first, target)),
     );
     out
 }
@@ -678,6 +680,26 @@ mod tests {
         assert_eq!(column_strip(384, &v4), 192);
         assert_eq!(column_strip(128, &v4), ROW_CHUNK);
         assert_eq!(column_strip(4096, &CpuPreset::X86_64V3.desc(2)), ROW_CHUNK);
+    }
+
+    #[test]
+    fn empty_rows_of_f32_sums_schedule_without_blocks() {
+        let k = parse_kernel(
+            "kernel k(in0: f32[4,0], out out0: f32[4]) {
+  for i0 in 0..4 {
+    let acc: f64 = 0.0:f64
+    for r0 in 0..0 {
+      acc = sum(acc, in0[r0])
+    }
+    out0[i0] = acc
+  }
+}",
+        )
+        .unwrap();
+        let s = default_schedule(&k, &CpuPreset::X86_64V4.desc(2));
+        let text: Vec<String> = s.0.iter().map(|d| d.to_string()).collect();
+        assert_eq!(text, ["partial_sums(r0, f32)", "vectorize(r0)"]);
+        crate::schedule::apply(&k, &s).unwrap();
     }
 
     #[test]
