@@ -105,8 +105,8 @@ pub trait OutputStorage {
 /// a tensor (`direct_outputs` in jit.rs: only a kernel's own outputs).
 /// Left uninitialised: clearing a fresh output at every run cost a
 /// Softmax over 9.4 MB about a third of its run (BENCHMARKS.md, session
-/// 21). Debug builds (the tests) fill it with [`Elem`]'s poison instead,
-/// so a kernel that left an element unwritten gives NaN or -1 there, not a
+/// 21). Debug builds (the tests) fill it with all-ones bytes instead, so
+/// a kernel that left an element unwritten gives NaN or -1 there, not a
 /// plausible zero.
 struct Written<T>(std::sync::Arc<[std::mem::MaybeUninit<T>]>);
 

@@ -32,8 +32,8 @@ use crate::ir::{reduced_locals, Buffer, Extent, Idx, Loop, LoopKind, Scope, Stmt
 use kiln_ir::{bail, DType, Result};
 use kiln_ops::te::Combiner;
 
-/// Loop `l` with its sums into outer locals kept in `lanes` partials each (see the module
-/// doc); new local buffers are appended to `buffers`.
+/// Loop `l` with its reductions into outer locals kept in `lanes` partials each (see the
+/// module doc); new local buffers are appended to `buffers`.
 pub(crate) fn lane_partials(
     l: &Loop,
     lanes: i64,
@@ -52,34 +52,10 @@ pub(crate) fn lane_partials(
             l.var
         );
     }
-    check_straight_sums(l, local_type)?;
+    check_straight_reductions(l, local_type)?;
     let (block, lane) = (format!("{}b", l.var), format!("{}l", l.var));
     let at = Idx::var(&lane);
-    let mut partials = Vec::new();
-    for (name, combiner) in reduced_locals(&l.body) {
-        let Some(dtype) = local_type(&name).map(|d| lane_type(d, combiner)) else {
-            bail!(
-                "schedule: loop '{}' reduces into undeclared local '{name}'",
-                l.var
-            );
-        };
-        let buffer = kiln_ir::unique_name(&format!("{name}_l"), &|n| {
-            buffers.iter().any(|b| b.name == n)
-        });
-        partials.push(Partial {
-            name,
-            combiner,
-            dtype,
-            buf: buffers.len(),
-        });
-        buffers.push(Buffer {
-            name: buffer,
-            dtype,
-            shape: vec![lanes as usize],
-            output: false,
-            scope: Scope::Local,
-        });
-    }
+    let partials = partial_buffers(l, lanes, buffers, local_type)?;
     let lane_loop = |body: Vec<Stmt>| Loop {
         var: lane.clone(),
         extent: Extent::Const(lanes),
@@ -121,6 +97,42 @@ pub(crate) fn lane_partials(
     Ok(out)
 }
 
+/// One local buffer of `lanes` partials for each outer local `l` reduces into, appended to
+/// `buffers`.
+fn partial_buffers(
+    l: &Loop,
+    lanes: i64,
+    buffers: &mut Vec<Buffer>,
+    local_type: &dyn Fn(&str) -> Option<DType>,
+) -> Result<Vec<Partial>> {
+    let mut partials = Vec::new();
+    for (name, combiner) in reduced_locals(&l.body) {
+        let Some(dtype) = local_type(&name).map(|d| lane_type(d, combiner)) else {
+            bail!(
+                "schedule: loop '{}' reduces into undeclared local '{name}'",
+                l.var
+            );
+        };
+        let buffer = kiln_ir::unique_name(&format!("{name}_l"), &|n| {
+            buffers.iter().any(|b| b.name == n)
+        });
+        partials.push(Partial {
+            name,
+            combiner,
+            dtype,
+            buf: buffers.len(),
+        });
+        buffers.push(Buffer {
+            name: buffer,
+            dtype,
+            shape: vec![lanes as usize],
+            output: false,
+            scope: Scope::Local,
+        });
+    }
+    Ok(partials)
+}
+
 /// A local's partials: its name, combiner, and the local buffer of their type.
 struct Partial {
     name: String,
@@ -141,7 +153,7 @@ fn lane_type(dtype: DType, combiner: Combiner) -> DType {
 }
 
 /// Fails unless `l`'s body is straight-line reductions ([`straight_reductions`]).
-fn check_straight_sums(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<()> {
+fn check_straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<()> {
     if !straight_reductions(l, local_type) {
         bail!(
             "schedule: loop '{}' is not straight-line float reductions into outer locals: \
