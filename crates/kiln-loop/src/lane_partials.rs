@@ -4,8 +4,8 @@
 //!
 //! Needs: loop `var` of a constant extent, its body straight-line
 //! (`let`, stores, updates: no loops, no arg-reductions), every update a
-//! sum, product, max or min into a float local declared outside the loop,
-//! whose type `local_type` knows.
+//! sum, product, max or min into a float local declared outside the loop
+//! (whose type `local_type` knows) that the body does not read.
 //! Guarantees: `for var in 0..E { …; acc = op(acc, v) }` becomes
 //!
 //! ```text
@@ -156,8 +156,8 @@ fn lane_type(dtype: DType, combiner: Combiner) -> DType {
 fn check_straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<()> {
     if !straight_reductions(l, local_type) {
         bail!(
-            "schedule: loop '{}' is not straight-line float reductions into outer locals: \
-             no lane partials",
+            "schedule: loop '{}' is not straight-line float reductions into outer locals \
+             it does not read: no lane partials",
             l.var
         );
     }
@@ -165,8 +165,8 @@ fn check_straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType
 }
 
 /// Whether `l`'s body is straight-line (`let`, stores, updates) and reduces into outer
-/// locals, only float ones (of `local_type`) and only by sum, product, max or min: what
-/// lane partials need.
+/// locals, only float ones (of `local_type`), only by sum, product, max or min, and
+/// without reading them: what lane partials need.
 pub(crate) fn straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> bool {
     let straight = l.body.iter().all(|s| match s {
         Stmt::Let { .. } | Stmt::Store { .. } => true,
@@ -177,7 +177,11 @@ pub(crate) fn straight_reductions(l: &Loop, local_type: &dyn Fn(&str) -> Option<
     let floats = reduced
         .iter()
         .all(|(n, _)| local_type(n).is_some_and(|d| d.is_float()));
-    straight && !reduced.is_empty() && floats
+    // A body that reads a local it reduces would read the outer local, not the lanes'.
+    let mut read = Vec::new();
+    crate::gpu_map::locals_read(&l.body, &mut read);
+    let unread = reduced.iter().all(|(n, _)| !read.contains(n));
+    straight && !reduced.is_empty() && floats && unread
 }
 
 /// `s` with an update of a local in `partials` turned into a read-modify-write of that
@@ -202,5 +206,75 @@ fn load(buf: usize, at: &Idx) -> Val {
         buf,
         offset: at.clone(),
         guard: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::schedule::{apply, Directive, Schedule};
+
+    fn lanes(var: &str, lanes: i64) -> Schedule {
+        Schedule(vec![
+            Directive::Vectorize(var.into()),
+            Directive::LanePartials {
+                var: var.into(),
+                lanes,
+            },
+        ])
+    }
+
+    #[test]
+    fn a_row_sum_keeps_lane_partials_and_a_remainder() {
+        let k = crate::parse_kernel(
+            "kernel k(in0: f32[3,20], out out0: f32[3]) {
+  for i0 in 0..3 {
+    let acc: f32 = 0.0:f32
+    for r0 in 0..20 {
+      acc = sum(acc, in0[20*i0 + r0])
+    }
+    out0[i0] = acc
+  }
+}",
+        )
+        .unwrap();
+        let got = apply(&k, &lanes("r0", 8)).unwrap().to_string();
+        let want = "kernel k(in0: f32[3,20], out out0: f32[3]) {
+  for i0 in 0..3 {
+    let acc: f32 = 0.0:f32
+    alloc acc_l: f32[8]
+    vectorized for r0l in 0..8 {
+      acc_l[r0l] = 0.0:f32
+    }
+    for r0b in 0..2 {
+      vectorized for r0l in 0..8 {
+        acc_l[r0l] = Add(acc_l[r0l], Cast{to=1}(in0[20*i0 + 8*r0b + r0l]))
+      }
+    }
+    vectorized for r0 in 0..4 {
+      acc = sum(acc, in0[20*i0 + r0 + 16])
+    }
+    vectorized for r0l in 0..8 {
+      acc = sum(acc, acc_l[r0l])
+    }
+    out0[i0] = acc
+  }
+}";
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_body_reading_its_own_reduction_is_refused() {
+        let k = crate::parse_kernel(
+            "kernel k(in0: f32[20], out out0: f32[20]) {
+  let acc: f32 = -inf:f32
+  for r0 in 0..20 {
+    acc = max(acc, in0[r0])
+    out0[r0] = acc
+  }
+}",
+        )
+        .unwrap();
+        let err = apply(&k, &lanes("r0", 8)).unwrap_err().to_string();
+        assert!(err.contains("no lane partials"), "{err}");
     }
 }
