@@ -44,6 +44,11 @@
 //! On a scratchpad target (DSA) none does: the plain nest is tiled for
 //! its local buffers by `kiln_dsa::tiling`.
 //!
+//! Its parts, one job each: `vector_sums.rs` (the vectorized sums of step
+//! 4: f32 partial sums and lane partials), `scalar.rs` (kernels without
+//! output loops), `bounds.rs` (where bounds checks hold, for peeling),
+//! `transpose.rs` (step 2's blocked copy).
+//!
 //! The chunk sizes and the work threshold are constants of the algorithm,
 //! the same for every target (see each); what depends on the machine is
 //! read from the [`TargetDesc`].
@@ -51,17 +56,22 @@
 use crate::canonical::{
     coalesce_inward, output_nest, reduced_loops, x_reduced_loops, y_reducible, Coalescing,
 };
-use crate::gpu_map::rows::RowPart;
-use crate::ir::{
-    find_loop, for_each_load, has_arg_reduction, Atom, Extent, Kernel, Loop, Stmt, Val,
-};
-use crate::lane_partials::straight_reductions;
+use crate::ir::{find_loop, for_each_load, has_arg_reduction, Atom, Kernel, Loop, Stmt};
 use crate::schedule::{split_names, Directive, Schedule};
-use kiln_ir::DType;
 use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
+mod bounds;
+mod scalar;
 mod transpose;
+mod vector_sums;
+
+use bounds::guard_cuts;
+pub(crate) use bounds::interior;
+use scalar::scalar_reductions;
+use vector_sums::vector_sum;
+pub use vector_sums::LANE_PARTIAL_TERMS;
+pub(crate) use vector_sums::{f32_in_and_out, sums_f32_values, vector_partial_sums};
 
 /// Elements per parallel chunk of a fully coalesced loop. The granularity
 /// of the work split, not a cache size (each element streams through once
@@ -262,159 +272,6 @@ fn coalesce_reductions(current: &mut Kernel, schedule: &mut Schedule) {
     }
 }
 
-/// Values a vector lane adds in f32 before its partial joins an f64 sum
-/// ([`vector_sum`]): the error of a 64-term f32 sum stays below 1e-5 relative.
-pub const LANE_PARTIAL_TERMS: usize = 64;
-
-/// The directives that vectorize reduction loop `r` of `k`: when it sums
-/// f32 values into f64 accumulators (an f32 output's widened sum, PANAMERA's
-/// x-reduce), it runs in blocks of [`LANE_PARTIAL_TERMS`] values per lane
-/// of the target, each summed in f32 lanes and added to the f64 total once
-/// (`partial_sums.rs`), instead of converting every element to f64 (half
-/// the vector width).
-/// `extent` is `r`'s (`None`: unknown, plain vectorization).
-fn vector_sum(k: &Kernel, r: &str, extent: Option<i64>, target: &TargetDesc) -> Vec<Directive> {
-    if let Some(extent) = extent.filter(|_| f32_sums(k)) {
-        return vector_partial_sums(k, r, extent, target);
-    }
-    let mut out = vec![Directive::Vectorize(r.to_string())];
-    if let (Some(l), Some(extent)) = (find_loop(&k.body, r), extent) {
-        out.extend(lane_partials(k, l, r, extent, target));
-    }
-    out
-}
-
-/// The directives that vectorize loop `r` of `k` (of `extent` iterations) summing f32
-/// values into f64 locals: each block of at most [`partial_block`] iterations summed in f32
-/// lanes, then once into the f64 locals (the loop split first when it is longer than a
-/// block, into equal blocks when they divide it). A block of constant length whose body
-/// only loads, computes and sums keeps its sums in several vector accumulators
-/// (`lane_partials.rs`).
-pub(crate) fn vector_partial_sums(
-    k: &Kernel,
-    r: &str,
-    extent: i64,
-    target: &TargetDesc,
-) -> Vec<Directive> {
-    let block = partial_block(target);
-    let blocks = ((extent + block - 1) / block).max(1);
-    let factor = if extent % blocks == 0 {
-        extent / blocks
-    } else {
-        block
-    };
-    let mut out = Vec::new();
-    let var = if blocks > 1 {
-        out.push(Directive::Split {
-            var: r.to_string(),
-            factor,
-        });
-        split_names(r).1
-    } else {
-        r.to_string()
-    };
-    out.push(Directive::PartialSums {
-        var: var.clone(),
-        dtype: DType::F32,
-    });
-    out.push(Directive::Vectorize(var.clone()));
-    // Every block as long as the first (an empty loop has none).
-    let first = factor.min(extent);
-    let constant = first > 0 && extent % first == 0;
-    out.extend(
-        find_loop(&k.body, r)
-            .filter(|_| constant)
-            .and_then(|l| lane_partials(k, l, &var, first, target)),
-    );
-    out
-}
-
-/// `lane_partials` for vectorized loop `var`, made from loop `l` of kernel `k` (split or
-/// not: the same body) and of `extent` iterations in every instance, when its float
-/// reductions are straight-line and it is long enough for the partials to pay (two
-/// vectors of [`TargetDesc::sum_accumulators`]).
-fn lane_partials(
-    k: &Kernel,
-    l: &Loop,
-    var: &str,
-    extent: i64,
-    target: &TargetDesc,
-) -> Option<Directive> {
-    let lanes = (target.f32_lanes() * target.sum_accumulators()) as i64;
-    let locals = crate::ir::declared_locals(&k.body);
-    let local_type = |name: &str| locals.iter().find(|(n, _)| *n == name).map(|&(_, t)| t);
-    let constant = matches!(l.extent, Extent::Const(_));
-    (constant && extent >= 2 * lanes && straight_reductions(l, &local_type)).then(|| {
-        Directive::LanePartials {
-            var: var.to_string(),
-            lanes,
-        }
-    })
-}
-
-/// Values summed in f32 lanes before joining an f64 sum: [`LANE_PARTIAL_TERMS`]
-/// per lane of the target.
-pub(crate) fn partial_block(target: &TargetDesc) -> i64 {
-    (target.f32_lanes() * LANE_PARTIAL_TERMS) as i64
-}
-
-/// Whether `k` sums f32 values into f64 accumulators: it reads and writes only values
-/// computed in f32 ([`f32_in_and_out`]), and all its locals are f64 sums.
-fn f32_sums(k: &Kernel) -> bool {
-    f32_in_and_out(k) && sums_into_f64(&k.body)
-}
-
-/// Whether loop `var` of `k` adds to an outer f64 sum values that read no f64 local of `k`
-/// (so they are f32 values when `k` reads only f32 buffers).
-pub(crate) fn sums_f32_values(k: &Kernel, var: &str) -> bool {
-    let Some(l) = find_loop(&k.body, var) else {
-        return false;
-    };
-    let f64_locals: Vec<&str> = crate::ir::declared_locals(&k.body)
-        .into_iter()
-        .filter(|(_, d)| *d == DType::F64)
-        .map(|(n, _)| n)
-        .collect();
-    let sums = crate::ir::reduced_locals(&l.body)
-        .iter()
-        .any(|(n, c)| *c == Combiner::Sum && f64_locals.contains(&n.as_str()));
-    let mut read = Vec::new();
-    crate::gpu_map::locals_read(&l.body, &mut read);
-    sums && !read.iter().any(|n| f64_locals.contains(&n.as_str()))
-}
-
-/// Whether `k` reads and writes only values computed in f32: f32 buffers, or f16 and bf16
-/// ones (computed in float, each value exact in f32).
-pub(crate) fn f32_in_and_out(k: &Kernel) -> bool {
-    let computed_in_f32 = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16);
-    let mut read_types = Vec::new();
-    for_each_load(&k.body, &mut |b, _, _| read_types.push(k.buffers[b].dtype));
-    read_types.iter().all(|d| computed_in_f32(*d))
-        && k.buffers
-            .iter()
-            .all(|b| !b.output || computed_in_f32(b.dtype))
-}
-
-/// Whether every local `body` declares is f64 and some is updated by a sum.
-fn sums_into_f64(body: &[Stmt]) -> bool {
-    let lets = crate::ir::declared_locals(body);
-    let sums = update_combiners(body).iter().any(|c| *c == Combiner::Sum);
-    sums && !lets.is_empty() && lets.iter().all(|(_, d)| *d == DType::F64)
-}
-
-/// The combiner of every update in `body`, inside loops too.
-fn update_combiners(body: &[Stmt]) -> Vec<Combiner> {
-    let mut out = Vec::new();
-    for s in body {
-        match s {
-            Stmt::Update { combiner, .. } => out.push(*combiner),
-            Stmt::Loop(l) => out.extend(update_combiners(&l.body)),
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each
 /// step rounds, in order, as the interpreter sums, so its reductions run in their order
 /// (not in vector lanes or thread chunks).
@@ -435,82 +292,6 @@ fn accumulates_in_half_float(body: &[Stmt]) -> bool {
     visit(body, &mut Vec::new())
 }
 
-/// The schedule of a kernel without output loops (reductions to scalars,
-/// or a row program over one row: Softmax of a vector): each top-level
-/// reduction nest doing at least [`PARALLEL_MIN_WORK`] iterations is
-/// coalesced, split into [`CHUNK`]s run in parallel, and vectorized within
-/// a chunk (the C printer combines the threads' partial results in thread
-/// order: deterministic for a given thread count); each such output loop
-/// too ([`chunked_loop`]).
-fn scalar_reductions(k: &Kernel, target: &TargetDesc) -> Schedule {
-    let mut schedule = Schedule::default();
-    // Only row programs: their reduction nests are proved to store nothing
-    // two iterations share (`gpu_map::rows`), so chunks may run at once.
-    let Some(parts) = crate::gpu_map::rows::row_parts(k, &k.body) else {
-        return schedule;
-    };
-    let mut current = k.clone();
-    for part in &parts {
-        if let RowPart::Spread(l) = part {
-            schedule.0.extend(chunked_loop(l));
-            continue;
-        }
-        let RowPart::Reduce { loops, body, .. } = part else {
-            continue;
-        };
-        let total: i64 = loops.iter().map(|l| l.extent.max()).product();
-        if total * work(body).max(1) < PARALLEL_MIN_WORK {
-            continue;
-        }
-        let vars: Vec<String> = loops.iter().map(|l| l.var.clone()).collect();
-        let var = coalesce_inward(&mut current, &mut schedule, &vars, Coalescing::Full);
-        let (o, i) = split_names(&var);
-        schedule.0.push(Directive::Split {
-            var: var.clone(),
-            factor: CHUNK,
-        });
-        schedule.0.push(Directive::Parallel(o));
-        if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
-            if f32_in_and_out(k) && sums_f32_values(k, &vars[0]) {
-                // A chunk's f32 values summed in f32 lanes, then once into the
-                // f64 partial of its thread (CHUNK / lanes values per lane: 256
-                // on AVX-512, at most 1024 on 4-lane targets).
-                schedule.0.push(Directive::PartialSums {
-                    var: i.clone(),
-                    dtype: DType::F32,
-                });
-            }
-            schedule.0.push(Directive::Vectorize(i.clone()));
-            let chunk = find_loop(&current.body, &var).filter(|_| total % CHUNK == 0);
-            schedule
-                .0
-                .extend(chunk.and_then(|l| lane_partials(&current, l, &i, CHUNK, target)));
-        }
-    }
-    schedule
-}
-
-/// A loop of independent iterations (an output of a row program) in
-/// parallel chunks, vectorized within a chunk when it only stores; nothing
-/// when it does too little work to pay for threads.
-fn chunked_loop(l: &Loop) -> Vec<Directive> {
-    if l.extent.max() * work(&l.body).max(1) < PARALLEL_MIN_WORK {
-        return Vec::new();
-    }
-    let (o, i) = split_names(&l.var);
-    let mut d = vec![
-        Directive::Split {
-            var: l.var.clone(),
-            factor: CHUNK,
-        },
-        Directive::Parallel(o),
-    ];
-    if l.body.iter().all(|s| matches!(s, Stmt::Store { .. })) {
-        d.push(Directive::Vectorize(i));
-    }
-    d
-}
-
 /// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth
 /// splitting across threads: at least as long as the output, which stays small enough for
 /// each thread to keep a private copy of it ([`split_reduction_max_output`]).
@@ -520,86 +301,6 @@ fn reduction_to_split(l: &Loop, extent: i64, target: &TargetDesc) -> Option<Stri
     };
     let long = reduction.extent.max() >= extent.max(2 * ROW_CHUNK);
     (long && extent <= split_reduction_max_output(target)).then(|| reduction.var.clone())
-}
-
-/// The points inside `0..extent` where a bounds check of `var` alone
-/// (`0 <= var + c < n`) changes its answer: a concatenation along `var`
-/// selects each input on one part between them, and peeled there every
-/// part reads one input with no select (`guards.rs`).
-fn guard_cuts(body: &[Stmt], var: &str, extent: i64) -> Vec<i64> {
-    let mut guards = Vec::new();
-    guards_in(body, &mut guards);
-    let mut cuts: Vec<i64> = guards
-        .iter()
-        .filter(|(idx, _)| matches!(idx.terms.as_slice(), [(Atom::Var(v), 1)] if v == var))
-        .flat_map(|(idx, bound)| [-idx.constant, bound - idx.constant])
-        .filter(|&p| 0 < p && p < extent)
-        .collect();
-    cuts.sort_unstable();
-    cuts.dedup();
-    cuts
-}
-
-/// The part `[lo, hi)` of loop `var` (of `extent` iterations) where every
-/// bounds check on `var` in `body` holds whatever the other loops' values:
-/// the interior of a padded window, which `peel` separates so it runs
-/// without checks. `None` when there is no such check or no interior.
-pub(crate) fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
-    let mut ranges = std::collections::HashMap::new();
-    loop_ranges(body, &mut ranges);
-    let mut guards = Vec::new();
-    guards_in(body, &mut guards);
-    let (mut lo, mut hi) = (0i64, extent);
-    let mut any = false;
-    for (idx, bound) in guards.iter().filter(|(i, _)| i.uses(var)) {
-        let a = idx
-            .terms
-            .iter()
-            .find(|(t, _)| matches!(t, Atom::Var(x) if x == var))
-            .map(|t| t.1)?;
-        let mut rest = idx.clone();
-        rest.terms
-            .retain(|(t, _)| !matches!(t, Atom::Var(x) if x == var));
-        if a <= 0 || rest.uses(var) {
-            return None;
-        }
-        let unknown = (i64::MIN / 4, i64::MAX / 4);
-        let (rmin, rmax) = rest.range(&|v| ranges.get(v).copied().unwrap_or(unknown));
-        lo = lo.max((-rmin + a - 1).div_euclid(a));
-        hi = hi.min((bound - 1 - rmax).div_euclid(a) + 1);
-        any = true;
-    }
-    (any && lo < hi && (lo, hi) != (0, extent)).then_some((lo, hi))
-}
-
-fn loop_ranges(body: &[Stmt], out: &mut std::collections::HashMap<String, (i64, i64)>) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            out.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
-            loop_ranges(&l.body, out);
-        }
-    }
-}
-
-fn guards_in(body: &[Stmt], out: &mut Vec<(crate::ir::Idx, i64)>) {
-    fn val(v: &Val, out: &mut Vec<(crate::ir::Idx, i64)>) {
-        match v {
-            Val::Load { guard, .. } | Val::InBounds(guard) => out.extend(guard.iter().cloned()),
-            Val::Call(_, args) => args.iter().for_each(|a| val(a, out)),
-            _ => {}
-        }
-    }
-    for s in body {
-        match s {
-            Stmt::Loop(l) => guards_in(&l.body, out),
-            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                val(value, out)
-            }
-            Stmt::ArgUpdate(a) => val(&a.value, out),
-            Stmt::Combine(c) => val(&c.value, out),
-            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
-        }
-    }
 }
 
 /// Whether some load in `body` walks memory with stride 1 or 2 along
