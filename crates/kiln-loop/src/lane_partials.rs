@@ -107,7 +107,7 @@ fn partial_buffers(
 ) -> Result<Vec<Partial>> {
     let mut partials = Vec::new();
     for (name, combiner) in reduced_locals(&l.body) {
-        let Some(dtype) = local_type(&name).map(|d| lane_type(d, combiner)) else {
+        let Some(dtype) = local_type(&name).map(|d| partial_type(d, combiner)) else {
             bail!(
                 "schedule: loop '{}' reduces into undeclared local '{name}'",
                 l.var
@@ -142,8 +142,10 @@ struct Partial {
 }
 
 /// The type of the partials of a local of `dtype` reduced by `combiner`: its own, f32 for
-/// an f16 or bf16 max or min.
-fn lane_type(dtype: DType, combiner: Combiner) -> DType {
+/// an f16 or bf16 max or min (exact: the extreme is one of the values; no conversion of
+/// 16-bit values back and forth at every step). Lane partials and a y-reduce's row of
+/// partials (`schedule.rs` `accumulate_outward`) both keep theirs in it.
+pub(crate) fn partial_type(dtype: DType, combiner: Combiner) -> DType {
     let extreme = matches!(combiner, Combiner::Max | Combiner::Min);
     if extreme && dtype.is_half_float() {
         DType::F32

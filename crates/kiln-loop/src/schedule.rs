@@ -18,6 +18,7 @@
 //! loop that is not there, or an illegal rewrite, is an error.
 
 use crate::ir::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
+use crate::lane_partials::partial_type;
 use kiln_ir::{bail, DType, Result};
 use kiln_ops::te::Combiner;
 
@@ -386,12 +387,8 @@ fn accumulate_outward(l: &Loop, buffers: &mut Vec<Buffer>) -> Result<Vec<Stmt>> 
         );
     }
     let out_dtype = buffers[*buf].dtype;
-    let extreme = matches!(
-        update_combiner(red, name),
-        Some(Combiner::Max | Combiner::Min)
-    );
-    let dtype = match *dtype {
-        d if d.is_half_float() && extreme => DType::F32,
+    let partial = update_combiner(red, name).map_or(*dtype, |c| partial_type(*dtype, c));
+    let dtype = match partial {
         DType::F64 if out_dtype.is_half_float() => DType::F32,
         d => d,
     };
