@@ -23,8 +23,8 @@ mod idx;
 mod walk;
 
 pub use walk::{
-    carries_arg_reduction, declared_locals, find_loop, for_each_load, has_arg_reduction,
-    reduced_locals, renamed_updates,
+    carries_arg_reduction, declared_locals, find_loop, for_each_load, for_each_value,
+    has_arg_reduction, reduced_locals, renamed_updates,
 };
 
 /// A kernel: parameters and body.

@@ -7,7 +7,7 @@
 //! where `peel` may cut so each part decides every check on the variable
 //! the same way (`guards.rs` then drops them).
 
-use crate::ir::{Atom, Idx, Stmt, Val};
+use crate::ir::{for_each_value, Atom, Idx, Stmt, Val};
 
 /// The points inside `0..extent` where a bounds check of `var` alone
 /// (`0 <= var + c < n`) changes its answer: a concatenation along `var`
@@ -76,15 +76,5 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(Idx, i64)>) {
             _ => {}
         }
     }
-    for s in body {
-        match s {
-            Stmt::Loop(l) => guards_in(&l.body, out),
-            Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                val(value, out)
-            }
-            Stmt::ArgUpdate(a) => val(&a.value, out),
-            Stmt::Combine(c) => val(&c.value, out),
-            Stmt::Gemm(_) | Stmt::Alloc(_) => {}
-        }
-    }
+    for_each_value(body, &mut |v| val(v, out));
 }

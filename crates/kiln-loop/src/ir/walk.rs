@@ -291,14 +291,21 @@ pub fn carries_arg_reduction(body: &[Stmt]) -> bool {
 /// Calls `f` on every load of the values `body` stores, declares and
 /// combines, inside loops too (see [`Val::for_each_load`]).
 pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
+    for_each_value(body, &mut |v| v.for_each_load(f));
+}
+
+/// Calls `f` with every value the statements of `body` (inside loops too) store,
+/// declare, combine or compare: the values of stores, `let`s, updates, arg-reduction
+/// steps and combines.
+pub fn for_each_value(body: &[Stmt], f: &mut dyn FnMut(&Val)) {
     for s in body {
         match s {
-            Stmt::Loop(l) => for_each_load(&l.body, f),
+            Stmt::Loop(l) => for_each_value(&l.body, f),
             Stmt::Store { value, .. } | Stmt::Let { value, .. } | Stmt::Update { value, .. } => {
-                value.for_each_load(f)
+                f(value)
             }
-            Stmt::ArgUpdate(a) => a.value.for_each_load(f),
-            Stmt::Combine(c) => c.value.for_each_load(f),
+            Stmt::ArgUpdate(a) => f(&a.value),
+            Stmt::Combine(c) => f(&c.value),
             Stmt::Gemm(_) | Stmt::Alloc(_) => {}
         }
     }
