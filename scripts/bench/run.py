@@ -464,11 +464,13 @@ def print_report(report: dict, markdown: bool) -> None:
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--models", default=",".join(MODELS),
+    p.add_argument("--models", default=None,
                    help="comma-separated subset of: " + ",".join(MODELS)
-                   + " or of the wider set (scripts/models/export.py --wide)")
+                   + " or of the wider set (scripts/models/export.py --wide);"
+                   + " default: the five, or the whole wider set with --wide")
     p.add_argument("--wide", action="store_true",
-                   help="measure the wider set instead (exported by export.py --wide)")
+                   help="measure the wider set instead (exported by export.py --wide);"
+                        " --models picks from it")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help="comma-separated subset of: " + ",".join(ENGINES))
@@ -492,9 +494,10 @@ def parse_args(argv):
     p.add_argument("--json", type=Path, default=None, help="also write all results here")
     p.add_argument("--markdown", action="store_true", help="print tables as BENCHMARKS.md does")
     args = p.parse_args(argv)
-    args.models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if args.wide:
-        args.models = wide_models()
+    if args.models is None:
+        args.models = wide_models() if args.wide else list(MODELS)
+    else:
+        args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     bad = [e for e in args.engines if e not in ENGINES]
     if bad:

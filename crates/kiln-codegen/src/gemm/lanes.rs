@@ -143,15 +143,18 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 }
 
 /// The sum over taps: each pixel's image and window origin once per task,
-/// then per tap each pixel's channel vector (zero in the padding or past
-/// the last pixel) and per input channel the permuted vectors times the
-/// weights' row.
+/// then per tap the pixels' inputs and per input channel the (broadcast
+/// or permuted) inputs times the weights' row. A tap whose pixels all lie
+/// in one output row and inside the image (most taps of most tasks) reads
+/// them at a constant stride from one pointer, without a bounds check per
+/// pixel; the others check each pixel (zero in the padding or past the
+/// last pixel).
 fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let win = lanes.window;
-    let ([h, _], [_, kw]) = (win.size, win.kernel);
+    let ([h, iw], [_, kw]) = (win.size, win.kernel);
     let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
     let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
-    let (rows, channels) = (lanes.rows(), lanes.channels);
+    let rows = lanes.rows();
     // Past the last pixel: an origin no tap brings inside the image.
     w.line(format!("long kiln_oh[{rows}], kiln_ow[{rows}];"));
     w.line(format!("const float* kiln_img[{rows}];"));
@@ -171,6 +174,10 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
         win.param, win.image_stride, lanes.vl
     ));
     w.close();
+    w.line(format!(
+        "const int kiln_one_row = kiln_p0 % {ow} + {rows} <= {ow} && kiln_p0 + {rows} <= {};",
+        spec.m
+    ));
     w.open(format!(
         "for (long kiln_tap = 0; kiln_tap < {}; kiln_tap++)",
         win.kernel[0] * kw
@@ -178,24 +185,46 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     w.line(format!(
         "const long kiln_dy = kiln_tap / {kw} * {dh}, kiln_dx = kiln_tap % {kw} * {dw};"
     ));
-    let broadcast = lanes.broadcast();
-    emit_tap_inputs(w, lanes);
     w.line(format!(
         "const float* kiln_w = {} + kiln_tap * {} + kiln_v * {};",
         lanes.weights,
-        lanes.group * channels,
+        lanes.group * lanes.channels,
         lanes.vl
     ));
+    w.line("const long kiln_ih0 = kiln_oh[0] + kiln_dy, kiln_iw0 = kiln_ow[0] + kiln_dx;");
+    w.open(format!(
+        "if (kiln_one_row && kiln_ih0 >= 0 && kiln_ih0 < {h} && kiln_iw0 >= 0 && kiln_iw0 + {} < {iw})",
+        (rows - 1) * sw
+    ));
+    emit_row_inputs(w, lanes);
+    emit_channel_products(w, lanes, true);
+    w.close();
+    w.open("else");
+    emit_tap_inputs(w, lanes);
+    emit_channel_products(w, lanes, false);
+    w.close();
+    w.close();
+}
+
+/// Per input channel of the group, the weights' row times each pixel's
+/// input: read at a constant stride from `kiln_p` (`in_row`) or through
+/// the pixels' own pointers or vectors ([`emit_tap_inputs`]).
+fn emit_channel_products(w: &mut CWriter, lanes: &LaneGroups, in_row: bool) {
+    let pixel_step = lanes.window.stride[1] * lanes.channels;
     for ci in 0..lanes.group {
         w.open("");
         w.line(format!(
             "const kiln_vf kiln_wv = {};",
-            vector_load(lanes, &format!("kiln_w + {}", ci * channels))
+            vector_load(lanes, &format!("kiln_w + {}", ci * lanes.channels))
         ));
-        let x = if broadcast {
+        let x = if lanes.broadcast() {
             // One group per vector: every lane takes the same channel, a
             // broadcast load (no lane permutation).
-            format!("kiln_xp[kiln_i][{ci}]")
+            if in_row {
+                format!("kiln_p[kiln_i * {pixel_step} + {ci}]")
+            } else {
+                format!("kiln_xp[kiln_i][{ci}]")
+            }
         } else {
             let lane_of: Vec<String> = (0..lanes.vl)
                 .map(|j| (j - j % lanes.group + ci).to_string())
@@ -203,11 +232,32 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
             format!("KILN_LANES(kiln_x[kiln_i], {})", lane_of.join(", "))
         };
         w.line(format!(
-            "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_acc[kiln_i] += {x} * kiln_wv;"
+            "for (int kiln_i = 0; kiln_i < {}; kiln_i++) kiln_acc[kiln_i] += {x} * kiln_wv;",
+            lanes.rows()
         ));
         w.close();
     }
-    w.close();
+}
+
+/// The pixels' inputs at a tap inside the image for all of them, in one
+/// output row: a pointer to the first pixel's channels and, unless a
+/// vector is one group, each pixel's channel vector.
+fn emit_row_inputs(w: &mut CWriter, lanes: &LaneGroups) {
+    let ([_, iw], channels) = (lanes.window.size, lanes.channels);
+    w.line(format!(
+        "const float* kiln_p = kiln_img[0] + (kiln_ih0 * {iw} + kiln_iw0) * {channels};"
+    ));
+    if !lanes.broadcast() {
+        let rows = lanes.rows();
+        w.line(format!("kiln_vf kiln_x[{rows}];"));
+        w.line(format!(
+            "for (int kiln_i = 0; kiln_i < {rows}; kiln_i++) kiln_x[kiln_i] = {};",
+            vector_load(
+                lanes,
+                &format!("kiln_p + kiln_i * {}", lanes.window.stride[1] * channels)
+            )
+        ));
+    }
 }
 
 /// Each pixel's input at the current tap: its channel vector (zero in

@@ -220,8 +220,7 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
         return OpaqueKind::Reshape;
     }
     if let Some(r) = &te.reduction {
-        let products = matches!(&te.body, Expr::Call(s, args)
-            if s.op == "Mul" && args.len() == 2 && args.iter().all(is_read));
+        let products = is_product_of_reads(&te.body);
         return match (window, products, r.combiner) {
             (true, true, super::Combiner::Sum) => OpaqueKind::Conv,
             (true, _, _) => OpaqueKind::Window,
@@ -238,6 +237,19 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
     OpaqueKind::Other
 }
 
+/// `Mul(read, read)`, or a grouped convolution's `Where(own group,
+/// Mul(read, read), 0)` (its reduction runs over every group and keeps the
+/// output channel's own; `kiln_ops::ops::conv`): still a sum of products.
+fn is_product_of_reads(body: &Expr) -> bool {
+    match body {
+        Expr::Call(s, args) if s.op == "Mul" => args.len() == 2 && args.iter().all(is_read),
+        Expr::Call(s, args) if s.op == "Where" => matches!(args.as_slice(),
+            [Expr::Call(eq, _), product, Expr::Const(_)]
+                if eq.op == "Equal" && is_product_of_reads(product)),
+        _ => false,
+    }
+}
+
 /// A load, or a load guarded by its own bounds (a zero-padded read).
 fn is_read(e: &Expr) -> bool {
     match e {
@@ -246,6 +258,26 @@ fn is_read(e: &Expr) -> bool {
             [Expr::InBounds(k), Expr::Load(j), Expr::Const(_)] if k == j),
         _ => false,
     }
+}
+
+/// Scalar ops that cost a polynomial or a library call per element rather
+/// than an instruction or two: where one is computed matters to planners
+/// (once per element of a small tensor, not once per element of the large
+/// one it is broadcast to).
+const TRANSCENDENTAL: &[&str] = &[
+    "Exp", "Log", "Pow", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+    "Acosh", "Atanh", "Erf", "Sigmoid", "Tanh", "Softplus",
+];
+
+/// Whether `te` computes a transcendental function per element.
+pub fn calls_transcendental(te: &TensorExpr) -> bool {
+    let mut found = false;
+    te.body.visit(&mut |e| {
+        if let Expr::Call(s, _) = e {
+            found |= TRANSCENDENTAL.contains(&s.op.as_str());
+        }
+    });
+    found
 }
 
 impl ApolloType {

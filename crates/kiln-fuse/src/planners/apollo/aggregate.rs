@@ -31,6 +31,17 @@
 //!   its operand through the composed index instead of a copy (the
 //!   backend refuses what does not compose, e.g. a gather of computed
 //!   indices). Convolutions take none: their image is read as a window.
+//! - Rules 4 and 5 leave out an element-wise/broadcast producer that
+//!   reads a contraction's result and whose values are read outside the
+//!   reduction too (a bias and activation before a squeeze-excitation's
+//!   pooling and its scaling): rule 6 makes it the contraction's epilogue
+//!   instead, so it is stored once by the contraction rather than
+//!   recomputed by the reduction from a stored contraction result.
+//! - No rule joins a group computing a transcendental (`Exp`, `Sigmoid`,
+//!   …) to a consumer that broadcasts its result to at least 8 times as
+//!   many elements: the function would run per element of the large
+//!   tensor (`broadcasts_transcendental`). It stays a kernel of its own,
+//!   or the epilogue of the contraction before it.
 //! - Two contractions never share a group: rule 6 joins a contraction
 //!   group only with an element-wise/broadcast group, which holds none.
 //! - The epilogue restriction is enforced here, not left to the feedback
@@ -45,7 +56,7 @@
 use super::micro::{elements, MicroGraphs};
 use super::rules::{apply_to_fixed_point, Rule, Side};
 use crate::graph::FusionGraph;
-use kiln_ops::te::classify::{relation, ApolloType, OpaqueKind, Relation};
+use kiln_ops::te::classify::{calls_transcendental, relation, ApolloType, OpaqueKind, Relation};
 use std::collections::BTreeSet;
 
 const EW: ApolloType = ApolloType::ElementWise;
@@ -81,8 +92,12 @@ pub const TABLE_1: &[&[Rule]] = &[
 /// Algo. 1: the micro-graphs after Layer I aggregation.
 pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
     let mut mg = MicroGraphs::new(fg);
-    let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| {
-        !matches!(rule.result, MATMUL | CONV) || contraction_fusable(fg, mg, p, c)
+    let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
+        MATMUL | CONV => contraction_fusable(fg, mg, p, c),
+        REDUCTION => {
+            !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, p, c)
+        }
+        _ => !broadcasts_transcendental(fg, mg, p, c),
     };
     for level in TABLE_1 {
         apply_to_fixed_point(fg, &mut mg, level, &condition);
@@ -112,6 +127,48 @@ fn contraction_fusable(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -
     prologue_ok
         && leaving <= 1
         && downstream(fg, &union, contraction).all(|n| elements(fg, n) == size)
+}
+
+/// Whether producer group `p` of reduction group `c` stays out of it for
+/// a contraction's epilogue: `p` reads a contraction's result of its own
+/// size and its values are read outside `p` and `c` as well, so they are
+/// stored anyway. Joined to the reduction, `p` would be computed a second
+/// time and its input read twice; as the epilogue, the contraction stores
+/// `p`'s values directly and the reduction reads them once.
+fn kept_for_contraction(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
+    let members = mg.part.members(p);
+    let union: BTreeSet<usize> = members.iter().chain(mg.part.members(c)).copied().collect();
+    let fed_by_contraction = members.iter().any(|&n| {
+        fg.nodes[n].producers.iter().any(|&q| {
+            !members.contains(&q)
+                && fg.nodes[q].is_contraction()
+                && elements(fg, q) == elements(fg, n)
+        })
+    });
+    fed_by_contraction && members.iter().any(|&n| read_outside(fg, &union, n))
+}
+
+/// How many times larger than a transcendental's result a consumer must
+/// be for the planner to keep them apart: recomputed per consumer element,
+/// a polynomial of a dozen instructions would cost more than one store
+/// and one load per element of the small result.
+const RECOMPUTE_FACTOR: usize = 8;
+
+/// Whether producer group `p` computes a transcendental and consumer group
+/// `c` broadcasts one of `p`'s results at least [`RECOMPUTE_FACTOR`] times
+/// (a squeeze-excitation's `Sigmoid` of `[N, C]` scaling `[N, H, W, C]`):
+/// joined, the transcendental would run per element of the large tensor.
+fn broadcasts_transcendental(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
+    let members = mg.part.members(p);
+    let costly = members
+        .iter()
+        .any(|&n| fg.nodes[n].te.as_ref().is_some_and(calls_transcendental));
+    costly
+        && members.iter().any(|&q| {
+            fg.nodes[q].consumers.iter().any(|&k| {
+                mg.part.group_of(k) == c && elements(fg, k) >= RECOMPUTE_FACTOR * elements(fg, q)
+            })
+        })
 }
 
 /// Every broadcast (injective) read of `nodes` reads a one-element input.

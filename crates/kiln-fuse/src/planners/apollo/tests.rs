@@ -126,6 +126,59 @@ fn epilogue_needs_the_contraction_result_unread_elsewhere() {
     assert_eq!(p.kernels(), 2);
 }
 
+/// A squeeze-excitation block after a grouped convolution (RegNetY's):
+/// the bias and ReLU, read by the pooling and the scaling, are the
+/// convolution's epilogue; the pooling is a reduction alone; the second
+/// 1x1 convolution takes the excitation's bias and `Sigmoid`, which stay
+/// out of the scaling that broadcasts them over the pixels.
+const SQUEEZE_EXCITATION: &str = r#"input %x: f32[2,16,8,8]
+  input %w: f32[16,4,3,3]
+  input %b: f32[1,16,1,1]
+  input %w1: f32[4,16,1,1]
+  input %w2: f32[16,4,1,1]
+  input %b2: f32[1,16,1,1]
+  init %axes: i64[2] = [2, 3]
+  node "conv" %y: f32[2,16,8,8] = Conv(%x, %w) {pads=[1,1,1,1], group=4}
+  node "bias" %z: f32[2,16,8,8] = Add(%y, %b)
+  node "relu" %r: f32[2,16,8,8] = Relu(%z)
+  node "pool" %s: f32[2,16,1,1] = ReduceSum(%r, %axes)
+  node "fc1" %f1: f32[2,4,1,1] = Conv(%s, %w1)
+  node "fc2" %f2: f32[2,16,1,1] = Conv(%f1, %w2)
+  node "bias2" %e: f32[2,16,1,1] = Add(%f2, %b2)
+  node "gate" %gt: f32[2,16,1,1] = Sigmoid(%e)
+  node "scale" %o: f32[2,16,8,8] = Mul(%r, %gt)
+  output %o"#;
+
+#[test]
+fn grouped_conv_takes_the_epilogue_a_pooling_also_reads() {
+    let g = graph(SQUEEZE_EXCITATION);
+    let p = planned(&g);
+    assert_eq!(group_of(&g, &p, "conv"), sorted(&["conv", "bias", "relu"]));
+    assert_eq!(kind_of(&g, &p, "conv"), "conv");
+    assert_eq!(group_of(&g, &p, "pool"), sorted(&["pool"]));
+}
+
+#[test]
+fn a_sigmoid_is_not_recomputed_per_broadcast_element() {
+    let g = graph(SQUEEZE_EXCITATION);
+    let p = planned(&g);
+    assert_eq!(group_of(&g, &p, "scale"), sorted(&["scale"]));
+    assert_eq!(group_of(&g, &p, "fc2"), sorted(&["fc2", "bias2", "gate"]));
+}
+
+#[test]
+fn a_sigmoid_of_the_same_size_joins_its_consumer() {
+    // A SiLU: the sigmoid's result is not broadcast, so it fuses.
+    let g = graph(
+        r#"input %x: f32[2,16,8,8]
+  node "gate" %s: f32[2,16,8,8] = Sigmoid(%x)
+  node "silu" %y: f32[2,16,8,8] = Mul(%x, %s)
+  output %y"#,
+    );
+    let p = planned(&g);
+    assert_eq!(p.kernels(), 1);
+}
+
 #[test]
 fn scalar_broadcast_prologue_joins_but_softmax_division_stays_with_its_rows() {
     // `scale` broadcasts a scalar: a prologue of mm1. `div` broadcasts a
