@@ -103,6 +103,14 @@ fn matmul_conv_and_pooling_are_opaque_many_to_many() {
         .f32(&[4, 2, 3, 3])
         .attr("pads", Attr::Ints(vec![1, 1, 1, 1]));
     assert_eq!(classes(conv), ("opaque(conv)".into(), ManyToMany));
+    // Several channels per group on both sides: the reduction runs over
+    // the groups and a select keeps the output channel's own; still a
+    // convolution (rule 6 gives it an epilogue).
+    let grouped = Example::new("Conv", "g")
+        .f32(&[1, 4, 5, 5])
+        .f32(&[6, 2, 3, 3])
+        .attr("group", Attr::Int(2));
+    assert_eq!(classes(grouped), ("opaque(conv)".into(), ManyToMany));
     let pool = Example::new("MaxPool", "p")
         .f32(&[1, 2, 6, 6])
         .attr("kernel_shape", Attr::Ints(vec![2, 2]))
