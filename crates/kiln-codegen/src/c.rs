@@ -61,10 +61,8 @@ pub fn prelude() -> String {
     s.push_str(
         "#define KILN_SET_ERR(e) __atomic_store_n(e, 1, __ATOMIC_RELAXED)\n#if defined(__clang__)\n#define KILN_UNROLL _Pragma(\"unroll\")\n#else\n#define KILN_UNROLL _Pragma(\"GCC unroll 16\")\n#endif\n",
     );
-    // Kept rolled: see `c/statements.rs` `holds_simd_reduction`.
-    s.push_str(
-        "#if defined(__GNUC__) && !defined(__clang__)\n#define KILN_ROLLED _Pragma(\"GCC unroll 1\")\n#else\n#define KILN_ROLLED\n#endif\n",
-    );
+    // `KILN_ROLLED` (kept rolled: see `c/statements.rs`
+    // `holds_simd_reduction`) comes with the gemm prelude below.
     s.push_str(INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
     s.push_str(half_blocks::HALF_BLOCKS);

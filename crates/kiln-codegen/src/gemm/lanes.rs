@@ -210,7 +210,27 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 /// input: read at a constant stride from `kiln_p` (`in_row`) or through
 /// the pixels' own pointers or vectors ([`emit_tap_inputs`]).
 fn emit_channel_products(w: &mut CWriter, lanes: &LaneGroups, in_row: bool) {
-    let pixel_step = lanes.window.stride[1] * lanes.channels;
+    if in_row && lanes.broadcast() {
+        let pixel_step = lanes.window.stride[1] * lanes.channels;
+        // A rolled loop over the channels: unrolled, GCC loads all `L`
+        // weight vectors first and spills accumulators, whose
+        // multiply-adds then wait on the stack.
+        w.line("KILN_ROLLED");
+        w.open(format!(
+            "for (long kiln_c = 0; kiln_c < {}; kiln_c++)",
+            lanes.group
+        ));
+        w.line(format!(
+            "const kiln_vf kiln_wv = {};",
+            vector_load(lanes, &format!("kiln_w + kiln_c * {}", lanes.channels))
+        ));
+        w.line(format!(
+            "for (int kiln_i = 0; kiln_i < {}; kiln_i++) kiln_acc[kiln_i] += kiln_p[kiln_i * {pixel_step} + kiln_c] * kiln_wv;",
+            lanes.rows()
+        ));
+        w.close();
+        return;
+    }
     for ci in 0..lanes.group {
         w.open("");
         w.line(format!(
@@ -220,11 +240,7 @@ fn emit_channel_products(w: &mut CWriter, lanes: &LaneGroups, in_row: bool) {
         let x = if lanes.broadcast() {
             // One group per vector: every lane takes the same channel, a
             // broadcast load (no lane permutation).
-            if in_row {
-                format!("kiln_p[kiln_i * {pixel_step} + {ci}]")
-            } else {
-                format!("kiln_xp[kiln_i][{ci}]")
-            }
+            format!("kiln_xp[kiln_i][{ci}]")
         } else {
             let lane_of: Vec<String> = (0..lanes.vl)
                 .map(|j| (j - j % lanes.group + ci).to_string())

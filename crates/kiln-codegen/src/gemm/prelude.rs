@@ -35,6 +35,12 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #else
 #define KILN_OMP(...)
 #endif
+/* A loop GCC must leave rolled (its full unrolling would cost more than it saves). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_ROLLED _Pragma("GCC unroll 1")
+#else
+#define KILN_ROLLED
+#endif
 #if defined(__clang__)
 /* `omp simd` is a request: a loop Clang cannot vectorize (a gather, a call) stays scalar,
    which is not worth a warning per loop. */
