@@ -197,40 +197,46 @@ fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
         (rows - 1) * sw
     ));
     emit_row_inputs(w, lanes);
-    emit_channel_products(w, lanes, true);
+    if lanes.broadcast() {
+        emit_row_broadcast_products(w, lanes);
+    } else {
+        emit_channel_products(w, lanes);
+    }
     w.close();
     w.open("else");
     emit_tap_inputs(w, lanes);
-    emit_channel_products(w, lanes, false);
+    emit_channel_products(w, lanes);
     w.close();
     w.close();
 }
 
+/// Per input channel of a one-group vector, the weights' row times each
+/// pixel's input broadcast from `kiln_p` at a constant stride, in a
+/// rolled loop over the channels: unrolled, GCC loads all `L` weight
+/// vectors first and spills accumulators, whose multiply-adds then wait
+/// on the stack.
+fn emit_row_broadcast_products(w: &mut CWriter, lanes: &LaneGroups) {
+    let pixel_step = lanes.window.stride[1] * lanes.channels;
+    w.line("KILN_ROLLED");
+    w.open(format!(
+        "for (long kiln_c = 0; kiln_c < {}; kiln_c++)",
+        lanes.group
+    ));
+    w.line(format!(
+        "const kiln_vf kiln_wv = {};",
+        vector_load(lanes, &format!("kiln_w + kiln_c * {}", lanes.channels))
+    ));
+    w.line(format!(
+        "for (int kiln_i = 0; kiln_i < {}; kiln_i++) kiln_acc[kiln_i] += kiln_p[kiln_i * {pixel_step} + kiln_c] * kiln_wv;",
+        lanes.rows()
+    ));
+    w.close();
+}
+
 /// Per input channel of the group, the weights' row times each pixel's
-/// input: read at a constant stride from `kiln_p` (`in_row`) or through
-/// the pixels' own pointers or vectors ([`emit_tap_inputs`]).
-fn emit_channel_products(w: &mut CWriter, lanes: &LaneGroups, in_row: bool) {
-    if in_row && lanes.broadcast() {
-        let pixel_step = lanes.window.stride[1] * lanes.channels;
-        // A rolled loop over the channels: unrolled, GCC loads all `L`
-        // weight vectors first and spills accumulators, whose
-        // multiply-adds then wait on the stack.
-        w.line("KILN_ROLLED");
-        w.open(format!(
-            "for (long kiln_c = 0; kiln_c < {}; kiln_c++)",
-            lanes.group
-        ));
-        w.line(format!(
-            "const kiln_vf kiln_wv = {};",
-            vector_load(lanes, &format!("kiln_w + kiln_c * {}", lanes.channels))
-        ));
-        w.line(format!(
-            "for (int kiln_i = 0; kiln_i < {}; kiln_i++) kiln_acc[kiln_i] += kiln_p[kiln_i * {pixel_step} + kiln_c] * kiln_wv;",
-            lanes.rows()
-        ));
-        w.close();
-        return;
-    }
+/// input: broadcast through the pixels' own pointers, or permuted from
+/// their channel vectors ([`emit_row_inputs`], [`emit_tap_inputs`]).
+fn emit_channel_products(w: &mut CWriter, lanes: &LaneGroups) {
     for ci in 0..lanes.group {
         w.open("");
         w.line(format!(
