@@ -144,40 +144,34 @@ pub(crate) fn emit_body(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 }
 
 /// Pixel blocks between a block and the one whose input its first task
-/// prefetches (BENCHMARKS.md, session 22: a strided RegNetY convolution
-/// ran 1.65x faster with 2).
+/// prefetches (measured on one CPU only: BENCHMARKS.md, session 22).
 const PREFETCH_BLOCKS_AHEAD: usize = 2;
 
 /// The first task of a pixel block (vector 0) asks for the image rows a
 /// later block's taps read, every channel of each pixel from the first
 /// tap column to the last, into the second-level cache. A task reads a
-/// vector of each of its pixels, 8 pixels apart in a strided convolution,
-/// and waits for each new line in turn: the hardware prefetchers do not
-/// follow that pattern (a single thread read a 19 MB image at 3 GB/s).
+/// vector of each of its pixels, several lines apart in a strided
+/// convolution, and waits for each new line in turn: the hardware
+/// prefetchers do not follow that pattern (BENCHMARKS.md, session 22).
 /// Only lines inside the image are named, so no address leaves it.
 fn emit_prefetch(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let win = lanes.window;
     let ([h, iw], [kh, kw]) = (win.size, win.kernel);
-    let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
-    let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
-    let span = (lanes.rows() - 1) * sw + (kw - 1) * dw + 1;
+    let span = (lanes.rows() - 1) * win.stride[1] + (kw - 1) * win.dilation[1] + 1;
     let pixel_bytes = lanes.channels * 4;
+    let dh = win.dilation[0];
     w.open(format!(
         "if (kiln_v == 0 && kiln_p0 + {} < {})",
         PREFETCH_BLOCKS_AHEAD * lanes.rows(),
         spec.m
     ));
     w.line(format!(
-        "const long kiln_np = kiln_p0 + {}, kiln_nq = kiln_np % {per_image};",
+        "const long kiln_np = kiln_p0 + {};",
         PREFETCH_BLOCKS_AHEAD * lanes.rows()
     ));
-    w.line(format!(
-        "const long kiln_nh = kiln_nq / {ow} * {sh} - {ph}, kiln_nw = kiln_nq % {ow} * {sw} - {pw};"
-    ));
-    w.line(format!(
-        "const char* kiln_nimg = (const char*)({} + kiln_np / {per_image} * {});",
-        win.param, win.image_stride
-    ));
+    let [top, left, image] = window_origin(win, "kiln_np");
+    w.line(format!("const long kiln_nh = {top}, kiln_nw = {left};"));
+    w.line(format!("const char* kiln_nimg = (const char*)({image});"));
     w.line(format!(
         "const long kiln_nw0 = kiln_nw < 0 ? 0 : kiln_nw, kiln_nw1 = kiln_nw + {span} < {iw} ? kiln_nw + {span} : {iw};"
     ));
@@ -191,6 +185,19 @@ fn emit_prefetch(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     w.close();
 }
 
+/// C expressions of output pixel `px`'s window origin (its first tap's
+/// input row and column, negative in the padding) and of its image's
+/// first element.
+fn window_origin(win: &Window, px: &str) -> [String; 3] {
+    let ([sh, sw], [ph, pw]) = (win.stride, win.pad);
+    let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
+    [
+        format!("{px} % {per_image} / {ow} * {sh} - {ph}"),
+        format!("{px} % {per_image} % {ow} * {sw} - {pw}"),
+        format!("{} + {px} / {per_image} * {}", win.param, win.image_stride),
+    ]
+}
+
 /// The sum over taps: each pixel's image and window origin once per task,
 /// then per tap the pixels' inputs and per input channel the (broadcast
 /// or permuted) inputs times the weights' row. A tap whose pixels all lie
@@ -201,26 +208,23 @@ fn emit_prefetch(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
 fn emit_taps(w: &mut CWriter, spec: &GemmSpec, lanes: &LaneGroups) {
     let win = lanes.window;
     let ([h, iw], [_, kw]) = (win.size, win.kernel);
-    let ([sh, sw], [dh, dw], [ph, pw]) = (win.stride, win.dilation, win.pad);
-    let (per_image, ow) = (win.out[0] * win.out[1], win.out[1]);
-    let rows = lanes.rows();
+    let ([_, sw], [dh, dw], ph) = (win.stride, win.dilation, win.pad[0]);
+    let (ow, rows) = (win.out[1], lanes.rows());
     // Past the last pixel: an origin no tap brings inside the image.
     w.line(format!("long kiln_oh[{rows}], kiln_ow[{rows}];"));
     w.line(format!("const float* kiln_img[{rows}];"));
     w.open(format!("for (int kiln_i = 0; kiln_i < {rows}; kiln_i++)"));
     w.line("const long kiln_px = kiln_p0 + kiln_i;");
+    let [top, left, image] = window_origin(win, "kiln_px");
     w.line(format!(
-        "const long kiln_q = kiln_px % {per_image}, kiln_image = kiln_px / {per_image};"
-    ));
-    w.line(format!(
-        "kiln_oh[kiln_i] = kiln_px < {} ? kiln_q / {ow} * {sh} - {ph} : -{};",
+        "kiln_oh[kiln_i] = kiln_px < {} ? {top} : -{};",
         spec.m,
         h + win.kernel[0] * dh + ph
     ));
-    w.line(format!("kiln_ow[kiln_i] = kiln_q % {ow} * {sw} - {pw};"));
+    w.line(format!("kiln_ow[kiln_i] = {left};"));
     w.line(format!(
-        "kiln_img[kiln_i] = {} + kiln_image * {} + kiln_v * {};",
-        win.param, win.image_stride, lanes.vl
+        "kiln_img[kiln_i] = {image} + kiln_v * {};",
+        lanes.vl
     ));
     w.close();
     w.line(format!(

@@ -92,12 +92,18 @@ pub const TABLE_1: &[&[Rule]] = &[
 /// Algo. 1: the micro-graphs after Layer I aggregation.
 pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
     let mut mg = MicroGraphs::new(fg);
+    // Per node, once: the sweeps ask for every edge of every level.
+    let costly: Vec<bool> = fg
+        .nodes
+        .iter()
+        .map(|n| n.te.as_ref().is_some_and(calls_transcendental))
+        .collect();
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
         MATMUL | CONV => contraction_fusable(fg, mg, p, c),
         REDUCTION => {
-            !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, p, c)
+            !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
         }
-        _ => !broadcasts_transcendental(fg, mg, p, c),
+        _ => !broadcasts_transcendental(fg, mg, &costly, p, c),
     };
     for level in TABLE_1 {
         apply_to_fixed_point(fg, &mut mg, level, &condition);
@@ -154,16 +160,20 @@ fn kept_for_contraction(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) 
 /// and one load per element of the small result.
 const RECOMPUTE_FACTOR: usize = 8;
 
-/// Whether producer group `p` computes a transcendental and consumer group
-/// `c` broadcasts one of `p`'s results at least [`RECOMPUTE_FACTOR`] times
-/// (a squeeze-excitation's `Sigmoid` of `[N, C]` scaling `[N, H, W, C]`):
-/// joined, the transcendental would run per element of the large tensor.
-fn broadcasts_transcendental(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
+/// Whether producer group `p` computes a transcendental (`costly`, per
+/// node) and consumer group `c` broadcasts one of `p`'s results at least
+/// [`RECOMPUTE_FACTOR`] times (a squeeze-excitation's `Sigmoid` of
+/// `[N, C]` scaling `[N, H, W, C]`): joined, the transcendental would run
+/// per element of the large tensor.
+fn broadcasts_transcendental(
+    fg: &FusionGraph,
+    mg: &MicroGraphs,
+    costly: &[bool],
+    p: usize,
+    c: usize,
+) -> bool {
     let members = mg.part.members(p);
-    let costly = members
-        .iter()
-        .any(|&n| fg.nodes[n].te.as_ref().is_some_and(calls_transcendental));
-    costly
+    members.iter().any(|&n| costly[n])
         && members.iter().any(|&q| {
             fg.nodes[q].consumers.iter().any(|&k| {
                 mg.part.group_of(k) == c && elements(fg, k) >= RECOMPUTE_FACTOR * elements(fg, q)
