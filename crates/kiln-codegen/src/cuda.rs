@@ -17,7 +17,7 @@ pub mod prelude;
 mod rows;
 
 use crate::c::Printer;
-use crate::scalar_c::{half_codec, storage_type};
+use crate::scalar_c::storage_type;
 use kiln_ir::{bail, Result};
 use kiln_loop::gpu_map::{map_kernel, GpuMapping, Launch};
 use kiln_loop::{Kernel, LoopKind, Scope, Stmt};
@@ -45,15 +45,6 @@ pub struct CudaSource {
 
 /// Prints `k` for the GPU `gpu` (see the module doc).
 pub fn kernel_cuda(k: &Kernel, gpu: &GpuDesc) -> Result<CudaSource> {
-    // The C printer's f16/bf16 conversions would print as CUDA too, but they have not run
-    // on a GPU: such nodes stay on the interpreter until a GPU check covers them.
-    if let Some(b) = k.buffers.iter().find(|b| half_codec(b.dtype).is_some()) {
-        bail!("{} buffers have no CUDA kernels yet", b.dtype);
-    }
-    // Nor have arg-reductions (ArgMax, ArgMin), whose steps run in index order.
-    if kiln_loop::ir::has_arg_reduction(&k.body) {
-        bail!("arg-reductions have no CUDA kernels yet");
-    }
     let k = all_serial(k);
     let mapping = map_kernel(&k, gpu);
     let params = parameters(&k)?;

@@ -56,9 +56,8 @@
 use crate::canonical::{
     coalesce_inward, output_nest, reduced_loops, x_reduced_loops, y_reducible, Coalescing,
 };
-use crate::ir::{find_loop, for_each_load, has_arg_reduction, Atom, Kernel, Loop, Stmt};
+use crate::ir::{find_loop, for_each_load, reduces_in_order, Atom, Kernel, Loop, Stmt};
 use crate::schedule::{split_names, Directive, Schedule};
-use kiln_ops::te::Combiner;
 use kiln_target::TargetDesc;
 
 mod bounds;
@@ -132,7 +131,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let vars: Vec<String> = output_nest(&k.body).iter().map(|l| l.var.clone()).collect();
     // In-order half-float sums round every step; an arg-reduction's ties go to the
     // first or last index: neither runs in vector lanes or thread chunks.
-    let in_order = accumulates_in_half_float(&k.body) || has_arg_reduction(&k.body);
+    let in_order = reduces_in_order(&k.body);
     if vars.is_empty() {
         return if target.is_gpu() || in_order {
             schedule
@@ -270,26 +269,6 @@ fn coalesce_reductions(current: &mut Kernel, schedule: &mut Schedule) {
     if reduced.len() > 1 {
         coalesce_inward(current, schedule, &reduced, Coalescing::Consecutive);
     }
-}
-
-/// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each
-/// step rounds, in order, as the interpreter sums, so its reductions run in their order
-/// (not in vector lanes or thread chunks).
-fn accumulates_in_half_float(body: &[Stmt]) -> bool {
-    fn visit<'a>(body: &'a [Stmt], half: &mut Vec<&'a str>) -> bool {
-        body.iter().any(|s| match s {
-            Stmt::Let { name, dtype, .. } if dtype.is_half_float() => {
-                half.push(name);
-                false
-            }
-            Stmt::Update { name, combiner, .. } => {
-                matches!(combiner, Combiner::Sum | Combiner::Prod) && half.contains(&name.as_str())
-            }
-            Stmt::Loop(l) => visit(&l.body, half),
-            _ => false,
-        })
-    }
-    visit(body, &mut Vec::new())
 }
 
 /// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth

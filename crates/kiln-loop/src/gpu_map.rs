@@ -37,6 +37,11 @@
 //! - **single** — statements with no provable parallelism, one thread:
 //!   slow, never wrong.
 //!
+//! Reductions whose steps must run in order (`ir::reduces_in_order`:
+//! arg-reductions, half-float sums) are never split over a block's threads:
+//! their loops are **threads** launches (one output per thread), and a
+//! tail of them is **single**.
+//!
 //! Statements before a kernel's first top-level local are mapped one by
 //! one.
 
@@ -45,7 +50,7 @@ pub mod rows;
 mod text;
 
 use crate::auto_schedule::load_strides;
-use crate::ir::{Extent, Kernel, Loop, Stmt};
+use crate::ir::{reduces_in_order, Extent, Kernel, Loop, Stmt};
 pub use independence::independent;
 use kiln_target::GpuDesc;
 use rows::{reduces, row_parts, RowPart};
@@ -132,12 +137,17 @@ pub fn map_kernel(k: &Kernel, gpu: &GpuDesc) -> GpuMapping {
         .map(|(i, s)| statement_launch(k, i, s, gpu))
         .collect();
     if first_local < n {
-        let tail = all_reduce(k, first_local, gpu)
-            .or_else(|| one_block(k, first_local, gpu))
-            .unwrap_or(Launch::Single {
-                from: first_local,
-                to: n,
-            });
+        let single = Launch::Single {
+            from: first_local,
+            to: n,
+        };
+        let tail = if reduces_in_order(&k.body[first_local..]) {
+            single
+        } else {
+            all_reduce(k, first_local, gpu)
+                .or_else(|| one_block(k, first_local, gpu))
+                .unwrap_or(single)
+        };
         launches.push(tail);
     }
     GpuMapping(launches)
@@ -166,6 +176,9 @@ fn loop_launch(k: &Kernel, i: usize, l: &Loop, gpu: &GpuDesc) -> Launch {
         var: l.var.clone(),
         extent,
     };
+    if reduces_in_order(&l.body) {
+        return threads_launch;
+    }
     let Some(parts) = row_parts(k, &l.body).filter(|p| reduces(p)) else {
         return threads_launch;
     };
@@ -396,6 +409,36 @@ mod tests {
   }
 }";
         assert_eq!(mapping(k), "threads(#0, i0, 64)");
+    }
+
+    #[test]
+    fn in_order_reductions_are_one_thread_per_output() {
+        // Long rows read along the row would be blocks (x-reduce), but an
+        // arg-reduction's ties and a bf16 sum's rounding need their order.
+        let arg = "kernel k(in0: f32[64,512], out out0: i64[64]) {
+  for o0 in 0..64 {
+    let best: f32 = -inf:f32
+    let acc: i64 = 0:i64
+    for r0 in 0..512 {
+      acc = argmax(best, in0[512*o0 + r0], r0)
+    }
+    out0[o0] = acc
+  }
+}";
+        assert_eq!(mapping(arg), "threads(#0, o0, 64)");
+        let bf16 = row_program(64, 512, "0.0:f32", "sum", "Div").replace("x: f32", "x: bf16");
+        assert_eq!(mapping(&bf16), "threads(#0, o0, 64)");
+        let f32_rows = row_program(64, 512, "0.0:f32", "sum", "Div");
+        assert_ne!(mapping(&f32_rows), "threads(#0, o0, 64)");
+        let scalar = "kernel k(in0: f32[4096], out out0: i64[]) {
+  let best: f32 = -inf:f32
+  let acc: i64 = 0:i64
+  for r0 in 0..4096 {
+    acc = argmax(best, in0[r0], r0)
+  }
+  out0[0] = acc
+}";
+        assert_eq!(mapping(scalar), "single(#0..#4)");
     }
 
     #[test]

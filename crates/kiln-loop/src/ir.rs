@@ -24,7 +24,7 @@ mod walk;
 
 pub use walk::{
     carries_arg_reduction, declared_locals, find_loop, for_each_load, for_each_value,
-    has_arg_reduction, reduced_locals, renamed_updates,
+    has_arg_reduction, reduced_locals, reduces_in_order, renamed_updates,
 };
 
 /// A kernel: parameters and body.

@@ -310,3 +310,29 @@ pub fn for_each_value(body: &[Stmt], f: &mut dyn FnMut(&Val)) {
         }
     }
 }
+
+/// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each
+/// step rounds, in order, as the interpreter sums.
+fn accumulates_in_half_float(body: &[Stmt]) -> bool {
+    fn visit<'a>(body: &'a [Stmt], half: &mut Vec<&'a str>) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Let { name, dtype, .. } if dtype.is_half_float() => {
+                half.push(name);
+                false
+            }
+            Stmt::Update { name, combiner, .. } => {
+                matches!(combiner, Combiner::Sum | Combiner::Prod) && half.contains(&name.as_str())
+            }
+            Stmt::Loop(l) => visit(&l.body, half),
+            _ => false,
+        })
+    }
+    visit(body, &mut Vec::new())
+}
+
+/// Whether `body`'s reductions must take their steps in order: half-float sums round
+/// every step, and an arg-reduction's ties go to the first or last index. Neither runs
+/// in vector lanes, thread chunks or a GPU block's threads.
+pub fn reduces_in_order(body: &[Stmt]) -> bool {
+    accumulates_in_half_float(body) || has_arg_reduction(body)
+}
