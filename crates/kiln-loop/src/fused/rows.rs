@@ -366,7 +366,8 @@ fn placements(dims: &[usize], shape: &[usize], row: &[usize]) -> Vec<Vec<usize>>
 }
 
 /// Coalesce the row loops, run them in parallel when the kernel does
-/// enough work, and vectorize the innermost loop of each output store.
+/// enough work, and vectorize the innermost loop of each output store
+/// (on a GPU only the coalescing).
 fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedule {
     if target.is_scratchpad() {
         return Schedule::default();
@@ -374,6 +375,12 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
     match row_vars.first() {
         Some(v) if k.body.iter().any(|s| loop_named(s, v)) => {}
         _ => return Schedule::default(),
+    }
+    if target.is_gpu() {
+        // Blocks and threads take the one coalesced row loop (`gpu_map.rs`); strips,
+        // vector lanes and lane partial sums are CPU forms, which a GPU would run as
+        // per-thread arrays in local memory (the parallel mark it ignores).
+        return Schedule(fused_parallel(k, row_vars));
     }
     if let Some(schedule) = strips_across_rows(k, row_vars, target) {
         return schedule;
