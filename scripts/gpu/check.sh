@@ -4,7 +4,8 @@
 # the node-test binary, the node tests); writes logs to $OUT (or out/gpu).
 #   1. the embedded default model on --backend cuda against the interpreter;
 #   2. the gemm template's product cases, f32 and TF32, against their
-#      error bounds (kiln-conformance/tests/cuda_products.rs);
+#      error bounds (kiln-conformance/tests/cuda_products.rs), and large
+#      reductions against the interpreter (kiln-cuda/tests/reductions.rs);
 #   3. every ONNX node test the interpreter passes, on --backend cuda;
 #   4. random graphs under every fusion planner against the interpreter
 #      (beside step 3);
@@ -38,6 +39,9 @@ KILN_CUDA_TESTS=1 timeout 120 $G/cuda_products --nocapture 2>&1 | tee "$OUT/cuda
 KILN_RANDOM_GRAPHS=${KILN_RANDOM_GRAPHS:-8} KILN_CUDA_TESTS=1 timeout ${KILN_GPU_RANDOM_TIMEOUT:-200} \
   $G/random_graphs --nocapture >"$OUT/random_graphs.log" 2>&1 &
 RANDOM_GRAPHS=$!
+
+echo "== reductions in every GPU form against the interpreter"
+KILN_CUDA_TESTS=1 timeout 120 $G/cuda_reductions --nocapture 2>&1 | grep -E "launches|test result|panicked" -A2 | head -20
 
 if [ "${KILN_GPU_NODE_TESTS:-1}" = 1 ]; then
   echo "== node tests"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Puts what scripts/gpu/check.sh needs into .gpu/ (git-ignored): release
 # builds of the kiln binary, the node-test binary, the CUDA random-graph
-# test and the gemm-template products test, and the ONNX node tests (compressed). The device tool carries .gpu/ to the GPU machine.
+# and reductions tests and the gemm-template products test, and the ONNX node tests (compressed). The device tool carries .gpu/ to the GPU machine.
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -p kiln-cli
@@ -19,6 +19,7 @@ cp target/release/kiln .gpu/kiln
 cp "$(test_binary kiln-conformance node_tests)" .gpu/node_tests
 cp "$(test_binary kiln-cuda random_graphs)" .gpu/random_graphs
 cp "$(test_binary kiln-conformance cuda_products)" .gpu/cuda_products
-strip .gpu/kiln .gpu/node_tests .gpu/random_graphs .gpu/cuda_products
+cp "$(test_binary kiln-cuda reductions)" .gpu/cuda_reductions
+strip .gpu/kiln .gpu/node_tests .gpu/random_graphs .gpu/cuda_products .gpu/cuda_reductions
 tar czf .gpu/node-tests.tar.gz -C ../shared onnx-node-tests
 du -sh .gpu/*

@@ -119,10 +119,18 @@ fn launch_function(
             stmt,
             extent,
             groups,
+            splits,
             ..
         } => {
-            let text = rows::columns_function(k, function, params, *stmt, *groups)?;
-            let grid = [((extent + 31) / 32).clamp(1, most) as u32, 1, 1];
+            let text = rows::columns_function(k, function, params, *stmt, (*groups, *splits))?;
+            let blocks = (extent + 31) / 32;
+            if *splits > 1 && blocks > most {
+                bail!(
+                    "{}: {blocks} blocks of split columns exceed one wave",
+                    k.name
+                );
+            }
+            let grid = [blocks.clamp(1, most) as u32, *splits, 1];
             LaunchFunction::plain(text, grid, [groups * 32, 1, 1])
         }
         Launch::AllReduce {
@@ -396,8 +404,8 @@ mod tests {
 
     #[test]
     fn an_outer_axis_reduction_is_columns_combined_in_shared_memory() {
-        let s = cuda_of(&row_sums(1024, 1024, "1024*r0 + i0"));
-        assert_eq!(s.launches[0].grid, [32, 1, 1]);
+        let s = cuda_of(&row_sums(8192, 1024, "8192*r0 + i0"));
+        assert_eq!(s.launches[0].grid, [256, 1, 1]);
         assert!(
             s.cuda.contains("__shared__ float kiln_col_acc[8][33];"),
             "{}",
@@ -409,6 +417,24 @@ mod tests {
             "{}",
             s.cuda
         );
+        assert!(!s.cuda.contains("atomicAdd"), "{}", s.cuda);
+    }
+
+    #[test]
+    fn few_columns_split_their_reductions_over_blocks_combined_by_the_last() {
+        // 1024 outputs are 32 blocks of columns for 132 multiprocessors.
+        let s = cuda_of(&row_sums(1024, 1024, "1024*r0 + i0"));
+        assert_eq!(s.launches[0].grid, [32, 8, 1]);
+        for wanted in [
+            "kiln_t = (int64_t)blockIdx.y * 8 + kiln_g; kiln_t < 1024; kiln_t += 64",
+            "__device__ float k_l0_acc[8192];",
+            "k_l0_acc[(int64_t)blockIdx.y * 1024 + kiln_base + kiln_lane] = acc;",
+            "atomicAdd(&k_l0_count[blockIdx.x], 1u) == gridDim.y - 1",
+            "if (!kiln_last) { if (err) *kiln_err = 1; return; }",
+            "kiln_o = kiln_p[(int64_t)kiln_h * 1024];",
+        ] {
+            assert!(s.cuda.contains(wanted), "{wanted}\n{}", s.cuda);
+        }
     }
 
     #[test]

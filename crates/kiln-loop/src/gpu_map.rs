@@ -17,7 +17,10 @@
 //! - **columns** — the same loop when its reduction reads across rows
 //!   (y-reduce): lanes of a warp take neighbouring iterations (coalesced),
 //!   the warps of a block split each iteration's reduction, combined in
-//!   shared memory in order;
+//!   shared memory in order; when the blocks of 32 columns are fewer than
+//!   multiprocessors, several blocks split each reduction too, combined in
+//!   block order by the last to finish (PANAMERA §5.1's one kernel, as in
+//!   the all-reduce form);
 //! - **all-reduce** — a body of top-level locals (reductions to scalars)
 //!   that is a row program whose reductions read no earlier reduction:
 //!   `blocks` blocks share the reduced iterations, each block's partial
@@ -77,12 +80,16 @@ pub enum Launch {
     /// iterations (outputs) are a warp's lanes, `groups` warps of a block
     /// sharing each output's reduction (a reduction over an outer axis:
     /// neighbouring lanes read neighbouring elements), combined in shared
-    /// memory in group order.
+    /// memory in group order. With `splits` above 1, that many blocks
+    /// share each 32 outputs' reductions: each stores its partial results,
+    /// and the last of them to finish (an atomic counter) combines them in
+    /// block order and runs the rest of the iteration.
     Columns {
         stmt: usize,
         var: String,
         extent: i64,
         groups: u32,
+        splits: u32,
     },
     /// Statements `from..to` are a row program of reductions to scalars
     /// run by `blocks` blocks of `threads` threads.
@@ -213,14 +220,31 @@ fn loop_launch(k: &Kernel, i: usize, l: &Loop, gpu: &GpuDesc) -> Launch {
         };
     }
     if longest >= 2 * warp {
+        let groups = (gpu.block_threads / gpu.warp_size).max(1) as u32;
         return Launch::Columns {
             stmt: i,
             var: l.var.clone(),
             extent,
-            groups: (gpu.block_threads / gpu.warp_size).max(1) as u32,
+            groups,
+            splits: column_splits(&parts, (extent + warp - 1) / warp, longest, groups, gpu),
         };
     }
     threads_launch
+}
+
+/// Blocks sharing each 32 columns' reductions when the `blocks` blocks of
+/// columns leave most multiprocessors idle (a y-reduce to few outputs):
+/// enough for every warp to take [`ITEMS_PER_THREAD`] reduced iterations or
+/// more, two blocks per multiprocessor at most. 1 when the reductions read
+/// each other's results (only the last block has them).
+fn column_splits(parts: &[RowPart], blocks: i64, longest: i64, groups: u32, gpu: &GpuDesc) -> u32 {
+    if blocks >= gpu.sm_count as i64 || !reductions_independent(parts) {
+        return 1;
+    }
+    let per_block = groups as i64 * ITEMS_PER_THREAD;
+    let wanted = (longest + per_block - 1) / per_block;
+    let most = 2 * gpu.sm_count as i64 / blocks.max(1);
+    wanted.min(most).max(1) as u32
 }
 
 /// Blocks per row when `rows` rows whose longest part has `longest`
@@ -519,6 +543,13 @@ mod tests {
   }
 }";
         assert_eq!(mapping(k), "columns(#0, i0, 21128, 8 groups)");
+        // 768 outputs are 24 blocks of columns for 132 multiprocessors:
+        // 11 blocks share each one's 8192 rows (264 blocks in all).
+        let few = k.replace("21128", "768").replace("1280", "8192");
+        assert_eq!(mapping(&few), "columns(#0, i0, 768, 8 groups, 11 splits)");
+        // Short reductions are not split below 16 rows per warp.
+        let short = k.replace("21128", "768").replace("1280", "256");
+        assert_eq!(mapping(&short), "columns(#0, i0, 768, 8 groups, 2 splits)");
     }
 
     #[test]

@@ -13,8 +13,11 @@
 //! result. Output loops are spread over the block's threads and lone
 //! stores done by thread 0, with a barrier after each part.
 
+mod columns;
+
 use super::Frame;
 use crate::c::Printer;
+pub use columns::columns_function;
 use kiln_ir::{bail, DType, Result};
 use kiln_loop::gpu_map::rows::{row_parts, RowPart};
 use kiln_loop::{Kernel, Loop, Stmt, Val};
@@ -197,61 +200,6 @@ pub fn split_rows_function(
     Ok(w.frame(function, params, threads, &globals).wrap(&body))
 }
 
-/// The function running `k.body[stmt]` (a loop over `var`) as columns:
-/// a warp's lanes take neighbouring iterations, `groups` warps split each
-/// iteration's reductions and combine them in shared memory in order.
-/// Lanes past the end compute the last iteration again and store nothing.
-pub fn columns_function(
-    k: &Kernel,
-    function: &str,
-    params: &str,
-    stmt: usize,
-    groups: u32,
-) -> Result<String> {
-    let Stmt::Loop(l) = &k.body[stmt] else {
-        bail!("{}: statement {stmt} is not a loop", k.name);
-    };
-    let Some(parts) = row_parts(k, &l.body) else {
-        bail!("{}: statement {stmt} is not a row program", k.name);
-    };
-    let (var, e) = (&l.var, l.extent.max());
-    let mut w = RowWriter::new(k);
-    w.p.ranges.insert(var.clone(), (0, e.max(1) - 1));
-    let spread = Spread::Groups(groups);
-    for part in &parts {
-        match part {
-            RowPart::Reduce { reduced, .. } => {
-                w.part_spread(part, 2, spread)?;
-                for (name, combiner) in reduced {
-                    let ty = w.c_type_of(name)?;
-                    let col = format!("kiln_col_{name}");
-                    writeln!(w.shared, "  __shared__ {ty} {col}[{groups}][33];").ok();
-                    writeln!(w.p.out, "    {col}[kiln_g][kiln_lane] = {name};\n    __syncthreads();\n    if (kiln_g == 0) {{\n      for (int kiln_h = 1; kiln_h < {groups}; ++kiln_h) {{\n        {ty} kiln_o = {col}[kiln_h][kiln_lane];").ok();
-                    w.combine_into(name, *combiner, 4)?;
-                    writeln!(w.p.out, "      }}\n      {col}[0][kiln_lane] = {name};\n    }}\n    __syncthreads();\n    {name} = {col}[0][kiln_lane];").ok();
-                }
-            }
-            RowPart::Spread(l) => {
-                writeln!(w.p.out, "    if (kiln_live) {{").ok();
-                w.spread(std::slice::from_ref(l), &l.body, 3, spread)?;
-                writeln!(w.p.out, "    }}\n    __syncthreads();").ok();
-            }
-            RowPart::Once(s) => {
-                writeln!(w.p.out, "    if (kiln_g == 0 && kiln_live) {{").ok();
-                w.p.stmt(s, 3)?;
-                writeln!(w.p.out, "    }}\n    __syncthreads();").ok();
-            }
-            RowPart::Local(s) => w.p.stmt(s, 2)?,
-        }
-    }
-    let body = format!(
-        "  const int kiln_lane = threadIdx.x % 32, kiln_g = threadIdx.x / 32;\n  for (int64_t kiln_base = (int64_t)blockIdx.x * 32; kiln_base < {e}; kiln_base += (int64_t)gridDim.x * 32) {{\n    const bool kiln_live = kiln_base + kiln_lane < {e};\n    const int64_t {var} = kiln_live ? kiln_base + kiln_lane : {last};\n{body}    __syncthreads();\n  }}\n",
-        last = e - 1,
-        body = w.p.out,
-    );
-    Ok(w.frame(function, params, groups * 32, "").wrap(&body))
-}
-
 /// Which threads share a part's iterations.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Spread {
@@ -262,8 +210,9 @@ enum Spread {
     /// The threads of the row's blocks (`kiln_b` is the block's number in
     /// its row).
     Row(u32),
-    /// The warps of a block of columns (`kiln_g` is the warp's number).
-    Groups(u32),
+    /// The warps of a block of columns (`kiln_g` is the warp's number),
+    /// and the blocks sharing those columns (`blockIdx.y` of the count).
+    Groups(u32, u32),
 }
 
 impl Spread {
@@ -278,7 +227,11 @@ impl Spread {
                 "(int64_t)kiln_b * blockDim.x + threadIdx.x".into(),
                 format!("(int64_t){n} * blockDim.x"),
             ),
-            Spread::Groups(n) => ("kiln_g".into(), n.to_string()),
+            Spread::Groups(n, 1) => ("kiln_g".into(), n.to_string()),
+            Spread::Groups(n, splits) => (
+                format!("(int64_t)blockIdx.y * {n} + kiln_g"),
+                (n * splits).to_string(),
+            ),
         }
     }
 }

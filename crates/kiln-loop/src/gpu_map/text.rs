@@ -33,7 +33,14 @@ impl fmt::Display for Launch {
                 var,
                 extent,
                 groups,
-            } => write!(f, "columns(#{stmt}, {var}, {extent}, {groups} groups)"),
+                splits,
+            } => {
+                write!(f, "columns(#{stmt}, {var}, {extent}, {groups} groups")?;
+                if *splits > 1 {
+                    write!(f, ", {splits} splits")?;
+                }
+                write!(f, ")")
+            }
             Launch::Block { from, to, threads } => {
                 write!(f, "block(#{from}..#{to}, {threads} threads)")
             }
@@ -118,12 +125,15 @@ fn launch(text: &str) -> Result<Launch> {
             }
         }
         "columns" => {
-            arity(4)?;
+            if a.len() != 5 {
+                arity(4)?;
+            }
             Launch::Columns {
                 stmt: stmt(a[0])?,
                 var: a[1].to_string(),
                 extent: number(a[2])?,
                 groups: count(a[3], "groups")?,
+                splits: a.get(4).map_or(Ok(1), |s| count(s, "splits"))?,
             }
         }
         "all_reduce" => {
@@ -222,9 +232,9 @@ mod tests {
 
     #[test]
     fn every_launch_kind_round_trips() {
-        let text = "threads(#0, i0, 64); rows(#1, o0, 8, 32 threads); columns(#2, i0, 21128, 8 groups); all_reduce(#3..#6, 264 blocks, 256 threads); block(#6..#9, 128 threads); split_rows(#9, o0, 8, 16 blocks per row, 256 threads); split_rows(#10.., 132 blocks, 256 threads); gemm(#11); single(#12..#13)";
+        let text = "threads(#0, i0, 64); rows(#1, o0, 8, 32 threads); columns(#2, i0, 21128, 8 groups); all_reduce(#3..#6, 264 blocks, 256 threads); block(#6..#9, 128 threads); split_rows(#9, o0, 8, 16 blocks per row, 256 threads); split_rows(#10.., 132 blocks, 256 threads); gemm(#11); single(#12..#13); columns(#13, i0, 768, 8 groups, 11 splits)";
         let m: GpuMapping = text.parse().expect("mapping");
-        assert_eq!(m.0.len(), 9);
+        assert_eq!(m.0.len(), 10);
         assert_eq!(m.to_string(), text);
     }
 
@@ -234,6 +244,7 @@ mod tests {
             ("threads(#0, i0)", "has 2 arguments"),
             ("warps(#0)", "unknown launch kind 'warps'"),
             ("rows(#0, o0, 8, 32 lanes)", "count of threads"),
+            ("columns(#0, i0, 64, 8 groups, 2 blocks)", "count of splits"),
             ("single(#0)", "statement range"),
             ("gemm(0)", "statement number"),
             ("gemm(#0", "does not end"),
