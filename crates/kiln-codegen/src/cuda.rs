@@ -449,15 +449,23 @@ mod tests {
 }",
         );
         assert_eq!(s.launches.len(), 1);
-        assert_eq!(s.launches[0].grid, [264, 1, 1]);
+        assert_eq!(s.launches[0].grid, [528, 1, 1]);
         assert!(
-            s.cuda.contains("__device__ float k_l0_acc[264];"),
+            s.cuda.contains("__device__ float k_l0_acc[528];"),
             "{}",
             s.cuda
         );
         assert!(
             s.cuda
                 .contains("atomicAdd(&k_l0_count, 1u) == gridDim.x - 1"),
+            "{}",
+            s.cuda
+        );
+        // The last block's first warp combines the 528 partials.
+        assert!(
+            s.cuda.contains(
+                "for (unsigned int kiln_b = threadIdx.x + 32; kiln_b < kiln_n; kiln_b += 32)"
+            ),
             "{}",
             s.cuda
         );

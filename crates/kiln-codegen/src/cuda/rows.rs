@@ -114,19 +114,7 @@ pub fn all_reduce_function(
     // The last block to finish combines the partials in block order.
     writeln!(w.p.out, "  __shared__ int kiln_last;\n  if (threadIdx.x == 0) {{\n    __threadfence();\n    kiln_last = atomicAdd(&{function}_count, 1u) == gridDim.x - 1;\n  }}\n  __syncthreads();\n  if (!kiln_last) {{ if (err) *kiln_err = 1; return; }}").ok();
     for (name, combiner, partials) in &finals {
-        let ty = w.c_type_of(name)?;
-        writeln!(
-            w.p.out,
-            "  if (threadIdx.x == 0) {{\n    {name} = ((volatile {ty}*){partials})[0];\n    for (unsigned int kiln_b = 1; kiln_b < gridDim.x; ++kiln_b) {{\n      {ty} kiln_o = ((volatile {ty}*){partials})[kiln_b];"
-        )
-        .ok();
-        w.combine_into(name, *combiner, 3)?;
-        let slot = w.shared_slot(name)?;
-        writeln!(
-            w.p.out,
-            "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];"
-        )
-        .ok();
+        w.warp_combines_partials(name, *combiner, partials, "gridDim.x")?;
     }
     writeln!(w.p.out, "  if (threadIdx.x == 0) {function}_count = 0;").ok();
     for part in &parts[last + 1..] {
@@ -169,16 +157,15 @@ pub fn split_rows_function(
                 for (name, combiner) in reduced {
                     let partials = format!("{function}_{name}");
                     let ty = w.c_type_of(name)?;
-                    let slot = w.shared_slot(name)?;
                     writeln!(
                         globals,
                         "__device__ {ty} {partials}[{}];",
                         extent * blocks_per_row as i64
                     )
                     .ok();
-                    writeln!(w.p.out, "  if (threadIdx.x == 0) {partials}[{var} * {blocks_per_row} + kiln_b] = {name};\n  {barrier}\n  if (threadIdx.x == 0) {{\n    {name} = ((volatile {ty}*){partials})[{var} * {blocks_per_row}];\n    for (unsigned int kiln_j = 1; kiln_j < {blocks_per_row}; ++kiln_j) {{\n      {ty} kiln_o = ((volatile {ty}*){partials})[{var} * {blocks_per_row} + kiln_j];").ok();
-                    w.combine_into(name, *combiner, 3)?;
-                    writeln!(w.p.out, "    }}\n    {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];").ok();
+                    writeln!(w.p.out, "  if (threadIdx.x == 0) {partials}[{var} * {blocks_per_row} + kiln_b] = {name};\n  {barrier}").ok();
+                    let row = format!("({partials} + {var} * {blocks_per_row})");
+                    w.warp_combines_partials(name, *combiner, &row, &blocks_per_row.to_string())?;
                 }
             }
             RowPart::Once(s) => {
@@ -370,6 +357,29 @@ impl<'a> RowWriter<'a> {
             "{pad}  }}\n{pad}  {slot}[0] = {name};\n{pad}}}\n{pad}__syncthreads();\n{pad}{name} = {slot}[0];"
         )
         .ok();
+        Ok(())
+    }
+
+    /// `name` combined from the `count` partial results at `partials`
+    /// (global memory, written by other blocks) by the first warp: lane
+    /// `l` combines partials `l, l + 32, …` in order, then a shuffle tree
+    /// (lane `l` takes lane `l + s`'s value while that lane holds any),
+    /// the same order on every run with the same count; every thread gets
+    /// the result. Thread 0 alone would wait on `count` loads in a row.
+    fn warp_combines_partials(
+        &mut self,
+        name: &str,
+        combiner: Combiner,
+        partials: &str,
+        count: &str,
+    ) -> Result<()> {
+        let ty = self.c_type_of(name)?;
+        let slot = self.shared_slot(name)?;
+        writeln!(self.p.out, "  if (threadIdx.x < 32) {{\n    const volatile {ty}* kiln_p = {partials};\n    const unsigned int kiln_n = {count};\n    if (threadIdx.x < kiln_n) {name} = kiln_p[threadIdx.x];\n    for (unsigned int kiln_b = threadIdx.x + 32; kiln_b < kiln_n; kiln_b += 32) {{\n      {ty} kiln_o = kiln_p[kiln_b];").ok();
+        self.combine_into(name, combiner, 3)?;
+        writeln!(self.p.out, "    }}\n    for (int kiln_s = 16; kiln_s > 0; kiln_s >>= 1) {{\n      {ty} kiln_o = kiln_shfl_down({name}, kiln_s);\n      if (threadIdx.x + kiln_s < kiln_n && threadIdx.x + kiln_s < 32) {{").ok();
+        self.combine_into(name, combiner, 4)?;
+        writeln!(self.p.out, "      }}\n    }}\n    if (threadIdx.x == 0) {slot}[0] = {name};\n  }}\n  __syncthreads();\n  {name} = {slot}[0];").ok();
         Ok(())
     }
 
