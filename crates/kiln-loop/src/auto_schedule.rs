@@ -12,10 +12,11 @@
 //!    loop than the one the stores walk) as a cache-blocked copy
 //!    (`transpose.rs`, which states what it needs and guarantees); else
 //!    splits a single remaining loop longer than [`CHUNK`] into chunks;
-//!    a matrix-vector product whose reduction is at least as long as its
-//!    output splits the reduction across threads instead (the output
-//!    combined from per-thread copies: OpenMP array reductions) when a
-//!    copy of the output fits the share of the target's L2 that
+//!    a matrix-vector product (a y-reduce with one output loop) whose
+//!    reduction has at least 2 [`ROW_CHUNK`] rows splits the reduction
+//!    across threads instead (the output combined from per-thread copies:
+//!    OpenMP array reductions), so each thread streams contiguous rows,
+//!    when a copy of the output fits the share of the target's L2 that
 //!    [`split_reduction_max_output`] allows;
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
@@ -102,11 +103,11 @@ pub const PARALLEL_MIN_WORK: i64 = 1 << 15;
 
 /// Largest output of a matrix-vector product whose reduction is split
 /// across threads: each thread keeps a private f32 copy of the output,
-/// updated for every row of the matrix it streams, sized to a sixteenth of
-/// one core's L2 (64 KiB, 16384 elements, on the 1 MiB of the reference
-/// machine and the CPU presets, where it was chosen).
+/// updated for every row of the matrix it streams, sized to an eighth of
+/// one core's L2 (128 KiB, 32768 elements, on the 1 MiB of the CPU
+/// presets; BENCHMARKS.md, session 23, for the y-reduces it serves).
 pub fn split_reduction_max_output(target: &TargetDesc) -> i64 {
-    (target.l2_per_core() / 16 / std::mem::size_of::<f32>()) as i64
+    (target.l2_per_core() / 8 / std::mem::size_of::<f32>()) as i64
 }
 
 /// Iterations of every loop in `body`, counting nested loops fully.
@@ -272,13 +273,15 @@ fn coalesce_reductions(current: &mut Kernel, schedule: &mut Schedule) {
 }
 
 /// The outer reduction loop of output loop `l` (of `extent` iterations) when it is worth
-/// splitting across threads: at least as long as the output, which stays small enough for
-/// each thread to keep a private copy of it ([`split_reduction_max_output`]).
+/// splitting across threads: at least 2 [`ROW_CHUNK`] rows (so each thread's rows outweigh
+/// combining the copies), with an output small enough for each thread to keep a private
+/// copy of it ([`split_reduction_max_output`]). Column strips a row apart instead read a
+/// few cache lines per page and streamed at half the bandwidth (BENCHMARKS.md, session 23).
 fn reduction_to_split(l: &Loop, extent: i64, target: &TargetDesc) -> Option<String> {
     let [Stmt::Let { .. }, Stmt::Loop(reduction), Stmt::Store { .. }] = l.body.as_slice() else {
         return None;
     };
-    let long = reduction.extent.max() >= extent.max(2 * ROW_CHUNK);
+    let long = reduction.extent.max() >= 2 * ROW_CHUNK;
     (long && extent <= split_reduction_max_output(target)).then(|| reduction.var.clone())
 }
 
@@ -325,13 +328,13 @@ mod tests {
         .unwrap()
     }
 
-    /// A private copy of the 64 KiB output is the sixteenth of the presets'
+    /// A private copy of the 64 KiB output fits the eighth of the presets'
     /// 1 MiB of L2 per core the rule allows: the reduction is split across
-    /// threads. With 512 KiB of L2 it is not, and the output is chunked.
+    /// threads. With 256 KiB of L2 it does not, and the output is chunked.
     #[test]
     fn splitting_a_reduction_follows_the_targets_l2() {
         let v4 = CpuPreset::X86_64V4.desc(2);
-        assert_eq!(split_reduction_max_output(&v4), 16384);
+        assert_eq!(split_reduction_max_output(&v4), 32768);
         let split = default_schedule(&matrix_vector(), &v4);
         assert!(
             split.0.contains(&Directive::Parallel("r0".into())),
@@ -340,7 +343,7 @@ mod tests {
         let mut small = v4.clone();
         small.caches = vec![MemLevel {
             name: "L2".into(),
-            bytes: 512 << 10,
+            bytes: 256 << 10,
             per_core: true,
         }];
         let chunked = default_schedule(&matrix_vector(), &small);
@@ -350,6 +353,31 @@ mod tests {
             factor: 256,
         };
         assert!(chunked.0.contains(&row_chunks), "{chunked:?}");
+    }
+
+    /// PANAMERA sub-graph 4's y-reduce (1280 rows of 21128): fewer rows than
+    /// outputs, still split across threads, each streaming its own rows; 64
+    /// rows are not (column strips).
+    #[test]
+    fn a_y_reduce_over_many_rows_splits_them_across_threads() {
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        let text = |rows: i64| {
+            format!(
+                "kernel k(in0: f32[{rows},21128], out out0: f32[21128]) {{
+  for i0 in 0..21128 {{
+    let acc: f32 = 0.0:f32
+    for r0 in 0..{rows} {{
+      acc = sum(acc, in0[21128*r0 + i0])
+    }}
+    out0[i0] = acc
+  }}
+}}"
+            )
+        };
+        let schedule = |rows| default_schedule(&crate::parse_kernel(&text(rows)).unwrap(), &v4);
+        let split = Directive::Parallel("r0".into());
+        assert!(schedule(1280).0.contains(&split), "{:?}", schedule(1280));
+        assert!(!schedule(64).0.contains(&split), "{:?}", schedule(64));
     }
 
     /// A y-reduce strip keeps every core busy and never drops below [`ROW_CHUNK`].
