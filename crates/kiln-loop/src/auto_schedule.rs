@@ -193,7 +193,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         .filter(|_| !half_output)
         .and_then(|l| reduction_to_split(l, extent, target));
     if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
-        // A matrix-vector product reading a matrix wider than its output: the reduction is
+        // A matrix-vector product (a y-reduce with one output loop): the reduction is
         // split across threads, each accumulating the whole output row in a private copy
         // (combined at the end), so each thread streams a contiguous block of the matrix
         // instead of narrow column strips a row apart.
