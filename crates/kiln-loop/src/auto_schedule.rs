@@ -17,7 +17,7 @@
 //!    across threads instead (the output combined from per-thread copies:
 //!    OpenMP array reductions), so each thread streams contiguous rows,
 //!    when a copy of the output fits the share of the target's L2 that
-//!    [`split_reduction_max_output`] allows;
+//!    [`split_reduction_max_output`] allows and no input is f16/bf16;
 //! 3. runs the outermost loop in parallel when the kernel does enough
 //!    work ([`PARALLEL_MIN_WORK`] element-steps) to pay for waking threads;
 //! 4. vectorizes the innermost output loop when its body is plain stores,
@@ -164,12 +164,13 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         return schedule;
     }
     let parallel = total >= PARALLEL_MIN_WORK;
-    // An f16/bf16 output accumulates outward in a local row of its accumulator's type
-    // (`schedule.rs`), which threads cannot share as they share the output's copies.
-    let half_output = k
+    // A split reduction widens each f16/bf16 input row whole (`c/half_blocks.rs`) into a
+    // temporary as large as the output, which with the thread's copy of the output
+    // overflows L1; column strips widen a strip at a time (BENCHMARKS.md, session 23).
+    let half_input = k
         .buffers
         .iter()
-        .any(|b| b.output && b.dtype.is_half_float());
+        .any(|b| !b.output && b.dtype.is_half_float());
     let outward = !in_order;
     if nest.len() == 1 && extent > CHUNK && plain {
         let (o, i) = split_names(&innermost);
@@ -190,7 +191,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let along = outward && last_loop.as_ref().is_some_and(y_reducible);
     let split_reduction = last_loop
         .as_ref()
-        .filter(|_| !half_output)
+        .filter(|_| !half_input)
         .and_then(|l| reduction_to_split(l, extent, target));
     if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
         // A matrix-vector product (a y-reduce with one output loop): the reduction is
@@ -356,8 +357,9 @@ mod tests {
     }
 
     /// PANAMERA sub-graph 4's y-reduce (1280 rows of 21128): fewer rows than
-    /// outputs, still split across threads, each streaming its own rows; 64
-    /// rows are not (column strips).
+    /// outputs, still split across threads, each streaming its own rows, also
+    /// into an f16 output (sub-graph 2); 64 rows and f16 inputs are not
+    /// (column strips).
     #[test]
     fn a_y_reduce_over_many_rows_splits_them_across_threads() {
         let v4 = CpuPreset::X86_64V4.desc(2);
@@ -374,10 +376,23 @@ mod tests {
 }}"
             )
         };
-        let schedule = |rows| default_schedule(&crate::parse_kernel(&text(rows)).unwrap(), &v4);
+        let schedule = |text: &str| default_schedule(&crate::parse_kernel(text).unwrap(), &v4);
         let split = Directive::Parallel("r0".into());
-        assert!(schedule(1280).0.contains(&split), "{:?}", schedule(1280));
-        assert!(!schedule(64).0.contains(&split), "{:?}", schedule(64));
+        for kernel in [text(1280), text(1280).replace("out0: f32", "out0: f16")] {
+            assert!(
+                schedule(&kernel).0.contains(&split),
+                "{:?}",
+                schedule(&kernel)
+            );
+        }
+        // Too few rows; an f16 input widened a whole row at a time.
+        for kernel in [text(64), text(1280).replace("in0: f32", "in0: f16")] {
+            assert!(
+                !schedule(&kernel).0.contains(&split),
+                "{:?}",
+                schedule(&kernel)
+            );
+        }
     }
 
     /// A y-reduce strip keeps every core busy and never drops below [`ROW_CHUNK`].
