@@ -2,13 +2,21 @@
 //! at sizes the node tests and random graphs do not reach: y-reduces whose
 //! few columns split over blocks (`columns(..., N splits)`), f16 inputs,
 //! arg-reductions with ties (one thread per output, first index wins), and
-//! Softmax/LayerNorm rows as blocks. Needs a GPU: runs only with
-//! `KILN_CUDA_TESTS=1` (`scripts/gpu/check.sh` sets it), a no-op elsewhere.
+//! Softmax/LayerNorm rows as blocks. The comparison needs a GPU: it runs
+//! only with `KILN_CUDA_TESTS=1` (`scripts/gpu/check.sh` sets it), a no-op
+//! elsewhere. Without a GPU, the mapping of the row programs is checked:
+//! Softmax and LayerNorm rows are one block per row (threads sharing the
+//! row's reductions), never one thread per row carrying the CPU's lane
+//! partials in a local array (20-750x slower on an H200: BENCHMARKS.md,
+//! "CUDA backend: f16/bf16 kernels, row programs as blocks again").
 
 #[path = "../../kiln-cpu/tests/common/mod.rs"]
 mod common;
 
+use kiln_cuda::program::CudaProgram;
 use kiln_cuda::{CudaModel, CudaOptions};
+use kiln_fuse::PlannerKind;
+use kiln_target::GpuPreset;
 
 /// `(name, graph text)` of every case.
 const CASES: &[(&str, &str)] = &[
@@ -68,6 +76,35 @@ const CASES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The case's graph, optimized as on import (Softmax and LayerNorm become
+/// their primitive ops), its inputs and the interpreter's outputs.
+fn case(name: &str, text: &str) -> (kiln_ir::Graph, Vec<kiln_ir::Tensor>, Vec<kiln_ir::Tensor>) {
+    let mut graph = common::load(text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let inputs = common::inputs(&graph).expect("inputs");
+    let want = kiln_interp::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
+    kiln_passes::optimize(&mut graph, &Default::default()).expect("passes");
+    (graph, inputs, want)
+}
+
+#[test]
+fn softmax_and_layernorm_rows_are_one_block_each() {
+    let target = GpuPreset::Sm90.desc();
+    let rows = |n: &str| n.starts_with("Softmax") || n.starts_with("LayerNorm");
+    for (name, text) in CASES.iter().filter(|(n, _)| rows(n)) {
+        let (graph, _, _) = case(name, text);
+        let program = CudaProgram::build(&graph, PlannerKind::default(), &target, "t")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let kernels: Vec<_> = program.kernels.iter().flatten().collect();
+        assert!(!kernels.is_empty(), "{name}: no kernels");
+        for k in kernels {
+            let (mapping, cuda) = (k.source.mapping.to_string(), &k.source.cuda);
+            assert!(mapping.starts_with("rows("), "{name}: {mapping}\n{cuda}");
+            // No per-thread arrays: a row's partial sums live in registers.
+            assert!(!cuda.contains("_p_l["), "{name}: {mapping}\n{cuda}");
+        }
+    }
+}
+
 #[test]
 fn reductions_match_the_interpreter_on_the_gpu() {
     if std::env::var("KILN_CUDA_TESTS").is_err() {
@@ -75,11 +112,7 @@ fn reductions_match_the_interpreter_on_the_gpu() {
         return;
     }
     for (name, text) in CASES {
-        let mut graph = common::load(text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let inputs = common::inputs(&graph).expect("inputs");
-        let want = kiln_interp::run(&graph, &inputs).unwrap_or_else(|e| panic!("{name}: {e}"));
-        // Softmax and LayerNorm become their primitive ops here, as on import.
-        kiln_passes::optimize(&mut graph, &Default::default()).expect("passes");
+        let (graph, inputs, want) = case(name, text);
         let model = CudaModel::compile(&graph, &CudaOptions::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let summary = model.summary();
