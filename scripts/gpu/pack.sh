@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Puts what scripts/gpu/check.sh needs into .gpu/ (git-ignored): release
 # builds of the kiln binary, the node-test binary, the CUDA random-graph
-# and reductions tests and the gemm-template products test, and the ONNX node tests (compressed). The device tool carries .gpu/ to the GPU machine.
+# and reductions tests and the gemm-template products test, and the ONNX
+# node tests (compressed), about 51 MB. The device tool takes .gpu/ to the
+# GPU machine when the call names it: `carry: [".gpu"]`.
 set -eu
 cd "$(dirname "$0")/../.."
 cargo build --release -p kiln-cli
