@@ -7,7 +7,7 @@
 //! elsewhere. Without a GPU, the mapping of the row programs is checked:
 //! Softmax and LayerNorm rows are one block per row (threads sharing the
 //! row's reductions), never one thread per row carrying the CPU's lane
-//! partials in a local array (20-750x slower on an H200: BENCHMARKS.md,
+//! partials in a local array (20-760x slower on an H200: BENCHMARKS.md,
 //! "CUDA backend: f16/bf16 kernels, row programs as blocks again").
 
 #[path = "../../kiln-cpu/tests/common/mod.rs"]

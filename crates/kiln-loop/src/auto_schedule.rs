@@ -165,8 +165,8 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     }
     let parallel = total >= PARALLEL_MIN_WORK;
     // A split reduction widens each f16/bf16 input row whole (`c/half_blocks.rs`) into a
-    // temporary as large as the output, which with the thread's copy of the output
-    // overflows L1; column strips widen a strip at a time (BENCHMARKS.md, session 23).
+    // temporary as large as the output, column strips a strip at a time; split, such
+    // y-reduces ran up to twice as slow (BENCHMARKS.md, session 23).
     let half_input = k
         .buffers
         .iter()
