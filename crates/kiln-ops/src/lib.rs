@@ -115,6 +115,14 @@ pub trait Op: Send + Sync {
         None
     }
 
+    /// Scalar rules: true when the rule is a transcendental function (a
+    /// polynomial or library call per element, not an instruction or two),
+    /// so where it is computed matters to fusion planners
+    /// ([`te::classify::calls_transcendental`]).
+    fn transcendental(&self) -> bool {
+        false
+    }
+
     /// Compound ops (APOLLO §3.2): builds the node's outputs from primitive
     /// ops with `b`, given the node's input values `inputs`, and returns one
     /// value per node output (`None` for outputs it does not compute, which

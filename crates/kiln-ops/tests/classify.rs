@@ -158,3 +158,17 @@ fn reshapes_are_views_and_transposes_are_not() {
         Example::new("Slice", "s").f32(&[8]).ints(&[0]).ints(&[4])
     ));
 }
+
+#[test]
+fn transcendental_rules_come_from_the_op_tables() {
+    use kiln_ops::te::classify::calls_transcendental;
+    let calls = |e: Example| calls_transcendental(&e.expr().unwrap_or_else(|err| panic!("{err}")));
+    for op in ["Exp", "Log", "Sigmoid", "Tanh", "Erf", "Softplus", "Cos"] {
+        assert!(calls(Example::new(op, "t").f32(&[4])), "{op}");
+    }
+    assert!(calls(Example::new("Pow", "p").f32(&[4]).f32(&[1])));
+    for op in ["Relu", "Sqrt", "Abs", "Neg", "Floor"] {
+        assert!(!calls(Example::new(op, "t").f32(&[4])), "{op}");
+    }
+    assert!(!calls(Example::new("Add", "a").f32(&[4]).f32(&[4])));
+}

@@ -353,6 +353,9 @@ fn int_pow(base: i128, exp: i128) -> i128 {
 }
 
 impl Op for Pow {
+    fn transcendental(&self) -> bool {
+        true
+    }
     fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
         let base = cx.input(0)?.ty.dtype;
         Pow::check(base, cx.input(1)?.ty.dtype)?;

@@ -90,6 +90,8 @@ struct Unary {
     float: Option<fn(f64) -> f64>,
     int: IntRule,
     boolean: Option<fn(bool) -> bool>,
+    /// See [`Op::transcendental`].
+    transcendental: bool,
 }
 
 const fn float(name: &'static str, f: fn(f64) -> f64) -> Unary {
@@ -98,6 +100,7 @@ const fn float(name: &'static str, f: fn(f64) -> f64) -> Unary {
         float: Some(f),
         int: IntRule::Unsupported,
         boolean: None,
+        transcendental: false,
     }
 }
 
@@ -105,6 +108,13 @@ impl Unary {
     const fn with_int(self, f: fn(i128) -> i128) -> Unary {
         Unary {
             int: IntRule::Exact(f),
+            ..self
+        }
+    }
+
+    const fn as_transcendental(self) -> Unary {
+        Unary {
+            transcendental: true,
             ..self
         }
     }
@@ -150,6 +160,9 @@ impl Op for Unary {
     fn eval(&self, _cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
         Ok(vec![self.apply(arg(inputs, 0)?)?])
     }
+    fn transcendental(&self) -> bool {
+        self.transcendental
+    }
 }
 
 fn sigmoid(x: f64) -> f64 {
@@ -186,20 +199,20 @@ const UNARY: &[Unary] = &[
     float("Sign", sign).with_int(|x| x.signum()),
     float("Reciprocal", |x| 1.0 / x),
     float("Sqrt", f64::sqrt),
-    float("Exp", f64::exp),
-    float("Log", f64::ln),
-    float("Sin", f64::sin),
-    float("Cos", f64::cos),
-    float("Tan", f64::tan),
-    float("Asin", f64::asin),
-    float("Acos", f64::acos),
-    float("Atan", f64::atan),
-    float("Sinh", f64::sinh),
-    float("Cosh", f64::cosh),
-    float("Asinh", f64::asinh),
-    float("Acosh", f64::acosh),
-    float("Atanh", f64::atanh),
-    float("Erf", libm::erf),
+    float("Exp", f64::exp).as_transcendental(),
+    float("Log", f64::ln).as_transcendental(),
+    float("Sin", f64::sin).as_transcendental(),
+    float("Cos", f64::cos).as_transcendental(),
+    float("Tan", f64::tan).as_transcendental(),
+    float("Asin", f64::asin).as_transcendental(),
+    float("Acos", f64::acos).as_transcendental(),
+    float("Atan", f64::atan).as_transcendental(),
+    float("Sinh", f64::sinh).as_transcendental(),
+    float("Cosh", f64::cosh).as_transcendental(),
+    float("Asinh", f64::asinh).as_transcendental(),
+    float("Acosh", f64::acosh).as_transcendental(),
+    float("Atanh", f64::atanh).as_transcendental(),
+    float("Erf", libm::erf).as_transcendental(),
     float("Floor", f64::floor),
     float("Ceil", f64::ceil),
     float("Round", f64::round_ties_even),
@@ -208,18 +221,20 @@ const UNARY: &[Unary] = &[
         float: None,
         int: IntRule::Unsupported,
         boolean: Some(|x| !x),
+        transcendental: false,
     },
     Unary {
         name: "BitwiseNot",
         float: None,
         int: IntRule::Exact(|x| !x),
         boolean: None,
+        transcendental: false,
     },
     // activations that stay primitive
     float("Relu", |x| if x < 0.0 { 0.0 } else { x }).with_int(|x| x.max(0)),
-    float("Sigmoid", sigmoid),
-    float("Tanh", f64::tanh),
-    float("Softplus", softplus),
+    float("Sigmoid", sigmoid).as_transcendental(),
+    float("Tanh", f64::tanh).as_transcendental(),
+    float("Softplus", softplus).as_transcendental(),
 ];
 
 /// An activation defined by a decomposition into element-wise primitives.

@@ -260,21 +260,17 @@ fn is_read(e: &Expr) -> bool {
     }
 }
 
-/// Scalar ops that cost a polynomial or a library call per element rather
-/// than an instruction or two: where one is computed matters to planners
-/// (once per element of a small tensor, not once per element of the large
-/// one it is broadcast to).
-const TRANSCENDENTAL: &[&str] = &[
-    "Exp", "Log", "Pow", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
-    "Acosh", "Atanh", "Erf", "Sigmoid", "Tanh", "Softplus",
-];
-
-/// Whether `te` computes a transcendental function per element.
+/// Whether `te` computes a transcendental function per element (a scalar
+/// rule whose op says so, [`crate::Op::transcendental`]): where one is
+/// computed matters to planners (once per element of a small tensor, not
+/// once per element of the large one it is broadcast to).
 pub fn calls_transcendental(te: &TensorExpr) -> bool {
     let mut found = false;
     te.body.visit(&mut |e| {
         if let Expr::Call(s, _) = e {
-            found |= TRANSCENDENTAL.contains(&s.op.as_str());
+            found |= crate::registry::lookup("", &s.op)
+                .and_then(|op| op.scalar_kernel())
+                .is_some_and(|rule| rule.transcendental());
         }
     });
     found
