@@ -276,6 +276,17 @@ pub fn calls_transcendental(te: &TensorExpr) -> bool {
     found
 }
 
+/// Whether `te` selects between sources by bounds checks (a
+/// concatenation's or a padding's `Where(inbounds(..), ..)`): a loop nest
+/// peels such a select away at the sources' borders, but an operand packed
+/// element by element would pay it per element.
+pub fn selects_by_bounds(te: &TensorExpr) -> bool {
+    let mut found = false;
+    te.body
+        .visit(&mut |e| found |= matches!(e, Expr::InBounds(_)));
+    found
+}
+
 impl ApolloType {
     /// A matmul or convolution (compute-bound; fused ops can only follow it).
     pub fn is_contraction(self) -> bool {

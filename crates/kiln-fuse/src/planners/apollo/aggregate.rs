@@ -4,8 +4,8 @@
 //! Needs: a [`FusionGraph`] whose nodes carry APOLLO types
 //! (`NodeInfo::apollo()`).
 //! Guarantees: starting from one micro-graph per primitive op, Table 1's
-//! rules (and one of kiln's, below) are applied in Algo. 1's priority order
-//! {1, 2, 3, 4, 5, 6-transpose, {6-matmul}, {6-conv}}, each priority
+//! rules (and two of kiln's, below) are applied in Algo. 1's priority order
+//! {1, 2, 3, 4, 5, 6-transpose, kiln-layout, {6-matmul}, {6-conv}}, each priority
 //! level to a fixed point, merging a producer/consumer pair only when
 //! `Partition::can_merge` holds; the merged group gets the rule's result
 //! type. Ops of any other opaque kind (reshape, gather, layout, window,
@@ -31,6 +31,14 @@
 //!   its operand through the composed index instead of a copy (the
 //!   backend refuses what does not compose, e.g. a gather of computed
 //!   indices). Convolutions take none: their image is read as a window.
+//!   A group that selects between sources by bounds (a concatenation or
+//!   padding) or computes anything is not taken (`read_in_place`): packed
+//!   element by element, the select would run per element.
+//! - Another, at a level of its own before 6-matmul ("kiln-layout"): a
+//!   layout group (concatenation, padding, slice) joins its element-wise
+//!   and broadcast consumers, so a DenseNet layer's concatenation, batch
+//!   norm and ReLU are one loop nest (peeled at the sources' borders) that
+//!   writes the normalized values once instead of a copy and a pass.
 //! - Rules 4 and 5 leave out an element-wise/broadcast producer that
 //!   reads a contraction's result and whose values are read outside the
 //!   reduction too (a bias and activation before a squeeze-excitation's
@@ -56,7 +64,9 @@
 use super::micro::{elements, MicroGraphs};
 use super::rules::{apply_to_fixed_point, Rule, Side};
 use crate::graph::FusionGraph;
-use kiln_ops::te::classify::{calls_transcendental, relation, ApolloType, OpaqueKind, Relation};
+use kiln_ops::te::classify::{
+    calls_transcendental, relation, selects_by_bounds, ApolloType, OpaqueKind, Relation,
+};
 use std::collections::BTreeSet;
 
 const EW: ApolloType = ApolloType::ElementWise;
@@ -65,6 +75,7 @@ const REDUCTION: ApolloType = ApolloType::Reduction;
 const TRANSPOSE: ApolloType = ApolloType::Opaque(OpaqueKind::Transpose);
 const MATMUL: ApolloType = ApolloType::Opaque(OpaqueKind::Matmul);
 const CONV: ApolloType = ApolloType::Opaque(OpaqueKind::Conv);
+const LAYOUT: ApolloType = ApolloType::Opaque(OpaqueKind::Layout);
 
 /// Table 1, one slice per priority level of Algo. 1, line 4.
 pub const TABLE_1: &[&[Rule]] = &[
@@ -77,6 +88,9 @@ pub const TABLE_1: &[&[Rule]] = &[
     ],
     &[
         /* 6-transpose */ Rule::new(Side::EwOrBcast, Side::TRANSPOSE, TRANSPOSE),
+    ],
+    &[
+        /* kiln */ Rule::new(Side::LAYOUT, Side::EwOrBcast, LAYOUT),
     ],
     &[
         /* 6-matmul */ Rule::new(Side::MATMUL, Side::EwOrBcast, MATMUL),
@@ -99,6 +113,9 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         .map(|n| n.te.as_ref().is_some_and(calls_transcendental))
         .collect();
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
+        MATMUL if rule.producer == Side::Movement => {
+            read_in_place(fg, mg.part.members(p)) && contraction_fusable(fg, mg, p, c)
+        }
         MATMUL | CONV => contraction_fusable(fg, mg, p, c),
         REDUCTION => {
             !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
@@ -109,6 +126,21 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         apply_to_fixed_point(fg, &mut mg, level, &condition);
     }
     mg
+}
+
+/// Whether a matmul can read the values of data-movement group `nodes`
+/// through a composed index: every member moves data and none selects
+/// between sources (a concatenation or padding would be a select per
+/// packed element; the backend refuses it). A concatenation joined by its
+/// element-wise consumers is a group of its own instead.
+fn read_in_place(fg: &FusionGraph, nodes: &[usize]) -> bool {
+    nodes.iter().all(|&n| {
+        Side::Movement.accepts(fg.nodes[n].apollo())
+            && fg.nodes[n]
+                .te
+                .as_ref()
+                .is_some_and(|te| !selects_by_bounds(te))
+    })
 }
 
 /// Whether groups `p` and `c` (one of them a contraction group) make a

@@ -33,6 +33,7 @@ impl Side {
     pub const TRANSPOSE: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Transpose));
     pub const MATMUL: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Matmul));
     pub const CONV: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Conv));
+    pub const LAYOUT: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Layout));
 
     pub fn accepts(self, ty: ApolloType) -> bool {
         match self {

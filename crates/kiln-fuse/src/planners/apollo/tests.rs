@@ -166,6 +166,34 @@ fn a_sigmoid_is_not_recomputed_per_broadcast_element() {
     assert_eq!(group_of(&g, &p, "fc2"), sorted(&["fc2", "bias2", "gate"]));
 }
 
+/// A DenseNet layer: the earlier features concatenated, batch-normalized
+/// (per-channel `Add` and `Mul`) and rectified, then a 1x1 convolution (a
+/// matmul). The concatenation and its element-wise consumers are one
+/// kernel, which writes the normalized values once; the matmul does not
+/// take the concatenation as a prologue (a select per packed element).
+#[test]
+fn a_concatenation_joins_its_elementwise_consumers_not_a_matmul() {
+    let g = graph(
+        r#"input %x0: f32[1,8,8,16]
+  input %x1: f32[1,8,8,8]
+  input %shift: f32[1,1,1,24]
+  input %scale: f32[1,1,1,24]
+  input %w: f32[24,32]
+  node "cat" %c: f32[1,8,8,24] = Concat(%x0, %x1) {axis=3}
+  node "shift" %a: f32[1,8,8,24] = Add(%c, %shift)
+  node "scale" %m: f32[1,8,8,24] = Mul(%a, %scale)
+  node "relu" %r: f32[1,8,8,24] = Relu(%m)
+  node "conv1" %y: f32[1,8,8,32] = MatMul(%r, %w)
+  output %y"#,
+    );
+    let p = planned(&g);
+    assert_eq!(
+        group_of(&g, &p, "cat"),
+        sorted(&["cat", "shift", "scale", "relu"])
+    );
+    assert_eq!(group_of(&g, &p, "conv1"), sorted(&["conv1"]));
+}
+
 #[test]
 fn a_sigmoid_of_the_same_size_joins_its_consumer() {
     // A SiLU: the sigmoid's result is not broadcast, so it fuses.
