@@ -271,3 +271,54 @@ fn channel_shuffle_stays_channels_last() -> Result<()> {
     assert!(within_pixels, "{text}");
     gives_everywhere(&g, &ins, &want)
 }
+
+/// A DenseNet layer over two images: a stem, a 3x3 convolution of its
+/// output, the two concatenated along the channels, batch-normalized
+/// (per-channel shift and scale) and rectified, then a 1x1 convolution.
+fn dense_layer_network() -> String {
+    format!(
+        r#"graph "dense" opsets [""=17] {{
+  input %x: f32[2,3,9,8]
+  init %w0: f32[16,3,3,3] = [{}]
+  init %w1: f32[8,16,3,3] = [{}]
+  init %shift: f32[1,24,1,1] = [{}]
+  init %scale: f32[1,24,1,1] = [{}]
+  init %wn: f32[12,24,1,1] = [{}]
+  init %lo: f32[] = [0.0]
+  node "stem" %s: f32[2,16,9,8] = Conv(%x, %w0) {{pads=[1,1,1,1]}}
+  node "grow" %g: f32[2,8,9,8] = Conv(%s, %w1) {{pads=[1,1,1,1]}}
+  node "concat" %c: f32[2,24,9,8] = Concat(%s, %g) {{axis=1}}
+  node "shift" %a: f32[2,24,9,8] = Add(%c, %shift)
+  node "scale" %m: f32[2,24,9,8] = Mul(%a, %scale)
+  node "relu" %r: f32[2,24,9,8] = Max(%m, %lo)
+  node "next" %y: f32[2,12,9,8] = Conv(%r, %wn)
+  output %y
+}}"#,
+        values(16 * 27, 31),
+        values(8 * 16 * 9, 32),
+        values(24, 33),
+        values(24, 34),
+        values(12 * 24, 35),
+    )
+}
+
+/// Under APOLLO, the DenseNet layer's concatenation, batch norm and ReLU
+/// are one kernel (the concatenated values are never stored unnormalized),
+/// which the next convolution does not pack as a prologue; every planner
+/// gives the interpreter's results.
+#[test]
+fn a_concatenation_and_its_batch_norm_are_one_kernel() -> Result<()> {
+    let src = dense_layer_network();
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = optimized(&src, Layout::Auto)?;
+    let (got, times) = compiled(&g, PlannerKind::Apollo)?.run_profiled(&ins)?;
+    assert_close(&got, &want, "apollo")?;
+    let ops: Vec<&str> = times.iter().map(|t| t.op.as_str()).collect();
+    let fused =
+        |t: &&&str| t.contains("Concat") && t.contains("Mul") && !t.contains("ChannelsLast");
+    assert_eq!(ops.iter().filter(fused).count(), 1, "{ops:?}");
+    assert!(!ops.contains(&"Concat"), "{ops:?}");
+    gives_everywhere(&g, &ins, &want)
+}

@@ -31,14 +31,15 @@
 //!   its operand through the composed index instead of a copy (the
 //!   backend refuses what does not compose, e.g. a gather of computed
 //!   indices). Convolutions take none: their image is read as a window.
-//!   A group that selects between sources by bounds (a concatenation or
-//!   padding) or computes anything is not taken (`read_in_place`): packed
-//!   element by element, the select would run per element.
+//!   The CPU backend refuses a concatenation or padding there (a select
+//!   per packed element); APOLLO's feedback (§4.1, `feedback.rs`) then
+//!   splits the matmul off and the movement group stays one kernel.
 //! - Another, at a level of its own before 6-matmul ("kiln-layout"): a
-//!   layout group (concatenation, padding, slice) joins its element-wise
-//!   and broadcast consumers, so a DenseNet layer's concatenation, batch
-//!   norm and ReLU are one loop nest (peeled at the sources' borders) that
-//!   writes the normalized values once instead of a copy and a pass.
+//!   layout group that selects by bounds (a concatenation or padding)
+//!   joins its element-wise and broadcast consumers, so a DenseNet layer's
+//!   concatenation, batch norm and ReLU are one loop nest (peeled at the
+//!   sources' borders) that writes the normalized values once instead of a
+//!   copy and a pass.
 //! - Rules 4 and 5 leave out an element-wise/broadcast producer that
 //!   reads a contraction's result and whose values are read outside the
 //!   reduction too (a bias and activation before a squeeze-excitation's
@@ -113,9 +114,7 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         .map(|n| n.te.as_ref().is_some_and(calls_transcendental))
         .collect();
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
-        MATMUL if rule.producer == Side::Movement => {
-            read_in_place(fg, mg.part.members(p)) && contraction_fusable(fg, mg, p, c)
-        }
+        LAYOUT => selects(fg, mg.part.members(p)),
         MATMUL | CONV => contraction_fusable(fg, mg, p, c),
         REDUCTION => {
             !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
@@ -128,19 +127,12 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
     mg
 }
 
-/// Whether a matmul can read the values of data-movement group `nodes`
-/// through a composed index: every member moves data and none selects
-/// between sources (a concatenation or padding would be a select per
-/// packed element; the backend refuses it). A concatenation joined by its
-/// element-wise consumers is a group of its own instead.
-fn read_in_place(fg: &FusionGraph, nodes: &[usize]) -> bool {
-    nodes.iter().all(|&n| {
-        Side::Movement.accepts(fg.nodes[n].apollo())
-            && fg.nodes[n]
-                .te
-                .as_ref()
-                .is_some_and(|te| !selects_by_bounds(te))
-    })
+/// Whether a node of `nodes` selects between sources by bounds (a
+/// concatenation or padding).
+fn selects(fg: &FusionGraph, nodes: &[usize]) -> bool {
+    nodes
+        .iter()
+        .any(|&n| fg.nodes[n].te.as_ref().is_some_and(selects_by_bounds))
 }
 
 /// Whether groups `p` and `c` (one of them a contraction group) make a

@@ -169,10 +169,11 @@ fn a_sigmoid_is_not_recomputed_per_broadcast_element() {
 /// A DenseNet layer: the earlier features concatenated, batch-normalized
 /// (per-channel `Add` and `Mul`) and rectified, then a 1x1 convolution (a
 /// matmul). The concatenation and its element-wise consumers are one
-/// kernel, which writes the normalized values once; the matmul does not
-/// take the concatenation as a prologue (a select per packed element).
+/// group. (The kiln movement row then offers that group to the matmul as
+/// a prologue; the CPU backend refuses a concatenation there, and the
+/// feedback step splits the matmul off: `kiln-cpu/tests/fusion.rs`.)
 #[test]
-fn a_concatenation_joins_its_elementwise_consumers_not_a_matmul() {
+fn a_concatenation_joins_its_elementwise_consumers() {
     let g = graph(
         r#"input %x0: f32[1,8,8,16]
   input %x1: f32[1,8,8,8]
@@ -187,11 +188,10 @@ fn a_concatenation_joins_its_elementwise_consumers_not_a_matmul() {
   output %y"#,
     );
     let p = planned(&g);
-    assert_eq!(
-        group_of(&g, &p, "cat"),
-        sorted(&["cat", "shift", "scale", "relu"])
-    );
-    assert_eq!(group_of(&g, &p, "conv1"), sorted(&["conv1"]));
+    let group = group_of(&g, &p, "cat");
+    for name in ["shift", "scale", "relu"] {
+        assert!(group.contains(&name.to_string()), "{group:?}");
+    }
 }
 
 #[test]
