@@ -82,41 +82,19 @@ fn main() {
             exec,
             args,
             passes,
-        } => backend_flags(&exec)
-            .and_then(|()| {
-                prepare(
-                    model.as_deref(),
-                    &exec.inputs,
-                    exec.seed,
-                    &args,
-                    &layout_for_backend(passes, &exec),
-                )
-            })
-            .and_then(|p| {
-                let opts = bench::BenchOptions {
-                    runs,
-                    warmup,
-                    cold,
-                    profile,
-                    json,
-                    versus,
-                    cpu: cpu_options(&exec),
-                    reference: exec.backend == "reference",
-                };
-                if exec.backend.starts_with("dsa:") {
-                    kiln_cli::dsa::bench(&p.graph, &p.label, &p.inputs, &opts, &exec.backend)
-                } else if exec.backend == "cuda" {
-                    kiln_cli::cuda::bench(
-                        &p.graph,
-                        &p.label,
-                        &p.inputs,
-                        &opts,
-                        &cuda_options(&exec),
-                    )
-                } else {
-                    bench::bench(&p.graph, &p.label, &p.inputs, &opts)
-                }
-            }),
+        } => {
+            let opts = bench::BenchOptions {
+                runs,
+                warmup,
+                cold,
+                profile,
+                json,
+                versus,
+                cpu: cpu_options(&exec),
+                reference: exec.backend == "reference",
+            };
+            bench_model(model.as_deref(), &exec, &args, passes, &opts)
+        }
         Command::Tune {
             model,
             budget,
@@ -134,19 +112,16 @@ fn main() {
             tf32,
             args,
             passes,
-        } => load(&model, &args).and_then(|mut g| {
-            optimize(&mut g, &passes)?;
-            let options = aot.options(&model)?;
-            let threads = aot
-                .threads
-                .unwrap_or_else(kiln_runtime::cpu::available_threads);
-            let cpu = kiln_cpu::CpuOptions {
-                fusion: fusion.fusion,
-                threads,
-                ..Default::default()
-            };
-            kiln_cli::emit::emit(&g, &cpu, emit, &options, tf32, &output_dir)
-        }),
+        } => compile(
+            &model,
+            emit,
+            &output_dir,
+            fusion,
+            &aot,
+            tf32,
+            &args,
+            &passes,
+        ),
         Command::Peak { threads, json } => bench::peak(
             threads.unwrap_or_else(kiln_runtime::cpu::available_threads),
             json,
@@ -191,36 +166,91 @@ fn main() {
             output,
             args,
             passes,
-        } => load_for_sim(model.as_deref(), batch, &args, &as_defined(passes)).and_then(
-            |(g, label)| {
-                let request = kiln_cli::sim::SimRequest {
-                    target: backend,
-                    schedule,
-                    across_layer,
-                    float_bytes,
-                    json,
-                    html: output,
-                };
-                kiln_cli::sim::sim(&g, &label, &request)
-            },
-        ),
+        } => {
+            let request = kiln_cli::sim::SimRequest {
+                target: backend,
+                schedule,
+                across_layer,
+                float_bytes,
+                json,
+                html: output,
+            };
+            load_for_sim(model.as_deref(), batch, &args, &as_defined(passes))
+                .and_then(|(g, label)| kiln_cli::sim::sim(&g, &label, &request))
+        }
         Command::Print {
             model,
             elide,
             optimized,
             args,
-        } => load(&model, &args).and_then(|mut g| {
-            if optimized {
-                kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
-            }
-            print!("{}", kiln_ir::text::print_elided(&g, elide));
-            Ok(())
-        }),
+        } => print_graph(&model, elide, optimized, &args),
     };
     if let Err(e) = res {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+/// `kiln print`: the imported (or optimized) graph in kiln's text IR.
+fn print_graph(
+    model: &Path,
+    elide: Option<usize>,
+    optimized: bool,
+    args: &ModelArgs,
+) -> Result<()> {
+    let mut g = load(model, args)?;
+    if optimized {
+        kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+    }
+    print!("{}", kiln_ir::text::print_elided(&g, elide));
+    Ok(())
+}
+
+/// `kiln bench`: the model prepared for `exec`'s backend and timed there.
+fn bench_model(
+    model: Option<&Path>,
+    exec: &ExecArgs,
+    args: &ModelArgs,
+    passes: PassArgs,
+    opts: &bench::BenchOptions,
+) -> Result<()> {
+    backend_flags(exec)?;
+    let layout = layout_for_backend(passes, exec);
+    let p = prepare(model, &exec.inputs, exec.seed, args, &layout)?;
+    if exec.backend.starts_with("dsa:") {
+        kiln_cli::dsa::bench(&p.graph, &p.label, &p.inputs, opts, &exec.backend)
+    } else if exec.backend == "cuda" {
+        kiln_cli::cuda::bench(&p.graph, &p.label, &p.inputs, opts, &cuda_options(exec))
+    } else {
+        bench::bench(&p.graph, &p.label, &p.inputs, opts)
+    }
+}
+
+/// `kiln compile`: what the CPU pipeline generates for `model`, written to
+/// `output_dir`.
+#[allow(clippy::too_many_arguments)]
+fn compile(
+    model: &Path,
+    emit: kiln_cli::emit::Emit,
+    output_dir: &Path,
+    fusion: cli::args::FusionArgs,
+    aot: &cli::args::AotArgs,
+    tf32: bool,
+    args: &ModelArgs,
+    passes: &PassArgs,
+) -> Result<()> {
+    let mut g = load(model, args)?;
+    optimize(&mut g, passes)?;
+    let options = aot.options(model)?;
+    let threads = aot
+        .threads
+        .unwrap_or_else(kiln_runtime::cpu::available_threads);
+    let cpu = kiln_cpu::CpuOptions {
+        fusion: fusion.fusion,
+        threads,
+        ..Default::default()
+    };
+    kiln_cli::emit::emit(&g, &cpu, emit, &options, tf32, output_dir)
 }
 
 fn import_options(args: &ModelArgs) -> Result<kiln_onnx::ImportOptions> {
