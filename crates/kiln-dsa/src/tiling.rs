@@ -36,6 +36,7 @@
 
 use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
+use crate::tile_choice::{choose_tiles, Choice};
 use crate::DsaDesc;
 use kiln_ir::{bail, Result};
 use kiln_loop::ir::Guard;
@@ -44,7 +45,7 @@ use kiln_loop::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, 
 use std::collections::HashMap;
 
 /// Byte alignment of LB arrays and GB slots.
-const ALIGN: u64 = 64;
+pub(crate) const ALIGN: u64 = 64;
 
 /// `k` as device code for `desc` (see the module doc).
 pub fn tile_kernel(k: &Kernel, desc: &DsaDesc) -> Result<DeviceKernel> {
@@ -122,11 +123,11 @@ fn phase_bodies(body: &[Stmt]) -> Vec<&[Stmt]> {
 }
 
 /// One load or store.
-struct Access {
-    buf: usize,
-    offset: Idx,
-    guard: Guard,
-    store: bool,
+pub(crate) struct Access {
+    pub buf: usize,
+    pub offset: Idx,
+    pub guard: Guard,
+    pub store: bool,
 }
 
 /// Every load and store of `body`.
@@ -215,10 +216,10 @@ impl Tiling<'_> {
 
 /// The accesses of one buffer in a phase and, when all split per
 /// dimension, their indices.
-struct BufferUse<'a> {
-    buf: usize,
-    accesses: Vec<&'a Access>,
-    split: Option<Vec<Vec<Idx>>>,
+pub(crate) struct BufferUse<'a> {
+    pub buf: usize,
+    pub accesses: Vec<&'a Access>,
+    pub split: Option<Vec<Vec<Idx>>>,
 }
 
 /// Per buffer the phase touches, its accesses (buffer order).
@@ -251,7 +252,7 @@ fn buffer_uses<'a>(
 /// Whether a store at `dims` writes every element of its box: each
 /// dimension of more than one element indexed by its own loop running
 /// over the whole dimension.
-fn dense(dims: &[Idx], shape: &[usize], extents: &HashMap<String, i64>) -> bool {
+pub(crate) fn dense(dims: &[Idx], shape: &[usize], extents: &HashMap<String, i64>) -> bool {
     let mut seen = Vec::new();
     dims.iter().zip(shape).all(|(idx, &size)| {
         if size <= 1 {
@@ -368,21 +369,16 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let all = accesses(stmts);
     let uses = buffer_uses(k, &all, &extents);
     let outer = prefix(stmts);
+    let choice = choose_tiles(k, &uses, &outer, &extents, desc);
     let mut tiling = Tiling {
-        loops: outer
-            .iter()
-            .map(|l| TileLoop {
-                var: l.var.clone(),
-                tile_var: format!("{}_t", l.var),
-                extent: l.extent.max(),
-                tile: l.extent.max().max(1),
-            })
-            .collect(),
+        loops: tile_loops(&outer, choice.as_ref()),
         extents: &extents,
     };
-    let independent = outer
-        .first()
-        .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
+    // A choice is made only for outer loops any of which may be dealt.
+    let independent = choice.is_some()
+        || outer
+            .first()
+            .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
     if independent {
         spread_over_cores(&mut tiling, desc.total_cores() as i64);
     }
@@ -398,6 +394,26 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
     })
+}
+
+/// The tile loops of the outer loops: whole and in kernel order, or as
+/// `choice` sizes and orders them.
+fn tile_loops(outer: &[&Loop], choice: Option<&Choice>) -> Vec<TileLoop> {
+    let whole: Vec<usize> = (0..outer.len()).collect();
+    let order = choice.map_or(&whole, |c| &c.order);
+    order
+        .iter()
+        .map(|&i| {
+            let l = outer[i];
+            let extent = l.extent.max();
+            TileLoop {
+                var: l.var.clone(),
+                tile_var: format!("{}_t", l.var),
+                extent,
+                tile: choice.map_or(extent.max(1), |c| c.tiles[i]),
+            }
+        })
+        .collect()
 }
 
 /// Halves the outermost loop's tile until every core has one.
