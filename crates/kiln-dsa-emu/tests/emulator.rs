@@ -111,6 +111,44 @@ fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
     }
 }
 
+/// The tile loops (variable, tile) of the first node's one phase, which
+/// must be dealt to the cores.
+fn tiles(src: &str, t: &DsaTarget) -> Vec<(String, i64)> {
+    let g = load(src);
+    let lowered = kiln_cpu::select::lower_node(&g, &g.nodes[0], "k0", &t.target).expect("lowers");
+    let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
+    assert!(device.phases[0].spread);
+    device.phases[0]
+        .tiles
+        .iter()
+        .map(|l| (l.var.clone(), l.tile))
+        .collect()
+}
+
+/// A depthwise 3×3 convolution, 96 channels of 56×56, on `stcp920`: by
+/// hand, Algorithm 1 gives 64 channels (i1, the compvar, initialised
+/// before the rows) of one row (i2) of 56 pixels; dealt to 32 cores the
+/// channel tile becomes 2, and each 1-row output tile reads a 3-row input
+/// box: 2688 tiles × (1344 + 448) B + 48 × 72 B = 4 820 352 B moved. The
+/// halving tiles, 3 channels (for the cores) × 28 rows, move 64 × (20 160
+/// + 18 816) B + 32 × 108 B = 2 497 920 B, so they are kept.
+#[test]
+fn the_halving_tiles_are_kept_when_they_move_fewer_bytes() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[1,96,56,56]
+  input %w: f32[96,1,3,3]
+  node "conv" %y: f32[1,96,56,56] = Conv(%x, %w) {pads=[1,1,1,1], group=96}
+  output %y
+}"#;
+    let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
+    assert_eq!(
+        tiles(src, &t),
+        [("i1".to_string(), 3), ("i2".to_string(), 28)]
+    );
+    let counts = check(src, &t.desc);
+    assert_eq!(counts.lb_to_ddr.bytes, 96 * 56 * 56 * 4);
+}
+
 /// A BERT-sized projection, `[128, 768] × [768, 768]` in f32 on
 /// `stcp920` (64 KB LB, Algorithm 1 starting at 64 elements). Its kernel
 /// is `for i0 < 128, i1 < 768 { acc = Σ_r0 a[i0][r0]·b[r0][i1]; y[i0][i1]
@@ -129,17 +167,11 @@ fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
   node "mm" %y: f32[128,768] = MatMul(%a, %b)
   output %y
 }"#;
-    let g = load(src);
     let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
-    let lowered = kiln_cpu::select::lower_node(&g, &g.nodes[0], "k0", &t.target).expect("lowers");
-    let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
-    let tiles: Vec<(&str, i64)> = device.phases[0]
-        .tiles
-        .iter()
-        .map(|l| (l.var.as_str(), l.tile))
-        .collect();
-    assert_eq!(tiles, [("i1", 16), ("i0", 4)]);
-    assert!(device.phases[0].spread);
+    assert_eq!(
+        tiles(src, &t),
+        [("i1".to_string(), 16), ("i0".to_string(), 4)]
+    );
     let counts = check(src, &t.desc);
     const F32: u64 = 4;
     // b once (not staged: read once); a, read once per i1 tile, staged in

@@ -29,7 +29,8 @@
 //! permutation of the outer loops, the cut ones (tile below the extent)
 //! first in Algorithm 2's order, then the whole ones in kernel order.
 //! The tiles fit the LB as the nest counts it; `tiling.rs` checks the
-//! real boxes.
+//! real boxes, deals the outermost tile loop to the cores, and keeps its
+//! halving tiles instead when they move fewer bytes.
 
 use crate::dma::outer_loops;
 use crate::ldm::{choose_buffers_around, LdmBudget};

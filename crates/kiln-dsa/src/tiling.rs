@@ -6,10 +6,19 @@
 //! nests, no gemm statements or local buffers) and a [`DsaDesc`].
 //! Guarantees, per phase (each top-level loop nest; a body with
 //! top-level scalars is one phase run by core 0):
-//! - the perfectly nested outer loops are cut into tiles; the outermost
-//!   is dealt to the cores when its iterations write disjoint outputs
-//!   (`kiln_loop::gpu_map::independent`) and every output box is written
-//!   whole, halved first until there are as many tiles as cores;
+//! - the perfectly nested outer loops are cut into tiles. Two tilings are
+//!   made: the *halving* one (tiles start whole, in the kernel's order)
+//!   and, when the phase's outer loops may run in any order (no buffer
+//!   both read and written, every store dense and indexed by every outer
+//!   loop), the one whose sizes and order come from swTVM's Algorithms 1
+//!   and 2 (`tile_choice.rs`); the latter is kept unless the halving one
+//!   moves fewer DMA bytes between the LB and DDR or GB (each array's box
+//!   times the tiles around its DMA, got and put);
+//! - in both, the outermost tile loop is dealt to the cores when its
+//!   iterations write disjoint outputs (any loop of a chosen order, else
+//!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
+//!   every output box is written whole, halved first until there are as
+//!   many tiles as cores;
 //! - every buffer the phase touches has one LB array holding the bounding
 //!   box of all its accesses in a tile (`boxes.rs`: per dimension when
 //!   the offsets are affine per dimension, else the whole buffer), its
@@ -17,9 +26,10 @@
 //!   Algorithm 3's placement: a box that stays put is moved once), got
 //!   when read or written only in part, put back when written — so a
 //!   reduction over a tiled loop accumulates in LB across those tiles;
-//! - tiles start whole and the loop whose halving saves the most LB is
-//!   halved until the arrays fit the LB; when one-element tiles do not
-//!   fit, an error names the kernel, its arrays and the LB size;
+//! - while the arrays overflow the LB (Algorithm 1 counts the nest's
+//!   tiles, not the real boxes), the loop whose halving saves the most LB
+//!   is halved; when one-element tiles do not fit, an error names the
+//!   kernel, its arrays and the LB size;
 //! - the compute reads and writes only LB arrays, each access rebased by
 //!   its box's first index; it computes what the kernel computes.
 //!
@@ -30,9 +40,8 @@
 //! Gathers (indices read from data) are refused: their boxes are not
 //! known before the data is.
 //!
-//! Tile sizes come from halving, not from swTVM's Algorithm 1 (`ldm.rs`):
-//! that algorithm sizes every loop of a nest, reduction loops included,
-//! and kiln tiles only the outer, perfectly nested ones.
+//! Reduction loops are never cut: the lowering keeps each output's
+//! reduction in a register, so Algorithm 1 is told to buffer them whole.
 
 use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
@@ -369,20 +378,29 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let all = accesses(stmts);
     let uses = buffer_uses(k, &all, &extents);
     let outer = prefix(stmts);
-    let choice = choose_tiles(k, &uses, &outer, &extents, desc);
-    let mut tiling = Tiling {
-        loops: tile_loops(&outer, choice.as_ref()),
-        extents: &extents,
-    };
+    let independent = outer
+        .first()
+        .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
+    let halved = fitted(
+        k,
+        &uses,
+        tile_loops(&outer, None),
+        &extents,
+        independent,
+        desc,
+    )?;
     // A choice is made only for outer loops any of which may be dealt.
-    let independent = choice.is_some()
-        || outer
-            .first()
-            .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
-    if independent {
-        spread_over_cores(&mut tiling, desc.total_cores() as i64);
-    }
-    fit(k, &uses, &mut tiling, desc)?;
+    let (tiling, independent) = match choose_tiles(k, &uses, &outer, &extents, desc) {
+        Some(c) => {
+            let chosen = fitted(k, &uses, tile_loops(&outer, Some(&c)), &extents, true, desc)?;
+            if traffic(k, &uses, &chosen) <= traffic(k, &uses, &halved) {
+                (chosen, true)
+            } else {
+                (halved, independent)
+            }
+        }
+        None => (halved, independent),
+    };
     let arrays = layout(k, &uses, &tiling, &extents);
     let spread = independent
         && tiling.loops.first().is_some_and(|t| t.count() > 1)
@@ -394,6 +412,37 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
     })
+}
+
+/// `loops` dealt to the cores (when `independent`) and halved to fit.
+fn fitted<'a>(
+    k: &Kernel,
+    uses: &[BufferUse],
+    loops: Vec<TileLoop>,
+    extents: &'a HashMap<String, i64>,
+    independent: bool,
+    desc: &DsaDesc,
+) -> Result<Tiling<'a>> {
+    let mut tiling = Tiling { loops, extents };
+    if independent {
+        spread_over_cores(&mut tiling, desc.total_cores() as i64);
+    }
+    fit(k, uses, &mut tiling, desc)?;
+    Ok(tiling)
+}
+
+/// Bytes the phase's DMA moves between the LB and DDR or GB under
+/// `tiling`: each array's box, got and put, once per tile of the loops
+/// around its DMA.
+fn traffic(k: &Kernel, uses: &[BufferUse], tiling: &Tiling) -> u64 {
+    let cut = tiling.cut();
+    layout(k, uses, tiling, tiling.extents)
+        .iter()
+        .map(|(a, _)| {
+            let visits: i64 = cut[..a.level].iter().map(TileLoop::count).product();
+            (u64::from(a.get) + u64::from(a.put)) * visits as u64 * a.bytes()
+        })
+        .sum()
 }
 
 /// The tile loops of the outer loops: whole and in kernel order, or as
