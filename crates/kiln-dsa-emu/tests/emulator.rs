@@ -111,18 +111,22 @@ fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
     }
 }
 
-/// The tile loops (variable, tile) of the first node's one phase, which
-/// must be dealt to the cores.
-fn tiles(src: &str, t: &DsaTarget) -> Vec<(String, i64)> {
+/// On `stcp920`: checks that the first node's one phase is dealt to the
+/// cores with tile loops `want` (variable, tile, outermost first), and
+/// runs the graph against the interpreter (`check`).
+fn tiled_counts(src: &str, want: &[(&str, i64)]) -> kiln_dsa_emu::DmaCounts {
     let g = load(src);
+    let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
     let lowered = kiln_cpu::select::lower_node(&g, &g.nodes[0], "k0", &t.target).expect("lowers");
     let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
     assert!(device.phases[0].spread);
-    device.phases[0]
+    let tiles: Vec<(&str, i64)> = device.phases[0]
         .tiles
         .iter()
-        .map(|l| (l.var.clone(), l.tile))
-        .collect()
+        .map(|l| (l.var.as_str(), l.tile))
+        .collect();
+    assert_eq!(tiles, want);
+    check(src, &t.desc)
 }
 
 /// A depthwise 3×3 convolution, 96 channels of 56×56, on `stcp920`: by
@@ -140,12 +144,7 @@ fn the_halving_tiles_are_kept_when_they_move_fewer_bytes() {
   node "conv" %y: f32[1,96,56,56] = Conv(%x, %w) {pads=[1,1,1,1], group=96}
   output %y
 }"#;
-    let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
-    assert_eq!(
-        tiles(src, &t),
-        [("i1".to_string(), 3), ("i2".to_string(), 28)]
-    );
-    let counts = check(src, &t.desc);
+    let counts = tiled_counts(src, &[("i1", 3), ("i2", 28)]);
     assert_eq!(counts.lb_to_ddr.bytes, 96 * 56 * 56 * 4);
 }
 
@@ -167,12 +166,7 @@ fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
   node "mm" %y: f32[128,768] = MatMul(%a, %b)
   output %y
 }"#;
-    let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
-    assert_eq!(
-        tiles(src, &t),
-        [("i1".to_string(), 16), ("i0".to_string(), 4)]
-    );
-    let counts = check(src, &t.desc);
+    let counts = tiled_counts(src, &[("i1", 16), ("i0", 4)]);
     const F32: u64 = 4;
     // b once (not staged: read once); a, read once per i1 tile, staged in
     // each cluster's GB; y put once.
