@@ -18,8 +18,9 @@
 //! The choice is made only when the phase's outer loops may run in any
 //! order and on any core: no buffer is both read and written, and every
 //! store writes its box densely (`dense`) with an index that uses every
-//! outer loop of more than one iteration, so distinct iterations of the outer loops write distinct
-//! elements and read only what no iteration writes. Otherwise, or when
+//! outer loop of more than one iteration, so distinct iterations of the
+//! outer loops write distinct elements and read only what no iteration
+//! writes. Otherwise, or when
 //! an index uses a floor division or remainder, or Algorithm 1 refuses
 //! the nest, there is no choice and `tiling.rs` halves tiles instead.
 //!
@@ -210,5 +211,57 @@ fn var_loop(nest: &Nest, atom: &Atom) -> Option<usize> {
     match atom {
         Atom::Var(v) => nest.loop_index(v),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiling::{accesses, buffer_uses, loop_extents, prefix};
+
+    /// The choice for the one phase of `text` on `stcp920`.
+    fn choice(text: &str) -> Option<Choice> {
+        let k = kiln_loop::parse_kernel(text).expect("kernel");
+        let mut extents = HashMap::new();
+        loop_extents(&k.body, &mut extents);
+        let all = accesses(&k.body);
+        let uses = buffer_uses(&k, &all, &extents);
+        let desc = DsaDesc::preset("stcp920").expect("preset");
+        choose_tiles(&k, &uses, &prefix(&k.body), &extents, &desc)
+    }
+
+    #[test]
+    fn a_transpose_gets_algorithm_1s_tiles() {
+        // 512 × 512: i0 and i1 are both compvars (each the contiguous
+        // index of one tensor and a higher one of the other); i0, then
+        // i1, get 64 values (2 · 64 · 64 floats = 32 KB); doubling i0 to
+        // 128 gives 64 KB, over the 64 KB LB less 128 bytes of alignment.
+        let c = choice(
+            "kernel k(in0: f32[512, 512], out out0: f32[512, 512]) {
+               for i0 in 0..512 { for i1 in 0..512 {
+                 out0[512*i1 + i0] = in0[512*i0 + i1] } } }",
+        );
+        assert_eq!(c.map(|c| c.tiles), Some(vec![64, 64]));
+    }
+
+    #[test]
+    fn outputs_written_again_or_read_back_get_no_choice() {
+        // Every i0 writes the same row: the last writer must stay last.
+        assert_eq!(
+            choice(
+                "kernel k(in0: f32[8, 64], out out0: f32[64]) {
+                   for i0 in 0..8 { for i1 in 0..64 { out0[i1] = in0[64*i0 + i1] } } }"
+            ),
+            None
+        );
+        // The output is read back.
+        assert_eq!(
+            choice(
+                "kernel k(in0: f32[64], out out0: f32[64]) {
+                   for i0 in 0..64 { out0[i0] = in0[i0]
+                     out0[i0] = Neg(out0[i0]) } }"
+            ),
+            None
+        );
     }
 }

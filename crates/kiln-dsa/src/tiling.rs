@@ -140,7 +140,7 @@ pub(crate) struct Access {
 }
 
 /// Every load and store of `body`.
-fn accesses(body: &[Stmt]) -> Vec<Access> {
+pub(crate) fn accesses(body: &[Stmt]) -> Vec<Access> {
     let mut out = Vec::new();
     kiln_loop::ir::for_each_load(body, &mut |buf, offset, guard| {
         out.push(Access {
@@ -170,7 +170,7 @@ fn stores(body: &[Stmt], out: &mut Vec<Access>) {
 }
 
 /// Every loop variable of `body` with its extent.
-fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
+pub(crate) fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
     for s in body {
         if let Stmt::Loop(l) = s {
             out.insert(l.var.clone(), l.extent.max());
@@ -180,7 +180,7 @@ fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
 }
 
 /// The perfectly nested outer loops of a phase, outermost first.
-fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
+pub(crate) fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
     let mut out = Vec::new();
     let mut cur = stmts;
     while let [Stmt::Loop(l)] = cur {
@@ -232,7 +232,7 @@ pub(crate) struct BufferUse<'a> {
 }
 
 /// Per buffer the phase touches, its accesses (buffer order).
-fn buffer_uses<'a>(
+pub(crate) fn buffer_uses<'a>(
     k: &Kernel,
     all: &'a [Access],
     extents: &HashMap<String, i64>,
