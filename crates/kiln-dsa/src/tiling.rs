@@ -13,7 +13,8 @@
 //!   loop), the one whose sizes and order come from swTVM's Algorithms 1
 //!   and 2 (`tile_choice.rs`); the latter is kept unless the halving one
 //!   moves fewer DMA bytes between the LB and DDR or GB (each array's box
-//!   times the tiles around its DMA, got and put);
+//!   times the tiles around its DMA, got and put) or keeps more cores
+//!   busy (tiles of the outermost loop, at most one per core);
 //! - in both, the outermost tile loop is dealt to the cores when its
 //!   iterations write disjoint outputs (any loop of a chosen order, else
 //!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
@@ -393,7 +394,10 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let (tiling, independent) = match choose_tiles(k, &uses, &outer, &extents, desc) {
         Some(c) => {
             let chosen = fitted(k, &uses, tile_loops(&outer, Some(&c)), &extents, true, desc)?;
-            if traffic(k, &uses, &chosen) <= traffic(k, &uses, &halved) {
+            let cores = desc.total_cores() as i64;
+            if traffic(k, &uses, &chosen) <= traffic(k, &uses, &halved)
+                && busy(&chosen, true, cores) >= busy(&halved, independent, cores)
+            {
                 (chosen, true)
             } else {
                 (halved, independent)
@@ -429,6 +433,14 @@ fn fitted<'a>(
     }
     fit(k, uses, &mut tiling, desc)?;
     Ok(tiling)
+}
+
+/// How many of `cores` get a tile of `tiling`'s outermost loop.
+fn busy(tiling: &Tiling, independent: bool, cores: i64) -> i64 {
+    match tiling.loops.first() {
+        Some(t) if independent => t.count().min(cores),
+        _ => 1,
+    }
 }
 
 /// Bytes the phase's DMA moves between the LB and DDR or GB under
