@@ -274,4 +274,3 @@ fn an_lb_too_small_is_an_error_naming_the_kernel_and_sizes() {
     assert_eq!(got, kiln_interp::run(&g, &ins).expect("interpreter"));
     assert_eq!(counts.ddr_bytes(), 0);
 }
-
