@@ -111,12 +111,12 @@ fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
     }
 }
 
-/// On `stcp920`: checks that the first node's one phase is dealt to the
-/// cores with tile loops `want` (variable, tile, outermost first), and
+/// Checks that the first node's one phase is dealt to the cores of
+/// `desc` with tile loops `want` (variable, tile, outermost first), and
 /// runs the graph against the interpreter (`check`).
-fn tiled_counts(src: &str, want: &[(&str, i64)]) -> kiln_dsa_emu::DmaCounts {
+fn tiled_counts(src: &str, desc: DsaDesc, want: &[(&str, i64)]) -> kiln_dsa_emu::DmaCounts {
     let g = load(src);
-    let t = DsaTarget::new(DsaDesc::preset("stcp920").expect("preset"));
+    let t = DsaTarget::new(desc);
     let lowered = kiln_cpu::select::lower_node(&g, &g.nodes[0], "k0", &t.target).expect("lowers");
     let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
     assert!(device.phases[0].spread);
@@ -144,8 +144,22 @@ fn the_halving_tiles_are_kept_when_they_move_fewer_bytes() {
   node "conv" %y: f32[1,96,56,56] = Conv(%x, %w) {pads=[1,1,1,1], group=96}
   output %y
 }"#;
-    let counts = tiled_counts(src, &[("i1", 3), ("i2", 28)]);
+    let counts = tiled_counts(src, stcp920(), &[("i1", 3), ("i2", 28)]);
     assert_eq!(counts.lb_to_ddr.bytes, 96 * 56 * 56 * 4);
+}
+
+/// The padded 3×3 convolution of `GRAPHS` on a 4 KB LB: Algorithms 1 and
+/// 2 put 12 one-row tiles outermost (channel tiles of 4 inside), which
+/// would move fewer bytes but keep only 12 of the 32 cores busy; the
+/// halving tiles deal 16 one-channel tiles (rows cut in two).
+#[test]
+fn the_halving_tiles_are_kept_when_they_keep_more_cores_busy() {
+    let counts = tiled_counts(GRAPHS[1], small_lb(), &[("i1", 1), ("i2", 6)]);
+    assert_eq!(counts.gb_to_lb.bytes, 86_016);
+}
+
+fn stcp920() -> DsaDesc {
+    DsaDesc::preset("stcp920").expect("preset")
 }
 
 /// A BERT-sized projection, `[128, 768] × [768, 768]` in f32 on
@@ -166,7 +180,7 @@ fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
   node "mm" %y: f32[128,768] = MatMul(%a, %b)
   output %y
 }"#;
-    let counts = tiled_counts(src, &[("i1", 16), ("i0", 4)]);
+    let counts = tiled_counts(src, stcp920(), &[("i1", 16), ("i0", 4)]);
     const F32: u64 = 4;
     // b once (not staged: read once); a, read once per i1 tile, staged in
     // each cluster's GB; y put once.
