@@ -1,9 +1,10 @@
 //! Graphs through the DSA emulator against the reference interpreter, on
 //! the presets and on a variant of `stcp920` with a 4 KB LB (every kernel
-//! tiled), plus the LB-overflow error.
+//! tiled), a matrix product's tiles and DMA bytes under swTVM's
+//! Algorithms 1 and 2, plus the LB-overflow error.
 
-use kiln_dsa::DsaDesc;
-use kiln_dsa_emu::{DsaModel, DsaOptions};
+use kiln_dsa::{tile_kernel, DsaDesc};
+use kiln_dsa_emu::{DsaModel, DsaOptions, DsaTarget};
 use kiln_ir::{Data, Graph, Result, Tensor};
 
 fn load(src: &str) -> Graph {
@@ -108,6 +109,90 @@ fn graphs_match_the_interpreter_on_every_preset_and_a_small_lb() {
             assert!(counts.lb_to_ddr.bytes > 0, "{counts}");
         }
     }
+}
+
+/// Checks that the first node's one phase is dealt to the cores of
+/// `desc` with tile loops `want` (variable, tile, outermost first), and
+/// runs the graph against the interpreter (`check`).
+fn tiled_counts(src: &str, desc: DsaDesc, want: &[(&str, i64)]) -> kiln_dsa_emu::DmaCounts {
+    let g = load(src);
+    let t = DsaTarget::new(desc);
+    let lowered = kiln_cpu::select::lower_node(&g, &g.nodes[0], "k0", &t.target).expect("lowers");
+    let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
+    assert!(device.phases[0].spread);
+    let tiles: Vec<(&str, i64)> = device.phases[0]
+        .tiles
+        .iter()
+        .map(|l| (l.var.as_str(), l.tile))
+        .collect();
+    assert_eq!(tiles, want);
+    check(src, &t.desc)
+}
+
+/// A depthwise 3×3 convolution, 96 channels of 56×56, on `stcp920`: by
+/// hand, Algorithm 1 gives 64 channels (i1, the compvar, initialised
+/// before the rows) of one row (i2) of 56 pixels; dealt to 32 cores the
+/// channel tile becomes 2, and each 1-row output tile reads a 3-row input
+/// box: 2688 tiles × (1344 + 448) B + 48 × 72 B = 4 820 352 B moved. The
+/// halving tiles, 3 channels (for the cores) × 28 rows, move 64 × (20 160
+/// + 18 816) B + 32 × 108 B = 2 497 920 B, so they are kept.
+#[test]
+fn the_halving_tiles_are_kept_when_they_move_fewer_bytes() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[1,96,56,56]
+  input %w: f32[96,1,3,3]
+  node "conv" %y: f32[1,96,56,56] = Conv(%x, %w) {pads=[1,1,1,1], group=96}
+  output %y
+}"#;
+    let counts = tiled_counts(src, stcp920(), &[("i1", 3), ("i2", 28)]);
+    assert_eq!(counts.lb_to_ddr.bytes, 96 * 56 * 56 * 4);
+}
+
+/// The padded 3×3 convolution of `GRAPHS` on a 4 KB LB: Algorithms 1 and
+/// 2 put 12 one-row tiles outermost (channel tiles of 4 inside), which
+/// would move fewer bytes but keep only 12 of the 32 cores busy; the
+/// halving tiles deal 16 one-channel tiles (rows cut in two).
+#[test]
+fn the_halving_tiles_are_kept_when_they_keep_more_cores_busy() {
+    let counts = tiled_counts(GRAPHS[1], small_lb(), &[("i1", 1), ("i2", 6)]);
+    assert_eq!(counts.gb_to_lb.bytes, 86_016);
+}
+
+fn stcp920() -> DsaDesc {
+    DsaDesc::preset("stcp920").expect("preset")
+}
+
+/// A BERT-sized projection, `[128, 768] × [768, 768]` in f32 on
+/// `stcp920` (64 KB LB, Algorithm 1 starting at 64 elements). Its kernel
+/// is `for i0 < 128, i1 < 768 { acc = Σ_r0 a[i0][r0]·b[r0][i1]; y[i0][i1]
+/// = acc }`; r0 stays whole. By hand, in floats, with 3 × 64 bytes of
+/// alignment reserved (16 336 floats): i1 (sizevar) 64 → 768 + 49 152 + 64,
+/// too many, halved to 16 (768 + 12 288 + 16); i0 (compvar) 64 → halved
+/// to 4 (3 072 + 12 288 + 64 = 15 424; 8 would be 18 560); doubling i1
+/// to 32 overflows. Algorithm 2: i0 outside i1 moves b's 768-row tile
+/// 32 · 48 times (1 179 648 runs), i1 outside i0 48 times (36 864 runs),
+/// so i1 is the outer tile loop and b is read once.
+#[test]
+fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %a: f32[128,768]
+  input %b: f32[768,768]
+  node "mm" %y: f32[128,768] = MatMul(%a, %b)
+  output %y
+}"#;
+    let counts = tiled_counts(src, stcp920(), &[("i1", 16), ("i0", 4)]);
+    const F32: u64 = 4;
+    // b once (not staged: read once); a, read once per i1 tile, staged in
+    // each cluster's GB; y put once.
+    assert_eq!(counts.ddr_to_lb.bytes, 768 * 768 * F32);
+    assert_eq!(counts.gb_to_lb.bytes, 48 * 128 * 768 * F32);
+    assert_eq!(counts.ddr_to_gb.bytes, 4 * 128 * 768 * F32);
+    assert_eq!(counts.lb_to_ddr.bytes, 128 * 768 * F32);
+    // The halving tiles (before Algorithms 1 and 2): i0 halved to 4 for
+    // the 32 cores, then i1 (saving the most) to 12 to fit; i0 outer, so
+    // b is read once per i0 tile (32 times) and a once.
+    let halving = 32 * 768 * 768 * F32 + 128 * 768 * F32;
+    assert!(counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes < halving / 3);
 }
 
 /// A kernel whose DMA of an input is deleted reads the LB's poison (0xFF

@@ -33,6 +33,10 @@
 //!   in the walk-through and refuse y = 256 at 65.25 KB, where the paper
 //!   doubles y, then tries k.
 //!
+//! `choose_buffers_around` starts with some loops buffered whole (out of
+//! `varSet`, as if `UPDATE` had moved them up): loops a code generator
+//! cannot cut, such as a reduction kept in a register; they stay whole.
+//!
 //! Needs a valid nest (checked). Guarantees: the chosen tiles' bytes are
 //! at most the capacity, each buffer is between 1 and its loop's extent;
 //! an error when even one-element tiles do not fit.
@@ -101,6 +105,18 @@ struct Ldm<'a> {
 
 /// Runs Algorithm 1 for `nest` under `budget`.
 pub fn choose_buffers(nest: &Nest, budget: LdmBudget) -> Result<BufferChoice> {
+    choose_buffers_around(nest, budget, &[])
+}
+
+/// Runs Algorithm 1 for `nest` under `budget` with the loops in `whole`
+/// buffered whole from the start (out of `varSet`, as if `UPDATE` had
+/// moved them up): loops the code generator cannot cut, such as a
+/// reduction kept in a register. Out-of-range positions are errors.
+pub fn choose_buffers_around(
+    nest: &Nest,
+    budget: LdmBudget,
+    whole: &[usize],
+) -> Result<BufferChoice> {
     nest.validate()?;
     let mut ldm = Ldm {
         nest,
@@ -109,10 +125,15 @@ pub fn choose_buffers(nest: &Nest, budget: LdmBudget) -> Result<BufferChoice> {
         classes: ClassifyState::new(nest),
         trace: Vec::new(),
     };
+    for &var in whole {
+        ensure!(var < nest.loops.len(), "no loop {var} to buffer whole");
+        ldm.sizes[var] = ldm.extent(var);
+        ldm.classes.update(nest, var, Direction::Up);
+    }
     let minimum = ldm.usage();
     ensure!(
         minimum <= budget.capacity_bytes,
-        "nest '{}': one element of each tensor takes {minimum} bytes, more than the {} of local memory",
+        "nest '{}': its smallest tiles take {minimum} bytes, more than the {} of local memory",
         nest.name,
         budget.capacity_bytes
     );
@@ -283,6 +304,20 @@ mod tests {
         assert_eq!(choice.sizes[4..], [3, 3]);
         assert!(choice.usage_bytes <= 64 * 1024);
         assert!(choice.usage_bytes == ldm_usage(&nest, &choice.sizes));
+    }
+
+    #[test]
+    fn loops_given_whole_stay_whole() {
+        // The 1024^3 product with k whole (a reduction the code keeps in
+        // a register), f32, 64 KB = 16384 floats. y (sizevar): 64 needs
+        // 1024 + 1024·64 + 64 floats, halved to 8 (1024 + 8192 + 8);
+        // x (compvar, as k is out of varSet): halved from 64 to 4
+        // (4096 + 8192 + 32 = 12320; 8 would be 16448); y = 16 is refused.
+        let nest = crate::text::matmul_1024();
+        let choice = choose_buffers_around(&nest, sunway(), &[2]).unwrap();
+        assert_eq!(choice.sizes, [4, 8, 1024]);
+        assert_eq!(choice.usage_bytes, 4 * 12320);
+        assert!(choose_buffers_around(&nest, sunway(), &[3]).is_err());
     }
 
     #[test]

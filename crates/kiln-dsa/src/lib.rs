@@ -12,9 +12,10 @@
 //!   [`count`] (transfers and bytes) serve them.
 //! - [`plan`]: the three algorithms run in order for one kernel.
 //! - Code generation's input: [`tiling`] cuts a loop-IR kernel into tiles
-//!   whose bounding boxes ([`boxes`]) fit the LB, with DMA placed per
-//!   swTVM Algorithm 3, giving a [`device::DeviceKernel`] (printed by
-//!   `kiln_codegen::dsa`).
+//!   whose bounding boxes ([`boxes`]) fit the LB, sized and ordered by
+//!   swTVM Algorithms 1 and 2 where the phase allows (`tile_choice`), with
+//!   DMA placed per swTVM Algorithm 3, giving a [`device::DeviceKernel`]
+//!   (printed by `kiln_codegen::dsa`).
 //! - GraphTurbo §3–§4.3, one algorithm per module: [`split_info`]
 //!   (Algorithm 1, eq. 1) with [`propagate`] (its lines 7–11: a split
 //!   carried through a sub-graph, halos included), [`grouping`] (Algorithm 2, and §1.1's layers),
@@ -52,6 +53,7 @@ pub mod sim;
 pub mod split_info;
 pub mod text;
 pub mod tile;
+mod tile_choice;
 pub mod tiling;
 pub mod timing;
 pub mod traffic;

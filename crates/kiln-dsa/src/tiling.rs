@@ -6,10 +6,20 @@
 //! nests, no gemm statements or local buffers) and a [`DsaDesc`].
 //! Guarantees, per phase (each top-level loop nest; a body with
 //! top-level scalars is one phase run by core 0):
-//! - the perfectly nested outer loops are cut into tiles; the outermost
-//!   is dealt to the cores when its iterations write disjoint outputs
-//!   (`kiln_loop::gpu_map::independent`) and every output box is written
-//!   whole, halved first until there are as many tiles as cores;
+//! - the perfectly nested outer loops are cut into tiles. Two tilings are
+//!   made: the *halving* one (tiles start whole, in the kernel's order)
+//!   and, when the phase's outer loops may run in any order (no buffer
+//!   both read and written, every store dense and indexed by every outer
+//!   loop), the one whose sizes and order come from swTVM's Algorithms 1
+//!   and 2 (`tile_choice.rs`); the latter is kept unless the halving one
+//!   moves fewer DMA bytes between the LB and DDR or GB (each array's box
+//!   times the tiles around its DMA, got and put) or keeps more cores
+//!   busy (tiles of the outermost loop, at most one per core);
+//! - in both, the outermost tile loop is dealt to the cores when its
+//!   iterations write disjoint outputs (any loop of a chosen order, else
+//!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
+//!   every output box is written whole, halved first until there are as
+//!   many tiles as cores;
 //! - every buffer the phase touches has one LB array holding the bounding
 //!   box of all its accesses in a tile (`boxes.rs`: per dimension when
 //!   the offsets are affine per dimension, else the whole buffer), its
@@ -17,9 +27,10 @@
 //!   Algorithm 3's placement: a box that stays put is moved once), got
 //!   when read or written only in part, put back when written — so a
 //!   reduction over a tiled loop accumulates in LB across those tiles;
-//! - tiles start whole and the loop whose halving saves the most LB is
-//!   halved until the arrays fit the LB; when one-element tiles do not
-//!   fit, an error names the kernel, its arrays and the LB size;
+//! - while the arrays overflow the LB (Algorithm 1 counts the nest's
+//!   tiles, not the real boxes), the loop whose halving saves the most LB
+//!   is halved; when one-element tiles do not fit, an error names the
+//!   kernel, its arrays and the LB size;
 //! - the compute reads and writes only LB arrays, each access rebased by
 //!   its box's first index; it computes what the kernel computes.
 //!
@@ -30,12 +41,12 @@
 //! Gathers (indices read from data) are refused: their boxes are not
 //! known before the data is.
 //!
-//! Tile sizes come from halving, not from swTVM's Algorithm 1 (`ldm.rs`):
-//! that algorithm sizes every loop of a nest, reduction loops included,
-//! and kiln tiles only the outer, perfectly nested ones.
+//! Reduction loops are never cut: the lowering keeps each output's
+//! reduction in a register, so Algorithm 1 is told to buffer them whole.
 
 use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
+use crate::tile_choice::{choose_tiles, Choice};
 use crate::DsaDesc;
 use kiln_ir::{bail, Result};
 use kiln_loop::ir::Guard;
@@ -44,7 +55,7 @@ use kiln_loop::{Atom, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, 
 use std::collections::HashMap;
 
 /// Byte alignment of LB arrays and GB slots.
-const ALIGN: u64 = 64;
+pub(crate) const ALIGN: u64 = 64;
 
 /// `k` as device code for `desc` (see the module doc).
 pub fn tile_kernel(k: &Kernel, desc: &DsaDesc) -> Result<DeviceKernel> {
@@ -122,15 +133,15 @@ fn phase_bodies(body: &[Stmt]) -> Vec<&[Stmt]> {
 }
 
 /// One load or store.
-struct Access {
-    buf: usize,
-    offset: Idx,
-    guard: Guard,
-    store: bool,
+pub(crate) struct Access {
+    pub buf: usize,
+    pub offset: Idx,
+    pub guard: Guard,
+    pub store: bool,
 }
 
 /// Every load and store of `body`.
-fn accesses(body: &[Stmt]) -> Vec<Access> {
+pub(crate) fn accesses(body: &[Stmt]) -> Vec<Access> {
     let mut out = Vec::new();
     kiln_loop::ir::for_each_load(body, &mut |buf, offset, guard| {
         out.push(Access {
@@ -160,7 +171,7 @@ fn stores(body: &[Stmt], out: &mut Vec<Access>) {
 }
 
 /// Every loop variable of `body` with its extent.
-fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
+pub(crate) fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
     for s in body {
         if let Stmt::Loop(l) = s {
             out.insert(l.var.clone(), l.extent.max());
@@ -170,7 +181,7 @@ fn loop_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
 }
 
 /// The perfectly nested outer loops of a phase, outermost first.
-fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
+pub(crate) fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
     let mut out = Vec::new();
     let mut cur = stmts;
     while let [Stmt::Loop(l)] = cur {
@@ -215,14 +226,14 @@ impl Tiling<'_> {
 
 /// The accesses of one buffer in a phase and, when all split per
 /// dimension, their indices.
-struct BufferUse<'a> {
-    buf: usize,
-    accesses: Vec<&'a Access>,
-    split: Option<Vec<Vec<Idx>>>,
+pub(crate) struct BufferUse<'a> {
+    pub buf: usize,
+    pub accesses: Vec<&'a Access>,
+    pub split: Option<Vec<Vec<Idx>>>,
 }
 
 /// Per buffer the phase touches, its accesses (buffer order).
-fn buffer_uses<'a>(
+pub(crate) fn buffer_uses<'a>(
     k: &Kernel,
     all: &'a [Access],
     extents: &HashMap<String, i64>,
@@ -251,7 +262,7 @@ fn buffer_uses<'a>(
 /// Whether a store at `dims` writes every element of its box: each
 /// dimension of more than one element indexed by its own loop running
 /// over the whole dimension.
-fn dense(dims: &[Idx], shape: &[usize], extents: &HashMap<String, i64>) -> bool {
+pub(crate) fn dense(dims: &[Idx], shape: &[usize], extents: &HashMap<String, i64>) -> bool {
     let mut seen = Vec::new();
     dims.iter().zip(shape).all(|(idx, &size)| {
         if size <= 1 {
@@ -368,25 +379,32 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let all = accesses(stmts);
     let uses = buffer_uses(k, &all, &extents);
     let outer = prefix(stmts);
-    let mut tiling = Tiling {
-        loops: outer
-            .iter()
-            .map(|l| TileLoop {
-                var: l.var.clone(),
-                tile_var: format!("{}_t", l.var),
-                extent: l.extent.max(),
-                tile: l.extent.max().max(1),
-            })
-            .collect(),
-        extents: &extents,
-    };
     let independent = outer
         .first()
         .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
-    if independent {
-        spread_over_cores(&mut tiling, desc.total_cores() as i64);
-    }
-    fit(k, &uses, &mut tiling, desc)?;
+    let halved = fitted(
+        k,
+        &uses,
+        tile_loops(&outer, None),
+        &extents,
+        independent,
+        desc,
+    )?;
+    // A choice is made only for outer loops any of which may be dealt.
+    let (tiling, independent) = match choose_tiles(k, &uses, &outer, &extents, desc) {
+        Some(c) => {
+            let chosen = fitted(k, &uses, tile_loops(&outer, Some(&c)), &extents, true, desc)?;
+            let cores = desc.total_cores() as i64;
+            if traffic(k, &uses, &chosen) <= traffic(k, &uses, &halved)
+                && busy(&chosen, true, cores) >= busy(&halved, independent, cores)
+            {
+                (chosen, true)
+            } else {
+                (halved, independent)
+            }
+        }
+        None => (halved, independent),
+    };
     let arrays = layout(k, &uses, &tiling, &extents);
     let spread = independent
         && tiling.loops.first().is_some_and(|t| t.count() > 1)
@@ -398,6 +416,65 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
     })
+}
+
+/// `loops` dealt to the cores (when `independent`) and halved to fit.
+fn fitted<'a>(
+    k: &Kernel,
+    uses: &[BufferUse],
+    loops: Vec<TileLoop>,
+    extents: &'a HashMap<String, i64>,
+    independent: bool,
+    desc: &DsaDesc,
+) -> Result<Tiling<'a>> {
+    let mut tiling = Tiling { loops, extents };
+    if independent {
+        spread_over_cores(&mut tiling, desc.total_cores() as i64);
+    }
+    fit(k, uses, &mut tiling, desc)?;
+    Ok(tiling)
+}
+
+/// How many of `cores` get a tile of `tiling`'s outermost loop.
+fn busy(tiling: &Tiling, independent: bool, cores: i64) -> i64 {
+    match tiling.loops.first() {
+        Some(t) if independent => t.count().min(cores),
+        _ => 1,
+    }
+}
+
+/// Bytes the phase's DMA moves between the LB and DDR or GB under
+/// `tiling`: each array's box, got and put, once per tile of the loops
+/// around its DMA.
+fn traffic(k: &Kernel, uses: &[BufferUse], tiling: &Tiling) -> u64 {
+    let cut = tiling.cut();
+    layout(k, uses, tiling, tiling.extents)
+        .iter()
+        .map(|(a, _)| {
+            let visits: i64 = cut[..a.level].iter().map(TileLoop::count).product();
+            (u64::from(a.get) + u64::from(a.put)) * visits as u64 * a.bytes()
+        })
+        .sum()
+}
+
+/// The tile loops of the outer loops: whole and in kernel order, or as
+/// `choice` sizes and orders them.
+fn tile_loops(outer: &[&Loop], choice: Option<&Choice>) -> Vec<TileLoop> {
+    let whole: Vec<usize> = (0..outer.len()).collect();
+    let order = choice.map_or(&whole, |c| &c.order);
+    order
+        .iter()
+        .map(|&i| {
+            let l = outer[i];
+            let extent = l.extent.max();
+            TileLoop {
+                var: l.var.clone(),
+                tile_var: format!("{}_t", l.var),
+                extent,
+                tile: choice.map_or(extent.max(1), |c| c.tiles[i]),
+            }
+        })
+        .collect()
 }
 
 /// Halves the outermost loop's tile until every core has one.

@@ -1,0 +1,267 @@
+//! The tiles of a phase's outer loops chosen by swTVM's Algorithms 1 and 2
+//! (§5.2), for `tiling.rs`: each loop's tile size from Algorithm 1
+//! (`ldm.rs`) for the local buffer, and the order of the tile loops from
+//! Algorithm 2 (`reorder.rs`).
+//!
+//! The phase is read as a [`Nest`]: its perfectly nested outer loops (the
+//! ones the tiling can cut) first, in the kernel's order, then every other
+//! loop variable an access uses (reductions and the loops of a non-perfect
+//! body), which the tiling runs whole inside a tile and Algorithm 1 is
+//! told to buffer whole (`choose_buffers_around`). One tensor per buffer
+//! whose accesses split per dimension (`boxes.rs`): per dimension the
+//! union of the accesses' loop terms, each with its largest coefficient
+//! in absolute value (constant offsets do not change a tile's extent).
+//! The local buffer Algorithm 1 may fill is the core's LB less what the
+//! nest does not see: buffers kept whole (accesses that do not split,
+//! 0-d buffers) and the alignment of each array.
+//!
+//! The choice is made only when the phase's outer loops may run in any
+//! order and on any core: no buffer is both read and written, and every
+//! store writes its box densely (`dense`) with an index that uses every
+//! outer loop of more than one iteration, so distinct iterations of the
+//! outer loops write distinct elements and read only what no iteration
+//! writes. Otherwise, or when
+//! an index uses a floor division or remainder, or Algorithm 1 refuses
+//! the nest, there is no choice and `tiling.rs` halves tiles instead.
+//!
+//! Needs: `uses` and `outer` of one phase of a plain kernel, as
+//! `tiling.rs` builds them. Guarantees: a tile between 1 and the extent
+//! for every outer loop (whole for a loop no access uses); `order` a
+//! permutation of the outer loops, the cut ones (tile below the extent)
+//! first in Algorithm 2's order, then the whole ones in kernel order.
+//! The tiles fit the LB as the nest counts it; `tiling.rs` checks the
+//! real boxes, deals the outermost tile loop to the cores, and keeps its
+//! halving tiles instead when they move fewer bytes.
+
+use crate::dma::outer_loops;
+use crate::ldm::{choose_buffers_around, LdmBudget};
+use crate::nest::{Access as NestAccess, Affine, Loop as NestLoop, Nest, Term};
+use crate::reorder::reorder_loops;
+use crate::tiling::{dense, BufferUse, ALIGN};
+use crate::DsaDesc;
+use kiln_loop::{Atom, Idx, Kernel, Loop};
+use std::collections::HashMap;
+
+/// Algorithm 1's tiles and Algorithm 2's order for a phase's outer loops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Choice {
+    /// The tile of each outer loop, in kernel order.
+    pub tiles: Vec<i64>,
+    /// Positions in the outer loops, outermost tile loop first.
+    pub order: Vec<usize>,
+}
+
+/// The choice for one phase (see the module doc), or `None`.
+pub(crate) fn choose_tiles(
+    k: &Kernel,
+    uses: &[BufferUse],
+    outer: &[&Loop],
+    extents: &HashMap<String, i64>,
+    desc: &DsaDesc,
+) -> Option<Choice> {
+    if outer.is_empty() || !interchangeable(k, uses, outer, extents) {
+        return None;
+    }
+    let (nest, reserve) = phase_nest(k, uses, outer, extents)?;
+    let cut_at = nest
+        .loops
+        .iter()
+        .take_while(|l| outer.iter().any(|o| o.var == l.var))
+        .count();
+    let budget = LdmBudget {
+        capacity_bytes: desc.local_buffer.bytes.checked_sub(reserve)?,
+        initial_elems: desc.dma.initial_buffer_elems,
+    };
+    let whole: Vec<usize> = (cut_at..nest.loops.len()).collect();
+    let sizes = choose_buffers_around(&nest, budget, &whole).ok()?.sizes;
+    let order = reorder_loops(&nest, &sizes, &outer_loops(&nest, &sizes)).ok()?;
+    let position = |var: &str| outer.iter().position(|o| o.var == var);
+    let mut tiles: Vec<i64> = outer.iter().map(|o| o.extent.max().max(1)).collect();
+    for (l, &size) in nest.loops.iter().zip(&sizes).take(cut_at) {
+        tiles[position(&l.var)?] = size as i64;
+    }
+    let cut: Vec<usize> = order
+        .iter()
+        .map(|&i| position(&nest.loops[i].var))
+        .collect::<Option<_>>()?;
+    let order = cut
+        .iter()
+        .copied()
+        .chain((0..outer.len()).filter(|i| !cut.contains(i)))
+        .collect();
+    Some(Choice { tiles, order })
+}
+
+/// Whether the outer loops may be reordered and dealt to cores in any
+/// order: no buffer both read and written, every store dense and indexed
+/// by every outer loop.
+fn interchangeable(
+    k: &Kernel,
+    uses: &[BufferUse],
+    outer: &[&Loop],
+    extents: &HashMap<String, i64>,
+) -> bool {
+    uses.iter().all(|u| {
+        let stores = u.accesses.iter().filter(|a| a.store).count();
+        if stores == 0 {
+            return true;
+        }
+        let shape = &k.buffers[u.buf].shape;
+        stores == u.accesses.len()
+            && u.split.as_ref().is_some_and(|split| {
+                split.iter().all(|dims| {
+                    let mut vars = Vec::new();
+                    dims.iter().for_each(|d| d.vars(&mut vars));
+                    dense(dims, shape, extents)
+                        && outer
+                            .iter()
+                            .all(|o| o.extent.max() <= 1 || vars.contains(&o.var))
+                })
+            })
+    })
+}
+
+/// The phase as a nest (outer loops first, then the other variables the
+/// accesses use) and the LB bytes it does not count; `None` when an
+/// index term is not a loop variable.
+fn phase_nest(
+    k: &Kernel,
+    uses: &[BufferUse],
+    outer: &[&Loop],
+    extents: &HashMap<String, i64>,
+) -> Option<(Nest, u64)> {
+    let mut loops: Vec<NestLoop> = Vec::new();
+    let mut tensors = Vec::new();
+    let mut reserve = 0u64;
+    let mut used = Vec::new();
+    for u in uses {
+        let b = &k.buffers[u.buf];
+        let elem = b.dtype.size() as u64;
+        match u.split.as_ref().filter(|_| !b.shape.is_empty()) {
+            Some(split) => {
+                for dims in split {
+                    for d in dims {
+                        for (atom, _) in &d.terms {
+                            let Atom::Var(v) = atom else { return None };
+                            used.push(v.clone());
+                        }
+                    }
+                }
+                reserve += ALIGN;
+                tensors.push((u, elem, split));
+            }
+            None => reserve += (b.numel() as u64 * elem).div_ceil(ALIGN) * ALIGN,
+        }
+    }
+    let inner = used.iter().filter(|v| outer.iter().all(|o| &o.var != *v));
+    for var in outer.iter().map(|o| &o.var).chain(inner) {
+        if used.contains(var) && loops.iter().all(|l| &l.var != var) {
+            let extent = *extents.get(var)?;
+            loops.push(NestLoop {
+                var: var.clone(),
+                extent: extent.max(1) as u64,
+            });
+        }
+    }
+    let mut nest = Nest {
+        name: k.name.clone(),
+        loops,
+        tensors: Vec::new(),
+    };
+    nest.tensors = tensors
+        .into_iter()
+        .map(|(u, elem, split)| nest_access(&nest, u, elem, split))
+        .collect();
+    nest.validate().ok()?;
+    Some((nest, reserve))
+}
+
+/// One buffer as a nest tensor: per dimension the union of its accesses'
+/// terms, largest coefficient (absolute) per loop.
+fn nest_access(nest: &Nest, u: &BufferUse, elem_bytes: u64, split: &[Vec<Idx>]) -> NestAccess {
+    let rank = split.first().map_or(0, Vec::len);
+    let dims = (0..rank)
+        .map(|d| {
+            let mut terms: Vec<Term> = Vec::new();
+            for (atom, c) in split.iter().flat_map(|dims| &dims[d].terms) {
+                // `phase_nest` refused every other atom.
+                let Some(loop_index) = var_loop(nest, atom) else {
+                    continue;
+                };
+                let coeff = c.unsigned_abs();
+                match terms.iter_mut().find(|t| t.loop_index == loop_index) {
+                    Some(t) => t.coeff = t.coeff.max(coeff),
+                    None if coeff > 0 => terms.push(Term { loop_index, coeff }),
+                    None => {}
+                }
+            }
+            Affine { terms, constant: 0 }
+        })
+        .collect();
+    NestAccess {
+        name: format!("b{}", u.buf),
+        dims,
+        elem_bytes,
+        is_output: u.accesses.iter().any(|a| a.store),
+    }
+}
+
+/// The nest loop of a variable atom.
+fn var_loop(nest: &Nest, atom: &Atom) -> Option<usize> {
+    match atom {
+        Atom::Var(v) => nest.loop_index(v),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiling::{accesses, buffer_uses, loop_extents, prefix};
+
+    /// The choice for the one phase of `text` on `stcp920`.
+    fn choice(text: &str) -> Option<Choice> {
+        let k = kiln_loop::parse_kernel(text).expect("kernel");
+        let mut extents = HashMap::new();
+        loop_extents(&k.body, &mut extents);
+        let all = accesses(&k.body);
+        let uses = buffer_uses(&k, &all, &extents);
+        let desc = DsaDesc::preset("stcp920").expect("preset");
+        choose_tiles(&k, &uses, &prefix(&k.body), &extents, &desc)
+    }
+
+    #[test]
+    fn a_transpose_gets_algorithm_1s_tiles() {
+        // 512 × 512: i0 and i1 are both compvars (each the contiguous
+        // index of one tensor and a higher one of the other); i0, then
+        // i1, get 64 values (2 · 64 · 64 floats = 32 KB); doubling i0 to
+        // 128 gives 64 KB, over the 64 KB LB less 128 bytes of alignment.
+        let c = choice(
+            "kernel k(in0: f32[512, 512], out out0: f32[512, 512]) {
+               for i0 in 0..512 { for i1 in 0..512 {
+                 out0[512*i1 + i0] = in0[512*i0 + i1] } } }",
+        );
+        assert_eq!(c.map(|c| c.tiles), Some(vec![64, 64]));
+    }
+
+    #[test]
+    fn outputs_written_again_or_read_back_get_no_choice() {
+        // Every i0 writes the same row: the last writer must stay last.
+        assert_eq!(
+            choice(
+                "kernel k(in0: f32[8, 64], out out0: f32[64]) {
+                   for i0 in 0..8 { for i1 in 0..64 { out0[i1] = in0[64*i0 + i1] } } }"
+            ),
+            None
+        );
+        // The output is read back.
+        assert_eq!(
+            choice(
+                "kernel k(in0: f32[64], out out0: f32[64]) {
+                   for i0 in 0..64 { out0[i0] = in0[i0]
+                     out0[i0] = Neg(out0[i0]) } }"
+            ),
+            None
+        );
+    }
+}
