@@ -73,26 +73,12 @@ fn main() {
         ),
         Command::Bench {
             model,
-            runs,
-            warmup,
-            cold,
-            profile,
-            json,
-            versus,
+            flags,
             exec,
             args,
             passes,
         } => {
-            let opts = bench::BenchOptions {
-                runs,
-                warmup,
-                cold,
-                profile,
-                json,
-                versus,
-                cpu: cpu_options(&exec),
-                reference: exec.backend == "reference",
-            };
+            let opts = flags.options(cpu_options(&exec), exec.backend == "reference");
             bench_model(model.as_deref(), &exec, &args, passes, &opts)
         }
         Command::Tune {

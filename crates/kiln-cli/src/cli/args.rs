@@ -184,26 +184,8 @@ pub(crate) enum Command {
     /// plus compile time (cold or cached, then cached).
     Bench {
         model: Option<PathBuf>,
-        /// Timed runs.
-        #[arg(long, default_value_t = 20)]
-        runs: usize,
-        /// Untimed warm-up runs.
-        #[arg(long, default_value_t = 3)]
-        warmup: usize,
-        /// Compile into a fresh, empty cache (measures a cold compile).
-        #[arg(long)]
-        cold: bool,
-        /// Print the time per node (kernel), the median of 11 runs, slowest first.
-        #[arg(long)]
-        profile: bool,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Also compile the model with this fusion planner and alternate the two, inference
-        /// by inference (the order flipping each pair), so both see the same machine state:
-        /// prints both medians and the median of the per-pair time ratios.
-        #[arg(long, value_name = "PLANNER")]
-        versus: Option<kiln_fuse::PlannerKind>,
+        #[command(flatten)]
+        flags: BenchFlags,
         #[command(flatten)]
         exec: ExecArgs,
         #[command(flatten)]
@@ -374,5 +356,51 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     match number.parse::<f64>() {
         Ok(n) if n >= 0.0 && n.is_finite() => Ok(std::time::Duration::from_secs_f64(n * scale)),
         _ => Err(format!("'{text}' is not a duration like 90s, 5m or 1h")),
+    }
+}
+
+/// How `kiln bench` times a model.
+#[derive(clap::Args)]
+pub struct BenchFlags {
+    /// Timed runs.
+    #[arg(long, default_value_t = 20)]
+    runs: usize,
+    /// Untimed warm-up runs.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Compile into a fresh, empty cache (measures a cold compile).
+    #[arg(long)]
+    cold: bool,
+    /// Print the time per node (kernel), the median of 11 runs, slowest first.
+    #[arg(long)]
+    profile: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Also compile the model with this fusion planner and alternate the two, inference
+    /// by inference (the order flipping each pair), so both see the same machine state:
+    /// prints both medians and the median of the per-pair time ratios.
+    #[arg(long, value_name = "PLANNER")]
+    versus: Option<kiln_fuse::PlannerKind>,
+}
+
+impl BenchFlags {
+    /// The options for a backend's bench: these flags, the CPU options and
+    /// whether the reference interpreter is timed.
+    pub fn options(
+        self,
+        cpu: kiln_cpu::CpuOptions,
+        reference: bool,
+    ) -> kiln_cli::bench::BenchOptions {
+        kiln_cli::bench::BenchOptions {
+            runs: self.runs,
+            warmup: self.warmup,
+            cold: self.cold,
+            profile: self.profile,
+            json: self.json,
+            versus: self.versus,
+            cpu,
+            reference,
+        }
     }
 }

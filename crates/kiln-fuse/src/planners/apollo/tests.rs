@@ -171,7 +171,7 @@ fn a_sigmoid_is_not_recomputed_per_broadcast_element() {
 /// matmul). The concatenation and its element-wise consumers are one
 /// group. (The kiln movement row then offers that group to the matmul as
 /// a prologue; the CPU backend refuses a concatenation there, and the
-/// feedback step splits the matmul off: `kiln-cpu/tests/fusion.rs`.)
+/// feedback step splits the matmul off: `kiln-cpu/tests/channels_last.rs`.)
 #[test]
 fn a_concatenation_joins_its_elementwise_consumers() {
     let g = graph(
