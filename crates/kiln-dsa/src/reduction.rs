@@ -107,3 +107,42 @@ pub(crate) fn resume(stmts: &[Stmt], depth: usize, tile_var: &str) -> Vec<Stmt> 
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiling::prefix;
+
+    /// Whether the one phase of `body` (under `out0: f32[8]`, `in0:
+    /// f32[8, 64]`) has a cuttable reduction.
+    fn cuts(body: &str) -> bool {
+        let k = kiln_loop::parse_kernel(&format!(
+            "kernel k(in0: f32[8, 64], out out0: f32[8]) {{ for i0 in 0..8 {{ {body} }} }}"
+        ))
+        .expect("kernel");
+        cuttable(&k, &k.body, &prefix(&k.body), true).is_some()
+    }
+
+    #[test]
+    fn only_a_plain_fold_stored_as_is_is_cut() {
+        let fold = |comb: &str, store: &str| {
+            format!(
+                "let acc: f64 = 0.0:f64
+                 for r0 in 0..64 {{ acc = {comb}(acc, in0[64*i0 + r0]) }}
+                 out0[i0] = {store}"
+            )
+        };
+        assert!(cuts(&fold("sum", "acc")));
+        assert!(cuts(&fold("max", "acc")));
+        // An epilogue after the reduction, a product.
+        assert!(!cuts(&fold("sum", "Relu(acc)")));
+        assert!(!cuts(&fold("prod", "acc")));
+        // A store inside the reduction.
+        assert!(!cuts(
+            "let acc: f64 = 0.0:f64
+             for r0 in 0..64 { acc = sum(acc, in0[64*i0 + r0])
+               out0[i0] = acc }
+             out0[i0] = acc"
+        ));
+    }
+}

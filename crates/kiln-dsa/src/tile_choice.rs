@@ -237,15 +237,40 @@ mod tests {
     use super::*;
     use crate::tiling::{accesses, buffer_uses, loop_extents, prefix};
 
-    /// The choice for the one phase of `text` on `stcp920`.
-    fn choice(text: &str) -> Option<Choice> {
+    /// The choice for the one phase of `text` on `stcp920`, with its
+    /// reduction cuttable when `reduction`.
+    fn choice_with(text: &str, reduction: bool) -> Option<Choice> {
         let k = kiln_loop::parse_kernel(text).expect("kernel");
         let mut extents = HashMap::new();
         loop_extents(&k.body, &mut extents);
         let all = accesses(&k.body);
         let uses = buffer_uses(&k, &all, &extents);
         let desc = DsaDesc::preset("stcp920").expect("preset");
-        choose_tiles(&k, &uses, &prefix(&k.body), None, &extents, &desc)
+        let outer = prefix(&k.body);
+        let red = crate::reduction::cuttable(&k, &k.body, &outer, reduction);
+        assert_eq!(red.is_some(), reduction);
+        choose_tiles(&k, &uses, &outer, red.as_ref(), &extents, &desc)
+    }
+
+    fn choice(text: &str) -> Option<Choice> {
+        choice_with(text, false)
+    }
+
+    #[test]
+    fn the_papers_matmul_kernel_gets_k_64_when_its_reduction_may_be_cut() {
+        // swTVM's walk-through on a 64 KB LB (less 3 × 64 bytes of
+        // alignment, which changes none of its steps): x = 1, y = 128,
+        // k = 64; with k whole, x = 4 and y = 8 (`ldm.rs`'s tests).
+        let text =
+            "kernel k(in0: f32[1024, 1024], in1: f32[1024, 1024], out out0: f32[1024, 1024]) {
+               for i0 in 0..1024 { for i1 in 0..1024 {
+                 let acc: f32 = 0.0:f32
+                 for r0 in 0..1024 { acc = sum(acc, Mul(in0[1024*i0 + r0], in1[1024*r0 + i1])) }
+                 out0[1024*i0 + i1] = acc } } }";
+        let cut = choice_with(text, true).expect("a choice");
+        assert_eq!((cut.tiles, cut.reduction), (vec![1, 128], Some(64)));
+        let whole = choice(text).expect("a choice");
+        assert_eq!((whole.tiles, whole.reduction), (vec![4, 8], None));
     }
 
     #[test]
