@@ -267,24 +267,90 @@ fn device_code_cannot_dereference_a_ddr_handle() {
 
 /// A kernel whose one-element tiles overflow the LB is not compiled: the
 /// error names the kernel, its arrays and the LB, and the node runs on the
-/// interpreter.
+/// interpreter. With its input channels (the reduction) cut to one, the
+/// padded 3×3 convolution needs 64 + 64 + 4 bytes (36-byte boxes aligned
+/// to 64).
 #[test]
 fn an_lb_too_small_is_an_error_naming_the_kernel_and_sizes() {
     let mut tiny = DsaDesc::preset("stcp920").expect("preset");
-    tiny.local_buffer.bytes = 256;
+    tiny.local_buffer.bytes = 128;
     let g = load(GRAPHS[1]);
     let m = DsaModel::compile(&g, &tiny, &DsaOptions::default()).expect("compiles");
     let why = &m.model.report.interpreted;
     assert_eq!(why.len(), 1, "{why:?}");
     let reason = &why[0].1;
     assert!(
-        reason.contains("kernel kiln_k0: its smallest tiles need")
-            && reason.contains("in0 box [1, 8, 3, 3] 288 B")
-            && reason.contains("but a core of stcp920 has 256 bytes"),
+        reason.contains("kernel kiln_k0: its smallest tiles need 132 bytes")
+            && reason.contains("in0 box [1, 1, 3, 3] 36 B")
+            && reason.contains("but a core of stcp920 has 128 bytes"),
         "{reason}"
     );
     let ins = inputs(&g).expect("inputs");
     let (got, counts) = m.run(&ins).expect("runs on the interpreter");
     assert_eq!(got, kiln_interp::run(&g, &ins).expect("interpreter"));
     assert_eq!(counts.ddr_bytes(), 0);
+}
+
+/// The same convolution on a 256-byte LB, where its 8 input channels
+/// whole (a 288-byte input box) overflowed: once the output tiles are
+/// one element the reduction over the input channels is halved too, its
+/// partial sums kept in the output's LB array across its tiles.
+#[test]
+fn a_reduction_too_long_for_the_lb_is_cut() {
+    let mut tiny = DsaDesc::preset("stcp920").expect("preset");
+    tiny.local_buffer.bytes = 256;
+    check(GRAPHS[1], &tiny);
+}
+
+/// A sum of rows too long for the LB, `x: f32[32, 32768]` over its last
+/// axis on `stcp920` (64 KB LB less 2 × 64 bytes of alignment: 16 352
+/// floats): `for i0 < 32 { acc = Σ_r0 x[i0][r0]; y[i0] = acc }`. Kept
+/// whole, r0 does not fit (128 KB a row), so Algorithm 1 gets no nest
+/// without it. Sized by Algorithm 1, by hand: r0 (the sizevar: x's
+/// contiguous index) gets 64, i0 (compvar) 32, its whole extent (2 080
+/// floats); the expanding part doubles r0 (i0 has left `varSet`) to 128
+/// and 256 (8 224 floats); 512 (16 416) overflows. r0's tile loop goes
+/// inside i0's, which is dealt to the 32 cores (one row each); x is read
+/// once, y written once. The halving tiles (i0 one row, then r0 halved
+/// to 8 192) move the same bytes, so the choice is kept.
+#[test]
+fn algorithm_1_cuts_a_long_reduction_and_partial_sums_stay_in_lb() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[32,32768]
+  init %axes: i64[1] = [1]
+  node "sum" %y: f32[32] = ReduceSum(%x, %axes) {keepdims=0}
+  output %y
+}"#;
+    let counts = tiled_counts(src, stcp920(), &[("i0", 1), ("r0", 256)]);
+    assert_eq!(
+        counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes,
+        32 * 32768 * 4
+    );
+    assert_eq!(counts.lb_to_ddr.bytes, 32 * 4);
+}
+
+/// A matrix product with a reduction too long for the LB, `[32, 16384] ×
+/// [16384, 2]` in f32 on `stcp920` (16 336 floats with 3 × 64 bytes of
+/// alignment). Its kernel is the projection's above; with r0 whole a row
+/// of a and a column of b (32 768 floats) do not fit. Algorithm 1 by
+/// hand: i1 (sizevar) gets 2, its extent (a 1 + b 2 + y 2 floats); r0
+/// (compvar) 64 (194 floats); i1 whole makes i0 a compvar: 32, its
+/// extent (2 048 + 128 + 64); the expanding part doubles r0 to 128 and
+/// 256 (8 192 + 512 + 64); 512 (16 384 + 1 024 + 64) overflows. i0 is
+/// dealt to the cores (one row each), r0's tiles inside: a read once
+/// (2 MB), b once per row (32 × 128 KB, from GB). The halving tiles (one
+/// row, one column, r0 halved to 4 096) read a twice and b 64 times.
+#[test]
+fn a_matmul_whose_k_algorithm_1_cuts_accumulates_in_lb() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %a: f32[32,16384]
+  input %b: f32[16384,2]
+  node "mm" %y: f32[32,2] = MatMul(%a, %b)
+  output %y
+}"#;
+    let counts = tiled_counts(src, stcp920(), &[("i0", 1), ("r0", 256)]);
+    const F32: u64 = 4;
+    assert_eq!(counts.ddr_to_lb.bytes, 32 * 16384 * F32);
+    assert_eq!(counts.gb_to_lb.bytes, 32 * 16384 * 2 * F32);
+    assert_eq!(counts.lb_to_ddr.bytes, 32 * 2 * F32);
 }

@@ -45,6 +45,7 @@ pub mod nest;
 pub mod opgraph;
 pub mod plan;
 pub mod propagate;
+mod reduction;
 pub mod reorder;
 pub mod reuse;
 pub mod schedule;

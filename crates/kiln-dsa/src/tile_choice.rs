@@ -3,11 +3,12 @@
 //! (`ldm.rs`) for the local buffer, and the order of the tile loops from
 //! Algorithm 2 (`reorder.rs`).
 //!
-//! The phase is read as a [`Nest`]: its perfectly nested outer loops (the
-//! ones the tiling can cut) first, in the kernel's order, then every other
-//! loop variable an access uses (reductions and the loops of a non-perfect
-//! body), which the tiling runs whole inside a tile and Algorithm 1 is
-//! told to buffer whole (`choose_buffers_around`). One tensor per buffer
+//! The phase is read as a [`Nest`]: the loops the tiling can cut first —
+//! its perfectly nested outer loops in the kernel's order, then the
+//! reduction `reduction.rs` accepts when one is passed — then every other
+//! loop variable an access uses (other reductions and the loops of a
+//! non-perfect body), which the tiling runs whole inside a tile and
+//! Algorithm 1 is told to buffer whole (`choose_buffers_around`). One tensor per buffer
 //! whose accesses split per dimension (`boxes.rs`): per dimension the
 //! union of the accesses' loop terms, each with its largest coefficient
 //! in absolute value (constant offsets do not change a tile's extent).
@@ -26,9 +27,11 @@
 //!
 //! Needs: `uses` and `outer` of one phase of a plain kernel, as
 //! `tiling.rs` builds them. Guarantees: a tile between 1 and the extent
-//! for every outer loop (whole for a loop no access uses); `order` a
-//! permutation of the outer loops, the cut ones (tile below the extent)
-//! first in Algorithm 2's order, then the whole ones in kernel order.
+//! for every outer loop (whole for a loop no access uses) and for the
+//! reduction passed; `order` a permutation of the outer loops, the cut
+//! ones (tile below the extent) first in Algorithm 2's order, then the
+//! whole ones in kernel order (the reduction's tile loop, wherever
+//! Algorithm 2 puts it, goes inside them all: `tiling.rs`).
 //! The tiles fit the LB as the nest counts it; `tiling.rs` checks the
 //! real boxes, deals the outermost tile loop to the cores, and keeps its
 //! halving tiles instead when they move fewer bytes.
@@ -36,6 +39,7 @@
 use crate::dma::outer_loops;
 use crate::ldm::{choose_buffers_around, LdmBudget};
 use crate::nest::{Access as NestAccess, Affine, Loop as NestLoop, Nest, Term};
+use crate::reduction::Reduction;
 use crate::reorder::reorder_loops;
 use crate::tiling::{dense, BufferUse, ALIGN};
 use crate::DsaDesc;
@@ -49,6 +53,8 @@ pub(crate) struct Choice {
     pub tiles: Vec<i64>,
     /// Positions in the outer loops, outermost tile loop first.
     pub order: Vec<usize>,
+    /// The tile of the phase's cuttable reduction, if it has one.
+    pub reduction: Option<i64>,
 }
 
 /// The choice for one phase (see the module doc), or `None`.
@@ -56,17 +62,20 @@ pub(crate) fn choose_tiles(
     k: &Kernel,
     uses: &[BufferUse],
     outer: &[&Loop],
+    reduction: Option<&Reduction>,
     extents: &HashMap<String, i64>,
     desc: &DsaDesc,
 ) -> Option<Choice> {
     if outer.is_empty() || !interchangeable(k, uses, outer, extents) {
         return None;
     }
-    let (nest, reserve) = phase_nest(k, uses, outer, extents)?;
+    let mut cuttable: Vec<&str> = outer.iter().map(|o| o.var.as_str()).collect();
+    cuttable.extend(reduction.map(|r| r.var.as_str()));
+    let (nest, reserve) = phase_nest(k, uses, &cuttable, extents)?;
     let cut_at = nest
         .loops
         .iter()
-        .take_while(|l| outer.iter().any(|o| o.var == l.var))
+        .take_while(|l| cuttable.contains(&l.var.as_str()))
         .count();
     let budget = LdmBudget {
         capacity_bytes: desc.local_buffer.bytes.checked_sub(reserve)?,
@@ -77,25 +86,34 @@ pub(crate) fn choose_tiles(
     let order = reorder_loops(&nest, &sizes, &outer_loops(&nest, &sizes)).ok()?;
     let position = |var: &str| outer.iter().position(|o| o.var == var);
     let mut tiles: Vec<i64> = outer.iter().map(|o| o.extent.max().max(1)).collect();
+    let mut reduction_tile = reduction.map(|r| r.extent.max(1));
     for (l, &size) in nest.loops.iter().zip(&sizes).take(cut_at) {
-        tiles[position(&l.var)?] = size as i64;
+        match position(&l.var) {
+            Some(i) => tiles[i] = size as i64,
+            None => reduction_tile = Some(size as i64),
+        }
     }
+    // The reduction's tile loop goes innermost (`reduction.rs`).
     let cut: Vec<usize> = order
         .iter()
-        .map(|&i| position(&nest.loops[i].var))
-        .collect::<Option<_>>()?;
+        .filter_map(|&i| position(&nest.loops[i].var))
+        .collect();
     let order = cut
         .iter()
         .copied()
         .chain((0..outer.len()).filter(|i| !cut.contains(i)))
         .collect();
-    Some(Choice { tiles, order })
+    Some(Choice {
+        tiles,
+        order,
+        reduction: reduction_tile,
+    })
 }
 
 /// Whether the outer loops may be reordered and dealt to cores in any
 /// order: no buffer both read and written, every store dense and indexed
 /// by every outer loop.
-fn interchangeable(
+pub(crate) fn interchangeable(
     k: &Kernel,
     uses: &[BufferUse],
     outer: &[&Loop],
@@ -121,13 +139,13 @@ fn interchangeable(
     })
 }
 
-/// The phase as a nest (outer loops first, then the other variables the
-/// accesses use) and the LB bytes it does not count; `None` when an
-/// index term is not a loop variable.
+/// The phase as a nest (the `cuttable` loops first, then the other
+/// variables the accesses use) and the LB bytes it does not count;
+/// `None` when an index term is not a loop variable.
 fn phase_nest(
     k: &Kernel,
     uses: &[BufferUse],
-    outer: &[&Loop],
+    cuttable: &[&str],
     extents: &HashMap<String, i64>,
 ) -> Option<(Nest, u64)> {
     let mut loops: Vec<NestLoop> = Vec::new();
@@ -153,12 +171,12 @@ fn phase_nest(
             None => reserve += (b.numel() as u64 * elem).div_ceil(ALIGN) * ALIGN,
         }
     }
-    let inner = used.iter().filter(|v| outer.iter().all(|o| &o.var != *v));
-    for var in outer.iter().map(|o| &o.var).chain(inner) {
-        if used.contains(var) && loops.iter().all(|l| &l.var != var) {
+    let inner = used.iter().filter(|v| !cuttable.contains(&v.as_str()));
+    for var in cuttable.iter().copied().chain(inner.map(String::as_str)) {
+        if used.iter().any(|u| u == var) && loops.iter().all(|l| l.var != var) {
             let extent = *extents.get(var)?;
             loops.push(NestLoop {
-                var: var.clone(),
+                var: var.to_string(),
                 extent: extent.max(1) as u64,
             });
         }
@@ -219,15 +237,40 @@ mod tests {
     use super::*;
     use crate::tiling::{accesses, buffer_uses, loop_extents, prefix};
 
-    /// The choice for the one phase of `text` on `stcp920`.
-    fn choice(text: &str) -> Option<Choice> {
+    /// The choice for the one phase of `text` on `stcp920`, with its
+    /// reduction cuttable when `reduction`.
+    fn choice_with(text: &str, reduction: bool) -> Option<Choice> {
         let k = kiln_loop::parse_kernel(text).expect("kernel");
         let mut extents = HashMap::new();
         loop_extents(&k.body, &mut extents);
         let all = accesses(&k.body);
         let uses = buffer_uses(&k, &all, &extents);
         let desc = DsaDesc::preset("stcp920").expect("preset");
-        choose_tiles(&k, &uses, &prefix(&k.body), &extents, &desc)
+        let outer = prefix(&k.body);
+        let red = crate::reduction::cuttable(&k, &k.body, &outer, reduction);
+        assert_eq!(red.is_some(), reduction);
+        choose_tiles(&k, &uses, &outer, red.as_ref(), &extents, &desc)
+    }
+
+    fn choice(text: &str) -> Option<Choice> {
+        choice_with(text, false)
+    }
+
+    #[test]
+    fn the_papers_matmul_kernel_gets_k_64_when_its_reduction_may_be_cut() {
+        // swTVM's walk-through on a 64 KB LB (less 3 × 64 bytes of
+        // alignment, which changes none of its steps): x = 1, y = 128,
+        // k = 64; with k whole, x = 4 and y = 8 (`ldm.rs`'s tests).
+        let text =
+            "kernel k(in0: f32[1024, 1024], in1: f32[1024, 1024], out out0: f32[1024, 1024]) {
+               for i0 in 0..1024 { for i1 in 0..1024 {
+                 let acc: f32 = 0.0:f32
+                 for r0 in 0..1024 { acc = sum(acc, Mul(in0[1024*i0 + r0], in1[1024*r0 + i1])) }
+                 out0[1024*i0 + i1] = acc } } }";
+        let cut = choice_with(text, true).expect("a choice");
+        assert_eq!((cut.tiles, cut.reduction), (vec![1, 128], Some(64)));
+        let whole = choice(text).expect("a choice");
+        assert_eq!((whole.tiles, whole.reduction), (vec![4, 8], None));
     }
 
     #[test]

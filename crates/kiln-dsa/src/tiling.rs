@@ -6,15 +6,21 @@
 //! nests, no gemm statements or local buffers) and a [`DsaDesc`].
 //! Guarantees, per phase (each top-level loop nest; a body with
 //! top-level scalars is one phase run by core 0):
-//! - the perfectly nested outer loops are cut into tiles. Two tilings are
-//!   made: the *halving* one (tiles start whole, in the kernel's order)
-//!   and, when the phase's outer loops may run in any order (no buffer
-//!   both read and written, every store dense and indexed by every outer
-//!   loop), the one whose sizes and order come from swTVM's Algorithms 1
-//!   and 2 (`tile_choice.rs`); the latter is kept unless the halving one
-//!   moves fewer DMA bytes between the LB and DDR or GB (each array's box
-//!   times the tiles around its DMA, got and put) or keeps more cores
-//!   busy (tiles of the outermost loop, at most one per core);
+//! - the perfectly nested outer loops are cut into tiles, and so is the
+//!   reduction loop of a phase that accumulates one output element per
+//!   outer iteration in a register (`reduction.rs`: a sum, min or max;
+//!   its tile loop innermost, the partial sums kept in the output's LB
+//!   array across its tiles). Tilings are made: the *halving* one (tiles
+//!   start whole, in the kernel's order) and, when the phase's outer
+//!   loops may run in any order (no buffer both read and written, every
+//!   store dense and indexed by every outer loop), the ones whose sizes
+//!   and order come from swTVM's Algorithms 1 and 2 (`tile_choice.rs`):
+//!   with the reduction whole, then with it sized by Algorithm 1 when
+//!   Algorithm 1 cuts it. Each replaces the one kept so far (halving
+//!   first) unless that moves fewer DMA bytes between the LB and DDR or
+//!   GB (each array's box times the tiles around its DMA, got and put)
+//!   or keeps more cores busy (tiles of the outermost loop, at most one
+//!   per core);
 //! - in both, the outermost tile loop is dealt to the cores when its
 //!   iterations write disjoint outputs (any loop of a chosen order, else
 //!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
@@ -28,8 +34,9 @@
 //!   when read or written only in part, put back when written — so a
 //!   reduction over a tiled loop accumulates in LB across those tiles;
 //! - while the arrays overflow the LB (Algorithm 1 counts the nest's
-//!   tiles, not the real boxes), the loop whose halving saves the most LB
-//!   is halved; when one-element tiles do not fit, an error names the
+//!   tiles, not the real boxes), the outer loop whose halving saves the
+//!   most LB is halved, the cuttable reduction once every outer tile is
+//!   one element; when one-element tiles do not fit, an error names the
 //!   kernel, its arrays and the LB size;
 //! - the compute reads and writes only LB arrays, each access rebased by
 //!   its box's first index; it computes what the kernel computes.
@@ -41,12 +48,15 @@
 //! Gathers (indices read from data) are refused: their boxes are not
 //! known before the data is.
 //!
-//! Reduction loops are never cut: the lowering keeps each output's
-//! reduction in a register, so Algorithm 1 is told to buffer them whole.
+//! Other reduction loops (an epilogue after the reduction, several
+//! reductions in one body, arg-reductions, half-float accumulation) are
+//! never cut: the lowering keeps each output's reduction in a register,
+//! so Algorithm 1 is told to buffer them whole.
 
 use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
-use crate::tile_choice::{choose_tiles, Choice};
+use crate::reduction::{cuttable, resume, Reduction};
+use crate::tile_choice::{choose_tiles, interchangeable, Choice};
 use crate::DsaDesc;
 use kiln_ir::{bail, Result};
 use kiln_loop::ir::Guard;
@@ -195,6 +205,8 @@ pub(crate) fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
 struct Tiling<'a> {
     loops: Vec<TileLoop>,
     extents: &'a HashMap<String, i64>,
+    /// Whether the last loop is the phase's cuttable reduction.
+    reduced: bool,
 }
 
 impl TileRanges for Tiling<'_> {
@@ -382,40 +394,59 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let independent = outer
         .first()
         .is_some_and(|l| kiln_loop::gpu_map::independent(k, l));
-    let halved = fitted(
-        k,
-        &uses,
-        tile_loops(&outer, None),
-        &extents,
-        independent,
-        desc,
-    )?;
-    // A choice is made only for outer loops any of which may be dealt.
-    let (tiling, independent) = match choose_tiles(k, &uses, &outer, &extents, desc) {
-        Some(c) => {
-            let chosen = fitted(k, &uses, tile_loops(&outer, Some(&c)), &extents, true, desc)?;
-            let cores = desc.total_cores() as i64;
-            if traffic(k, &uses, &chosen) <= traffic(k, &uses, &halved)
-                && busy(&chosen, true, cores) >= busy(&halved, independent, cores)
-            {
-                (chosen, true)
-            } else {
-                (halved, independent)
-            }
-        }
-        None => (halved, independent),
-    };
+    let any_order = interchangeable(k, &uses, &outer, &extents);
+    let reduction = cuttable(k, stmts, &outer, any_order);
+    let red = reduction.as_ref();
+    let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, independent, desc)?;
     let arrays = layout(k, &uses, &tiling, &extents);
     let spread = independent
         && tiling.loops.first().is_some_and(|t| t.count() > 1)
         && arrays.iter().all(|(a, _)| !a.put || !a.get);
-    let compute = compute_kernel(k, stmts, &uses, &arrays, &tiling);
+    let mut compute = compute_kernel(k, stmts, &uses, &arrays, &tiling);
+    if let Some(t) = red.and_then(|r| tiling.cut().into_iter().find(|t| t.var == r.var)) {
+        compute.body = resume(&compute.body, outer.len(), &t.tile_var);
+    }
     Ok(Phase {
         tiles: tiling.cut(),
         spread,
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
     })
+}
+
+/// The tiling kept and whether its outermost loop may be dealt: the
+/// halving one, replaced by each choice of Algorithms 1 and 2 (outer
+/// loops any of which may be dealt) — the reduction whole, then sized by
+/// Algorithm 1 where it cuts it — that moves no more DMA bytes and keeps
+/// as many cores busy.
+fn best_tiling<'a>(
+    k: &Kernel,
+    uses: &[BufferUse],
+    outer: &[&Loop],
+    red: Option<&Reduction>,
+    extents: &'a HashMap<String, i64>,
+    independent: bool,
+    desc: &DsaDesc,
+) -> Result<(Tiling<'a>, bool)> {
+    let fit_loops =
+        |loops, independent| fitted(k, uses, loops, extents, independent, red.is_some(), desc);
+    let halved = fit_loops(tile_loops(outer, red, None), independent)?;
+    let mut best = (halved, independent);
+    let whole = choose_tiles(k, uses, outer, None, extents, desc);
+    let cut = red.and_then(|r| {
+        choose_tiles(k, uses, outer, Some(r), extents, desc)
+            .filter(|c| c.reduction.is_some_and(|t| t < r.extent))
+    });
+    let cores = desc.total_cores() as i64;
+    for c in whole.iter().chain(&cut) {
+        let chosen = fit_loops(tile_loops(outer, red, Some(c)), true)?;
+        if traffic(k, uses, &chosen) <= traffic(k, uses, &best.0)
+            && busy(&chosen, true, cores) >= busy(&best.0, best.1, cores)
+        {
+            best = (chosen, true);
+        }
+    }
+    Ok(best)
 }
 
 /// `loops` dealt to the cores (when `independent`) and halved to fit.
@@ -425,9 +456,14 @@ fn fitted<'a>(
     loops: Vec<TileLoop>,
     extents: &'a HashMap<String, i64>,
     independent: bool,
+    reduced: bool,
     desc: &DsaDesc,
 ) -> Result<Tiling<'a>> {
-    let mut tiling = Tiling { loops, extents };
+    let mut tiling = Tiling {
+        loops,
+        extents,
+        reduced,
+    };
     if independent {
         spread_over_cores(&mut tiling, desc.total_cores() as i64);
     }
@@ -457,23 +493,29 @@ fn traffic(k: &Kernel, uses: &[BufferUse], tiling: &Tiling) -> u64 {
         .sum()
 }
 
-/// The tile loops of the outer loops: whole and in kernel order, or as
-/// `choice` sizes and orders them.
-fn tile_loops(outer: &[&Loop], choice: Option<&Choice>) -> Vec<TileLoop> {
+/// The tile loops of the outer loops, then of the cuttable reduction:
+/// whole and in kernel order, or as `choice` sizes and orders them.
+fn tile_loops(
+    outer: &[&Loop],
+    reduction: Option<&Reduction>,
+    choice: Option<&Choice>,
+) -> Vec<TileLoop> {
     let whole: Vec<usize> = (0..outer.len()).collect();
     let order = choice.map_or(&whole, |c| &c.order);
+    let tile_loop = |var: &str, extent: i64, tile: Option<i64>| TileLoop {
+        var: var.to_string(),
+        tile_var: format!("{var}_t"),
+        extent,
+        tile: tile.unwrap_or(extent.max(1)),
+    };
+    let reduced = reduction.map(|r| tile_loop(&r.var, r.extent, choice.and_then(|c| c.reduction)));
     order
         .iter()
         .map(|&i| {
             let l = outer[i];
-            let extent = l.extent.max();
-            TileLoop {
-                var: l.var.clone(),
-                tile_var: format!("{}_t", l.var),
-                extent,
-                tile: choice.map_or(extent.max(1), |c| c.tiles[i]),
-            }
+            tile_loop(&l.var, l.extent.max(), choice.map(|c| c.tiles[i]))
         })
+        .chain(reduced)
         .collect()
 }
 
@@ -492,16 +534,21 @@ fn half(t: i64) -> i64 {
 }
 
 /// Halves tiles until the arrays fit the LB (the halving that saves the
-/// most first, outer loops on ties), or the error naming the kernel.
+/// most first, outer loops on ties; the reduction's, last of the loops
+/// when `reduced`, only once the others are one-element tiles), or the
+/// error naming the kernel.
 fn fit(k: &Kernel, uses: &[BufferUse], tiling: &mut Tiling, desc: &DsaDesc) -> Result<()> {
     let lb = desc.local_buffer.bytes;
+    let n = tiling.loops.len();
+    let outer = n - usize::from(tiling.reduced);
     loop {
         let now = usage(&layout(k, uses, tiling, tiling.extents));
         if now <= lb {
             return Ok(());
         }
         let mut best: Option<(u64, usize)> = None;
-        for j in 0..tiling.loops.len() {
+        let all_ones = tiling.loops[..outer].iter().all(|t| t.tile <= 1);
+        for j in (0..n).filter(|&j| (j < outer) != all_ones) {
             let t = tiling.loops[j].tile;
             if t <= 1 {
                 continue;
