@@ -16,17 +16,17 @@
 //! nest does not see: buffers kept whole (accesses that do not split,
 //! 0-d buffers) and the alignment of each array.
 //!
-//! The choice is made only when the phase's outer loops may run in any
-//! order and on any core: no buffer is both read and written, and every
-//! store writes its box densely (`dense`) with an index that uses every
-//! outer loop of more than one iteration, so distinct iterations of the
-//! outer loops write distinct elements and read only what no iteration
-//! writes. Otherwise, or when
+//! A choice is asked for only when the phase's outer loops may run in any
+//! order and on any core ([`interchangeable`]: no buffer is both read and
+//! written, and every store writes its box densely (`dense`) with an index
+//! that uses every outer loop of more than one iteration, so distinct
+//! iterations of the outer loops write distinct elements and read only
+//! what no iteration writes); `tiling.rs` checks it once per phase. When
 //! an index uses a floor division or remainder, or Algorithm 1 refuses
 //! the nest, there is no choice and `tiling.rs` halves tiles instead.
 //!
 //! Needs: `uses` and `outer` of one phase of a plain kernel, as
-//! `tiling.rs` builds them. Guarantees: a tile between 1 and the extent
+//! `tiling.rs` builds them, the outer loops [`interchangeable`]. Guarantees: a tile between 1 and the extent
 //! for every outer loop (whole for a loop no access uses) and for the
 //! reduction passed; `order` a permutation of the outer loops, the cut
 //! ones (tile below the extent) first in Algorithm 2's order, then the
@@ -66,7 +66,7 @@ pub(crate) fn choose_tiles(
     extents: &HashMap<String, i64>,
     desc: &DsaDesc,
 ) -> Option<Choice> {
-    if outer.is_empty() || !interchangeable(k, uses, outer, extents) {
+    if outer.is_empty() {
         return None;
     }
     let mut cuttable: Vec<&str> = outer.iter().map(|o| o.var.as_str()).collect();
@@ -247,6 +247,9 @@ mod tests {
         let uses = buffer_uses(&k, &all, &extents);
         let desc = DsaDesc::preset("stcp920").expect("preset");
         let outer = prefix(&k.body);
+        if !interchangeable(&k, &uses, &outer, &extents) {
+            return None;
+        }
         let red = crate::reduction::cuttable(&k, &k.body, &outer, reduction);
         assert_eq!(red.is_some(), reduction);
         choose_tiles(&k, &uses, &outer, red.as_ref(), &extents, &desc)

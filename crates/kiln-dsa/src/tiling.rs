@@ -397,7 +397,11 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     let any_order = interchangeable(k, &uses, &outer, &extents);
     let reduction = cuttable(k, stmts, &outer, any_order);
     let red = reduction.as_ref();
-    let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, independent, desc)?;
+    let dealt = Dealt {
+        independent,
+        any_order,
+    };
+    let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, dealt, desc)?;
     let arrays = layout(k, &uses, &tiling, &extents);
     let spread = independent
         && tiling.loops.first().is_some_and(|t| t.count() > 1)
@@ -414,29 +418,42 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     })
 }
 
+/// Which of a phase's outer loops may be dealt to the cores.
+#[derive(Clone, Copy)]
+struct Dealt {
+    /// The outermost, in kernel order (`gpu_map::independent`).
+    independent: bool,
+    /// Any of them, in any order (`tile_choice::interchangeable`).
+    any_order: bool,
+}
+
 /// The tiling kept and whether its outermost loop may be dealt: the
-/// halving one, replaced by each choice of Algorithms 1 and 2 (outer
-/// loops any of which may be dealt) — the reduction whole, then sized by
-/// Algorithm 1 where it cuts it — that moves no more DMA bytes and keeps
-/// as many cores busy.
+/// halving one, replaced by each choice of Algorithms 1 and 2 (asked for
+/// only when the outer loops may run in any order) — the reduction whole,
+/// then sized by Algorithm 1 where it cuts it — that moves no more DMA
+/// bytes and keeps as many cores busy.
 fn best_tiling<'a>(
     k: &Kernel,
     uses: &[BufferUse],
     outer: &[&Loop],
     red: Option<&Reduction>,
     extents: &'a HashMap<String, i64>,
-    independent: bool,
+    dealt: Dealt,
     desc: &DsaDesc,
 ) -> Result<(Tiling<'a>, bool)> {
     let fit_loops =
         |loops, independent| fitted(k, uses, loops, extents, independent, red.is_some(), desc);
-    let halved = fit_loops(tile_loops(outer, red, None), independent)?;
-    let mut best = (halved, independent);
-    let whole = choose_tiles(k, uses, outer, None, extents, desc);
-    let cut = red.and_then(|r| {
-        choose_tiles(k, uses, outer, Some(r), extents, desc)
-            .filter(|c| c.reduction.is_some_and(|t| t < r.extent))
-    });
+    let halved = fit_loops(tile_loops(outer, red, None), dealt.independent)?;
+    let mut best = (halved, dealt.independent);
+    let choose = |r| {
+        dealt
+            .any_order
+            .then(|| choose_tiles(k, uses, outer, r, extents, desc))
+            .flatten()
+    };
+    let whole = choose(None);
+    let cut =
+        red.and_then(|r| choose(Some(r)).filter(|c| c.reduction.is_some_and(|t| t < r.extent)));
     let cores = desc.total_cores() as i64;
     for c in whole.iter().chain(&cut) {
         let chosen = fit_loops(tile_loops(outer, red, Some(c)), true)?;
