@@ -113,8 +113,13 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         .iter()
         .map(|n| n.te.as_ref().is_some_and(calls_transcendental))
         .collect();
+    let selecting: Vec<bool> = fg
+        .nodes
+        .iter()
+        .map(|n| n.te.as_ref().is_some_and(selects_by_bounds))
+        .collect();
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
-        LAYOUT => selects(fg, mg.part.members(p)),
+        LAYOUT => mg.part.members(p).iter().any(|&n| selecting[n]),
         MATMUL | CONV => contraction_fusable(fg, mg, p, c),
         REDUCTION => {
             !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
@@ -125,14 +130,6 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         apply_to_fixed_point(fg, &mut mg, level, &condition);
     }
     mg
-}
-
-/// Whether a node of `nodes` selects between sources by bounds (a
-/// concatenation or padding).
-fn selects(fg: &FusionGraph, nodes: &[usize]) -> bool {
-    nodes
-        .iter()
-        .any(|&n| fg.nodes[n].te.as_ref().is_some_and(selects_by_bounds))
 }
 
 /// Whether groups `p` and `c` (one of them a contraction group) make a
