@@ -22,6 +22,7 @@ pub mod rnn;
 pub mod shape;
 pub mod signal;
 pub mod unary;
+pub mod winograd;
 
 pub fn register_all(r: &mut Registry) {
     basic::register(r);
@@ -43,4 +44,5 @@ pub fn register_all(r: &mut Registry) {
     shape::register(r);
     signal::register(r);
     unary::register(r);
+    winograd::register(r);
 }
