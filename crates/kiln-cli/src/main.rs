@@ -226,7 +226,13 @@ fn compile(
     passes: &PassArgs,
 ) -> Result<()> {
     let mut g = load(model, args)?;
-    optimize(&mut g, passes)?;
+    if matches!(emit, kiln_cli::emit::Emit::Cuda) {
+        let mut cuda = passes.clone();
+        cuda.for_cpu = false;
+        optimize(&mut g, &cuda)?;
+    } else {
+        optimize(&mut g, passes)?;
+    }
     let options = aot.options(model)?;
     let threads = aot
         .threads
@@ -278,7 +284,8 @@ fn backend_flags(exec: &ExecArgs) -> Result<()> {
     Ok(())
 }
 
-fn layout_for_backend(passes: PassArgs, exec: &ExecArgs) -> PassArgs {
+fn layout_for_backend(mut passes: PassArgs, exec: &ExecArgs) -> PassArgs {
+    passes.for_cpu &= exec.backend == "cpu";
     match exec.backend.as_str() {
         "reference" => as_defined(passes),
         _ => passes,
@@ -289,6 +296,7 @@ fn layout_for_backend(passes: PassArgs, exec: &ExecArgs) -> PassArgs {
 /// them (`info` reports the model's ops and FLOPs).
 fn as_defined(mut passes: PassArgs) -> PassArgs {
     passes.layout = kiln_passes::Layout::ChannelsFirst;
+    passes.for_cpu = false;
     passes
 }
 
@@ -302,6 +310,7 @@ fn optimize(g: &mut Graph, p: &PassArgs) -> Result<()> {
         verify_each: p.verify_each,
         print_after: p.print_after.clone(),
         layout: p.layout,
+        winograd: p.for_cpu && !p.no_winograd,
         ..Default::default()
     };
     let report = kiln_passes::optimize_to(g, &opts, &mut std::io::stderr())?;

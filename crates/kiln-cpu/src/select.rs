@@ -169,8 +169,20 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
         });
     }
     // A window reduction alone (its epilogue in another kernel) still
-    // takes the CPU's window form: accumulated in registers, borders peeled.
+    // takes the CPU's window form: accumulated in registers, borders
+    // peeled; a Winograd transform its own.
     if !target.is_gpu() && !target.is_scratchpad() {
+        let op = qualified_op(node);
+        if let Some(lowered) = kiln_loop::winograd::lower_winograd_node(&te, &op, name, &dtypes)? {
+            return Ok(LoweredNode {
+                kernel: lowered.kernel,
+                schedule: lowered.schedule,
+                inputs,
+                alias: None,
+                view: None,
+                constants: Vec::new(),
+            });
+        }
         if let Some(lowered) = kiln_loop::window::lower_window_node(&te, name, &dtypes, target)? {
             return Ok(LoweredNode {
                 kernel: lowered.kernel,
@@ -194,6 +206,14 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
         view: is_view(&te).then(|| te.accesses[0].input),
         constants: Vec::new(),
     })
+}
+
+/// `node`'s op type, `domain.op` outside the default domain.
+fn qualified_op(node: &Node) -> String {
+    match node.domain.as_str() {
+        "" | "ai.onnx" => node.op.clone(),
+        d => format!("{d}.{}", node.op),
+    }
 }
 
 /// The kernel buffers (numbered by `inputs`, the node input positions
@@ -293,6 +313,7 @@ fn group_expr(body: &Graph) -> Result<GroupExpr> {
             te,
             args: args.into_iter().map(Option::flatten).collect(),
             label: node.describe(),
+            op: qualified_op(node),
         });
     }
     let outputs = body

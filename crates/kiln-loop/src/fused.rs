@@ -61,6 +61,7 @@ use crate::operand_scale::{hoist_scales, Factor};
 use crate::row_values::store_reduced_values;
 use crate::schedule::{apply, fused_name, Directive, Schedule};
 use crate::window::window_in_registers;
+use crate::winograd::winograd_transform;
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_ops::te::classify::{classify, is_view, ApolloType};
 use kiln_ops::te::{Combiner, Var};
@@ -96,6 +97,9 @@ pub fn lower_group(group: &GroupExpr, name: &str, target: &TargetDesc) -> Result
     // A scratchpad target has no gemm template: its contractions stay
     // loop nests, which it tiles for its local buffers.
     let gemms = !target.is_scratchpad();
+    if let Some(lowered) = winograd_transform(group, name, &buffers)? {
+        return Ok(lowered);
+    }
     if gemms {
         if let Some(lowered) = scaled_gemm(group, name, &buffers)? {
             return Ok(lowered);

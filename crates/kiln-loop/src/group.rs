@@ -41,6 +41,9 @@ pub struct GroupNode {
     pub args: Vec<Option<Src>>,
     /// For messages: the node's op and name.
     pub label: String,
+    /// The node's op type, `domain.op` outside the default domain
+    /// (`kiln.WinogradInput`); empty for an expression without a node.
+    pub op: String,
 }
 
 impl GroupNode {

@@ -26,6 +26,7 @@ mod rows_across;
 pub mod schedule;
 mod text;
 pub mod window;
+pub mod winograd;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{

@@ -63,6 +63,7 @@ pub(crate) fn single_node_group(
             te: te.clone(),
             args: buffer_of.iter().map(|b| b.map(Src::Input)).collect(),
             label: name.to_string(),
+            op: String::new(),
         }],
         outputs: vec![0],
     };

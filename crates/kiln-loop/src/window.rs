@@ -468,6 +468,7 @@ mod tests {
             te,
             args,
             label: String::new(),
+            op: String::new(),
         };
         GroupExpr {
             inputs,

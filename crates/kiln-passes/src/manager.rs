@@ -13,6 +13,7 @@
 use crate::pass::Pass;
 use crate::passes;
 use crate::passes::channels_last::{self, Layout};
+use crate::passes::winograd;
 use crate::report::{PassStats, Printout, Report};
 use kiln_ir::{bail, Attr, Error, Graph, Initializer, Result};
 use std::io::Write;
@@ -37,6 +38,11 @@ pub struct Options {
     /// pipeline ([`channels_last`]). Channels-first (the graph as ONNX
     /// defines it) unless a caller asks.
     pub layout: Layout,
+    /// Whether dense 3x3 stride-1 channels-last convolutions become
+    /// Winograd F(2x2, 3x3) transforms around a batched MatMul
+    /// ([`winograd`], after the layout rewrite). Off by default: it is a
+    /// CPU code-generation choice, which the CPU backend's callers make.
+    pub winograd: bool,
 }
 
 impl Default for Options {
@@ -48,6 +54,7 @@ impl Default for Options {
             print_elide: None,
             max_rounds: 8,
             layout: Layout::ChannelsFirst,
+            winograd: false,
         }
     }
 }
@@ -185,6 +192,9 @@ fn optimize_with_layout(
         let cleanup = pm.run(g, opts, out)?;
         report.printed.extend(cleanup.printed);
         report.nodes_after = cleanup.nodes_after;
+        if opts.winograd && winograd::to_winograd(g).map_err(|e| e.context("pass 'winograd'"))? {
+            report.nodes_after = count_nodes(g);
+        }
     }
     // Folding read weights from the model file into new constants; what
     // is still needed is read again on demand (`kiln_ir::mapped`).

@@ -48,7 +48,7 @@ pub(crate) struct ModelArgs {
 }
 
 /// How the graph passes run after import.
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub(crate) struct PassArgs {
     /// Skip the graph passes (compound ops stay unopened).
     #[arg(long)]
@@ -68,6 +68,16 @@ pub(crate) struct PassArgs {
     /// ONNX defines it (nchw).
     #[arg(long, default_value = "auto")]
     pub(crate) layout: kiln_passes::Layout,
+    /// Keep dense 3x3 stride-1 convolutions direct instead of computing
+    /// them as Winograd F(2x2, 3x3) tile transforms around a batched
+    /// matmul (the CPU backend's default where it pays).
+    #[arg(long)]
+    pub(crate) no_winograd: bool,
+    /// Whether the graph is prepared for the CPU code generator (the only
+    /// one with the Winograd transforms' form); the commands for other
+    /// backends and for the graph as ONNX defines it clear it.
+    #[arg(skip = true)]
+    pub(crate) for_cpu: bool,
 }
 
 /// How nodes are grouped into kernels.

@@ -352,9 +352,11 @@ pub(crate) mod kernel_check {
     /// The registered op `op` of `domain` with `attrs` run on `inputs` (its
     /// direct kernel where it has one, else its expression evaluated).
     pub fn run_in(domain: &str, op: &str, attrs: &[(&str, Attr)], inputs: &[&Tensor]) -> Tensor {
-        with_primitive(domain, op, attrs, inputs, |p, cx, ins| match p.kernel(cx, ins) {
-            Some(out) => out.unwrap(),
-            None => evaluate(&define_for_inputs(p, cx, ins).unwrap(), ins).unwrap(),
+        with_primitive(domain, op, attrs, inputs, |p, cx, ins| {
+            match p.kernel(cx, ins) {
+                Some(out) => out.unwrap(),
+                None => evaluate(&define_for_inputs(p, cx, ins).unwrap(), ins).unwrap(),
+            }
         })
     }
 

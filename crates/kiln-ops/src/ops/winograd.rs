@@ -7,10 +7,12 @@
 //! tile `d` (tiles step 2 pixels; tile `(th, tw)` starts at pixel
 //! `(2·th − top, 2·tw − left)`, reads outside the image are zero):
 //! 1. `kiln.WinogradInput`: `V = Bᵀ d B` per channel, laid out
-//!    `[4, 4, N, TH, TW, C]` (the 16 transformed positions outermost);
+//!    `[N, TH, TW, 4, 4, C]` (each tile's 16 transformed positions
+//!    together);
 //! 2. a batched MatMul of the 16 positions, `[16, T, C] × [16, C, K]`
-//!    (T = N·TH·TW tiles) against the transformed weights `U = G g Gᵀ`
-//!    ([`transform_weights`], computed once from the constant weights);
+//!    (T = N·TH·TW tiles; `V` read through a transpose) against the
+//!    transformed weights `U = G g Gᵀ` ([`transform_weights`], computed
+//!    once from the constant weights);
 //! 3. `kiln.WinogradOutput`: `Y = Aᵀ M A` per output channel, each tile's
 //!    2x2 output pixels, the pixels past the image's `[Ho, Wo]` dropped.
 //!
@@ -79,7 +81,10 @@ fn lookup<const C: usize>(
     let is = |i: &IndexExpr, v: usize| -> Result<Expr> {
         Ok(Expr::call(
             "Equal",
-            vec![Expr::Index(i.clone()), Expr::constant(DType::I64, v as f64)?],
+            vec![
+                Expr::Index(i.clone()),
+                Expr::constant(DType::I64, v as f64)?,
+            ],
         ))
     };
     let mut table = Expr::constant(dtype, 0.0)?;
@@ -150,8 +155,10 @@ fn float_input<'a>(cx: &'a InferCx, rank: usize) -> Result<Option<(DType, &'a [u
     Ok(Some((x.ty.dtype, shape)))
 }
 
-/// `kiln.WinogradInput`: `[N, H, W, C]` → `[4, 4, N, TH, TW, C]`, `Bᵀ d B`
-/// per tile. Attributes `pads` = `[top, left]` (the convolution's leading
+/// `kiln.WinogradInput`: `[N, H, W, C]` → `[N, TH, TW, 4, 4, C]`, `Bᵀ d B`
+/// per tile (a tile's 16 results side by side: one store stream, where
+/// the 16 positions outermost made 16 streams a multiple of 4 KiB apart
+/// on common sizes, which share the L1's sets). Attributes `pads` = `[top, left]` (the convolution's leading
 /// padding) and `tiles` = `[TH, TW]`.
 struct WinogradInput;
 
@@ -173,19 +180,23 @@ impl Primitive for WinogradInput {
             )
         };
         let index = vec![
-            IndexExpr::out(2),
-            tap(3, 0, top),
-            tap(4, 1, left),
+            IndexExpr::out(0),
+            tap(1, 0, top),
+            tap(2, 1, left),
             IndexExpr::out(5),
         ];
         let padded = Expr::call(
             "Where",
-            vec![Expr::InBounds(0), Expr::Load(0), Expr::constant(dtype, 0.0)?],
+            vec![
+                Expr::InBounds(0),
+                Expr::Load(0),
+                Expr::constant(dtype, 0.0)?,
+            ],
         );
-        let rows = [IndexExpr::out(0), IndexExpr::out(1)];
+        let rows = [IndexExpr::out(3), IndexExpr::out(4)];
         Ok(Some(TensorExpr {
             dtype,
-            shape: vec![TILE, TILE, x[0], th, tw, x[3]],
+            shape: vec![x[0], th, tw, TILE, TILE, x[3]],
             inputs: vec![Some(x.to_vec())],
             accesses: vec![Access { input: 0, index }],
             reduction: Some(tile_sum()),
@@ -237,7 +248,10 @@ impl Primitive for WinogradOutput {
 /// batched MatMul (position `4·ξ + ν` first), computed in f64.
 pub fn transform_weights(w: &Tensor) -> Result<Tensor> {
     let [kh, kw, c, k] = w.shape[..] else {
-        bail!("Winograd weights of shape {:?}, expected [3, 3, C, K]", w.shape);
+        bail!(
+            "Winograd weights of shape {:?}, expected [3, 3, C, K]",
+            w.shape
+        );
     };
     ensure!(
         kh == WINDOW && kw == WINDOW && w.dtype() == DType::F32,
@@ -269,6 +283,7 @@ pub fn transform_weights(w: &Tensor) -> Result<Tensor> {
 mod tests {
     use super::*;
     use crate::ops::linalg::kernel_check::{assert_close, random, run_in};
+    use crate::util::transpose;
     use kiln_ir::Attr;
 
     fn ints(v: &[usize]) -> Attr {
@@ -332,10 +347,11 @@ mod tests {
                 &[("pads", ints(&pads[..2])), ("tiles", ints(&[th, tw]))],
                 &[&x],
             );
-            assert_eq!(v.shape, [TILE, TILE, n, th, tw, c]);
+            assert_eq!(v.shape, [n, th, tw, TILE, TILE, c]);
             let t = n * th * tw;
             let u = transform_weights(&g).unwrap();
-            let m = batched_matmul(&reshaped(v, vec![TILE * TILE, t, c]), &u);
+            let rows = transpose(&reshaped(v, vec![t, TILE * TILE, c]), &[1, 0, 2]).unwrap();
+            let m = batched_matmul(&rows, &u);
             let m = reshaped(m, vec![TILE, TILE, n, th, tw, k]);
             let y = run_in(
                 WINOGRAD_DOMAIN,
@@ -343,7 +359,12 @@ mod tests {
                 &[("image", ints(&[ho, wo]))],
                 &[&m],
             );
-            assert_close(&y, &conv, 1e-5, &format!("{n}x{h}x{w}x{c}->{k} pads {pads:?}"));
+            assert_close(
+                &y,
+                &conv,
+                1e-5,
+                &format!("{n}x{h}x{w}x{c}->{k} pads {pads:?}"),
+            );
         }
     }
 }

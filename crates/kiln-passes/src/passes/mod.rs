@@ -21,6 +21,7 @@ pub mod fold_constants;
 pub mod fold_shapes;
 pub mod open_compounds;
 pub mod simplify;
+pub mod winograd;
 
 /// Every pass, in default pipeline order.
 pub fn all() -> Vec<Box<dyn Pass>> {

@@ -1,0 +1,230 @@
+//! Winograd F(2x2, 3x3) convolutions (Lavin & Gray, CVPR 2016, §4.1):
+//! a dense 3x3 stride-1 channels-last convolution becomes an input tile
+//! transform, a batched MatMul of the 16 transformed positions against
+//! weights transformed once here, and an output tile transform
+//! (`kiln-ops` `winograd.rs` defines the transforms and the weight
+//! transform). The product then does 16 multiply-adds per 2x2 output
+//! pixels and input channel where the direct convolution does 36: 2.25×
+//! fewer.
+//!
+//! Rule ([`pays`]): a `kiln.ChannelsLast` Conv with a 3x3 window, stride 1,
+//! dilation 1, one group, explicit padding, f32 channels-last input and
+//! constant weights, whose product has at least [`MIN_TILES`] rows (tiles)
+//! and [`MIN_CHANNELS`] input and output channels. Fewer tiles (a 7x7
+//! image at batch 1 has 16) leave the gemm's register tiles part empty,
+//! and the transformed weights are 16/9 the size of the originals, read
+//! once per call either way; with few channels the transforms, which cost
+//! per element and not per product, outweigh the saving (BENCHMARKS.md,
+//! "Winograd convolutions", issue 19, session 25).
+//!
+//! Needs: a graph after the layout pass (`channels_last`) and its cleanup
+//! (weights folded to constant HWIO initializers), static shapes.
+//! Guarantees: the same outputs up to floating-point rounding (the
+//! transforms add and subtract inputs; a product's terms are summed in
+//! another order); every other node unchanged; the replaced weights are
+//! dropped when nothing else reads them.
+
+use kiln_ir::{Attr, DType, Graph, Initializer, Node, Result, Tensor, TensorType, ValueId};
+use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
+use kiln_ops::ops::winograd::{
+    tiles_for, transform_weights, TILE, WINDOW, WINOGRAD_DOMAIN, WINOGRAD_INPUT_OP,
+    WINOGRAD_OUTPUT_OP,
+};
+use std::collections::BTreeMap;
+
+/// Fewest tiles (rows of the batched product) a convolution must have.
+pub const MIN_TILES: usize = 32;
+/// Fewest input and output channels a convolution must have.
+pub const MIN_CHANNELS: usize = 16;
+
+/// Rewrites every convolution the rule accepts; true when any changed.
+pub fn to_winograd(g: &mut Graph) -> Result<bool> {
+    let nodes = std::mem::take(&mut g.nodes);
+    let mut out = Vec::with_capacity(nodes.len());
+    let mut replaced = Vec::new();
+    for node in nodes {
+        match candidate(g, &node) {
+            Some(conv) => {
+                let what = node.describe();
+                out.extend(rewrite(g, &node, &conv).map_err(|e| e.context(what))?);
+                replaced.push(conv.weights);
+            }
+            None => out.push(node),
+        }
+    }
+    g.nodes = out;
+    for w in &replaced {
+        let read = g.nodes.iter().any(|n| n.inputs.contains(&Some(*w)));
+        if !read && !g.outputs.contains(w) {
+            g.initializers.remove(w);
+        }
+    }
+    if !replaced.is_empty() {
+        g.opsets.entry(WINOGRAD_DOMAIN.to_string()).or_insert(1);
+    }
+    Ok(!replaced.is_empty())
+}
+
+/// What the rewrite needs of an accepted convolution.
+struct Conv {
+    x: ValueId,
+    weights: ValueId,
+    y: ValueId,
+    /// `[N, H, W, C]` in, `[N, Ho, Wo, K]` out.
+    input: [usize; 4],
+    output: [usize; 4],
+    /// Top and left padding.
+    pads: [usize; 2],
+}
+
+impl Conv {
+    fn tiles(&self) -> [usize; 2] {
+        [tiles_for(self.output[1]), tiles_for(self.output[2])]
+    }
+
+    fn tile_count(&self) -> usize {
+        let [th, tw] = self.tiles();
+        self.input[0] * th * tw
+    }
+}
+
+/// `node` as a convolution the rule accepts, or `None`.
+fn candidate(g: &Graph, node: &Node) -> Option<Conv> {
+    let wrapped = node.attr_string("op").ok().flatten();
+    if node.domain != CHANNELS_LAST_DOMAIN || node.op != CHANNELS_LAST_OP || wrapped != Some("Conv")
+    {
+        return None;
+    }
+    let ints = |name: &str| node.attr_ints(name).ok().flatten().map(<[i64]>::to_vec);
+    let all = |name: &str, v: i64| ints(name).is_none_or(|s| s.iter().all(|&x| x == v));
+    let explicit = node
+        .attr_string("auto_pad")
+        .ok()
+        .flatten()
+        .is_none_or(|p| p == "NOTSET");
+    let layout = node.attr_int_or("channels_last_input", 1).ok() == Some(1)
+        && node.attr_int_or("group", 1).ok() == Some(1);
+    if !(explicit && layout && all("strides", 1) && all("dilations", 1)) {
+        return None;
+    }
+    let pads = ints("pads").unwrap_or(vec![0; 4]);
+    let ([x, w], [y]) = (
+        node.inputs[..].try_into().ok()?,
+        node.outputs[..].try_into().ok()?,
+    );
+    let (x, weights, y) = (x?, w?, y?);
+    let shape = |v: ValueId| g.ty(v).shape.clone();
+    let (xs, ws, ys) = (shape(x)?, shape(weights)?, shape(y)?);
+    let conv = Conv {
+        x,
+        weights,
+        y,
+        input: xs[..].try_into().ok()?,
+        output: ys[..].try_into().ok()?,
+        pads: [
+            usize::try_from(*pads.first()?).ok()?,
+            usize::try_from(*pads.get(1)?).ok()?,
+        ],
+    };
+    let f32_in = g.ty(x).dtype == DType::F32 && g.ty(weights).dtype == DType::F32;
+    let window = ws[..2] == [WINDOW, WINDOW] && g.initializers.contains_key(&weights);
+    (f32_in && window && pays(&conv)).then_some(conv)
+}
+
+/// The rule's size conditions (see the module doc).
+fn pays(conv: &Conv) -> bool {
+    let channels = conv.input[3].min(conv.output[3]);
+    conv.tile_count() >= MIN_TILES && channels >= MIN_CHANNELS
+}
+
+/// The six nodes replacing `node`: input transform, reshape and transpose
+/// to the batched product's rows (read in place by the product), product,
+/// reshape to tiles, output transform (writing the convolution's own
+/// output value).
+fn rewrite(g: &mut Graph, node: &Node, conv: &Conv) -> Result<Vec<Node>> {
+    let w = g.initializers[&conv.weights].to_tensor()?;
+    let u = transform_weights(&w)?;
+    let [n, _, _, c] = conv.input;
+    let [_, ho, wo, k] = conv.output;
+    let [th, tw] = conv.tiles();
+    let t = conv.tile_count();
+    let base = g.name(conv.y).to_string();
+    let f32_value = |g: &mut Graph, suffix: &str, shape: Vec<usize>| {
+        add(
+            g,
+            &format!("{base}/{suffix}"),
+            TensorType::new(DType::F32, shape),
+        )
+    };
+    let v = f32_value(g, "winograd_in", vec![n, th, tw, TILE, TILE, c]);
+    let tiles = f32_value(g, "winograd_tile_rows", vec![t, TILE * TILE, c]);
+    let rows = f32_value(g, "winograd_rows", vec![TILE * TILE, t, c]);
+    let product = f32_value(g, "winograd_product", vec![TILE * TILE, t, k]);
+    let m = f32_value(g, "winograd_tiles", vec![TILE, TILE, n, th, tw, k]);
+    let u = constant(g, &format!("{base}/winograd_weights"), u)?;
+    let to_rows = shape_constant(g, &format!("{base}/rows_shape"), &[t, TILE * TILE, c])?;
+    let to_tiles = shape_constant(
+        g,
+        &format!("{base}/tiles_shape"),
+        &[TILE, TILE, n, th, tw, k],
+    )?;
+    let pair = |a: usize, b: usize| Attr::Ints(vec![a as i64, b as i64]);
+    let perm = Attr::Ints(vec![1, 0, 2]);
+    let name = |step: &str| format!("{}/winograd_{step}", node.name);
+    let input_attrs = [
+        ("pads", pair(conv.pads[0], conv.pads[1])),
+        ("tiles", pair(th, tw)),
+    ];
+    Ok(vec![
+        op(name("input"), WINOGRAD_INPUT_OP, [conv.x], v, &input_attrs),
+        op(name("tile_rows"), "Reshape", [v, to_rows], tiles, &[]),
+        op(name("rows"), "Transpose", [tiles], rows, &[("perm", perm)]),
+        op(name("product"), "MatMul", [rows, u], product, &[]),
+        op(name("tiles"), "Reshape", [product, to_tiles], m, &[]),
+        op(
+            name("output"),
+            WINOGRAD_OUTPUT_OP,
+            [m],
+            conv.y,
+            &[("image", pair(ho, wo))],
+        ),
+    ])
+}
+
+/// A node of one output; ops other than the transforms are ONNX's.
+fn op<const I: usize>(
+    name: String,
+    op: &str,
+    inputs: [ValueId; I],
+    output: ValueId,
+    attrs: &[(&str, Attr)],
+) -> Node {
+    let transform = op == WINOGRAD_INPUT_OP || op == WINOGRAD_OUTPUT_OP;
+    Node {
+        name,
+        op: op.to_string(),
+        domain: if transform { WINOGRAD_DOMAIN } else { "" }.to_string(),
+        inputs: inputs.into_iter().map(Some).collect(),
+        outputs: vec![Some(output)],
+        attrs: attrs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn add(g: &mut Graph, hint: &str, ty: TensorType) -> ValueId {
+    let name = kiln_ir::unique_name(hint, &|n| g.values.iter().any(|v| v.name == n));
+    g.add_value(name, ty)
+}
+
+fn constant(g: &mut Graph, hint: &str, t: Tensor) -> Result<ValueId> {
+    let v = add(g, hint, t.ty());
+    g.initializers.insert(v, Initializer::Tensor(t));
+    Ok(v)
+}
+
+fn shape_constant(g: &mut Graph, hint: &str, dims: &[usize]) -> Result<ValueId> {
+    let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
+    constant(g, hint, Tensor::from_vec(vec![dims.len()], dims)?)
+}
