@@ -217,7 +217,14 @@ fn opaque_kind(te: &TensorExpr, shapes: &[AccessShape]) -> OpaqueKind {
         return OpaqueKind::Gather;
     }
     if indices().any(|e| e.is_quasi_affine()) {
-        return OpaqueKind::Reshape;
+        // A reduction other than a sum of products reading through
+        // floordiv/mod is still a window over its input (a Winograd output
+        // transform reads its tiles at `h floordiv 2`), not data movement.
+        let window_sum = te.reduction.is_some() && !is_product_of_reads(&te.body);
+        return match window_sum {
+            true => OpaqueKind::Window,
+            false => OpaqueKind::Reshape,
+        };
     }
     if let Some(r) = &te.reduction {
         let products = is_product_of_reads(&te.body);

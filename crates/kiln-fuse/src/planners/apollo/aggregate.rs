@@ -77,6 +77,7 @@ const TRANSPOSE: ApolloType = ApolloType::Opaque(OpaqueKind::Transpose);
 const MATMUL: ApolloType = ApolloType::Opaque(OpaqueKind::Matmul);
 const CONV: ApolloType = ApolloType::Opaque(OpaqueKind::Conv);
 const LAYOUT: ApolloType = ApolloType::Opaque(OpaqueKind::Layout);
+const WINDOW: ApolloType = ApolloType::Opaque(OpaqueKind::Window);
 
 /// Table 1, one slice per priority level of Algo. 1, line 4.
 pub const TABLE_1: &[&[Rule]] = &[
@@ -102,6 +103,9 @@ pub const TABLE_1: &[&[Rule]] = &[
         /* 6-conv */ Rule::new(Side::CONV, Side::EwOrBcast, CONV),
         /* 6-conv */ Rule::new(Side::EwOrBcast, Side::CONV, CONV),
     ],
+    &[
+        /* kiln-window */ Rule::new(Side::WINDOW, Side::EwOrBcast, WINDOW),
+    ],
 ];
 
 /// Algo. 1: the micro-graphs after Layer I aggregation.
@@ -121,6 +125,7 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
         LAYOUT => mg.part.members(p).iter().any(|&n| selecting[n]),
         MATMUL | CONV => contraction_fusable(fg, mg, p, c),
+        WINDOW => epilogue_of_its_shape(fg, mg, p, c, &|n| fg.nodes[n].apollo() == WINDOW),
         REDUCTION => {
             !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
         }
@@ -135,6 +140,21 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
 /// Whether groups `p` and `c` (one of them a contraction group) make a
 /// contraction with a prologue/epilogue the backend can apply in place.
 fn contraction_fusable(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -> bool {
+    let prologue_ok = mg.ty(p) != BCAST || scalar_broadcasts_only(fg, mg.part.members(p));
+    prologue_ok && epilogue_of_its_shape(fg, mg, p, c, &|n| fg.nodes[n].is_contraction())
+}
+
+/// Whether groups `p` and `c` joined hold an anchor node (a contraction,
+/// a window) whose downstream nodes in the union all have its element
+/// count, with one node read outside: the anchor's epilogue is one chain
+/// applied to each of its results before the store.
+fn epilogue_of_its_shape(
+    fg: &FusionGraph,
+    mg: &MicroGraphs,
+    p: usize,
+    c: usize,
+    is_anchor: &dyn Fn(usize) -> bool,
+) -> bool {
     let union: BTreeSet<usize> = mg
         .part
         .members(p)
@@ -146,14 +166,11 @@ fn contraction_fusable(fg: &FusionGraph, mg: &MicroGraphs, p: usize, c: usize) -
         .iter()
         .filter(|&&n| read_outside(fg, &union, n))
         .count();
-    let Some(&contraction) = union.iter().find(|&&n| fg.nodes[n].is_contraction()) else {
+    let Some(&anchor) = union.iter().find(|&&n| is_anchor(n)) else {
         return false;
     };
-    let size = elements(fg, contraction);
-    let prologue_ok = mg.ty(p) != BCAST || scalar_broadcasts_only(fg, mg.part.members(p));
-    prologue_ok
-        && leaving <= 1
-        && downstream(fg, &union, contraction).all(|n| elements(fg, n) == size)
+    let size = elements(fg, anchor);
+    leaving <= 1 && downstream(fg, &union, anchor).all(|n| elements(fg, n) == size)
 }
 
 /// Whether producer group `p` of reduction group `c` stays out of it for

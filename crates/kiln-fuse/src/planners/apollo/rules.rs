@@ -34,6 +34,7 @@ impl Side {
     pub const MATMUL: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Matmul));
     pub const CONV: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Conv));
     pub const LAYOUT: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Layout));
+    pub const WINDOW: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Window));
 
     pub fn accepts(self, ty: ApolloType) -> bool {
         match self {

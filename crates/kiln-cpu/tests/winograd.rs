@@ -1,0 +1,131 @@
+//! Winograd F(2x2, 3x3) convolutions (`kiln_passes::passes::winograd`,
+//! the transforms' form `kiln_loop::winograd`): a network with two dense
+//! 3x3 stride-1 convolutions over odd images at batch 2 (symmetric and
+//! one-sided padding, a bias and ReLU after the first, the second's output
+//! one column narrower than its input) is rewritten to the transforms and
+//! runs on the CPU backend under every planner, and on the interpreter,
+//! with the original graph's interpreter results; convolutions the rule
+//! refuses stay convolutions.
+
+mod common;
+
+use common::{inputs, load, values};
+use kiln_cpu::{CompiledModel, CpuOptions, CpuProgram};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Graph, Result, Tensor};
+use kiln_passes::{optimize, Layout, Options};
+
+fn network(batch: usize, image: [usize; 2], channels: usize, stride: usize) -> String {
+    let [h, w] = image;
+    let (c, k) = (channels, channels + 8);
+    let out = |size: usize, pads: usize| (size + pads - 3) / stride + 1;
+    let (h1, w1) = (out(h, 2), out(w, 2));
+    let (h2, w2) = (out(h1, 2), out(w1, 1));
+    format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[{batch},{c},{h},{w}]
+  init %w0: f32[{c},{c},1,1] = [{}]
+  init %w1: f32[{k},{c},3,3] = [{}]
+  init %b1: f32[{k},1,1] = [{}]
+  init %w2: f32[{c},{k},3,3] = [{}]
+  init %zero: f32[] = [0.0]
+  node "pointwise" %a: f32[{batch},{c},{h},{w}] = Conv(%x, %w0)
+  node "relu0" %r: f32[{batch},{c},{h},{w}] = Max(%a, %zero)
+  node "conv1" %c1: f32[{batch},{k},{h1},{w1}] = Conv(%r, %w1) {{pads=[1,1,1,1], strides=[{stride},{stride}]}}
+  node "bias1" %cb: f32[{batch},{k},{h1},{w1}] = Add(%c1, %b1)
+  node "relu1" %cr: f32[{batch},{k},{h1},{w1}] = Max(%cb, %zero)
+  node "conv2" %y: f32[{batch},{c},{h2},{w2}] = Conv(%cr, %w2) {{pads=[0,1,2,0], strides=[{stride},{stride}]}}
+  output %cr, %y
+}}"#,
+        values(c * c, 1),
+        values(k * c * 9, 2),
+        values(k, 3),
+        values(c * k * 9, 4),
+    )
+}
+
+/// `got` equals `want` up to f32 rounding at the outputs' scale: the
+/// transforms sum values larger than a small output element (measured
+/// differences are below 4e-7 of the largest output), so an element is
+/// compared against `1e-5` of the largest magnitude, not its own.
+fn assert_close(got: &[Tensor], want: &[Tensor], name: &str) -> Result<()> {
+    assert_eq!(got.len(), want.len(), "{name}: output count");
+    for (k, (a, b)) in got.iter().zip(want).enumerate() {
+        assert_eq!(a.shape, b.shape, "{name}: output {k} shape");
+        let (x, y) = (a.data.to_f64_vec()?, b.data.to_f64_vec()?);
+        let scale = y.iter().fold(1.0f64, |m, q| m.max(q.abs()));
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            assert!(
+                (p - q).abs() <= 1e-5 * scale,
+                "{name}: output {k} element {i}: {p} vs the original's {q} (scale {scale})"
+            );
+        }
+    }
+    Ok(())
+}
+
+fn count(g: &Graph, op: &str) -> usize {
+    g.nodes.iter().filter(|n| n.op == op).count()
+}
+
+fn with_winograd(src: &str) -> Result<Graph> {
+    let mut g = load(src)?;
+    let opts = Options {
+        layout: Layout::Auto,
+        winograd: true,
+        verify_each: true,
+        ..Default::default()
+    };
+    optimize(&mut g, &opts)?;
+    Ok(g)
+}
+
+#[test]
+fn winograd_convolutions_give_the_interpreters_results() -> Result<()> {
+    let src = network(2, [13, 10], 16, 1);
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = with_winograd(&src)?;
+    let printed = kiln_ir::text::print(&g);
+    assert_eq!(count(&g, "WinogradInput"), 2, "{printed}");
+    assert_eq!(count(&g, "WinogradOutput"), 2, "{printed}");
+    assert_eq!(
+        count(&g, "ChannelsLast"),
+        1,
+        "only the 1x1 stays: {printed}"
+    );
+    assert_close(&kiln_interp::run(&g, &ins)?, &want, "interpreter")?;
+    for fusion in PlannerKind::ALL {
+        let opts = CpuOptions {
+            threads: 2,
+            fusion,
+            ..Default::default()
+        };
+        let model = CompiledModel::compile(&g, &opts)?;
+        let interpreted = CpuProgram::interpreted_in(model.graph(), model.plan());
+        assert!(interpreted.is_empty(), "{}: {interpreted:?}", fusion.name());
+        assert_close(&model.run(&ins)?, &want, fusion.name())?;
+    }
+    Ok(())
+}
+
+/// Stride 2, too few channels, too few tiles: none is rewritten.
+#[test]
+fn the_rule_keeps_convolutions_it_does_not_pay_for() -> Result<()> {
+    for (batch, image, channels, stride) in [
+        (2, [13, 10], 16, 2),
+        (2, [13, 10], 8, 1),
+        (1, [7, 7], 16, 1),
+    ] {
+        let g = with_winograd(&network(batch, image, channels, stride))?;
+        assert_eq!(
+            count(&g, "WinogradInput"),
+            0,
+            "{}",
+            kiln_ir::text::print(&g)
+        );
+        assert_eq!(count(&g, "ChannelsLast"), 3);
+    }
+    Ok(())
+}
