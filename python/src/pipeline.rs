@@ -118,6 +118,8 @@ impl Request {
         };
         let passes = kiln_passes::Options {
             layout,
+            // The transforms' loop form is the CPU code generator's.
+            winograd: matches!(self.backend, Backend::Cpu),
             ..Default::default()
         };
         kiln_passes::optimize(&mut g, &passes)?;
