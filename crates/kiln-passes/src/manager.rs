@@ -175,8 +175,9 @@ pub fn optimize_to(g: &mut Graph, opts: &Options, out: &mut dyn Write) -> Result
 
 /// The pipeline; then, when the layout choice picks channels-last, the
 /// [`channels_last`] rewrite and the pipeline once more, which cancels the
-/// layout changes that meet and folds the permuted constants. The report
-/// is the first pipeline run's, with the second's printouts and node count.
+/// layout changes that meet and folds the permuted constants, and with
+/// `opts.winograd` the [`winograd`] rewrite. The report is the first
+/// pipeline run's, with the second's printouts and the final node count.
 fn optimize_with_layout(
     g: &mut Graph,
     opts: &Options,

@@ -194,6 +194,28 @@ fn a_concatenation_joins_its_elementwise_consumers() {
     }
 }
 
+/// kiln-window: a window (pooling here; a Winograd output transform in
+/// models) and the element-wise chain after it of its shape are one
+/// group; a consumer of another shape (the sum) is not.
+#[test]
+fn a_window_joins_its_epilogue_of_its_shape() {
+    let g = graph(
+        r#"input %x: f32[1,8,12,12]
+  input %b: f32[1,8,1,1]
+  input %axes: i64[2]
+  node "pool" %p: f32[1,8,6,6] = MaxPool(%x) {kernel_shape=[2,2], strides=[2,2]}
+  node "bias" %a: f32[1,8,6,6] = Add(%p, %b)
+  node "relu" %r: f32[1,8,6,6] = Relu(%a)
+  node "sum" %s: f32[1,8,1,1] = ReduceSum(%r, %axes) {keepdims=1}
+  output %r, %s"#,
+    );
+    let p = planned(&g);
+    let group = group_of(&g, &p, "pool");
+    assert!(group.contains(&"bias".to_string()), "{group:?}");
+    assert!(group.contains(&"relu".to_string()), "{group:?}");
+    assert!(!group.contains(&"sum".to_string()), "{group:?}");
+}
+
 #[test]
 fn a_sigmoid_of_the_same_size_joins_its_consumer() {
     // A SiLU: the sigmoid's result is not broadcast, so it fuses.
