@@ -34,6 +34,7 @@ use kiln_ops::ops::winograd::{
     INPUT_MATRIX, OUTPUT_MATRIX, STEP, TILE, WINOGRAD_DOMAIN, WINOGRAD_INPUT_OP, WINOGRAD_OUTPUT_OP,
 };
 use kiln_ops::te::{Scalar, TensorExpr, Var};
+use std::ops::Range;
 
 /// The group in this form when it holds a Winograd transform, `None`
 /// otherwise; an error when it holds one with more than the form takes
@@ -76,7 +77,9 @@ pub fn lower_winograd_node(
 
 const N: &str = "n";
 const TH: &str = "th";
+const PH: &str = "ph";
 const TW: &str = "tw";
+const PW: &str = "pw";
 const CH: &str = "c";
 
 /// A loop of `extent` iterations (serial; the schedule marks it).
@@ -121,9 +124,25 @@ fn var(name: &str) -> Idx {
     Idx::var(name)
 }
 
-/// The first pixel a tile covers along one side: `2·tile − pad`.
-fn tile_origin(tile: &str, pad: i64) -> Idx {
-    var(tile).scale(STEP as i64).plus(&Idx::constant(-pad))
+fn constant(c: usize) -> Idx {
+    Idx::constant(c as i64)
+}
+
+/// One image side of a transform: its leading padding (input transform)
+/// and dilation.
+#[derive(Clone, Copy)]
+struct Geometry {
+    pad: i64,
+    dilation: usize,
+}
+
+/// The first pixel tile `(tile, phase)` reads along a side: `2·D·tile +
+/// phase − pad`.
+fn tile_origin(tile: Idx, phase: Idx, side: Geometry) -> Idx {
+    let step = (STEP * side.dilation) as i64;
+    tile.scale(step)
+        .plus(&phase)
+        .plus(&Idx::constant(-side.pad))
 }
 
 /// The input transform's kernel and schedule (see the module doc).
@@ -142,26 +161,33 @@ fn input_transform(
         );
     }
     let te = &node.te;
-    let [batch, th, tw, _, _, channels] = te.shape[..] else {
+    let [batch, th, dh, tw, dw, _, _, channels] = te.shape[..] else {
         bail!("{}: output shape {:?} is not tiles", node.label, te.shape);
     };
-    let pads = leading_pads(group, n)?;
+    let sides = input_sides(group, n)?;
     let Some(Some(src)) = node.args.first() else {
         bail!("{}: no input", node.label);
     };
     let mut inliner = Inliner::new(group);
-    for (v, e) in [(N, batch), (TH, th), (TW, tw), (CH, channels)] {
+    for (v, e) in [
+        (N, batch),
+        (TH, th),
+        (PH, dh),
+        (TW, tw),
+        (PW, dw),
+        (CH, channels),
+    ] {
         inliner.bind(v, e as i64);
     }
-    let rows = tile_origin(TH, pads[0]);
-    let cols = tile_origin(TW, pads[1]);
+    let rows = tile_origin(var(TH), var(PH), sides[0]);
+    let cols = tile_origin(var(TW), var(PW), sides[1]);
     let mut body = Vec::new();
     for i in 0..TILE {
         for j in 0..TILE {
             let at = [
                 var(N),
-                rows.clone().plus(&Idx::constant(i as i64)),
-                cols.clone().plus(&Idx::constant(j as i64)),
+                rows.clone().plus(&constant(i * sides[0].dilation)),
+                cols.clone().plus(&constant(j * sides[1].dilation)),
                 var(CH),
             ];
             body.push(local(&format!("d{i}{j}"), padded_read(&inliner, src, &at)?));
@@ -175,10 +201,10 @@ fn input_transform(
             body.push(local(&format!("s{x}{j}"), combination(terms)));
         }
     }
+    let tile = [var(N), var(TH), var(PH), var(TW), var(PW)];
     for x in 0..TILE {
         for (y, row) in INPUT_MATRIX.iter().enumerate() {
-            let at = [x, y].map(|p| Idx::constant(p as i64));
-            let index = [&[var(N), var(TH), var(TW)][..], &at, &[var(CH)]].concat();
+            let index = [&tile[..], &[constant(x), constant(y), var(CH)]].concat();
             let terms = row.iter().enumerate().map(|(j, &b)| (b, s(x, j)));
             body.push(Stmt::Store {
                 buf: output_buffer(group, 0),
@@ -187,15 +213,10 @@ fn input_transform(
             });
         }
     }
-    let nest = serial(
-        N,
-        batch,
-        vec![serial(
-            TH,
-            th,
-            vec![serial(TW, tw, vec![serial(CH, channels, body)])],
-        )],
-    );
+    let mut nest = serial(CH, channels, body);
+    for (v, e) in [(PW, dw), (TW, tw), (PH, dh), (TH, th), (N, batch)] {
+        nest = serial(v, e, vec![nest]);
+    }
     let schedule = Schedule(vec![
         Directive::Parallel(TH.to_string()),
         Directive::Vectorize(CH.to_string()),
@@ -244,17 +265,25 @@ fn padded_read(inliner: &Inliner, src: &Src, at: &[Idx]) -> Result<Val> {
     ))
 }
 
-/// The top and left padding of input transform `n`, read off its
-/// expression's access (`2·th + r0 − top`, `2·tw + r1 − left`).
-fn leading_pads(group: &GroupExpr, n: usize) -> Result<[i64; 2]> {
+/// The padding and dilation of input transform `n`'s sides, read off its
+/// expression's access (`2·D·th + ph + D·r0 − top`, the same across).
+fn input_sides(group: &GroupExpr, n: usize) -> Result<[Geometry; 2]> {
     let node = &group.nodes[n];
-    let pad = |dim: usize, tile: usize| -> Option<i64> {
+    let side = |dim: usize, tile: usize| -> Option<Geometry> {
         let a = node.te.accesses.first()?.index.get(dim)?.as_affine()?;
-        let expected = [(Var::Out(tile), STEP as i64), (Var::Red(dim - 1), 1)];
-        (a.terms == expected).then_some(-a.constant)
+        let d = a.terms.iter().find(|(v, _)| *v == Var::Red(dim - 1))?.1;
+        let expected = [
+            (Var::Out(tile), STEP as i64 * d),
+            (Var::Out(tile + 1), 1),
+            (Var::Red(dim - 1), d),
+        ];
+        (d > 0 && a.terms == expected).then_some(Geometry {
+            pad: -a.constant,
+            dilation: d as usize,
+        })
     };
-    match (pad(1, 1), pad(2, 2)) {
-        (Some(top), Some(left)) => Ok([top, left]),
+    match (side(1, 1), side(2, 3)) {
+        (Some(rows), Some(cols)) => Ok([rows, cols]),
         _ => bail!(
             "{}: the input transform's reads are not 4x4 tiles",
             node.label
@@ -282,18 +311,14 @@ fn output_transform(
         bail!("{}: no input", node.label);
     };
     let tiles = Tiles::of(group, node, src)?;
-    let full = tiles.full();
     let mut nests = Vec::new();
-    // The tiles whose 2x2 pixels all lie in the image, then the last row
-    // and column of tiles of an odd image, which have fewer.
-    for (th, rows) in [(Part::Loop(full[0]), STEP), (Part::At(full[0]), 1)] {
-        for (tw, cols) in [(Part::Loop(full[1]), STEP), (Part::At(full[1]), 1)] {
-            if !th.exists(tiles.image[0]) || !tw.exists(tiles.image[1]) {
-                continue;
-            }
-            let pixels = [rows, cols];
-            let body = output_tile(group, (r, v.unwrap_or(r)), src, &tiles, pixels, [&th, &tw])?;
-            nests.push(tile_loops(&tiles, [th, tw], body));
+    // The tiles whose 2x2 pixels all lie in the image, then those of the
+    // last tile row and column that cover fewer.
+    for rows in tiles.sides[0].parts() {
+        for cols in tiles.sides[1].parts() {
+            let at = [&rows, &cols];
+            let body = output_tile(group, (r, v.unwrap_or(r)), src, &tiles, at)?;
+            nests.push(tile_loops(&tiles, at, body));
         }
     }
     let schedule = Schedule(vec![
@@ -303,28 +328,65 @@ fn output_transform(
     Ok((kernel(name, buffers, nests), schedule))
 }
 
-/// A tile coordinate: every tile of a loop of this extent, or one tile.
-#[derive(Clone, Copy)]
-enum Part {
-    Loop(usize),
-    At(usize),
+/// Some tiles along a side: every tile of a loop of `tiles` iterations or
+/// the one tile `at`; the phases `phases` of each; `pixels` (1 or 2) of
+/// each tile's pixels in the image.
+#[derive(Clone)]
+struct Part {
+    tiles: Option<usize>,
+    at: usize,
+    phases: Range<usize>,
+    pixels: usize,
 }
 
 impl Part {
-    /// Whether the part has tiles in an image side of `pixels`: the
-    /// loop when it has iterations, the one tile when it starts inside.
-    fn exists(&self, pixels: usize) -> bool {
-        match self {
-            Part::Loop(e) => *e > 0,
-            Part::At(t) => t * STEP < pixels,
-        }
+    /// The tile and phase indices: loop variables, or constants where the
+    /// part has one tile or one phase.
+    fn indices(&self, tile: &str, phase: &str) -> [Idx; 2] {
+        let t = match self.tiles {
+            Some(_) => var(tile),
+            None => constant(self.at),
+        };
+        let p = match self.phases.len() {
+            1 => constant(self.phases.start),
+            _ => var(phase).plus(&constant(self.phases.start)),
+        };
+        [t, p]
     }
+}
 
-    fn index(&self, v: &str) -> Idx {
-        match self {
-            Part::Loop(_) => var(v),
-            Part::At(t) => Idx::constant(*t as i64),
-        }
+/// One output side: its pixels and dilation.
+struct Side {
+    pixels: usize,
+    dilation: usize,
+}
+
+impl Side {
+    /// The parts covering the side: the tiles whose two pixels (`D` apart)
+    /// are both inside, in every phase; then of the last tile, the phases
+    /// with both pixels inside and those with only the first.
+    fn parts(&self) -> Vec<Part> {
+        let d = self.dilation;
+        let span = STEP * d;
+        let (full, rest) = (self.pixels / span, self.pixels % span);
+        let both = rest.saturating_sub(d).min(d);
+        let first = rest.min(d);
+        let last = |phases: Range<usize>, pixels| Part {
+            tiles: None,
+            at: full,
+            phases,
+            pixels,
+        };
+        let whole = Part {
+            tiles: Some(full),
+            at: 0,
+            phases: 0..d,
+            pixels: STEP,
+        };
+        [whole, last(0..both, STEP), last(both..first, 1)]
+            .into_iter()
+            .filter(|p| !p.phases.is_empty() && p.tiles != Some(0))
+            .collect()
     }
 }
 
@@ -332,82 +394,107 @@ impl Part {
 struct Tiles {
     batch: usize,
     channels: usize,
-    /// Output pixels `[Ho, Wo]`.
-    image: [usize; 2],
-    /// The input's `[4, 4, N, TH, TW, K]`.
-    input: Vec<usize>,
+    sides: [Side; 2],
 }
 
 impl Tiles {
     fn of(group: &GroupExpr, node: &crate::group::GroupNode, src: &Src) -> Result<Tiles> {
         let input = Inliner::new(group).shape_of(src).to_vec();
-        let [batch, ho, wo, channels] = node.te.shape[..] else {
+        let (&[batch, ho, wo, channels], &[_, _, _, _, dh, _, dw, _]) =
+            (&node.te.shape[..], &input[..])
+        else {
             bail!(
-                "{}: output shape {:?} is not an image",
+                "{}: shapes {input:?} → {:?} are not tiles and an image",
                 node.label,
                 node.te.shape
             );
         };
+        let side = |pixels, dilation| Side { pixels, dilation };
         Ok(Tiles {
             batch,
             channels,
-            image: [ho, wo],
-            input,
+            sides: [side(ho, dh), side(wo, dw)],
         })
-    }
-
-    /// Tiles whose 2x2 pixels all lie in the image, per side.
-    fn full(&self) -> [usize; 2] {
-        self.image.map(|p| p / STEP)
     }
 }
 
-/// The loops around one tile's statements: batch, then the tile row and
-/// column where they are loops, then the channels.
-fn tile_loops(tiles: &Tiles, parts: [Part; 2], body: Vec<Stmt>) -> Stmt {
+/// The loops around one part's statements: batch, tile row and its
+/// phases, tile column and its phases where they are loops, channels.
+fn tile_loops(tiles: &Tiles, parts: [&Part; 2], body: Vec<Stmt>) -> Stmt {
     let mut nest = serial(CH, tiles.channels, body);
-    for (v, p) in [(TW, &parts[1]), (TH, &parts[0])] {
-        if let Part::Loop(e) = p {
-            nest = serial(v, *e, vec![nest]);
+    let [rows, cols] = parts;
+    for (part, tile, phase) in [(cols, TW, PW), (rows, TH, PH)] {
+        if part.phases.len() > 1 {
+            nest = serial(phase, part.phases.len(), vec![nest]);
+        }
+        if let Some(e) = part.tiles {
+            nest = serial(tile, e, vec![nest]);
         }
     }
     serial(N, tiles.batch, vec![nest])
 }
 
-/// One tile's output transform with `pixels` rows and columns of output
-/// in the image: the 16 inputs, `s = Aᵀ m`, each pixel `s A` through the
-/// epilogue (`out` = (transform node, output node)) into the output.
+/// One tile's output transform (`parts`: which tiles, how many of their
+/// pixels lie in the image): the 16 inputs, `s = Aᵀ m`, each pixel `s A`
+/// through the epilogue (`out` = (transform node, output node)) into the
+/// output.
 fn output_tile(
     group: &GroupExpr,
     (r, out): (usize, usize),
     src: &Src,
     tiles: &Tiles,
-    pixels: [usize; 2],
     parts: [&Part; 2],
 ) -> Result<Vec<Stmt>> {
     let mut inliner = Inliner::new(group);
     inliner.bind(N, tiles.batch as i64);
-    inliner.bind(TH, tiles.input[3] as i64);
-    inliner.bind(TW, tiles.input[4] as i64);
+    for (part, tile, phase) in [(parts[0], TH, PH), (parts[1], TW, PW)] {
+        inliner.bind(tile, part.tiles.unwrap_or(1) as i64);
+        inliner.bind(phase, part.phases.len() as i64);
+    }
     inliner.bind(CH, tiles.channels as i64);
-    let (th, tw) = (parts[0].index(TH), parts[1].index(TW));
+    let [th, ph] = parts[0].indices(TH, PH);
+    let [tw, pw] = parts[1].indices(TW, PW);
     let mut body = Vec::new();
+    let tile = [
+        var(N),
+        th.clone(),
+        ph.clone(),
+        tw.clone(),
+        pw.clone(),
+        var(CH),
+    ];
     for x in 0..TILE {
         for y in 0..TILE {
-            let at = [x, y].map(|p| Idx::constant(p as i64));
-            let index = [&at[..], &[var(N), th.clone(), tw.clone(), var(CH)]].concat();
+            let index = [&[constant(x), constant(y)][..], &tile].concat();
             body.push(local(&format!("m{x}{y}"), inliner.read(src, &index)?));
         }
     }
     let m = |x: usize, y: usize| Val::Local(format!("m{x}{y}"));
-    for (a, row) in OUTPUT_MATRIX.iter().enumerate().take(pixels[0]) {
+    for (a, row) in OUTPUT_MATRIX.iter().enumerate().take(parts[0].pixels) {
         for y in 0..TILE {
             let terms = row.iter().enumerate().map(|(x, &c)| (c, m(x, y)));
             body.push(local(&format!("s{a}{y}"), combination(terms)));
         }
     }
-    for a in 0..pixels[0] {
-        for (b, row) in OUTPUT_MATRIX.iter().enumerate().take(pixels[1]) {
+    let [dh, dw] = [0, 1].map(|k| tiles.sides[k].dilation);
+    let rows = tile_origin(
+        th,
+        ph,
+        Geometry {
+            pad: 0,
+            dilation: dh,
+        },
+    );
+    let cols = tile_origin(
+        tw,
+        pw,
+        Geometry {
+            pad: 0,
+            dilation: dw,
+        },
+    );
+    for a in 0..parts[0].pixels {
+        for (b, row) in OUTPUT_MATRIX.iter().enumerate().take(parts[1].pixels) {
             let terms = row
                 .iter()
                 .enumerate()
@@ -416,30 +503,41 @@ fn output_tile(
             body.push(local(&name, combination(terms)));
             let at = vec![
                 var(N),
-                th.clone().scale(STEP as i64).plus(&Idx::constant(a as i64)),
-                tw.clone().scale(STEP as i64).plus(&Idx::constant(b as i64)),
+                rows.clone().plus(&constant(a * dh)),
+                cols.clone().plus(&constant(b * dw)),
                 var(CH),
             ];
-            inliner
-                .computed
-                .insert(r, (Val::Local(name.clone()), at.clone()));
-            let value = match out == r {
-                true => Val::Local(name),
-                false => inliner.body(
-                    out,
-                    &Env {
-                        out: at.clone(),
-                        red: Vec::new(),
-                    },
-                )?,
-            };
-            let shape = &group.nodes[out].te.shape;
-            body.push(Stmt::Store {
-                buf: output_buffer(group, 0),
-                offset: flatten(&at, shape),
-                value,
-            });
+            body.push(epilogue_store(group, &mut inliner, (r, out), &name, at)?);
         }
     }
     Ok(body)
+}
+
+/// The store of output pixel `at`: transform `r`'s value there is local
+/// `name`; the output node `out` applies the epilogue to it.
+fn epilogue_store(
+    group: &GroupExpr,
+    inliner: &mut Inliner,
+    (r, out): (usize, usize),
+    name: &str,
+    at: Vec<Idx>,
+) -> Result<Stmt> {
+    inliner
+        .computed
+        .insert(r, (Val::Local(name.to_string()), at.clone()));
+    let value = match out == r {
+        true => Val::Local(name.to_string()),
+        false => inliner.body(
+            out,
+            &Env {
+                out: at.clone(),
+                red: Vec::new(),
+            },
+        )?,
+    };
+    Ok(Stmt::Store {
+        buf: output_buffer(group, 0),
+        offset: flatten(&at, &group.nodes[out].te.shape),
+        value,
+    })
 }

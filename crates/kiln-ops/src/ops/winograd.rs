@@ -65,9 +65,10 @@ pub fn register(r: &mut Registry) {
     r.add_in(WINOGRAD_DOMAIN, WINOGRAD_OUTPUT_OP, Prim(WinogradOutput));
 }
 
-/// Tiles needed to cover `pixels` output pixels along one side.
-pub fn tiles_for(pixels: usize) -> usize {
-    pixels.div_ceil(STEP)
+/// Tiles per phase needed to cover `pixels` output pixels along a side of
+/// dilation `d` (a tile covers two pixels `d` apart; phases interleave).
+pub fn tiles_for(pixels: usize, d: usize) -> usize {
+    pixels.div_ceil(STEP * d)
 }
 
 /// `matrix[row][col]` as an expression of two index expressions: a chain
@@ -155,11 +156,46 @@ fn float_input<'a>(cx: &'a InferCx, rank: usize) -> Result<Option<(DType, &'a [u
     Ok(Some((x.ty.dtype, shape)))
 }
 
-/// `kiln.WinogradInput`: `[N, H, W, C]` → `[N, TH, TW, 4, 4, C]`, `Bᵀ d B`
-/// per tile (a tile's 16 results side by side: one store stream, where
-/// the 16 positions outermost made 16 streams a multiple of 4 KiB apart
-/// on common sizes, which share the L1's sets). Attributes `pads` = `[top, left]` (the convolution's leading
-/// padding) and `tiles` = `[TH, TW]`.
+/// The dilation of each image side (attribute `dilations`, default 1).
+fn dilations(cx: &InferCx) -> Result<[usize; 2]> {
+    match cx.node.attr_ints("dilations")? {
+        None => Ok([1, 1]),
+        Some(_) => {
+            let d = pair(cx, "dilations")?;
+            ensure!(
+                d.iter().all(|&x| x > 0),
+                "{}: 'dilations' must be positive",
+                cx.node.describe()
+            );
+            Ok(d)
+        }
+    }
+}
+
+/// `e floordiv d`, `e` itself when `d` is 1.
+fn div(e: IndexExpr, d: usize) -> IndexExpr {
+    match d {
+        1 => e,
+        _ => IndexExpr::Div(Box::new(e), d as i64),
+    }
+}
+
+/// `e mod d`, zero when `d` is 1.
+fn modulo(e: IndexExpr, d: usize) -> IndexExpr {
+    match d {
+        1 => IndexExpr::constant(0),
+        _ => IndexExpr::Mod(Box::new(e), d as i64),
+    }
+}
+
+/// `kiln.WinogradInput`: `[N, H, W, C]` → `[N, TH, Dh, TW, Dw, 4, 4, C]`,
+/// `Bᵀ d B` per tile. A side of dilation `D` has `D` phases (its pixels
+/// `≡ p mod D` make an undilated image); tile `(t, p)` starts at pixel
+/// `2·D·t + p − pad` and reads every `D`-th pixel. A tile's 16 results lie
+/// side by side: one store stream, where the 16 positions outermost made
+/// 16 streams a multiple of 4 KiB apart on common sizes, which share the
+/// L1's sets. Attributes `pads` = `[top, left]` (the convolution's leading
+/// padding), `tiles` = `[TH, TW]` (per phase) and `dilations`.
 struct WinogradInput;
 
 impl Primitive for WinogradInput {
@@ -168,22 +204,25 @@ impl Primitive for WinogradInput {
             return Ok(None);
         };
         let ([top, left], [th, tw]) = (pair(cx, "pads")?, pair(cx, "tiles")?);
+        let [dh, dw] = dilations(cx)?;
         ensure!(
             th > 0 && tw > 0,
             "{}: 'tiles' must be positive",
             cx.node.describe()
         );
-        let tap = |out: usize, red: usize, pad: usize| {
-            IndexExpr::affine(
-                [(Var::Out(out), STEP as i64), (Var::Red(red), 1)],
-                -(pad as i64),
-            )
+        let tap = |tile: usize, red: usize, pad: usize, d: usize| {
+            let terms = [
+                (Var::Out(tile), (STEP * d) as i64),
+                (Var::Out(tile + 1), 1),
+                (Var::Red(red), d as i64),
+            ];
+            IndexExpr::affine(terms, -(pad as i64))
         };
         let index = vec![
             IndexExpr::out(0),
-            tap(1, 0, top),
-            tap(2, 1, left),
-            IndexExpr::out(5),
+            tap(1, 0, top, dh),
+            tap(3, 1, left, dw),
+            IndexExpr::out(7),
         ];
         let padded = Expr::call(
             "Where",
@@ -193,10 +232,10 @@ impl Primitive for WinogradInput {
                 Expr::constant(dtype, 0.0)?,
             ],
         );
-        let rows = [IndexExpr::out(3), IndexExpr::out(4)];
+        let rows = [IndexExpr::out(5), IndexExpr::out(6)];
         Ok(Some(TensorExpr {
             dtype,
-            shape: vec![x[0], th, tw, TILE, TILE, x[3]],
+            shape: vec![x[0], th, dh, tw, dw, TILE, TILE, x[3]],
             inputs: vec![Some(x.to_vec())],
             accesses: vec![Access { input: 0, index }],
             reduction: Some(tile_sum()),
@@ -205,40 +244,53 @@ impl Primitive for WinogradInput {
     }
 }
 
-/// `kiln.WinogradOutput`: `[4, 4, N, TH, TW, K]` → `[N, Ho, Wo, K]`,
-/// `Aᵀ M A` per tile. Attribute `image` = `[Ho, Wo]`, at most the tiles'
-/// `2·TH × 2·TW` pixels (and more than `2·(TH − 1) × 2·(TW − 1)`).
+/// `kiln.WinogradOutput`: `[4, 4, N, TH, Dh, TW, Dw, K]` → `[N, Ho, Wo,
+/// K]`, `Aᵀ M A` per tile (pixel `h` of a side of dilation `D` is in tile
+/// `h floordiv 2D` of phase `h mod D`, its row `(h floordiv D) mod 2`).
+/// Attributes `image` = `[Ho, Wo]` (the tiles cover it, [`tiles_for`]) and
+/// `dilations`.
 struct WinogradOutput;
 
 impl Primitive for WinogradOutput {
     fn define(&self, cx: &InferCx) -> Result<Option<TensorExpr>> {
-        let Some((dtype, m)) = float_input(cx, 6)? else {
+        let Some((dtype, m)) = float_input(cx, 8)? else {
             return Ok(None);
         };
         let [ho, wo] = pair(cx, "image")?;
-        let covers = |pixels: usize, tiles: usize| pixels > 0 && tiles_for(pixels) == tiles;
+        let [dh, dw] = dilations(cx)?;
+        let covers =
+            |pixels: usize, tiles: usize, d: usize| pixels > 0 && tiles_for(pixels, d) == tiles;
         ensure!(
-            m[0] == TILE && m[1] == TILE && covers(ho, m[3]) && covers(wo, m[4]),
-            "{}: input of shape {m:?} is not [4, 4, N, TH, TW, K] tiles covering an image of {ho}x{wo}",
+            m[..2] == [TILE, TILE] && m[4] == dh && m[6] == dw
+                && covers(ho, m[3], dh) && covers(wo, m[5], dw),
+            "{}: input of shape {m:?} is not [4, 4, N, TH, {dh}, TW, {dw}, K] tiles covering an image of {ho}x{wo}",
             cx.node.describe()
         );
-        let tile = |l: usize| IndexExpr::Div(Box::new(IndexExpr::out(l)), STEP as i64);
-        let within = |l: usize| IndexExpr::Mod(Box::new(IndexExpr::out(l)), STEP as i64);
+        let tile = |l: usize, d: usize| div(IndexExpr::out(l), STEP * d);
+        let phase = |l: usize, d: usize| modulo(IndexExpr::out(l), d);
+        let within = |l: usize, d: usize| modulo(div(IndexExpr::out(l), d), STEP);
         let index = vec![
             IndexExpr::red(0),
             IndexExpr::red(1),
             IndexExpr::out(0),
-            tile(1),
-            tile(2),
+            tile(1, dh),
+            phase(1, dh),
+            tile(2, dw),
+            phase(2, dw),
             IndexExpr::out(3),
         ];
         Ok(Some(TensorExpr {
             dtype,
-            shape: vec![m[2], ho, wo, m[5]],
+            shape: vec![m[2], ho, wo, m[7]],
             inputs: vec![Some(m.to_vec())],
             accesses: vec![Access { input: 0, index }],
             reduction: Some(tile_sum()),
-            body: transform_body(&OUTPUT_MATRIX, Expr::Load(0), [within(1), within(2)], dtype)?,
+            body: transform_body(
+                &OUTPUT_MATRIX,
+                Expr::Load(0),
+                [within(1, dh), within(2, dw)],
+                dtype,
+            )?,
         }))
     }
 }
@@ -315,18 +367,23 @@ mod tests {
     /// Input transform, batched product with the transformed weights and
     /// output transform compute the 3x3 stride-1 convolution (the
     /// channels-last Conv as the oracle): even and odd images, symmetric,
-    /// one-sided and no padding, several images.
+    /// one-sided and no padding, several images, dilations 2 and 3 (odd
+    /// images whose last tiles cover one or two phases).
     #[test]
     fn the_three_steps_compute_the_convolution() {
-        let cases: [([usize; 5], [usize; 4]); 5] = [
-            ([1, 6, 6, 3, 4], [1, 1, 1, 1]),
-            ([2, 7, 5, 5, 2], [1, 1, 1, 1]),
-            ([1, 8, 9, 4, 3], [0, 0, 0, 0]),
-            ([1, 5, 6, 2, 3], [1, 0, 0, 1]),
-            ([3, 4, 4, 8, 8], [2, 1, 0, 2]),
+        type Case = ([usize; 5], [usize; 4], [usize; 2]);
+        let cases: [Case; 8] = [
+            ([1, 6, 6, 3, 4], [1, 1, 1, 1], [1, 1]),
+            ([2, 7, 5, 5, 2], [1, 1, 1, 1], [1, 1]),
+            ([1, 8, 9, 4, 3], [0, 0, 0, 0], [1, 1]),
+            ([1, 5, 6, 2, 3], [1, 0, 0, 1], [1, 1]),
+            ([3, 4, 4, 8, 8], [2, 1, 0, 2], [1, 1]),
+            ([1, 11, 9, 3, 2], [2, 2, 2, 2], [2, 2]),
+            ([2, 13, 10, 2, 3], [3, 1, 3, 2], [3, 2]),
+            ([1, 9, 8, 2, 2], [0, 2, 1, 2], [2, 1]),
         ];
         let mut seed = 7;
-        for ([n, h, w, c, k], pads) in cases {
+        for ([n, h, w, c, k], pads, [dh, dw]) in cases {
             let x = random(&[n, h, w, c], &mut seed);
             let g = random(&[WINDOW, WINDOW, c, k], &mut seed);
             let conv = run_in(
@@ -335,36 +392,37 @@ mod tests {
                 &[
                     ("op", Attr::String("Conv".into())),
                     ("pads", ints(&pads)),
+                    ("dilations", ints(&[dh, dw])),
                     ("kernel_shape", ints(&[3, 3])),
                 ],
                 &[&x, &g],
             );
             let (ho, wo) = (conv.shape[1], conv.shape[2]);
-            let (th, tw) = (tiles_for(ho), tiles_for(wo));
+            let (th, tw) = (tiles_for(ho, dh), tiles_for(wo, dw));
             let v = run_in(
                 WINOGRAD_DOMAIN,
                 WINOGRAD_INPUT_OP,
-                &[("pads", ints(&pads[..2])), ("tiles", ints(&[th, tw]))],
+                &[
+                    ("pads", ints(&pads[..2])),
+                    ("tiles", ints(&[th, tw])),
+                    ("dilations", ints(&[dh, dw])),
+                ],
                 &[&x],
             );
-            assert_eq!(v.shape, [n, th, tw, TILE, TILE, c]);
-            let t = n * th * tw;
+            assert_eq!(v.shape, [n, th, dh, tw, dw, TILE, TILE, c]);
+            let t = n * th * dh * tw * dw;
             let u = transform_weights(&g).unwrap();
             let rows = transpose(&reshaped(v, vec![t, TILE * TILE, c]), &[1, 0, 2]).unwrap();
             let m = batched_matmul(&rows, &u);
-            let m = reshaped(m, vec![TILE, TILE, n, th, tw, k]);
+            let m = reshaped(m, vec![TILE, TILE, n, th, dh, tw, dw, k]);
             let y = run_in(
                 WINOGRAD_DOMAIN,
                 WINOGRAD_OUTPUT_OP,
-                &[("image", ints(&[ho, wo]))],
+                &[("image", ints(&[ho, wo])), ("dilations", ints(&[dh, dw]))],
                 &[&m],
             );
-            assert_close(
-                &y,
-                &conv,
-                1e-5,
-                &format!("{n}x{h}x{w}x{c}->{k} pads {pads:?}"),
-            );
+            let what = format!("{n}x{h}x{w}x{c}->{k} pads {pads:?} dilations {dh}x{dw}");
+            assert_close(&y, &conv, 1e-5, &what);
         }
     }
 }

@@ -8,7 +8,8 @@
 //! fewer.
 //!
 //! Rule ([`pays`]): a `kiln.ChannelsLast` Conv with a 3x3 window, stride 1,
-//! dilation 1, one group, explicit padding, f32 channels-last input and
+//! any dilation (a dilated side is several interleaved undilated images,
+//! its phases), one group, explicit padding, f32 channels-last input and
 //! constant weights, whose product has at least [`MIN_TILES`] rows (tiles)
 //! and [`MIN_CHANNELS`] input and output channels. Fewer tiles (a 7x7
 //! image at batch 1 has 16) leave the gemm's register tiles part empty,
@@ -75,16 +76,21 @@ struct Conv {
     output: [usize; 4],
     /// Top and left padding.
     pads: [usize; 2],
+    /// Dilation of each image side.
+    dilations: [usize; 2],
 }
 
 impl Conv {
+    /// Tiles per phase of each side.
     fn tiles(&self) -> [usize; 2] {
-        [tiles_for(self.output[1]), tiles_for(self.output[2])]
+        let [dh, dw] = self.dilations;
+        [tiles_for(self.output[1], dh), tiles_for(self.output[2], dw)]
     }
 
+    /// Tiles over every phase and image: the batched product's rows.
     fn tile_count(&self) -> usize {
-        let [th, tw] = self.tiles();
-        self.input[0] * th * tw
+        let ([th, tw], [dh, dw]) = (self.tiles(), self.dilations);
+        self.input[0] * th * dh * tw * dw
     }
 }
 
@@ -104,10 +110,12 @@ fn candidate(g: &Graph, node: &Node) -> Option<Conv> {
         .is_none_or(|p| p == "NOTSET");
     let layout = node.attr_int_or("channels_last_input", 1).ok() == Some(1)
         && node.attr_int_or("group", 1).ok() == Some(1);
-    if !(explicit && layout && all("strides", 1) && all("dilations", 1)) {
+    if !(explicit && layout && all("strides", 1)) {
         return None;
     }
     let pads = ints("pads").unwrap_or(vec![0; 4]);
+    let dilations = ints("dilations").unwrap_or(vec![1; 2]);
+    let positive = |i: usize| usize::try_from(*dilations.get(i)?).ok().filter(|&d| d > 0);
     let ([x, w], [y]) = (
         node.inputs[..].try_into().ok()?,
         node.outputs[..].try_into().ok()?,
@@ -125,6 +133,7 @@ fn candidate(g: &Graph, node: &Node) -> Option<Conv> {
             usize::try_from(*pads.first()?).ok()?,
             usize::try_from(*pads.get(1)?).ok()?,
         ],
+        dilations: [positive(0)?, positive(1)?],
     };
     let f32_in = g.ty(x).dtype == DType::F32 && g.ty(weights).dtype == DType::F32;
     let window = ws[..2] == [WINDOW, WINDOW] && g.initializers.contains_key(&weights);
@@ -146,7 +155,7 @@ fn rewrite(g: &mut Graph, node: &Node, conv: &Conv) -> Result<Vec<Node>> {
     let u = transform_weights(&w)?;
     let [n, _, _, c] = conv.input;
     let [_, ho, wo, k] = conv.output;
-    let [th, tw] = conv.tiles();
+    let ([th, tw], [dh, dw]) = (conv.tiles(), conv.dilations);
     let t = conv.tile_count();
     let base = g.name(conv.y).to_string();
     let f32_value = |g: &mut Graph, suffix: &str, shape: Vec<usize>| {
@@ -156,24 +165,23 @@ fn rewrite(g: &mut Graph, node: &Node, conv: &Conv) -> Result<Vec<Node>> {
             TensorType::new(DType::F32, shape),
         )
     };
-    let v = f32_value(g, "winograd_in", vec![n, th, tw, TILE, TILE, c]);
+    let v = f32_value(g, "winograd_in", vec![n, th, dh, tw, dw, TILE, TILE, c]);
     let tiles = f32_value(g, "winograd_tile_rows", vec![t, TILE * TILE, c]);
     let rows = f32_value(g, "winograd_rows", vec![TILE * TILE, t, c]);
     let product = f32_value(g, "winograd_product", vec![TILE * TILE, t, k]);
-    let m = f32_value(g, "winograd_tiles", vec![TILE, TILE, n, th, tw, k]);
+    let tiled = vec![TILE, TILE, n, th, dh, tw, dw, k];
+    let m = f32_value(g, "winograd_tiles", tiled.clone());
     let u = constant(g, &format!("{base}/winograd_weights"), u)?;
     let to_rows = shape_constant(g, &format!("{base}/rows_shape"), &[t, TILE * TILE, c])?;
-    let to_tiles = shape_constant(
-        g,
-        &format!("{base}/tiles_shape"),
-        &[TILE, TILE, n, th, tw, k],
-    )?;
+    let to_tiles = shape_constant(g, &format!("{base}/tiles_shape"), &tiled)?;
     let pair = |a: usize, b: usize| Attr::Ints(vec![a as i64, b as i64]);
     let perm = Attr::Ints(vec![1, 0, 2]);
     let name = |step: &str| format!("{}/winograd_{step}", node.name);
+    let dilations = ("dilations", pair(dh, dw));
     let input_attrs = [
         ("pads", pair(conv.pads[0], conv.pads[1])),
         ("tiles", pair(th, tw)),
+        dilations.clone(),
     ];
     Ok(vec![
         op(name("input"), WINOGRAD_INPUT_OP, [conv.x], v, &input_attrs),
@@ -186,7 +194,7 @@ fn rewrite(g: &mut Graph, node: &Node, conv: &Conv) -> Result<Vec<Node>> {
             WINOGRAD_OUTPUT_OP,
             [m],
             conv.y,
-            &[("image", pair(ho, wo))],
+            &[("image", pair(ho, wo)), dilations],
         ),
     ])
 }
