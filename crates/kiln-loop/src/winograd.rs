@@ -11,15 +11,17 @@
 //! f32.
 //! Guarantees: one kernel computing exactly the group (the transforms'
 //! sums, in another order than the tensor expression's, which multiplies
-//! out all 16 terms): per tile (`n`, `th` parallel, `tw`) and channel
-//! (vectorized),
+//! out all 16 terms): per tile (`n`, `th` parallel, its phase `ph`, `tw`,
+//! its phase `pw`; a dilated side's phases are interleaved undilated
+//! images) and channel (vectorized),
 //! - input: the 16 pixels of the tile read once (zero outside the image),
 //!   `s = Bᵀ d` by columns, then the 16 results `s B` stored;
 //! - output: the 16 values of the tile read once, `s = Aᵀ m`, then each of
 //!   the tile's output pixels inside the image `s A`, the epilogue applied
-//!   to it and stored once (a last tile row or column past an odd image
-//!   is left out by a separate nest for the last tiles, not by a test per
-//!   pixel).
+//!   to it and stored once (pixels of the last tile row or column past
+//!   the image are left out by separate nests for those tiles, per side
+//!   the phases with both pixels inside and those with one, not by a test
+//!   per pixel).
 //!
 //! The tile loops' borders are peeled (`peel`), so the interior tiles of
 //! the input transform read without bounds checks.
