@@ -173,17 +173,11 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
     // peeled; a Winograd transform its own.
     if !target.is_gpu() && !target.is_scratchpad() {
         let op = qualified_op(node);
-        if let Some(lowered) = kiln_loop::winograd::lower_winograd_node(&te, &op, name, &dtypes)? {
-            return Ok(LoweredNode {
-                kernel: lowered.kernel,
-                schedule: lowered.schedule,
-                inputs,
-                alias: None,
-                view: None,
-                constants: Vec::new(),
-            });
-        }
-        if let Some(lowered) = kiln_loop::window::lower_window_node(&te, name, &dtypes, target)? {
+        let form = match kiln_loop::winograd::lower_winograd_node(&te, &op, name, &dtypes)? {
+            Some(lowered) => Some(lowered),
+            None => kiln_loop::window::lower_window_node(&te, name, &dtypes, target)?,
+        };
+        if let Some(lowered) = form {
             return Ok(LoweredNode {
                 kernel: lowered.kernel,
                 schedule: lowered.schedule,
