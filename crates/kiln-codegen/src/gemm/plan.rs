@@ -242,12 +242,22 @@ fn b_rows_aligned(spec: &GemmSpec, transposed: bool, target: &VectorTarget) -> b
 /// at 60-70% of peak with rows 4, 8 or 16 KiB apart (N = 1024, 2048, 4096) against 63-81%
 /// packed, and at 90-96% against 83-91% packed with rows 256 B to 3 KiB apart (BENCHMARKS.md,
 /// session 20).
+///
+/// In a batched product (each B used for fewer rows of A, Winograd's 16 products) rows a
+/// multiple of 1 KiB apart count too, which leaves a panel at most 4 of an L1's sets per
+/// way: packed, `[16, 256, 512] × [16, 512, 512]` ran 14.1 ms against 18.0 in place and
+/// `[16, 784, 256] × [16, 256, 256]` 10.1-10.6 against 12.0 (`kiln bench`, Zen 4, 2
+/// threads; BENCHMARKS.md, issue 19, session 25).
 fn b_rows_pages_apart(spec: &GemmSpec, transposed: bool) -> bool {
     const PAGE_FLOATS: isize = 4096 / std::mem::size_of::<f32>() as isize;
+    let apart = match spec.batch {
+        1 => PAGE_FLOATS,
+        _ => PAGE_FLOATS / 4,
+    };
     let b = if transposed { &spec.a } else { &spec.b };
     View::new(b, transposed)
         .kernel_strides()
-        .is_some_and(|(_, row, _)| row != 0 && row % PAGE_FLOATS == 0)
+        .is_some_and(|(_, row, _)| row != 0 && row % apart == 0)
 }
 
 /// The cache blocking of one (shape, orientation, packing) choice.
