@@ -170,17 +170,42 @@ fn input_transform(
     let Some(Some(src)) = node.args.first() else {
         bail!("{}: no input", node.label);
     };
-    let mut inliner = Inliner::new(group);
-    for (v, e) in [
+    let loops = [
         (N, batch),
         (TH, th),
         (PH, dh),
         (TW, tw),
         (PW, dw),
         (CH, channels),
-    ] {
+    ];
+    let mut inliner = Inliner::new(group);
+    for (v, e) in loops {
         inliner.bind(v, e as i64);
     }
+    let out = (output_buffer(group, 0), &te.shape[..]);
+    let body = input_tile(&inliner, src, sides, out)?;
+    let mut nest = serial(CH, channels, body);
+    for (v, e) in [(PW, dw), (TW, tw), (PH, dh), (TH, th), (N, batch)] {
+        nest = serial(v, e, vec![nest]);
+    }
+    let schedule = Schedule(vec![
+        Directive::Parallel(TH.to_string()),
+        Directive::Vectorize(CH.to_string()),
+        peel(TW, tw),
+        peel(TH, th),
+    ]);
+    Ok((kernel(name, buffers, vec![nest]), schedule))
+}
+
+/// One tile's input transform at the loops' tile and channel: the 16
+/// pixels (zero outside the image), `s = Bᵀ d`, the 16 results `s B`
+/// stored into `out` (buffer, shape).
+fn input_tile(
+    inliner: &Inliner,
+    src: &Src,
+    sides: [Geometry; 2],
+    (buf, shape): (usize, &[usize]),
+) -> Result<Vec<Stmt>> {
     let rows = tile_origin(var(TH), var(PH), sides[0]);
     let cols = tile_origin(var(TW), var(PW), sides[1]);
     let mut body = Vec::new();
@@ -192,7 +217,7 @@ fn input_transform(
                 cols.clone().plus(&constant(j * sides[1].dilation)),
                 var(CH),
             ];
-            body.push(local(&format!("d{i}{j}"), padded_read(&inliner, src, &at)?));
+            body.push(local(&format!("d{i}{j}"), padded_read(inliner, src, &at)?));
         }
     }
     let d = |i: usize, j: usize| Val::Local(format!("d{i}{j}"));
@@ -209,23 +234,13 @@ fn input_transform(
             let index = [&tile[..], &[constant(x), constant(y), var(CH)]].concat();
             let terms = row.iter().enumerate().map(|(j, &b)| (b, s(x, j)));
             body.push(Stmt::Store {
-                buf: output_buffer(group, 0),
-                offset: flatten(&index, &te.shape),
+                buf,
+                offset: flatten(&index, shape),
                 value: combination(terms),
             });
         }
     }
-    let mut nest = serial(CH, channels, body);
-    for (v, e) in [(PW, dw), (TW, tw), (PH, dh), (TH, th), (N, batch)] {
-        nest = serial(v, e, vec![nest]);
-    }
-    let schedule = Schedule(vec![
-        Directive::Parallel(TH.to_string()),
-        Directive::Vectorize(CH.to_string()),
-        peel(TW, tw),
-        peel(TH, th),
-    ]);
-    Ok((kernel(name, buffers, vec![nest]), schedule))
+    Ok(body)
 }
 
 /// Peels the first and the last iteration of a tile loop: the tiles that
