@@ -7,8 +7,10 @@
 //! Guarantees: one scheduled [`Kernel`] whose buffers are the group's
 //! inputs then its outputs, computing exactly what the nodes compute, in
 //! one of five forms, or an error saying why the group cannot be one
-//! kernel (the planner's feedback). The forms, tried in this order after
-//! the scaled-operand gemm of `operand_scale.rs`:
+//! kernel (the planner's feedback). A group holding a Winograd transform
+//! takes that transform's own form first (`winograd.rs`). The others,
+//! tried in this order after the scaled-operand gemm of
+//! `operand_scale.rs`:
 //! - **nests** — no reduction is read inside the group: each output is one
 //!   loop nest with every producer inlined (element-wise, broadcast and
 //!   data-movement chains; a reduction with its element-wise prologue,
