@@ -172,7 +172,7 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
     // takes the CPU's window form: accumulated in registers, borders
     // peeled; a Winograd transform its own.
     if !target.is_gpu() && !target.is_scratchpad() {
-        let op = qualified_op(node);
+        let op = kiln_loop::group::op_type(&node.domain, &node.op);
         let form = match kiln_loop::winograd::lower_winograd_node(&te, &op, name, &dtypes)? {
             Some(lowered) => Some(lowered),
             None => kiln_loop::window::lower_window_node(&te, name, &dtypes, target)?,
@@ -200,14 +200,6 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
         view: is_view(&te).then(|| te.accesses[0].input),
         constants: Vec::new(),
     })
-}
-
-/// `node`'s op type, `domain.op` outside the default domain.
-fn qualified_op(node: &Node) -> String {
-    match node.domain.as_str() {
-        "" | "ai.onnx" => node.op.clone(),
-        d => format!("{d}.{}", node.op),
-    }
 }
 
 /// The kernel buffers (numbered by `inputs`, the node input positions
@@ -307,7 +299,7 @@ fn group_expr(body: &Graph) -> Result<GroupExpr> {
             te,
             args: args.into_iter().map(Option::flatten).collect(),
             label: node.describe(),
-            op: qualified_op(node),
+            op: kiln_loop::group::op_type(&node.domain, &node.op),
         });
     }
     let outputs = body

@@ -46,7 +46,21 @@ pub struct GroupNode {
     pub op: String,
 }
 
+/// A node's op type as [`GroupNode::op`] holds it: `domain.op`, or the
+/// op alone in the default domain.
+pub fn op_type(domain: &str, op: &str) -> String {
+    match domain {
+        "" | "ai.onnx" => op.to_string(),
+        d => format!("{d}.{op}"),
+    }
+}
+
 impl GroupNode {
+    /// Whether the node is op `op` of `domain`.
+    pub fn is_op(&self, domain: &str, op: &str) -> bool {
+        self.op == op_type(domain, op)
+    }
+
     /// A matmul or convolution.
     pub fn is_contraction(&self) -> bool {
         kiln_ops::te::classify::classify(&self.te)

@@ -47,8 +47,10 @@ pub fn winograd_transform(
     buffers: &[Buffer],
 ) -> Result<Option<LoweredGroup>> {
     let is = |op: &str| {
-        let qualified = format!("{WINOGRAD_DOMAIN}.{op}");
-        group.nodes.iter().position(|n| n.op == qualified)
+        group
+            .nodes
+            .iter()
+            .position(|n| n.is_op(WINOGRAD_DOMAIN, op))
     };
     let (kernel, schedule) = if let Some(n) = is(WINOGRAD_INPUT_OP) {
         input_transform(group, name, buffers, n)?

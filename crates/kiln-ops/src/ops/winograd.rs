@@ -311,20 +311,19 @@ pub fn transform_weights(w: &Tensor) -> Result<Tensor> {
         w.dtype(),
         w.shape
     );
-    let g: Vec<f64> = (0..w.data.len()).map(|i| w.data.get_f64(i)).collect();
+    let g = w.as_slice::<f32>()?;
     let plane = c * k;
     let mut u = vec![0f32; TILE * TILE * plane];
-    for (xi, gx) in WEIGHT_MATRIX.iter().enumerate() {
-        for (nu, gn) in WEIGHT_MATRIX.iter().enumerate() {
-            let out = &mut u[(xi * TILE + nu) * plane..][..plane];
-            for (e, slot) in out.iter_mut().enumerate() {
-                let mut sum = 0.0;
-                for (i, a) in gx.iter().enumerate() {
-                    for (j, b) in gn.iter().enumerate() {
-                        sum += a * b * g[(i * WINDOW + j) * plane + e];
-                    }
-                }
-                *slot = sum as f32;
+    for e in 0..plane {
+        // `G g` (4x3) first, then `(G g) Gᵀ`: the two one-dimensional
+        // passes of the window, per input and output channel.
+        let tap = |i: usize, j: usize| f64::from(g[(i * WINDOW + j) * plane + e]);
+        let rows: [[f64; WINDOW]; TILE] = WEIGHT_MATRIX
+            .map(|gx| std::array::from_fn(|j| (0..WINDOW).map(|i| gx[i] * tap(i, j)).sum()));
+        for (x, row) in rows.iter().enumerate() {
+            for (y, gy) in WEIGHT_MATRIX.iter().enumerate() {
+                let value: f64 = row.iter().zip(gy).map(|(r, b)| r * b).sum();
+                u[(x * TILE + y) * plane + e] = value as f32;
             }
         }
     }
