@@ -16,7 +16,7 @@
 //! and the transformed weights are 16/9 the size of the originals, read
 //! once per call either way; with few channels the transforms, which cost
 //! per element and not per product, outweigh the saving (BENCHMARKS.md,
-//! "Winograd convolutions", issue 19, session 25).
+//! "Winograd F(2x2, 3x3) convolutions (issue 19, session 25)").
 //!
 //! Needs: a graph after the layout pass (`channels_last`) and its cleanup
 //! (weights folded to constant HWIO initializers), static shapes.
