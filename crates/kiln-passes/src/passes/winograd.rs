@@ -11,12 +11,13 @@
 //! any dilation (a dilated side is several interleaved undilated images,
 //! its phases), one group, explicit padding, f32 channels-last input and
 //! constant weights, whose product has at least [`MIN_TILES`] rows (tiles)
-//! and [`MIN_CHANNELS`] input and output channels. Fewer tiles (a 7x7
-//! image at batch 1 has 16) leave the gemm's register tiles part empty,
-//! and the transformed weights are 16/9 the size of the originals, read
-//! once per call either way; with few channels the transforms, which cost
-//! per element and not per product, outweigh the saving (BENCHMARKS.md,
-//! "Winograd F(2x2, 3x3) convolutions (issue 19, session 25)").
+//! and [`MIN_CHANNELS`] input and output channels. With fewer tiles the
+//! product has few rows against weights 16/9 the size of the originals:
+//! a 7x7x512 image at batch 1 (16 tiles) ran slower as Winograd than
+//! direct (BENCHMARKS.md, "Winograd F(2x2, 3x3) convolutions (issue 19,
+//! session 25)"). With few channels the transforms, which cost per
+//! element and not per product, weigh more against the saving; the
+//! 16-channel floor is a choice, not a measured crossover.
 //!
 //! Needs: a graph after the layout pass (`channels_last`) and its cleanup
 //! (weights folded to constant HWIO initializers), static shapes.
