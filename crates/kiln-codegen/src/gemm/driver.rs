@@ -22,7 +22,7 @@ use super::window::{
     emit_depth_offsets, emit_pixel_pointers, emit_row_pointers, emit_staging, staged_floats,
     Window, WindowLayout, DEPTH_OFFSETS, STAGED,
 };
-use super::{GemmSpec, GemmWorkspace, Operand, WORKSPACE_PARAM};
+use super::{declared, GemmSpec, GemmWorkspace, Operand, WORKSPACE_PARAM};
 
 /// The operands in kernel orientation.
 struct Views<'a> {
@@ -571,11 +571,11 @@ fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kerne
                 direct(w);
                 w.close();
                 w.open("else");
-                emit_copied_tile(w, spec, plan, views, kernel);
+                emit_copied_tile(w, spec, plan, kernel);
                 w.close();
             }
         }
-        _ => emit_copied_tile(w, spec, plan, views, kernel),
+        _ => emit_copied_tile(w, spec, plan, kernel),
     }
 }
 
@@ -603,13 +603,7 @@ fn emit_direct_tile(
     ));
 }
 
-fn emit_copied_tile(
-    w: &mut CWriter,
-    spec: &GemmSpec,
-    plan: &Plan,
-    views: &Views,
-    kernel: &KernelCall,
-) {
+fn emit_copied_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, kernel: &KernelCall) {
     let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
     w.line(format!(
@@ -625,6 +619,35 @@ fn emit_copied_tile(
         "const long kiln_w = {n} - kiln_c0 < {nr} ? {n} - kiln_c0 : {nr};",
         n = plan.n
     ));
+    let args: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
+    w.line(format!(
+        "{}(kiln_tile, kiln_h, kiln_w, b, kiln_r0, kiln_c0, kiln_k0 > 0, kiln_last, {});",
+        edge_name(spec),
+        args.join(", ")
+    ));
+}
+
+fn edge_name(spec: &GemmSpec) -> String {
+    format!("{}_edge", spec.name)
+}
+
+/// The function storing a tile computed into `kiln_tile` (`kiln_h` x `kiln_w` of it inside the
+/// matrix), adding C's partial sums when `kiln_acc` is set and applying the epilogue when
+/// `kiln_last` is. Out of line and shared by every clipped tile of the plan: inlined at each
+/// of them, these loops doubled GCC's time on the whole function (BENCHMARKS.md, session 26).
+pub(crate) fn emit_edge_function(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
+    let views = Views::new(spec, plan.transposed);
+    let nr = plan.shape.nr;
+    w.open(format!(
+        "KILN_NOINLINE void {}(const float* restrict kiln_tile, long kiln_h, long kiln_w, long b, long kiln_r0, long kiln_c0, int kiln_acc, int kiln_last, {})",
+        edge_name(spec),
+        declared(&spec.params).join(", ")
+    ));
+    w.line("(void)b;");
+    w.line("(void)kiln_last;");
+    for p in &spec.params {
+        w.line(format!("(void){};", p.name));
+    }
     let row_loop = ("kiln_i", "kiln_h", "kiln_r0 + kiln_i", Axis::Row);
     let col_loop = ("kiln_j", "kiln_w", "kiln_c0 + kiln_j", Axis::Col);
     let (outer, inner) = if views.c.inner_axis() == Axis::Col {
@@ -638,12 +661,13 @@ fn emit_copied_tile(
     }
     let element = views.c.value();
     w.line(format!(
-        "const float acc = kiln_tile[kiln_i * {nr} + kiln_j] + (kiln_k0 > 0 ? {element} : 0.0f);"
+        "const float acc = kiln_tile[kiln_i * {nr} + kiln_j] + (kiln_acc ? {element} : 0.0f);"
     ));
     match &spec.epilogue {
         Some(epilogue) => w.line(format!("{element} = kiln_last ? ({epilogue}) : acc;")),
         None => w.line(format!("{element} = acc;")),
     }
+    w.close();
     w.close();
     w.close();
 }

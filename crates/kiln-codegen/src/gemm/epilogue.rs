@@ -13,7 +13,7 @@
 //!   every accumulator when its `kiln_last` argument is set (see `kernel::emit_ukernel`).
 //!
 //! Tiles clipped at the matrix edge still go through a local tile and the scalar epilogue
-//! (`driver::emit_copied_tile`).
+//! (`driver::emit_edge_function`).
 
 use super::driver::kernel_sources;
 use super::emit::CWriter;

@@ -194,6 +194,11 @@ pub fn gemm_c_tuned(spec: &GemmSpec, tuning: &Tuning) -> kiln_ir::Result<String>
             })
         });
     }
+    for_each_target(&mut w, |w, target| {
+        if lanes::LaneGroups::of(spec, target).is_none() {
+            driver::emit_edge_function(w, spec, &plan::plan(spec, target, tuning));
+        }
+    });
     let layout = gemm_workspace_tuned(spec, tuning)?;
     let mut params = declared(&spec.params);
     params.push(format!("float* restrict {WORKSPACE_PARAM}"));

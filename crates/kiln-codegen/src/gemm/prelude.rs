@@ -28,6 +28,13 @@ const HEADER: &str = r#"#ifndef KILN_GEMM_PRELUDE
 #else
 #define KILN_STATIC_INLINE static inline
 #endif
+/* A helper kept out of line: rarely run code (a tile clipped at the matrix edge) that, inlined
+   into a gemm's loop nest, would multiply the compiler's work on that nest. */
+#if defined(__GNUC__)
+#define KILN_NOINLINE static __attribute__((noinline, unused))
+#else
+#define KILN_NOINLINE static
+#endif
 /* An OpenMP directive, `KILN_OMP(omp simd)`: nothing without OpenMP, so code built without it
    has no unknown pragmas to warn about. */
 #ifdef _OPENMP
