@@ -27,7 +27,7 @@ pub use values::literal;
 use crate::gemm::{GemmWorkspace, Tuning};
 use crate::scalar_c::{c_type, call_c, call_dtype, narrow, round_to, storage_type, widen};
 use gemm_kernel::gemm_kernel_c;
-use half_blocks::{narrowed_stores, widened_reads, BlockAccess};
+use half_blocks::{narrowed_stores, widened_reads, BlockAccess, NARROW_BLOCK, WIDEN_BLOCK};
 use kiln_ir::{bail, DType, Result, Tensor};
 use kiln_loop::{Atom, Extent, Idx, Kernel, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ops::te::Combiner;
@@ -40,6 +40,24 @@ use std::fmt::Write;
 
 /// Headers and helpers every generated C file starts with.
 pub fn prelude() -> String {
+    let mut s = prelude_without_half_blocks();
+    s.push_str(half_blocks::HALF_BLOCKS);
+    s
+}
+
+/// The [`prelude`] of a compile unit holding `sources`: the f16 block
+/// conversions, and with them the target's intrinsics header (most of the
+/// prelude's parsing time, BENCHMARKS.md session 26), only when a source
+/// calls them.
+pub fn prelude_for<'a>(sources: impl IntoIterator<Item = &'a str>) -> String {
+    if sources.into_iter().any(half_blocks::called_in) {
+        prelude()
+    } else {
+        prelude_without_half_blocks()
+    }
+}
+
+fn prelude_without_half_blocks() -> String {
     let mut s = String::from(
         "#include <stdint.h>\n#include <math.h>\n#include <string.h>\n#include <stdlib.h>\n",
     );
@@ -65,7 +83,6 @@ pub fn prelude() -> String {
     // `holds_simd_reduction`) comes with the gemm prelude below.
     s.push_str(INDEX_HELPERS);
     s.push_str(crate::scalar_c::PRELUDE);
-    s.push_str(half_blocks::HALF_BLOCKS);
     s.push_str(crate::gemm::gemm_prelude());
     s
 }

@@ -284,7 +284,8 @@ fn scope_reads(g: &Graph) -> Vec<Vec<ValueId>> {
 
 impl CpuProgram {
     /// The C sources split into at most `pieces` compile units (compiled
-    /// in parallel), each opening with `defines` and the shared prelude;
+    /// in parallel), each opening with `defines` and the shared prelude
+    /// (what its own sources need of it);
     /// the first also holds `first_extra` and the concurrent blocks.
     /// `runtime_units` follow as they are.
     pub fn c_units(&self, pieces: usize, defines: &str, first_extra: &str) -> Vec<String> {
@@ -292,15 +293,22 @@ impl CpuProgram {
         if sources.is_empty() {
             return Vec::new();
         }
-        let mut units: Vec<String> = (0..pieces.clamp(1, sources.len()))
-            .map(|_| format!("{defines}{}", kiln_codegen::c::prelude()))
-            .collect();
-        units[0].push_str(first_extra);
-        units[0].push_str(&self.blocks_c());
-        for (unit, source) in balanced(&sources, units.len()) {
-            units[unit].push_str(source);
-            units[unit].push('\n');
+        let mut bodies = vec![String::new(); pieces.clamp(1, sources.len())];
+        bodies[0].push_str(first_extra);
+        bodies[0].push_str(&self.blocks_c());
+        for (unit, source) in balanced(&sources, bodies.len()) {
+            bodies[unit].push_str(source);
+            bodies[unit].push('\n');
         }
+        let mut units: Vec<String> = bodies
+            .into_iter()
+            .map(|body| {
+                format!(
+                    "{defines}{}{body}",
+                    kiln_codegen::c::prelude_for([body.as_str()])
+                )
+            })
+            .collect();
         units.extend(self.runtime_units.iter().cloned());
         units
     }

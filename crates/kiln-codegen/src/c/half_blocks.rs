@@ -117,6 +117,18 @@ pub(super) fn find<'a>(
         .find(|a| a.buf == buf && a.offset == *offset)
 }
 
+/// The block conversions' names, as kernels call them.
+pub(super) const WIDEN_BLOCK: &str = "kiln_f16_f32_n";
+pub(super) const NARROW_BLOCK: &str = "kiln_f32_f16_n";
+
+/// Whether the C `source` calls a block conversion (and so needs
+/// [`HALF_BLOCKS`] in its prelude).
+pub(super) fn called_in(source: &str) -> bool {
+    [WIDEN_BLOCK, NARROW_BLOCK]
+        .iter()
+        .any(|name| source.contains(&format!("{name}(")))
+}
+
 /// The prelude's block conversions: `kiln_f16_f32_n(dst, src, n)` widens
 /// `n` f16 values, `kiln_f32_f16_n(dst, src, n)` narrows `n` floats
 /// rounding to nearest even; with the F16C instructions where the C

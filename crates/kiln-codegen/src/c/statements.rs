@@ -223,7 +223,7 @@ impl Printer<'_> {
             let start = self.block_start(a)?;
             writeln!(
                 self.out,
-                "{pad}float {0}[{len}]; kiln_f16_f32_n({0}, &{start}, {bound});",
+                "{pad}float {0}[{len}]; {WIDEN_BLOCK}({0}, &{start}, {bound});",
                 a.array
             )
             .ok();
@@ -250,7 +250,7 @@ impl Printer<'_> {
             let start = self.block_start(a)?;
             writeln!(
                 self.out,
-                "{pad}kiln_f32_f16_n(&{start}, {}, {bound});",
+                "{pad}{NARROW_BLOCK}(&{start}, {}, {bound});",
                 a.array
             )
             .ok();
