@@ -564,18 +564,21 @@ fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kerne
             let direct = |w: &mut CWriter| {
                 emit_direct_tile(w, spec, views, kernel, (batch_stride, row_stride), plan)
             };
+            let every_tile_clipped = plan.m < plan.shape.mr || plan.n < plan.shape.nr;
             if whole.is_empty() {
                 direct(w);
+            } else if every_tile_clipped {
+                emit_copied_tile(w, spec, plan, kernel, Store::Inline);
             } else {
                 w.open(format!("if ({})", whole.join(" && ")));
                 direct(w);
                 w.close();
                 w.open("else");
-                emit_copied_tile(w, spec, plan, kernel);
+                emit_copied_tile(w, spec, plan, kernel, Store::OutOfLine);
                 w.close();
             }
         }
-        _ => emit_copied_tile(w, spec, plan, kernel),
+        _ => emit_copied_tile(w, spec, plan, kernel, Store::Inline),
     }
 }
 
@@ -603,7 +606,25 @@ fn emit_direct_tile(
     ));
 }
 
-fn emit_copied_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, kernel: &KernelCall) {
+/// Where a copied tile's store loops are.
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    /// At the tile, where every tile is copied: the compiler sees which rows and columns are
+    /// stored (one row of a six-row kernel, say) and drops the kernel's work on the others.
+    Inline,
+    /// In the plan's edge function ([`emit_edge_function`]), where clipped tiles are the
+    /// exception: inlined at each of them, the loops doubled GCC's time on the whole gemm
+    /// function (BENCHMARKS.md, session 26).
+    OutOfLine,
+}
+
+fn emit_copied_tile(
+    w: &mut CWriter,
+    spec: &GemmSpec,
+    plan: &Plan,
+    kernel: &KernelCall,
+    store: Store,
+) {
     let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
     w.line(format!(
@@ -619,6 +640,11 @@ fn emit_copied_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, kernel: &Kern
         "const long kiln_w = {n} - kiln_c0 < {nr} ? {n} - kiln_c0 : {nr};",
         n = plan.n
     ));
+    if store == Store::Inline {
+        w.line("const int kiln_acc = kiln_k0 > 0;");
+        emit_store_loops(w, spec, plan);
+        return;
+    }
     let args: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
     w.line(format!(
         "{}(kiln_tile, kiln_h, kiln_w, b, kiln_r0, kiln_c0, kiln_k0 > 0, kiln_last, {});",
@@ -631,13 +657,9 @@ fn edge_name(spec: &GemmSpec) -> String {
     format!("{}_edge", spec.name)
 }
 
-/// The function storing a tile computed into `kiln_tile` (`kiln_h` x `kiln_w` of it inside the
-/// matrix), adding C's partial sums when `kiln_acc` is set and applying the epilogue when
-/// `kiln_last` is. Out of line and shared by every clipped tile of the plan: inlined at each
-/// of them, these loops doubled GCC's time on the whole function (BENCHMARKS.md, session 26).
+/// The function storing a clipped tile ([`Store::OutOfLine`]), shared by the plan's clipped
+/// tiles: the store loops of [`emit_store_loops`] over the tile's arguments.
 pub(crate) fn emit_edge_function(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
-    let views = Views::new(spec, plan.transposed);
-    let nr = plan.shape.nr;
     w.open(format!(
         "KILN_NOINLINE void {}(const float* restrict kiln_tile, long kiln_h, long kiln_w, long b, long kiln_r0, long kiln_c0, int kiln_acc, int kiln_last, {})",
         edge_name(spec),
@@ -648,6 +670,16 @@ pub(crate) fn emit_edge_function(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) 
     for p in &spec.params {
         w.line(format!("(void){};", p.name));
     }
+    emit_store_loops(w, spec, plan);
+    w.close();
+}
+
+/// Stores the `kiln_h` x `kiln_w` part of `kiln_tile` inside the matrix at (`kiln_r0`,
+/// `kiln_c0`), adding C's partial sums when `kiln_acc` is set and applying the epilogue when
+/// `kiln_last` is.
+fn emit_store_loops(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
+    let views = Views::new(spec, plan.transposed);
+    let nr = plan.shape.nr;
     let row_loop = ("kiln_i", "kiln_h", "kiln_r0 + kiln_i", Axis::Row);
     let col_loop = ("kiln_j", "kiln_w", "kiln_c0 + kiln_j", Axis::Col);
     let (outer, inner) = if views.c.inner_axis() == Axis::Col {
@@ -667,7 +699,6 @@ pub(crate) fn emit_edge_function(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) 
         Some(epilogue) => w.line(format!("{element} = kiln_last ? ({epilogue}) : acc;")),
         None => w.line(format!("{element} = acc;")),
     }
-    w.close();
     w.close();
     w.close();
 }
