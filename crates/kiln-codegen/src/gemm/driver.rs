@@ -197,7 +197,7 @@ fn staged_window<'a>(plan: &Plan, spec: &'a GemmSpec) -> Option<&'a Window> {
 
 /// The K-block loop of one task: pack, then every tile of the block.
 fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
-    let (mr, nr, kc, k) = (plan.shape.mr, plan.shape.nr, plan.kc, spec.k);
+    let (kc, k) = (plan.kc, spec.k);
     w.open(format!(
         "for (long kiln_k0 = 0; kiln_k0 < {k}; kiln_k0 += {kc})"
     ));
@@ -206,160 +206,199 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     ));
     w.line(format!("const int kiln_last = kiln_k0 + kiln_kc == {k};"));
     w.line("(void)kiln_last;");
-    let prepacked = |side| {
-        spec.prepacked
-            .as_ref()
-            .filter(|_| plan.prepacked == Some(side))
-            .map(|p| p.param.as_str())
-    };
-    // B's panels are packed in [kiln_pbe, kiln_pb1); below kiln_pbe the kernel reads B's rows.
-    let b_rows = b_rows(plan, views).filter(|_| prepacked(Side::B).is_none());
-    let pbe = match b_rows {
-        None => "kiln_pb0".to_string(),
-        Some(_) => first_partial_panel(plan.n, nr, ("kiln_pb0", "kiln_pb1")),
-    };
-    w.line(format!("const long kiln_pbe = {pbe};"));
-    w.line("(void)kiln_pbe;");
-    if prepacked(Side::B).is_none() && (b_rows.is_none() || !plan.n.is_multiple_of(nr)) {
-        emit_pack(
-            w,
-            &PackJob {
-                view: &views.b,
-                side: Side::B,
-                width: nr,
-                extent: plan.n,
-                buffer: "kiln_bp",
-                first: "kiln_pbe",
-                end: "kiln_pb1",
-                staged: plan.staged,
-            },
-        );
-    }
-    let partial = !plan.m.is_multiple_of(mr);
-    // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
-    let pointers = pointer_rows(plan, views);
-    let pe = match plan.pack_a {
-        _ if prepacked(Side::A).is_some() => "kiln_pa0".to_string(),
-        // Rows past the last point at zeros: nothing is packed.
-        _ if pointers.is_some() => "kiln_pa1".to_string(),
-        true => "kiln_pa0".to_string(),
-        false => first_partial_panel(plan.m, mr, ("kiln_pa0", "kiln_pa1")),
-    };
-    w.line(format!("const long kiln_pe = {pe};"));
-    w.line("(void)kiln_pe;");
-    if let Some(window) = pointers {
-        let (pixel0, count) = (
-            format!("kiln_pa0 * {mr}"),
-            format!("(kiln_pa1 - kiln_pa0) * {mr}"),
-        );
-        match pointer_source(window) {
-            ASource::Pointers => emit_row_pointers(w, window, &pixel0, &count),
-            _ => emit_pixel_pointers(w, window, &pixel0, &count),
-        }
-    } else if (plan.pack_a || partial) && prepacked(Side::A).is_none() {
-        emit_pack(
-            w,
-            &PackJob {
-                view: &views.a,
-                side: Side::A,
-                width: mr,
-                extent: plan.m,
-                buffer: "kiln_ap",
-                first: "kiln_pe",
-                end: "kiln_pa1",
-                staged: plan.staged,
-            },
-        );
-    }
+    let block = KBlock { spec, plan, views };
+    let b_rows = block.emit_b_packing(w);
+    block.emit_a_packing(w);
     w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
-    let packed_b = panel_pointer(
-        "kiln_bpanel",
-        prepacked(Side::B),
-        ("kiln_bp", "kiln_q", "kiln_pbe"),
-        nr,
-        plan.n_panels(),
-    );
-    match &b_rows {
-        None => {
-            w.line(packed_b);
-            w.line(format!("const long kiln_ldb = {nr};"));
-        }
-        Some((pointer, ldb)) => {
-            w.line(format!(
-                "const float* kiln_bpanel = kiln_q < kiln_pbe ? {pointer} : kiln_bp + (kiln_q - kiln_pbe) * kiln_kc * {nr};"
-            ));
-            w.line(format!(
-                "const long kiln_ldb = kiln_q < kiln_pbe ? {ldb} : {nr};"
-            ));
-        }
-    }
-    if let Some(param) = prepacked(Side::B).filter(|_| plan.prefetch_b) {
-        // The panel the task reads next: this block's next one, or the next block's first.
-        let block = plan.n_panels() * nr;
-        w.line(format!(
-            "const long kiln_kn = {k} - kiln_k0 - kiln_kc < {kc} ? {k} - kiln_k0 - kiln_kc : {kc};"
-        ));
-        w.line(format!(
-            "const float* kiln_bnext = kiln_q + 1 < kiln_pb1 ? kiln_bpanel + kiln_kc * {nr} : kiln_kn > 0 ? {param} + (kiln_k0 + kiln_kc) * {block} + kiln_pb0 * kiln_kn * {nr} : 0;"
-        ));
-        w.line(format!(
-            "const long kiln_bnext_floats = (kiln_q + 1 < kiln_pb1 ? kiln_kc : kiln_kn) * {nr};"
-        ));
-    }
+    block.emit_b_panel(w, b_rows);
     w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
-    w.line(format!(
-        "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
-    ));
-    if plan.prefetch_b {
-        w.line("if (kiln_bnext) kiln_gemm_prefetch_part(kiln_bnext, kiln_bnext_floats, kiln_s - kiln_pa0, kiln_pa1 - kiln_pa0);");
+    block.emit_row_panel(w);
+    w.close();
+    w.close();
+    w.close();
+}
+
+/// One K block of a task's loop nest, emitted a part at a time.
+struct KBlock<'a> {
+    spec: &'a GemmSpec,
+    plan: &'a Plan,
+    views: &'a Views<'a>,
+}
+
+impl KBlock<'_> {
+    /// The prepacked factor's parameter, when `side` is the prepacked one.
+    fn prepacked(&self, side: Side) -> Option<&str> {
+        self.spec
+            .prepacked
+            .as_ref()
+            .filter(|_| self.plan.prepacked == Some(side))
+            .map(|p| p.param.as_str())
     }
-    let packed = |w: &mut CWriter| {
-        w.line(panel_pointer(
-            "kiln_apanel",
-            prepacked(Side::A),
-            ("kiln_ap", "kiln_s", "kiln_pe"),
-            mr,
-            plan.m_panels(),
-        ));
-        emit_tile(w, spec, plan, views, &KernelCall::packed());
-    };
-    match a_read(spec, plan, views) {
-        ARead::Packed => packed(w),
-        ARead::Pointers(source) => {
-            w.line(format!(
-                "const float* const* kiln_apanel = kiln_arow + (kiln_s - kiln_pa0) * {mr};"
-            ));
-            let a_args = match source {
-                ASource::Offsets => format!("kiln_apanel, {DEPTH_OFFSETS} + kiln_k0"),
-                _ => "kiln_apanel".to_string(),
-            };
-            let call = KernelCall { source, a_args };
-            emit_tile(w, spec, plan, views, &call);
+
+    /// `kiln_pbe` and B's packing for this block; B's rows when the kernel reads them in place.
+    fn emit_b_packing(&self, w: &mut CWriter) -> Option<(String, isize)> {
+        let (plan, nr) = (self.plan, self.plan.shape.nr);
+        // B's panels are packed in [kiln_pbe, kiln_pb1); below kiln_pbe the kernel reads B's rows.
+        let b_rows = b_rows(plan, self.views).filter(|_| self.prepacked(Side::B).is_none());
+        let pbe = match b_rows {
+            None => "kiln_pb0".to_string(),
+            Some(_) => first_partial_panel(plan.n, nr, ("kiln_pb0", "kiln_pb1")),
+        };
+        w.line(format!("const long kiln_pbe = {pbe};"));
+        w.line("(void)kiln_pbe;");
+        if self.prepacked(Side::B).is_none() && (b_rows.is_none() || !plan.n.is_multiple_of(nr)) {
+            emit_pack(
+                w,
+                &PackJob {
+                    view: &self.views.b,
+                    side: Side::B,
+                    width: nr,
+                    extent: plan.n,
+                    buffer: "kiln_bp",
+                    first: "kiln_pbe",
+                    end: "kiln_pb1",
+                    staged: plan.staged,
+                },
+            );
         }
-        ARead::Rows {
-            pointer,
-            call,
-            partial,
-        } => {
-            let rows = |w: &mut CWriter| {
-                w.line(format!("const float* kiln_apanel = {pointer};"));
+        b_rows
+    }
+
+    /// `kiln_pe` and A's packing (or row pointers) for this block.
+    fn emit_a_packing(&self, w: &mut CWriter) {
+        let (plan, mr) = (self.plan, self.plan.shape.mr);
+        let partial = !plan.m.is_multiple_of(mr);
+        // A's panels are packed in [kiln_pe, kiln_pa1); below kiln_pe the kernel reads A's rows.
+        let pointers = pointer_rows(plan, self.views);
+        let pe = match plan.pack_a {
+            _ if self.prepacked(Side::A).is_some() => "kiln_pa0".to_string(),
+            // Rows past the last point at zeros: nothing is packed.
+            _ if pointers.is_some() => "kiln_pa1".to_string(),
+            true => "kiln_pa0".to_string(),
+            false => first_partial_panel(plan.m, mr, ("kiln_pa0", "kiln_pa1")),
+        };
+        w.line(format!("const long kiln_pe = {pe};"));
+        w.line("(void)kiln_pe;");
+        if let Some(window) = pointers {
+            let (pixel0, count) = (
+                format!("kiln_pa0 * {mr}"),
+                format!("(kiln_pa1 - kiln_pa0) * {mr}"),
+            );
+            match pointer_source(window) {
+                ASource::Pointers => emit_row_pointers(w, window, &pixel0, &count),
+                _ => emit_pixel_pointers(w, window, &pixel0, &count),
+            }
+        } else if (plan.pack_a || partial) && self.prepacked(Side::A).is_none() {
+            emit_pack(
+                w,
+                &PackJob {
+                    view: &self.views.a,
+                    side: Side::A,
+                    width: mr,
+                    extent: plan.m,
+                    buffer: "kiln_ap",
+                    first: "kiln_pe",
+                    end: "kiln_pa1",
+                    staged: plan.staged,
+                },
+            );
+        }
+    }
+
+    /// Column panel `kiln_q`'s B pointer and stride, and the panel to prefetch after it.
+    fn emit_b_panel(&self, w: &mut CWriter, b_rows: Option<(String, isize)>) {
+        let (plan, nr, kc, k) = (self.plan, self.plan.shape.nr, self.plan.kc, self.spec.k);
+        let packed_b = panel_pointer(
+            "kiln_bpanel",
+            self.prepacked(Side::B),
+            ("kiln_bp", "kiln_q", "kiln_pbe"),
+            nr,
+            plan.n_panels(),
+        );
+        match &b_rows {
+            None => {
+                w.line(packed_b);
+                w.line(format!("const long kiln_ldb = {nr};"));
+            }
+            Some((pointer, ldb)) => {
+                w.line(format!(
+                    "const float* kiln_bpanel = kiln_q < kiln_pbe ? {pointer} : kiln_bp + (kiln_q - kiln_pbe) * kiln_kc * {nr};"
+                ));
+                w.line(format!(
+                    "const long kiln_ldb = kiln_q < kiln_pbe ? {ldb} : {nr};"
+                ));
+            }
+        }
+        if let Some(param) = self.prepacked(Side::B).filter(|_| plan.prefetch_b) {
+            // The panel the task reads next: this block's next one, or the next block's first.
+            let block = plan.n_panels() * nr;
+            w.line(format!(
+                "const long kiln_kn = {k} - kiln_k0 - kiln_kc < {kc} ? {k} - kiln_k0 - kiln_kc : {kc};"
+            ));
+            w.line(format!(
+                "const float* kiln_bnext = kiln_q + 1 < kiln_pb1 ? kiln_bpanel + kiln_kc * {nr} : kiln_kn > 0 ? {param} + (kiln_k0 + kiln_kc) * {block} + kiln_pb0 * kiln_kn * {nr} : 0;"
+            ));
+            w.line(format!(
+                "const long kiln_bnext_floats = (kiln_q + 1 < kiln_pb1 ? kiln_kc : kiln_kn) * {nr};"
+            ));
+        }
+    }
+
+    /// Row panel `kiln_s`'s tile in column panel `kiln_q`, reading A as the plan says.
+    fn emit_row_panel(&self, w: &mut CWriter) {
+        let (spec, plan, views) = (self.spec, self.plan, self.views);
+        let (mr, nr) = (plan.shape.mr, plan.shape.nr);
+        w.line(format!(
+            "const long kiln_r0 = kiln_s * {mr}, kiln_c0 = kiln_q * {nr};"
+        ));
+        if plan.prefetch_b {
+            w.line("if (kiln_bnext) kiln_gemm_prefetch_part(kiln_bnext, kiln_bnext_floats, kiln_s - kiln_pa0, kiln_pa1 - kiln_pa0);");
+        }
+        let packed = |w: &mut CWriter| {
+            w.line(panel_pointer(
+                "kiln_apanel",
+                self.prepacked(Side::A),
+                ("kiln_ap", "kiln_s", "kiln_pe"),
+                mr,
+                plan.m_panels(),
+            ));
+            emit_tile(w, spec, plan, views, &KernelCall::packed());
+        };
+        match a_read(spec, plan, views) {
+            ARead::Packed => packed(w),
+            ARead::Pointers(source) => {
+                w.line(format!(
+                    "const float* const* kiln_apanel = kiln_arow + (kiln_s - kiln_pa0) * {mr};"
+                ));
+                let a_args = match source {
+                    ASource::Offsets => format!("kiln_apanel, {DEPTH_OFFSETS} + kiln_k0"),
+                    _ => "kiln_apanel".to_string(),
+                };
+                let call = KernelCall { source, a_args };
                 emit_tile(w, spec, plan, views, &call);
-            };
-            if partial {
-                w.open("if (kiln_s < kiln_pe)");
-                rows(w);
-                w.close();
-                w.open("else");
-                packed(w);
-                w.close();
-            } else {
-                rows(w);
+            }
+            ARead::Rows {
+                pointer,
+                call,
+                partial,
+            } => {
+                let rows = |w: &mut CWriter| {
+                    w.line(format!("const float* kiln_apanel = {pointer};"));
+                    emit_tile(w, spec, plan, views, &call);
+                };
+                if partial {
+                    w.open("if (kiln_s < kiln_pe)");
+                    rows(w);
+                    w.close();
+                    w.open("else");
+                    packed(w);
+                    w.close();
+                } else {
+                    rows(w);
+                }
             }
         }
     }
-    w.close();
-    w.close();
-    w.close();
 }
 
 /// How a plan's tiles read A.
