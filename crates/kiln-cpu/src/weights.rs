@@ -2,15 +2,16 @@
 //!
 //! Needs: a graph and its execution plan. Guarantees: a weight slot whose
 //! only reader is a gemm through its packing ([`raw_weights`] leaves it
-//! out) is never kept decoded: it is decoded for its packing and dropped
-//! ([`prepack_all`]). Every other weight is decoded once and kept. Either
+//! out) is never kept decoded: its packing reads it in place, or widened
+//! into a buffer its thread reuses, or decoded and dropped ([`prepack_all`],
+//! `f32_values`). Every other weight is decoded once and kept. Either
 //! way, the pages of the model file a weight was read from are given back
 //! once its copy exists (`kiln_ir::mapped`), so a weight is resident once
 //! — as itself or as its packing — not twice.
 
 use crate::memory::{data_ptr, AlignedBytes};
 use kiln_exec::{ExecPlan, Loc, Step};
-use kiln_ir::{bail, Error, Graph, Initializer, Result, Tensor, ValueId};
+use kiln_ir::{bail, DType, Error, Graph, Initializer, Result, Tensor, ValueId};
 use kiln_runtime::jit::Library;
 use std::collections::BTreeSet;
 
@@ -155,8 +156,8 @@ pub fn prepack_all(
         .map(|p| packing_job(plan, &p.kernel))
         .collect::<Result<_>>()?;
     let plan_ref: &ExecPlan = plan;
-    let packed = in_parallel(&jobs, threads, |job| {
-        job.pack(lib, graph, plan_ref, weights)
+    let packed = in_parallel(&jobs, threads, |job, scratch| {
+        job.pack(lib, graph, plan_ref, weights, scratch)
     })?;
     for (p, bytes) in plan.packings.iter_mut().zip(&packed) {
         p.bytes = bytes.len();
@@ -196,37 +197,83 @@ fn packing_job(plan: &ExecPlan, kernel: &str) -> Result<Job> {
 }
 
 impl Job {
-    /// Packs, decoding (then dropping) the weights `weights` left out.
+    /// Packs, reading the weights `weights` left out where they are or
+    /// widened into `scratch` (see [`f32_values`]), else decoded and
+    /// dropped.
     fn pack(
         &self,
         lib: &Library,
         graph: &Graph,
         plan: &ExecPlan,
         weights: &Weights,
+        scratch: &mut Vec<Vec<f32>>,
     ) -> Result<AlignedBytes> {
+        scratch.resize_with(self.slots.len(), Vec::new);
         let mut transient = Vec::new();
+        let mut read = Vec::new();
         let mut ptrs = Vec::with_capacity(self.slots.len() + 1);
-        for slot in &self.slots {
+        for (slot, buffer) in self.slots.iter().zip(scratch.iter_mut()) {
             ptrs.push(match *slot {
                 None => std::ptr::null_mut(),
                 Some(w) => match weights.get(w) {
                     Some(t) => data_ptr(t)?,
                     None => {
-                        transient.push(decoded(graph, plan, w)?);
-                        data_ptr(&transient[transient.len() - 1])?
+                        let init = initializer(graph, plan, w)?;
+                        read.push(init);
+                        match f32_values(init, buffer) {
+                            Some(values) => values,
+                            None => {
+                                transient.push(init.to_tensor()?);
+                                data_ptr(&transient[transient.len() - 1])?
+                            }
+                        }
                     }
                 },
             });
         }
-        prepack(lib, &self.kernel, ptrs)
+        let packing = prepack(lib, &self.kernel, ptrs);
+        read.iter().for_each(|init| init.release_resident());
+        packing
     }
 }
 
-/// `work` on each job by `threads` threads; results in job order.
-fn in_parallel<J: Sync, T: Send>(
+/// Where a packing reads an f32 weight: in the model file's mapping when
+/// its values can be read there (little-endian, 4-byte aligned), in a
+/// decoded tensor's own storage, else widened into `buffer`, which the
+/// packing thread reuses for its next weight. Either way no fresh pages
+/// are written per weight: a decoded copy of each was BERT-base's 340 MB
+/// written and dropped at every start. `None` for other element types
+/// (and for raw bytes of the wrong length, which decoding reports).
+fn f32_values(init: &Initializer, buffer: &mut Vec<f32>) -> Option<*mut u8> {
+    match init {
+        Initializer::Tensor(t) if t.dtype() == DType::F32 => data_ptr(t).ok(),
+        Initializer::Raw {
+            dtype: DType::F32,
+            bytes,
+            shape,
+        } if bytes.len() == shape.iter().product::<usize>() * 4 => {
+            let aligned = bytes.as_ptr().align_offset(std::mem::align_of::<f32>()) == 0;
+            if cfg!(target_endian = "little") && aligned {
+                return Some(bytes.as_ptr().cast_mut());
+            }
+            buffer.clear();
+            buffer.extend(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+            Some(buffer.as_mut_ptr().cast())
+        }
+        _ => None,
+    }
+}
+
+/// `work` on each job by `threads` threads, each with its own `S`;
+/// results in job order.
+fn in_parallel<J: Sync, T: Send, S: Default>(
     jobs: &[J],
     threads: usize,
-    work: impl Fn(&J) -> Result<T> + Sync,
+    work: impl Fn(&J, &mut S) -> Result<T> + Sync,
 ) -> Result<Vec<T>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done: Vec<Result<Vec<(usize, T)>>> = std::thread::scope(|scope| {
@@ -234,12 +281,13 @@ fn in_parallel<J: Sync, T: Send>(
             .map(|_| {
                 scope.spawn(|| {
                     let mut mine = Vec::new();
+                    let mut state = S::default();
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some(job) = jobs.get(i) else {
                             return Ok(mine);
                         };
-                        mine.push((i, work(job)?));
+                        mine.push((i, work(job, &mut state)?));
                     }
                 })
             })
@@ -292,4 +340,72 @@ fn prepack(lib: &Library, name: &str, mut args: Vec<*mut u8>) -> Result<AlignedB
         bail!("kernel {name}: packing its weight failed");
     }
     Ok(packing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALUES: [f32; 5] = [1.5, -2.0, 3.25, 0.0, 7.0];
+
+    /// `VALUES` as raw little-endian bytes starting `skew` bytes past a
+    /// 4-byte boundary.
+    fn raw(skew: usize) -> Initializer {
+        let mut buffer = vec![0u8; 8 + VALUES.len() * 4];
+        let start = buffer.as_ptr().align_offset(4) + skew;
+        for (k, v) in VALUES.iter().enumerate() {
+            buffer[start + 4 * k..start + 4 * k + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        let bytes = bytes::Bytes::from(buffer).slice(start..start + VALUES.len() * 4);
+        Initializer::Raw {
+            dtype: DType::F32,
+            shape: vec![VALUES.len()],
+            bytes,
+        }
+    }
+
+    fn read(values: *mut u8) -> Vec<f32> {
+        // SAFETY: `f32_values` gave an aligned pointer to `VALUES.len()` floats.
+        unsafe { std::slice::from_raw_parts(values as *const f32, VALUES.len()) }.to_vec()
+    }
+
+    #[test]
+    fn a_packing_reads_f32_weights_in_place_or_widened_into_its_buffer() {
+        let mut buffer = Vec::new();
+        let aligned = raw(0);
+        let Initializer::Raw { bytes, .. } = &aligned else {
+            unreachable!()
+        };
+        let in_place = f32_values(&aligned, &mut buffer).expect("aligned f32");
+        assert_eq!(in_place, bytes.as_ptr().cast_mut(), "read where it is");
+        assert_eq!(read(in_place), VALUES);
+        assert!(buffer.is_empty());
+
+        let widened = f32_values(&raw(1), &mut buffer).expect("misaligned f32");
+        assert_eq!(widened, buffer.as_mut_ptr().cast(), "read from the buffer");
+        assert_eq!(read(widened), VALUES);
+
+        let decoded = Initializer::Tensor(Tensor::from_vec(vec![5], VALUES.to_vec()).unwrap());
+        assert_eq!(
+            read(f32_values(&decoded, &mut buffer).expect("tensor")),
+            VALUES
+        );
+    }
+
+    #[test]
+    fn other_types_and_short_bytes_are_left_to_decoding() {
+        let mut buffer = Vec::new();
+        let ints = Initializer::Tensor(Tensor::from_vec(vec![2], vec![1i64, 2]).unwrap());
+        assert!(f32_values(&ints, &mut buffer).is_none());
+        let Initializer::Raw { bytes, .. } = raw(0) else {
+            unreachable!()
+        };
+        let short = Initializer::Raw {
+            dtype: DType::F32,
+            shape: vec![VALUES.len() + 1],
+            bytes,
+        };
+        assert!(f32_values(&short, &mut buffer).is_none());
+        assert!(short.to_tensor().is_err(), "decoding reports the length");
+    }
 }
