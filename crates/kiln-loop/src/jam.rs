@@ -8,9 +8,10 @@
 //! Guarantees: the same stores of the same values. For the first
 //! `extent - extent % factor` points, the inner loop's body is repeated
 //! `factor` times per iteration, copy `j` with `var = factor*var + j` and
-//! its locals renamed `NAME_jJ`; the last `extent % factor` points run in a
-//! loop over `var` as before (shifted). With fewer points than `factor`
-//! the loop is unchanged.
+//! its locals renamed `NAME_jJ`; the last `extent % factor` points, when
+//! there are at least two, are one more iteration of them all jammed (a
+//! single point runs in a loop over `var` as before, shifted). With fewer
+//! points than `factor` they are all jammed in one iteration.
 //!
 //! Why: in a depthwise convolution vectorized along channels, every output
 //! pixel reloads the window's weight vectors and its neighbours' input
@@ -44,10 +45,11 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
             inner.var
         );
     }
-    let jammed = extent / factor;
-    if jammed == 0 || factor == 1 {
+    let factor = factor.min(extent);
+    if factor <= 1 {
         return Ok(vec![Stmt::Loop(l.clone())]);
     }
+    let jammed = extent / factor;
     if reads_what_it_stores(&inner.body) {
         bail!(
             "schedule: loop '{}' reads a buffer it stores to; its points cannot be jammed",
@@ -67,9 +69,12 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
         })],
         ..l.clone()
     })];
+    // The last points jammed too: a border or leftover column of a
+    // depthwise convolution otherwise reloads the window's weights per
+    // point (BENCHMARKS.md, session 26).
     let rest = extent % factor;
     if rest > 0 {
-        out.push(Stmt::Loop(l.part(jammed * factor, rest)));
+        out.extend(jam(&l.part(jammed * factor, rest), rest)?);
     }
     Ok(out)
 }
@@ -261,9 +266,50 @@ mod tests {
     }
 
     #[test]
-    fn fewer_points_than_the_factor_leave_the_loop_as_it_is() {
-        let k = jammed(ROW_SUMS, "i0", 8).unwrap();
-        assert_eq!(k, parse_kernel(ROW_SUMS).unwrap());
+    fn the_last_points_are_jammed_in_one_more_iteration() {
+        let k = jammed(ROW_SUMS, "i0", 3).unwrap();
+        let expected = "kernel k(in0: f32[5,4], out out0: f32[5,4]) {
+  for i0 in 0..1 {
+    vectorized for i1 in 0..4 {
+      let acc_j0: f32 = 0.0:f32
+      let acc_j1: f32 = 0.0:f32
+      let acc_j2: f32 = 0.0:f32
+      unrolled for r0 in 0..2 {
+        acc_j0 = sum(acc_j0, in0[12*i0 + 4*r0 + i1 if 3*i0 + r0 < 5])
+        acc_j1 = sum(acc_j1, in0[12*i0 + 4*r0 + i1 + 4 if 3*i0 + r0 + 1 < 5])
+        acc_j2 = sum(acc_j2, in0[12*i0 + 4*r0 + i1 + 8 if 3*i0 + r0 + 2 < 5])
+      }
+      out0[12*i0 + i1] = acc_j0
+      out0[12*i0 + i1 + 4] = acc_j1
+      out0[12*i0 + i1 + 8] = acc_j2
+    }
+  }
+  for i0 in 0..1 {
+    vectorized for i1 in 0..4 {
+      let acc_j0: f32 = 0.0:f32
+      let acc_j1: f32 = 0.0:f32
+      unrolled for r0 in 0..2 {
+        acc_j0 = sum(acc_j0, in0[8*i0 + 4*r0 + i1 + 12 if 2*i0 + r0 + 3 < 5])
+        acc_j1 = sum(acc_j1, in0[8*i0 + 4*r0 + i1 + 16 if 2*i0 + r0 + 4 < 5])
+      }
+      out0[8*i0 + i1 + 12] = acc_j0
+      out0[8*i0 + i1 + 16] = acc_j1
+    }
+  }
+}
+";
+        assert_eq!(k.to_string(), expected.trim_end());
+    }
+
+    #[test]
+    fn fewer_points_than_the_factor_are_jammed_in_one_iteration() {
+        assert_eq!(
+            jammed(ROW_SUMS, "i0", 8).unwrap(),
+            jammed(ROW_SUMS, "i0", 5).unwrap()
+        );
+        let k = jammed(ROW_SUMS, "i0", 5).unwrap().to_string();
+        assert!(k.contains("for i0 in 0..1 {") && k.contains("acc_j4"), "{k}");
+        assert!(!k.contains("acc_j5") && !k.contains("let acc:"), "{k}");
     }
 
     #[test]
