@@ -308,7 +308,10 @@ mod tests {
             jammed(ROW_SUMS, "i0", 5).unwrap()
         );
         let k = jammed(ROW_SUMS, "i0", 5).unwrap().to_string();
-        assert!(k.contains("for i0 in 0..1 {") && k.contains("acc_j4"), "{k}");
+        assert!(
+            k.contains("for i0 in 0..1 {") && k.contains("acc_j4"),
+            "{k}"
+        );
         assert!(!k.contains("acc_j5") && !k.contains("let acc:"), "{k}");
     }
 

@@ -19,9 +19,8 @@
 //! vector lanes share are cached per output point (`cache_read` at the
 //! loop around the vectorized one). A vectorized loop whose weights would
 //! take more than half of L1 runs in blocks, outermost and in parallel
-//! (`channel_blocks`). Spatial windows larger than 3x3 take the form only
-//! while most points are interior, and none larger than 5x5
-//! (`SMALL_SIDE_TAPS`): the caller's y-reduce form is faster there. A
+//! (`channel_blocks`). Spatial windows larger than 5x5 do not take the
+//! form (`MAX_SIDE_TAPS`): the caller's y-reduce form is faster there. A
 //! lone window node of at most 3x3 is lowered as a group of one
 //! (`lower_window_node`).
 //!
@@ -45,14 +44,16 @@ use kiln_target::TargetDesc;
 /// Most reduction steps per output point (a 7x7 window is 49).
 pub const MAX_TAPS: usize = 64;
 
-/// Spatial windows (`window_side_taps`) of more taps than this (3x3) take
-/// the form only when most output points are interior (`mostly_interior`),
-/// and none of more than [`MAX_SIDE_TAPS`]. Measured (Zen 5, 2 threads,
-/// kernel profiles; the other form is the y-reduce): 5x5 over 28x28
-/// points 0.24 ms here against 0.44, over 14x14 even, over 7x7 0.62
-/// against 0.25; 7x7 windows (ConvNeXt) 1.7-4x slower here at 56x56 and
-/// 14x14 alike.
+/// A lone window node takes the form only with at most this many taps
+/// (3x3; see `lower_window_node`).
 const SMALL_SIDE_TAPS: i64 = 9;
+/// Spatial windows (`window_side_taps`) of more taps than this (5x5) do
+/// not take the form: 7x7 windows (ConvNeXt) ran 1.7-4x slower here than
+/// in the y-reduce form at 56x56 and 14x14 points alike (Zen 5, 2 threads,
+/// kernel profiles). A 5x5 window over 7x7 points, mostly border, ran 2.5x
+/// slower here (0.62 ms against 0.25) while a jammed loop's last points ran
+/// one by one; with them jammed too it runs 1.3-2x faster here
+/// (BENCHMARKS.md, session 26).
 const MAX_SIDE_TAPS: i64 = 25;
 
 /// The group as a window in registers, scheduled for `target`; `None` when
@@ -174,7 +175,7 @@ fn register_schedule(k: &Kernel, target: &TargetDesc) -> Option<Schedule> {
         return None;
     }
     let side = window_side_taps(&k.body, innermost)?;
-    if side > MAX_SIDE_TAPS || (side > SMALL_SIDE_TAPS && !mostly_interior(k, &outputs)) {
+    if side > MAX_SIDE_TAPS {
         return None;
     }
     let mut schedule = channel_blocks(k, &outputs, target).unwrap_or_default();
@@ -330,21 +331,6 @@ fn window_side_taps(body: &[Stmt], var: &str) -> Option<i64> {
         .filter(|r| checked.is_empty() || checked.iter().any(|index| index.uses(r)))
         .map(|r| find_loop(&l.body, r).map(|r| r.extent.max()))
         .product()
-}
-
-/// Whether more than half of the output points (over the output loops but
-/// the vectorized innermost one) read no padding.
-fn mostly_interior(k: &Kernel, outputs: &[String]) -> bool {
-    let (mut interior_points, mut points) = (1i64, 1i64);
-    for var in &outputs[..outputs.len() - 1] {
-        let Some(extent) = find_loop(&k.body, var).map(|l| l.extent.max()) else {
-            return false;
-        };
-        let (lo, hi) = interior(&k.body, var, extent).unwrap_or((0, extent));
-        interior_points *= hi - lo;
-        points *= extent;
-    }
-    2 * interior_points > points
 }
 
 /// Reduction steps per output point of the nest whose vectorized loop is
