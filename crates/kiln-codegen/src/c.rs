@@ -45,12 +45,12 @@ pub fn prelude() -> String {
     s
 }
 
-/// The [`prelude`] of a compile unit holding `sources`: the f16 block
+/// The [`prelude`] of a compile unit holding the C `source`: the f16 block
 /// conversions, and with them the target's intrinsics header (most of the
-/// prelude's parsing time, BENCHMARKS.md session 26), only when a source
+/// prelude's parsing time, BENCHMARKS.md session 26), only when `source`
 /// calls them.
-pub fn prelude_for<'a>(sources: impl IntoIterator<Item = &'a str>) -> String {
-    if sources.into_iter().any(half_blocks::called_in) {
+pub fn prelude_for(source: &str) -> String {
+    if half_blocks::called_in(source) {
         prelude()
     } else {
         prelude_without_half_blocks()

@@ -302,12 +302,7 @@ impl CpuProgram {
         }
         let mut units: Vec<String> = bodies
             .into_iter()
-            .map(|body| {
-                format!(
-                    "{defines}{}{body}",
-                    kiln_codegen::c::prelude_for([body.as_str()])
-                )
-            })
+            .map(|body| format!("{defines}{}{body}", kiln_codegen::c::prelude_for(&body)))
             .collect();
         units.extend(self.runtime_units.iter().cloned());
         units

@@ -52,8 +52,9 @@ const SMALL_SIDE_TAPS: i64 = 9;
 /// in the y-reduce form at 56x56 and 14x14 points alike (Zen 5, 2 threads,
 /// kernel profiles). A 5x5 window over 7x7 points, mostly border, ran 2.5x
 /// slower here (0.62 ms against 0.25) while a jammed loop's last points ran
-/// one by one; with them jammed too it runs 1.3-2x faster here
-/// (BENCHMARKS.md, session 26).
+/// one by one; with them jammed too it runs 1.1-2x faster here
+/// (MnasNet's and EfficientNet-B0's at batch 8, 1 thread, Zen 4:
+/// BENCHMARKS.md, session 26).
 const MAX_SIDE_TAPS: i64 = 25;
 
 /// The group as a window in registers, scheduled for `target`; `None` when
