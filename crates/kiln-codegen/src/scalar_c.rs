@@ -315,8 +315,9 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// range reduction `x = n·ln2 + r`, a degree-6 polynomial for `e^r` fitted
 /// by kiln (`scripts/fit_rational.py`; six multiply-adds, two fewer than
 /// the degree-7 Cephes form it replaced: BENCHMARKS.md, session 20) and
-/// `2^n` built in the exponent bits of two factors (relative error ≈ 1 ulp;
-/// overflow to inf, gradual underflow to 0, NaN kept); `tanh` and `erf` as `x·P(x²)/Q(x²)`
+/// `2^n` as two factors built in exponent bits, the first added to the
+/// polynomial's (relative error ≈ 1 ulp; overflow to inf, gradual underflow
+/// to 0, NaN kept); `tanh` and `erf` as `x·P(x²)/Q(x²)`
 /// on a clamped range, rational functions kiln fitted by iteratively
 /// reweighted least squares on the relative error
 /// (`scripts/fit_rational.py`; tanh: degrees 4/3 in x² on [-9, 9], erf:
@@ -331,7 +332,7 @@ KILN_INLINE float kiln_expf(float x) {
      as signed integers, floats order as their values up to the positive bound; as unsigned
      ones, every positive float sits below the negative bound and negative floats order by
      magnitude. Compilers keep these integer min/max as single instructions, where a float
-     compare against a constant became mask and blend chains. NaN is put back below. */
+     compare against a constant became mask and blend chains. NaN is put back at the end. */
   union { float f; int32_t i; uint32_t u; } b;
   b.f = x;
   b.i = b.i < 0x42b17218 ? b.i : 0x42b17218;
@@ -347,13 +348,19 @@ KILN_INLINE float kiln_expf(float x) {
   q = q * r + 0.16666531562805176f;
   q = q * r + 0.5f;
   float p = (q * r + 1.0f) * r + 1.0f;
+  /* p 2^n as (p 2^half) 2^(n - half): the first factor is exact and normal whatever n, so it
+     is added to p's exponent bits; the multiplication by the second rounds once, overflowing
+     and underflowing (gradually) as e^x does */
   int32_t ni = (int32_t)n;
   int32_t half = ni >> 1;
-  union { int32_t i; float f; } s1, s2;
-  s1.i = (half + 127) << 23;
+  union { float f; int32_t i; } ph, s2;
+  ph.f = p;
+  ph.i += half << 23;
   s2.i = (ni - half + 127) << 23;
-  float y = p * s1.f * s2.f;
-  return x != x ? x : y;
+  float y = ph.f * s2.f;
+  /* e^x > x for every x, so this keeps y, but for NaN (a compare false) and +inf: one max
+     instruction where `x != x ? x : y` was a compare and a blend */
+  return y > x ? y : x;
 }
 KILN_INLINE float kiln_tanhf(float x) {
   /* x P(x^2) / Q(x^2) below |x| = 9, sign(x) from there (tanh(9) = 1 - 3e-8); odd, so it is
