@@ -29,13 +29,18 @@ pub fn compile_line(m: &CompiledModel) -> String {
         None => "nothing to compile".into(),
     };
     format!(
-        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   prepacked weights: {} ({:.1} MB; {:.1} MB kept unpacked)   {how}   arena: {} bytes (lower bound {}, intermediates {})   workspace: {} bytes",
+        "backend: cpu   fusion: {} ({} ms to plan)   kernels: {}   interpreted nodes: {}   prepacked weights: {} ({:.1} MB{}; {:.1} MB kept unpacked)   {how}   arena: {} bytes (lower bound {}, intermediates {})   workspace: {} bytes",
         r.fusion.plan.planner,
         (r.fusion.seconds * 1e3).round(),
         r.kernels,
         r.interpreted.len(),
         r.prepacked_weights,
         r.packed_bytes as f64 / 1e6,
+        if r.packed_from_cache {
+            ", mapped from the cache"
+        } else {
+            ""
+        },
         r.weight_bytes as f64 / 1e6,
         r.arena_bytes,
         r.arena_bound,

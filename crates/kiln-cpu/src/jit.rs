@@ -15,6 +15,7 @@ use crate::inputs::Input;
 use crate::memory::{
     as_declared, data_ptr, from_bytes, output_storage, AlignedBytes, OutputStorage,
 };
+use crate::packed_cache::Packed;
 use crate::program::{config_defines, CpuOptions, CpuProgram, Naming};
 use crate::weights::{prepack_all, raw_weights, Weights};
 use kiln_exec::{Exec, ExecPlan, Loc, Step};
@@ -88,6 +89,9 @@ pub struct CompileSummary {
     /// weight only a packing reads is not kept).
     pub weight_bytes: usize,
     pub packed_bytes: usize,
+    /// The packings were mapped from the cache, written by an earlier
+    /// start ([`crate::packed_cache`]), not packed by this one.
+    pub packed_from_cache: bool,
 }
 
 /// The memory one run uses.
@@ -106,7 +110,7 @@ pub struct CompiledModel {
     blocks: HashMap<String, BlockFn>,
     weights: Weights,
     /// Weights packed for their gemms at compile time.
-    packed: Vec<AlignedBytes>,
+    packed: Vec<Packed>,
     scratch: std::sync::Mutex<Scratch>,
     /// Sets the OpenMP team size of the calling thread (set per run: the
     /// setting is per thread, and runs may come from any thread).
@@ -217,7 +221,8 @@ impl CompiledModel {
             intermediate_bytes: plan.arena_total,
             workspace_bytes: plan.workspace_bytes,
             weight_bytes: weights.bytes(),
-            packed_bytes: packed.iter().map(AlignedBytes::len).sum(),
+            packed_bytes: packed.iter().map(Packed::len).sum(),
+            packed_from_cache: packed.iter().any(Packed::is_mapped),
         };
         Ok(CompiledModel {
             scratch: std::sync::Mutex::new(Scratch {
@@ -431,7 +436,7 @@ impl Run<'_> {
             out.push(match a {
                 Arg::Value(l) => self.pointer(l)?,
                 Arg::Output(k) => self.output_ptr(k)?,
-                Arg::Packed(p) => self.model.packed[p].ptr_const(0) as *mut u8,
+                Arg::Packed(p) => self.model.packed[p].ptr() as *mut u8,
                 Arg::Workspace(off) => self.scratch.workspace.ptr(off),
             });
         }

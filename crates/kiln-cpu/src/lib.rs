@@ -9,6 +9,7 @@ pub mod aot;
 pub mod inputs;
 pub mod jit;
 pub mod memory;
+pub mod packed_cache;
 pub mod program;
 pub mod select;
 pub mod shared_kernels;

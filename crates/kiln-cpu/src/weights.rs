@@ -10,6 +10,7 @@
 //! — as itself or as its packing — not twice.
 
 use crate::memory::{data_ptr, AlignedBytes};
+use crate::packed_cache::{packing_digest, Packed, PackedCache, CACHED_FROM_BYTES};
 use kiln_exec::{ExecPlan, Loc, Step};
 use kiln_ir::{bail, DType, Error, Graph, Initializer, Result, Tensor, ValueId};
 use kiln_runtime::jit::Library;
@@ -139,28 +140,52 @@ pub fn raw_weights(graph: &Graph, plan: &ExecPlan) -> BTreeSet<usize> {
     needed
 }
 
-/// Every packing of `plan`, in order, made by `threads` threads (packing
-/// is bound by first touches of fresh memory; BERT-base packs 340 MB);
-/// records each packing's size in the plan. A weight `weights` left out is
-/// decoded for its packing and dropped after it.
+/// Every packing of `plan`, in order: mapped from the cache when a start
+/// before packed the same weights with the same library
+/// ([`crate::packed_cache`]; models packing at least
+/// [`CACHED_FROM_BYTES`]), else made by `threads` threads (packing is bound
+/// by first touches of fresh memory; BERT-base packs 340 MB) and stored
+/// there. Records each packing's size in the plan. A weight `weights` left
+/// out is decoded for its packing and dropped after it.
 pub fn prepack_all(
     lib: &Library,
     graph: &Graph,
     plan: &mut ExecPlan,
     weights: &Weights,
     threads: usize,
-) -> Result<Vec<AlignedBytes>> {
+) -> Result<Vec<Packed>> {
     let jobs: Vec<Job> = plan
         .packings
         .iter()
         .map(|p| packing_job(plan, &p.kernel))
         .collect::<Result<_>>()?;
+    let sizes: Vec<usize> = jobs
+        .iter()
+        .map(|job| packing_bytes(lib, &job.kernel))
+        .collect::<Result<_>>()?;
     let plan_ref: &ExecPlan = plan;
-    let packed = in_parallel(&jobs, threads, |job, scratch| {
-        job.pack(lib, graph, plan_ref, weights, scratch)
-    })?;
-    for (p, bytes) in plan.packings.iter_mut().zip(&packed) {
-        p.bytes = bytes.len();
+    let cache = if sizes.iter().sum::<usize>() >= CACHED_FROM_BYTES {
+        let digests = in_parallel(&jobs, threads, |job, _: &mut ()| {
+            job.digest(graph, plan_ref, weights)
+        })?;
+        Some(PackedCache::new(lib, &digests, sizes.clone()))
+    } else {
+        None
+    };
+    let packed = match cache.as_ref().and_then(PackedCache::load) {
+        Some(mapped) => mapped,
+        None => {
+            let fresh = in_parallel(&jobs, threads, |job, scratch| {
+                job.pack(lib, graph, plan_ref, weights, scratch)
+            })?;
+            if let Some(cache) = &cache {
+                cache.store(&fresh);
+            }
+            fresh.into_iter().map(Packed::Owned).collect()
+        }
+    };
+    for (p, bytes) in plan.packings.iter_mut().zip(&sizes) {
+        p.bytes = *bytes;
     }
     Ok(packed)
 }
@@ -197,6 +222,32 @@ fn packing_job(plan: &ExecPlan, kernel: &str) -> Result<Job> {
 }
 
 impl Job {
+    /// The hash of what this packing reads ([`packing_digest`]). The model
+    /// file's pages read for it are given back after.
+    fn digest(&self, graph: &Graph, plan: &ExecPlan, weights: &Weights) -> Result<u128> {
+        let mut read = Vec::new();
+        let mut slots = Vec::with_capacity(self.slots.len());
+        for slot in &self.slots {
+            slots.push(match *slot {
+                None => None,
+                Some(w) => Some(match weights.get(w) {
+                    Some(t) => tensor_bytes(t)?,
+                    None => {
+                        let init = initializer(graph, plan, w)?;
+                        read.push(init);
+                        match init {
+                            Initializer::Raw { bytes, .. } => &bytes[..],
+                            Initializer::Tensor(t) => tensor_bytes(t)?,
+                        }
+                    }
+                }),
+            });
+        }
+        let digest = packing_digest(&self.kernel, slots.into_iter());
+        read.iter().for_each(|init| init.release_resident());
+        Ok(digest)
+    }
+
     /// Packs, reading the weights `weights` left out where they are or
     /// widened into `scratch` (see [`f32_values`]), else decoded and
     /// dropped.
@@ -315,23 +366,34 @@ fn in_parallel<J: Sync, T: Send, S: Default>(
         .collect()
 }
 
-/// Runs kernel `name`'s prepacking entry point on `args` (its buffers,
-/// null but for the weights): the packing it then reads after its buffers.
-fn prepack(lib: &Library, name: &str, mut args: Vec<*mut u8>) -> Result<AlignedBytes> {
-    let suffix = kiln_codegen::c::PREPACK_SUFFIX;
-    // SAFETY: a prepacked kernel's source defines both entry points
-    // (`long NAME_prepack_floats(void)`, `int NAME_prepack(void* const*)`).
-    let (floats, pack): (FloatsFn, KernelFn) = unsafe {
-        (
-            lib.symbol(&format!("{name}{suffix}_floats"))?,
-            lib.symbol(&format!("{name}{suffix}"))?,
-        )
-    };
+/// The bytes of kernel `name`'s packing, as [`AlignedBytes`] holds them
+/// (whole 64-byte words).
+fn packing_bytes(lib: &Library, name: &str) -> Result<usize> {
+    // SAFETY: a prepacked kernel's source defines `long NAME_prepack_floats(void)`.
+    let floats: FloatsFn =
+        unsafe { lib.symbol(&format!("{name}{}_floats", kiln_codegen::c::PREPACK_SUFFIX))? };
     // SAFETY: no arguments; returns a size.
     let n = usize::try_from(unsafe { floats() })
         .map_err(|_| Error::new("negative weight packing size"))?;
-    kiln_ir::limits::check_bytes(&format!("kernel {name}'s weight packing"), n as u128 * 4)?;
-    let mut packing = AlignedBytes::new(n * 4);
+    let bytes = n as u128 * 4;
+    kiln_ir::limits::check_bytes(&format!("kernel {name}'s weight packing"), bytes)?;
+    Ok((bytes as usize).next_multiple_of(64))
+}
+
+/// A numeric tensor's elements as bytes.
+fn tensor_bytes(t: &Tensor) -> Result<&[u8]> {
+    let ptr = data_ptr(t)?;
+    // SAFETY: `data_ptr` points at the tensor's `len` elements of its dtype, borrowed from `t`.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, t.len() * t.dtype().size()) })
+}
+
+/// Runs kernel `name`'s prepacking entry point on `args` (its buffers,
+/// null but for the weights): the packing it then reads after its buffers.
+fn prepack(lib: &Library, name: &str, mut args: Vec<*mut u8>) -> Result<AlignedBytes> {
+    // SAFETY: a prepacked kernel's source defines `int NAME_prepack(void* const*)`.
+    let pack: KernelFn =
+        unsafe { lib.symbol(&format!("{name}{}", kiln_codegen::c::PREPACK_SUFFIX))? };
+    let mut packing = AlignedBytes::new(packing_bytes(lib, name)?);
     args.push(packing.ptr(0));
     // SAFETY: the weight pointers hold the kernel's declared shapes and the
     // packing has the size the kernel asked for; nothing else is read.

@@ -110,3 +110,58 @@ fn convolution_weights_are_packed_once_and_give_the_interpreters_results() -> Re
     assert_eq!(packed, 2, "both convolutions read a packed weight");
     Ok(())
 }
+
+/// A matmul over `weight` ([2048, 2304]: its packing is larger than
+/// `CACHED_FROM_BYTES`), the weight an initializer.
+fn large_matmul(weight: Vec<f32>) -> Result<kiln_ir::Graph> {
+    let mut g = load(
+        r#"graph "g" opsets [""=17] {
+  input %x: f32[1,8,2048]
+  input %w: f32[2048,2304]
+  node "mm" %y: f32[1,8,2304] = MatMul(%x, %w)
+  output %y
+}"#,
+    )?;
+    let w = g.inputs.remove(1);
+    let tensor = kiln_ir::Tensor::new(vec![2048, 2304], kiln_ir::Data::F32(weight.into()))?;
+    g.initializers
+        .insert(w, kiln_ir::Initializer::Tensor(tensor));
+    Ok(g)
+}
+
+#[test]
+fn large_packings_are_mapped_from_the_cache_at_the_next_start() -> Result<()> {
+    let cache = std::env::temp_dir().join(format!("kiln-packed-cache-{}", std::process::id()));
+    let opts = CpuOptions {
+        threads: 2,
+        compiler: kiln_runtime::jit::CompilerConfig {
+            cache_dir: cache.clone(),
+            ..kiln_runtime::jit::CompilerConfig::from_env()
+        },
+        ..Default::default()
+    };
+    let mut weight: Vec<f32> = (0..2048 * 2304)
+        .map(|i| ((i * 7919) % 1999) as f32 / 1999.0 - 0.5)
+        .collect();
+    let starts = |g: &kiln_ir::Graph| -> Result<bool> {
+        let model = CompiledModel::compile(g, &opts)?;
+        let ins = inputs(g)?;
+        assert_close(&model.run(&ins)?, &kiln_interp::run(g, &ins)?, "large")?;
+        assert_eq!(model.report.prepacked_weights, 1);
+        Ok(model.report.packed_from_cache)
+    };
+    let g = large_matmul(weight.clone())?;
+    assert!(!starts(&g)?, "the first start packs");
+    assert!(
+        starts(&g)?,
+        "the second start maps the packing the first stored"
+    );
+    // One changed element is another model: packed again, from its own values.
+    weight[12345] += 1.0;
+    assert!(
+        !starts(&large_matmul(weight)?)?,
+        "a changed weight is not a hit"
+    );
+    std::fs::remove_dir_all(&cache).ok();
+    Ok(())
+}

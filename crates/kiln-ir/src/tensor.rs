@@ -375,7 +375,10 @@ impl Data {
 
     /// Decodes little-endian raw bytes (ONNX `raw_data`) of `dtype`.
     pub fn from_le_bytes(dtype: DType, bytes: &[u8]) -> Result<Data> {
-        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+        // Collected straight into the shared slice: `chunks_exact` knows its length, so this
+        // allocates once, where a `Vec` then `.into()` wrote every element twice (for a large
+        // model's weights, hundreds of megabytes of fresh pages touched at every start).
+        fn chunks<const N: usize, T>(b: &[u8], f: impl Fn([u8; N]) -> T) -> Arc<[T]> {
             b.chunks_exact(N)
                 .map(|c| {
                     let mut a = [0u8; N];
@@ -395,18 +398,18 @@ impl Data {
             );
         }
         Ok(match dtype {
-            DType::F32 => Data::F32(chunks(bytes, f32::from_le_bytes).into()),
-            DType::F64 => Data::F64(chunks(bytes, f64::from_le_bytes).into()),
-            DType::F16 => Data::F16(chunks(bytes, f16::from_le_bytes).into()),
-            DType::BF16 => Data::BF16(chunks(bytes, bf16::from_le_bytes).into()),
-            DType::I8 => Data::I8(chunks(bytes, i8::from_le_bytes).into()),
-            DType::I16 => Data::I16(chunks(bytes, i16::from_le_bytes).into()),
-            DType::I32 => Data::I32(chunks(bytes, i32::from_le_bytes).into()),
-            DType::I64 => Data::I64(chunks(bytes, i64::from_le_bytes).into()),
-            DType::U8 => Data::U8(bytes.to_vec().into()),
-            DType::U16 => Data::U16(chunks(bytes, u16::from_le_bytes).into()),
-            DType::U32 => Data::U32(chunks(bytes, u32::from_le_bytes).into()),
-            DType::U64 => Data::U64(chunks(bytes, u64::from_le_bytes).into()),
+            DType::F32 => Data::F32(chunks(bytes, f32::from_le_bytes)),
+            DType::F64 => Data::F64(chunks(bytes, f64::from_le_bytes)),
+            DType::F16 => Data::F16(chunks(bytes, f16::from_le_bytes)),
+            DType::BF16 => Data::BF16(chunks(bytes, bf16::from_le_bytes)),
+            DType::I8 => Data::I8(chunks(bytes, i8::from_le_bytes)),
+            DType::I16 => Data::I16(chunks(bytes, i16::from_le_bytes)),
+            DType::I32 => Data::I32(chunks(bytes, i32::from_le_bytes)),
+            DType::I64 => Data::I64(chunks(bytes, i64::from_le_bytes)),
+            DType::U8 => Data::U8(Arc::from(bytes)),
+            DType::U16 => Data::U16(chunks(bytes, u16::from_le_bytes)),
+            DType::U32 => Data::U32(chunks(bytes, u32::from_le_bytes)),
+            DType::U64 => Data::U64(chunks(bytes, u64::from_le_bytes)),
             DType::Bool => Data::Bool(bytes.iter().map(|&b| b != 0).collect()),
             DType::Str => unreachable!("checked above"),
         })
