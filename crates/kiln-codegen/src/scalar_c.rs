@@ -489,17 +489,25 @@ KILN_INLINE uint16_t kiln_f32_bf16(float f) {
   return (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? ((x >> 16) | 0x40u) : rounded);
 }
 /* f rounded to the nearest f16 (bf16) value, kept in float: the same values as narrowing
-   and widening, in fewer operations. Normal results round the float's mantissa in place
-   (a carry steps the exponent); below 2^-14, 0.5 + |f| rounds to a multiple of 2^-24 as
-   in kiln_f32_f16; 65520 and above become infinity; NaN stays. */
+   and widening, in fewer operations. f16: |f| + m - m rounds |f| to a multiple of ulp(m),
+   to nearest even, for a power of two m; with m = 2^(e + 13) for |f|'s exponent e that is
+   f16's 11 significant bits, and with e raised to f16's smallest normal exponent, -14, it is
+   f16's subnormal step 2^-24 below it (e is capped at 16 so that m stays finite for huge and
+   infinite |f|). Above the largest f16, 65504, the result is infinity; NaN passes through
+   the additions and the compare; the sign is put back last. It gave the former bit-level
+   form's bits on all 2^32 inputs (NaN: a NaN); tests/half_conversions.rs checks ties,
+   subnormals, overflow and NaN against the half crate.
+   bf16: the float's mantissa rounded in place (a carry steps the exponent). */
 KILN_INLINE float kiln_round_f16(float f) {
   uint32_t x = kiln_f32_bits(f);
   uint32_t a = x & 0x7fffffffu;
-  float normal = kiln_bits_f32((x + 0xfffu + ((x >> 13) & 1u)) & 0xffffe000u);
-  float tiny = copysignf((fabsf(f) + 0.5f) - 0.5f, f);
-  float r = a < 0x38800000u ? tiny : normal;
-  r = a >= 0x477ff000u ? copysignf(INFINITY, f) : r;
-  return a > 0x7f800000u ? f : r;
+  uint32_t e = a & 0x7f800000u;
+  e = e > 0x38800000u ? e : 0x38800000u;
+  e = e < 0x47800000u ? e : 0x47800000u;
+  float m = kiln_bits_f32(e + 0x06800000u);
+  float r = (kiln_bits_f32(a) + m) - m;
+  r = r > 65504.0f ? INFINITY : r;
+  return kiln_bits_f32(kiln_f32_bits(r) | (x & 0x80000000u));
 }
 KILN_INLINE float kiln_round_bf16(float f) {
   uint32_t x = kiln_f32_bits(f);
