@@ -221,7 +221,7 @@ fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
         "Ceil" => libm("ceil"),
         "Round" => libm("nearbyint"),
         "Relu" => format!("({a} < 0 ? ({ty})0 : {a})"),
-        "Sigmoid" if single => format!("(1.0f / (1.0f + kiln_expf(-{a})))"),
+        "Sigmoid" if single => format!("kiln_sigmoidf({a})"),
         "Sigmoid" => format!("(({ty})1 / (({ty})1 + exp{f}(-{a})))"),
         "Tanh" if single => format!("kiln_tanhf({a})"),
         "Tanh" => libm("tanh"),
@@ -310,7 +310,7 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 
 /// Helpers the expressions above call; emitted once per C file.
 ///
-/// `kiln_expf`, `kiln_tanhf` and `kiln_erff` are branch-free float
+/// `kiln_expf`, `kiln_sigmoidf`, `kiln_tanhf` and `kiln_erff` are branch-free float
 /// arithmetic (no libm calls), so loops calling them vectorize: `expf` by
 /// range reduction `x = n·ln2 + r`, a degree-6 polynomial for `e^r` fitted
 /// by kiln (`scripts/fit_rational.py`; six multiply-adds, two fewer than
@@ -361,6 +361,34 @@ KILN_INLINE float kiln_expf(float x) {
   /* e^x > x for every x, so this keeps y, but for NaN (a compare false) and +inf: one max
      instruction where `x != x ? x : y` was a compare and a blend */
   return y > x ? y : x;
+}
+KILN_INLINE float kiln_sigmoidf(float x) {
+  /* 1 / (1 + e^-x), with e^-x as in kiln_expf but cheaper where the sum makes it safe:
+     -x clamped to [-86, 88] (bits compared as there), so 2^n is one factor added to the
+     polynomial's exponent bits, read from the rounding sum's low bits (n + 1.5 2^23): below
+     -86, e^-x is under 2^-124 and 1 + e^-x is 1 either way; above 88, the result (under
+     2^-126) is 0 as when e^-x overflows. NaN is put back last. */
+  union { float f; int32_t i; uint32_t u; } b;
+  b.f = -x;
+  b.i = b.i < 0x42b00000 ? b.i : 0x42b00000;
+  b.u = b.u < 0xc2ac0000u ? b.u : 0xc2ac0000u;
+  float c = b.f;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+  float q = 0.0013901895144954324f;
+  q = q * r + 0.008367503061890602f;
+  q = q * r + 0.04166682809591293f;
+  q = q * r + 0.16666531562805176f;
+  q = q * r + 0.5f;
+  float p = (q * r + 1.0f) * r + 1.0f;
+  union { float f; int32_t i; } e, bits;
+  e.f = p;
+  bits.f = t;
+  e.i += bits.i << 23;
+  float y = 1.0f / (1.0f + e.f);
+  y = x < -88.0f ? 0.0f : y;
+  return x != x ? x : y;
 }
 KILN_INLINE float kiln_tanhf(float x) {
   /* x P(x^2) / Q(x^2) below |x| = 9, sign(x) from there (tanh(9) = 1 - 3e-8); odd, so it is

@@ -1,4 +1,4 @@
-//! Accuracy of the generated C's own `kiln_expf`, `kiln_tanhf` and
+//! Accuracy of the generated C's own `kiln_expf`, `kiln_sigmoidf`, `kiln_tanhf` and
 //! `kiln_erff` (scalar_c.rs) against libm in double precision: a dense
 //! sweep through a vectorized loop compiled with kiln's flags
 //! (`CompilerConfig::default_flags`), plus the
@@ -11,6 +11,7 @@ use std::process::Command;
 const PROGRAM: &str = r#"
 #include <stdio.h>
 static float xs[200001], ys[200001];
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 /* The worst relative error of `f` against double-precision `ref` on n
    points of [lo, hi], computed through a vectorized loop. */
 #define SWEEP(name, f, ref, lo, hi) do { \
@@ -32,10 +33,12 @@ int main(void) {
     SWEEP("exp", kiln_expf, exp, -80.0f, 80.0f);
     /* up to where e^x overflows, and down to where it leaves the normal range */
     SWEEP("exp_edges", kiln_expf, exp, -87.3f, 88.72f);
+    /* through the clamps at -x = -86 and 88: e^x is still normal at -87 */
+    SWEEP("sigmoid", kiln_sigmoidf, sigmoid, -87.0f, 100.0f);
     const float nan = NAN, inf = INFINITY;
     /* gradual underflow: e^-100 is a subnormal (within its last place), e^-104 rounds to 0 */
     const double sub = exp(-100.0);
-    printf("special %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n",
+    printf("special %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n",
         kiln_erff(nan) != kiln_erff(nan), kiln_tanhf(nan) != kiln_tanhf(nan),
         kiln_expf(nan) != kiln_expf(nan),
         kiln_erff(inf) == 1.0f, kiln_erff(-inf) == -1.0f,
@@ -46,7 +49,9 @@ int main(void) {
         fabs(kiln_expf(-100.0f) - sub) <= 0x1p-149, kiln_expf(-104.0f) == 0.0f,
         kiln_expf(88.73f) == inf,
         /* the clamps compare bits: a negative NaN and negative zero too */
-        kiln_expf(-nan) != kiln_expf(-nan), kiln_expf(-0.0f) == 1.0f);
+        kiln_expf(-nan) != kiln_expf(-nan), kiln_expf(-0.0f) == 1.0f,
+        kiln_sigmoidf(nan) != kiln_sigmoidf(nan), kiln_sigmoidf(-nan) != kiln_sigmoidf(-nan),
+        kiln_sigmoidf(inf) == 1.0f, kiln_sigmoidf(-inf) == 0.0f, kiln_sigmoidf(0.0f) == 0.5f);
     return 0;
 }
 "#;
@@ -80,6 +85,7 @@ fn transcendentals_match_libm() {
         ("tanh", 3e-6),
         ("exp", 1e-6),
         ("exp_edges", 1e-6),
+        ("sigmoid", 1e-6),
     ] {
         let err = value(name);
         assert!(
