@@ -148,52 +148,107 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // one coalesced loop; chunks and vector lanes are CPU notions.
         return schedule;
     }
-    let nest: Vec<(String, i64, bool)> = output_nest(&current.body)
-        .iter()
-        .map(|l| {
-            let plain = l.body.iter().all(|s| matches!(s, Stmt::Store { .. }));
-            (l.var.clone(), l.extent.max(), plain)
-        })
-        .collect();
-    let total = work(&current.body);
-    let Some((innermost, extent, plain)) = nest.last().cloned() else {
+    let Some(nest) = OutputNest::of(&current, in_order) else {
         return schedule;
     };
     if let Some(blocked) = transpose::blocked_transpose(&current, target) {
         schedule.0.extend(blocked.0);
         return schedule;
     }
-    let parallel = total >= PARALLEL_MIN_WORK;
-    // A split reduction widens each f16/bf16 input row whole (`c/half_blocks.rs`) into a
-    // temporary as large as the output, column strips a strip at a time; split, such
-    // y-reduces ran up to twice as slow (BENCHMARKS.md, session 23).
-    let half_input = k
-        .buffers
-        .iter()
-        .any(|b| !b.output && b.dtype.is_half_float());
-    let outward = !in_order;
-    if nest.len() == 1 && extent > CHUNK && plain {
+    if !one_loop_schedule(&mut current, &mut schedule, &nest, target) {
+        innermost_schedule(&mut current, &mut schedule, &nest, target);
+    }
+    schedule
+}
+
+/// The CPU's view of a kernel's output nest once its loops are coalesced.
+struct OutputNest {
+    /// Each output loop, outermost first: its variable and extent.
+    loops: Vec<(String, i64)>,
+    /// The innermost output loop, its extent, and whether its body only stores.
+    innermost: String,
+    extent: i64,
+    plain: bool,
+    /// Enough work to run the nest on several threads.
+    parallel: bool,
+    /// Reductions that must run in order (no lanes, chunks or outward accumulation).
+    in_order: bool,
+}
+
+impl OutputNest {
+    fn of(current: &Kernel, in_order: bool) -> Option<OutputNest> {
+        let nest = output_nest(&current.body);
+        let last = nest.last()?;
+        Some(OutputNest {
+            loops: nest
+                .iter()
+                .map(|l| (l.var.clone(), l.extent.max()))
+                .collect(),
+            innermost: last.var.clone(),
+            extent: last.extent.max(),
+            plain: last.body.iter().all(|s| matches!(s, Stmt::Store { .. })),
+            parallel: work(&current.body) >= PARALLEL_MIN_WORK,
+            in_order,
+        })
+    }
+
+    fn single(&self) -> bool {
+        self.loops.len() == 1
+    }
+}
+
+/// The innermost output loop of `current` as it stands, and whether it takes the y-reduce
+/// form (its reductions accumulated into outward partial rows).
+fn accumulates_outward(current: &Kernel, nest: &OutputNest) -> (Option<Loop>, bool) {
+    let last = output_nest(&current.body).last().map(|l| (*l).clone());
+    let along = !nest.in_order && last.as_ref().is_some_and(y_reducible);
+    (last, along)
+}
+
+/// The forms of a nest with one output loop: a plain loop in chunks, a matrix-vector
+/// product split across threads by its reduction or by column strips. Returns whether one
+/// applied; coalesces the reduced loops in any case (the innermost forms see them so).
+fn one_loop_schedule(
+    current: &mut Kernel,
+    schedule: &mut Schedule,
+    nest: &OutputNest,
+    target: &TargetDesc,
+) -> bool {
+    if !nest.single() {
+        return false;
+    }
+    let innermost = nest.innermost.clone();
+    if nest.extent > CHUNK && nest.plain {
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
             var: innermost,
             factor: CHUNK,
         });
-        if parallel {
+        if nest.parallel {
             schedule.0.push(Directive::Parallel(o));
         }
         schedule.0.push(Directive::Vectorize(i));
-        return schedule;
+        return true;
     }
-    if outward && nest.len() == 1 {
-        coalesce_reductions(&mut current, &mut schedule);
+    if !nest.in_order {
+        coalesce_reductions(current, schedule);
     }
-    let last_loop = output_nest(&current.body).last().map(|l| (*l).clone());
-    let along = outward && last_loop.as_ref().is_some_and(y_reducible);
-    let split_reduction = last_loop
+    let (last, along) = accumulates_outward(current, nest);
+    if !(nest.parallel && along) {
+        return false;
+    }
+    // A split reduction widens each f16/bf16 input row whole (`c/half_blocks.rs`) into a
+    // temporary as large as the output, column strips a strip at a time; split, such
+    // y-reduces ran up to twice as slow (BENCHMARKS.md, session 23).
+    let half_input = current
+        .buffers
+        .iter()
+        .any(|b| !b.output && b.dtype.is_half_float());
+    let split = last
         .as_ref()
         .filter(|_| !half_input)
-        .and_then(|l| reduction_to_split(l, extent, target));
-    if let (1, true, true, Some(reduction)) = (nest.len(), parallel, along, split_reduction) {
+        .and_then(|l| reduction_to_split(l, nest.extent, target));
+    if let Some(reduction) = split {
         // A matrix-vector product (a y-reduce with one output loop): the reduction is
         // split across threads, each accumulating the whole output row in a private copy
         // (combined at the end), so each thread streams a contiguous block of the matrix
@@ -203,27 +258,41 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
             .push(Directive::AccumulateOutward(innermost.clone()));
         schedule.0.push(Directive::Parallel(reduction));
         schedule.0.push(Directive::Vectorize(innermost));
-        return schedule;
+        return true;
     }
-    if nest.len() == 1 && parallel && along && extent >= 2 * ROW_CHUNK {
+    if nest.extent >= 2 * ROW_CHUNK {
         // A reduction with one output loop (matrix-vector product): chunks
         // of the row in parallel, each accumulated in the y-reduce form.
         let (o, i) = split_names(&innermost);
         schedule.0.push(Directive::Split {
             var: innermost,
-            factor: column_strip(extent, target),
+            factor: column_strip(nest.extent, target),
         });
         schedule.0.push(Directive::Parallel(o));
         schedule.0.push(Directive::AccumulateOutward(i.clone()));
         schedule.0.push(Directive::Vectorize(i));
-        return schedule;
+        return true;
     }
-    if parallel && nest[0].1 > 1 {
-        schedule.0.push(Directive::Parallel(nest[0].0.clone()));
+    false
+}
+
+/// The outermost output loop on threads, then the innermost one's form: a y-reduce in
+/// vector lanes, a plain loop vectorized between its guards' cuts, or an x-reduce whose
+/// reduced loops run in vector lanes.
+fn innermost_schedule(
+    current: &mut Kernel,
+    schedule: &mut Schedule,
+    nest: &OutputNest,
+    target: &TargetDesc,
+) {
+    let (outermost, outer_extent) = &nest.loops[0];
+    if nest.parallel && *outer_extent > 1 {
+        schedule.0.push(Directive::Parallel(outermost.clone()));
     }
-    let last = output_nest(&current.body).last().map(|l| (*l).clone());
-    let y_reduce = along && (nest.len() > 1 || !parallel) && extent >= 8;
-    if y_reduce {
+    let (last, along) = accumulates_outward(current, nest);
+    let (innermost, extent) = (nest.innermost.clone(), nest.extent);
+    let several = !nest.single() || !nest.parallel;
+    if along && several && extent >= 8 {
         schedule
             .0
             .push(Directive::AccumulateOutward(innermost.clone()));
@@ -234,7 +303,7 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
                 at: vec![lo, hi],
             });
         }
-    } else if plain && (nest.len() > 1 || !parallel) {
+    } else if nest.plain && several {
         let at = guard_cuts(&current.body, &innermost, extent);
         if !at.is_empty() {
             schedule.0.push(Directive::Peel {
@@ -243,20 +312,19 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
             });
         }
         schedule.0.push(Directive::Vectorize(innermost));
-    } else if let Some(nest) = last
+    } else if let Some(reduced) = last
         .as_ref()
-        .filter(|_| !in_order)
+        .filter(|_| !nest.in_order)
         .and_then(x_reduced_loops)
     {
         // An x-reduce: each output's reduction reads consecutive elements,
         // so its innermost loop — coalesced with the loops around it while
         // the elements stay consecutive (PANAMERA §3.1's coalescing) — runs
         // in vector lanes (partials combined by the loop's reduction clause).
-        let r = coalesce_inward(&mut current, &mut schedule, &nest, Coalescing::Consecutive);
+        let r = coalesce_inward(current, schedule, &reduced, Coalescing::Consecutive);
         let extent = find_loop(&current.body, &r).map(|l| l.extent.max());
-        schedule.0.extend(vector_sum(&current, &r, extent, target));
+        schedule.0.extend(vector_sum(current, &r, extent, target));
     }
-    schedule
 }
 
 /// Coalesces the reduced loops nested in `current`'s one output loop while
