@@ -195,6 +195,38 @@ fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
     assert!(counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes < halving / 3);
 }
 
+/// Softmax's rows form stores each row, then reads it back: its output
+/// is got and put. Each core's rows are its own (the output box moves by
+/// its extent from tile to tile), so the phase is dealt to the cores,
+/// on `stcp920` and on a 4 KB LB, and matches the interpreter.
+#[test]
+fn softmax_rows_are_dealt_to_the_cores() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[64,300]
+  node "sm" %y: f32[64,300] = Softmax(%x) {axis=1}
+  output %y
+}"#;
+    let g = load(src);
+    for desc in [stcp920(), small_lb()] {
+        let t = DsaTarget::new(desc);
+        // The planner fuses the opened Softmax into one group.
+        let all: Vec<usize> = (0..g.nodes.len()).collect();
+        let node = kiln_fuse::apply::group_node(&g, &all).expect("groups");
+        let lowered =
+            kiln_cpu::select::lower_fused(&node, "k0", Vec::new(), &t.target).expect("lowers");
+        let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
+        let read_back: Vec<_> = device
+            .phases
+            .iter()
+            .filter(|p| p.arrays.iter().any(|a| a.get && a.put))
+            .collect();
+        assert!(!read_back.is_empty(), "no output read back");
+        assert!(read_back.iter().all(|p| p.spread), "{}", t.desc.name);
+        let counts = check(src, &t.desc);
+        assert_eq!(counts.kernel_calls, 1, "{counts}");
+    }
+}
+
 /// A kernel whose DMA of an input is deleted reads the LB's poison (0xFF
 /// bytes, NaN), not the input: device code cannot reach DDR by itself.
 #[test]

@@ -24,8 +24,11 @@
 //! - in both, the outermost tile loop is dealt to the cores when its
 //!   iterations write disjoint outputs (any loop of a chosen order, else
 //!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
-//!   every output box is written whole, halved first until there are as
-//!   many tiles as cores;
+//!   every output box is written whole or, when it is got before it is
+//!   put (an output read back: Softmax's rows form), lies apart from the
+//!   boxes of the loop's other tiles (a dimension that moves by at least
+//!   its extent from tile to tile), halved first until there are as many
+//!   tiles as cores;
 //! - every buffer the phase touches has one LB array holding the bounding
 //!   box of all its accesses in a tile (`boxes.rs`: per dimension when
 //!   the offsets are affine per dimension, else the whole buffer), its
@@ -403,9 +406,13 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     };
     let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, dealt, desc)?;
     let arrays = layout(k, &uses, &tiling, &extents);
+    let first = tiling.loops.first().filter(|t| t.count() > 1);
     let spread = independent
-        && tiling.loops.first().is_some_and(|t| t.count() > 1)
-        && arrays.iter().all(|(a, _)| !a.put || !a.get);
+        && first.is_some_and(|t| {
+            arrays
+                .iter()
+                .all(|(a, _)| !a.put || !a.get || apart_per_tile(a, t))
+        });
     let mut compute = compute_kernel(k, stmts, &uses, &arrays, &tiling);
     if let Some(t) = red.and_then(|r| tiling.cut().into_iter().find(|t| t.var == r.var)) {
         compute.body = resume(&compute.body, outer.len(), &t.tile_var);
@@ -415,6 +422,18 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
         spread,
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
+    })
+}
+
+/// Whether the boxes of `a` in distinct tiles of `t` are disjoint: some
+/// dimension starts at `s·t + c` (no other tile variable) and spans at
+/// most `|s|` indices. An array both got and put is then read back and
+/// written only where the same tile (and so the same core) put it, and
+/// the tiles of `t` may run on different cores.
+fn apart_per_tile(a: &LbArray, t: &TileLoop) -> bool {
+    a.dims.iter().any(|d| match d.lo.terms.as_slice() {
+        [(Atom::Var(v), s)] => *v == t.tile_var && d.ext <= s.abs(),
+        _ => false,
     })
 }
 
@@ -764,4 +783,49 @@ fn staged_inputs(k: &Kernel, phases: &[Phase], desc: &DsaDesc) -> Vec<(usize, u6
         }
     }
     staged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The phases of `text` tiled for `stcp920`: (dealt, arrays got and put).
+    fn dealing(text: &str) -> Vec<(bool, usize)> {
+        let k = kiln_loop::parse_kernel(text).expect("kernel");
+        let desc = DsaDesc::preset("stcp920").expect("preset");
+        let d = tile_kernel(&k, &desc).expect("tiles");
+        d.phases
+            .iter()
+            .map(|p| (p.spread, p.arrays.iter().filter(|a| a.get && a.put).count()))
+            .collect()
+    }
+
+    #[test]
+    fn an_output_read_back_by_its_own_rows_is_dealt_to_the_cores() {
+        // Each row i0 is stored, then read back and rescaled by its sum:
+        // a tile's output box is its own rows.
+        let rows = dealing(
+            "kernel k(in0: f32[64, 100], out out0: f32[64, 100]) {
+               for i0 in 0..64 {
+                 let s: f32 = 0.0:f32
+                 for i1 in 0..100 { out0[100*i0 + i1] = Exp(in0[100*i0 + i1])
+                   s = sum(s, out0[100*i0 + i1]) }
+                 for i2 in 0..100 { out0[100*i0 + i2] = Div(out0[100*i0 + i2], s) } } }",
+        );
+        assert_eq!(rows, vec![(true, 1)]);
+    }
+
+    #[test]
+    fn an_output_read_back_in_a_box_other_tiles_share_stays_on_one_core() {
+        // Iteration i0 touches out0's elements 4·i0 .. 4·i0 + 3 only, but
+        // as `[2, 32]` their indices do not split per dimension: the box
+        // is the whole buffer, the same for every tile.
+        let whole = dealing(
+            "kernel k(in0: f32[64], out out0: f32[2, 32]) {
+               for i0 in 0..16 { for i1 in 0..4 {
+                 out0[4*i0 + i1] = in0[4*i0 + i1]
+                 out0[4*i0 + i1] = Neg(out0[4*i0 + i1]) } } }",
+        );
+        assert_eq!(whole, vec![(false, 1)]);
+    }
 }
