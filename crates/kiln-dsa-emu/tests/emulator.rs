@@ -135,27 +135,49 @@ fn tiled_counts(src: &str, desc: DsaDesc, want: &[(&str, i64)]) -> kiln_dsa_emu:
 /// channel tile becomes 2, and each 1-row output tile reads a 3-row input
 /// box: 2688 tiles × (1344 + 448) B + 48 × 72 B = 4 820 352 B moved. The
 /// halving tiles, 3 channels (for the cores) × 28 rows, move 64 × (20 160
-/// + 18 816) B + 32 × 108 B = 2 497 920 B, so they are kept.
+/// + 18 816) B + 32 × 108 B = 2 497 920 B, so they are kept by bytes.
+/// kiln's refinement then halves the channel tile to 2 (48 tiles, still
+/// one per core) and grows the rows whole: a 2-channel input box (the
+/// halo clipped to the image once the rows are whole: 2 × 56 × 56
+/// floats, 25 088 B), the same output box and 72 B of weights fit the
+/// 64 KB where 3 channels' did not. The image is read once, without the
+/// halo rows read twice, so it is no longer staged in GB: DDR→LB is the
+/// image and the weights once.
 #[test]
-fn the_halving_tiles_are_kept_when_they_move_fewer_bytes() {
+fn a_depthwise_convolution_is_refined_to_whole_rows() {
     let src = r#"graph "g" opsets [""=17] {
   input %x: f32[1,96,56,56]
   input %w: f32[96,1,3,3]
   node "conv" %y: f32[1,96,56,56] = Conv(%x, %w) {pads=[1,1,1,1], group=96}
   output %y
 }"#;
-    let counts = tiled_counts(src, stcp920(), &[("i1", 3), ("i2", 28)]);
-    assert_eq!(counts.lb_to_ddr.bytes, 96 * 56 * 56 * 4);
+    let counts = tiled_counts(src, stcp920(), &[("i1", 2)]);
+    const IMAGE: u64 = 96 * 56 * 56 * 4;
+    assert_eq!(counts.ddr_to_lb.bytes, IMAGE + 96 * 9 * 4);
+    assert_eq!(counts.gb_to_lb.bytes + counts.ddr_to_gb.bytes, 0);
+    assert_eq!(counts.lb_to_ddr.bytes, IMAGE);
+    // The halving tiles' 2 497 920 B.
+    assert!(counts.ddr_to_lb.bytes + counts.lb_to_ddr.bytes < 2_497_920);
 }
 
 /// The padded 3×3 convolution of `GRAPHS` on a 4 KB LB: Algorithms 1 and
 /// 2 put 12 one-row tiles outermost (channel tiles of 4 inside), which
 /// would move fewer bytes but keep only 12 of the 32 cores busy; the
-/// halving tiles deal 16 one-channel tiles (rows cut in two).
+/// halving tiles deal 16 one-channel tiles (rows cut in two, 8-row input
+/// boxes: 86 016 B from GB), and are kept by bytes and cores. kiln's
+/// refinement halves the input channels (the reduction, 8 → 4) to grow
+/// the rows whole: a 4-channel input box (the halo clipped to the image
+/// once the rows are whole: 4 × 12 × 12 floats, 2 304 B), 144 B of
+/// weights and 576 B of output fit the 4 KB (3 072 B aligned; 8 channels
+/// would take 4 608 B of input). Each channel tile reads the image once
+/// in two halves (16 × 2 × 2 304 B, from GB), the weights once, the same
+/// 16 cores busy.
 #[test]
-fn the_halving_tiles_are_kept_when_they_keep_more_cores_busy() {
-    let counts = tiled_counts(GRAPHS[1], small_lb(), &[("i1", 1), ("i2", 6)]);
-    assert_eq!(counts.gb_to_lb.bytes, 86_016);
+fn a_convolution_on_a_small_lb_is_refined_to_whole_rows() {
+    let counts = tiled_counts(GRAPHS[1], small_lb(), &[("i1", 1), ("r0", 4)]);
+    assert_eq!(counts.gb_to_lb.bytes, 16 * 8 * 12 * 12 * 4);
+    assert_eq!(counts.ddr_to_lb.bytes, 16 * 8 * 9 * 4);
+    assert!(counts.gb_to_lb.bytes < 86_016);
 }
 
 fn stcp920() -> DsaDesc {
@@ -165,27 +187,36 @@ fn stcp920() -> DsaDesc {
 /// A BERT-sized projection, `[128, 768] × [768, 768]` in f32 on
 /// `stcp920` (64 KB LB, Algorithm 1 starting at 64 elements). Its kernel
 /// is `for i0 < 128, i1 < 768 { acc = Σ_r0 a[i0][r0]·b[r0][i1]; y[i0][i1]
-/// = acc }`; r0 stays whole. By hand, in floats, with 3 × 64 bytes of
-/// alignment reserved (16 336 floats): i1 (sizevar) 64 → 768 + 49 152 + 64,
-/// too many, halved to 16 (768 + 12 288 + 16); i0 (compvar) 64 → halved
-/// to 4 (3 072 + 12 288 + 64 = 15 424; 8 would be 18 560); doubling i1
-/// to 32 overflows. Algorithm 2: i0 outside i1 moves b's 768-row tile
-/// 32 · 48 times (1 179 648 runs), i1 outside i0 48 times (36 864 runs),
-/// so i1 is the outer tile loop and b is read once.
+/// = acc }`. With r0 whole, by hand, in floats, with 3 × 64 bytes of
+/// alignment reserved (16 336 floats): i1 (sizevar) 64 → 768 + 49 152 +
+/// 64, too many, halved to 16 (768 + 12 288 + 16); i0 (compvar) 64 →
+/// halved to 4 (3 072 + 12 288 + 64 = 15 424; 8 would be 18 560);
+/// doubling i1 to 32 overflows. Algorithm 2: i0 outside i1 moves b's
+/// 768-row tile 32 · 48 times (1 179 648 runs), i1 outside i0 48 times
+/// (36 864 runs), so i1 is the outer tile loop and b is read once, a 48
+/// times (from GB). Those tiles (i1 16, i0 4) are kept by bytes.
+///
+/// kiln's refinement starts from each tiling; from the one with r0 cut
+/// (r0 keeps Algorithm 1's 64: a larger tile moves no fewer bytes) it
+/// grows i0 whole and i1 to 24, the largest tile that leaves every core
+/// one (32 tiles): a's box 128 × 64 (32 768 B), b's 64 × 24 (6 144 B),
+/// y's 128 × 24 (12 288 B) fit. b is still read once and y written once,
+/// a is read once per i1 tile: 32 times instead of 48, at the same DDR
+/// bytes.
 #[test]
-fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
+fn a_matmul_reads_its_weights_once_and_its_activations_once_per_core() {
     let src = r#"graph "g" opsets [""=17] {
   input %a: f32[128,768]
   input %b: f32[768,768]
   node "mm" %y: f32[128,768] = MatMul(%a, %b)
   output %y
 }"#;
-    let counts = tiled_counts(src, stcp920(), &[("i1", 16), ("i0", 4)]);
+    let counts = tiled_counts(src, stcp920(), &[("i1", 24), ("r0", 64)]);
     const F32: u64 = 4;
     // b once (not staged: read once); a, read once per i1 tile, staged in
     // each cluster's GB; y put once.
     assert_eq!(counts.ddr_to_lb.bytes, 768 * 768 * F32);
-    assert_eq!(counts.gb_to_lb.bytes, 48 * 128 * 768 * F32);
+    assert_eq!(counts.gb_to_lb.bytes, 32 * 128 * 768 * F32);
     assert_eq!(counts.ddr_to_gb.bytes, 4 * 128 * 768 * F32);
     assert_eq!(counts.lb_to_ddr.bytes, 128 * 768 * F32);
     // The halving tiles (before Algorithms 1 and 2): i0 halved to 4 for
@@ -193,6 +224,64 @@ fn a_matmul_is_tiled_by_algorithms_1_and_2_and_reads_its_weights_once() {
     // b is read once per i0 tile (32 times) and a once.
     let halving = 32 * 768 * 768 * F32 + 128 * 768 * F32;
     assert!(counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes < halving / 3);
+}
+
+/// A mean of rows too long for the LB, `x: f32[32, 32768]` over its last
+/// axis on `stcp920`, opened by the graph passes into a sum and a
+/// division that the planner fuses into one kernel when it tiles: `for
+/// i0 < 32 { acc = Σ_r0 x[i0][r0]; y[i0] = acc / 32768 }`, an epilogue
+/// after the sum. Whole, a row (128 KB) does not fit one core's 64 KB;
+/// with r0 cut (the partial sums stored as they are, the division on the
+/// last tile only) the fused kernel tiles, so the model is one kernel
+/// (before, the planner's feedback split the division off into a second
+/// one). x is read once, y written once.
+#[test]
+fn a_mean_of_rows_too_long_for_the_lb_is_one_kernel_with_its_reduction_cut() {
+    let src = r#"graph "g" opsets [""=18] {
+  input %x: f32[32,32768]
+  init %axes: i64[1] = [1]
+  node "mean" %y: f32[32] = ReduceMean(%x, %axes) {keepdims=0}
+  output %y
+}"#;
+    let counts = check(src, &stcp920());
+    assert_eq!(counts.kernel_calls, 1, "{counts}");
+    assert_eq!(
+        counts.ddr_to_lb.bytes + counts.gb_to_lb.bytes,
+        32 * 32768 * 4
+    );
+    assert_eq!(counts.lb_to_ddr.bytes, 32 * 4);
+}
+
+/// Softmax's rows form stores each row, then reads it back: its output
+/// is got and put. Each core's rows are its own (the output box moves by
+/// its extent from tile to tile), so the phase is dealt to the cores,
+/// on `stcp920` and on a 4 KB LB, and matches the interpreter.
+#[test]
+fn softmax_rows_are_dealt_to_the_cores() {
+    let src = r#"graph "g" opsets [""=17] {
+  input %x: f32[64,300]
+  node "sm" %y: f32[64,300] = Softmax(%x) {axis=1}
+  output %y
+}"#;
+    let g = load(src);
+    for desc in [stcp920(), small_lb()] {
+        let t = DsaTarget::new(desc);
+        // The planner fuses the opened Softmax into one group.
+        let all: Vec<usize> = (0..g.nodes.len()).collect();
+        let node = kiln_fuse::apply::group_node(&g, &all).expect("groups");
+        let lowered =
+            kiln_cpu::select::lower_fused(&node, "k0", Vec::new(), &t.target).expect("lowers");
+        let device = tile_kernel(&lowered.kernel, &t.desc).expect("tiles");
+        let read_back: Vec<_> = device
+            .phases
+            .iter()
+            .filter(|p| p.arrays.iter().any(|a| a.get && a.put))
+            .collect();
+        assert!(!read_back.is_empty(), "no output read back");
+        assert!(read_back.iter().all(|p| p.spread), "{}", t.desc.name);
+        let counts = check(src, &t.desc);
+        assert_eq!(counts.kernel_calls, 1, "{counts}");
+    }
 }
 
 /// A kernel whose DMA of an input is deleted reads the LB's poison (0xFF

@@ -55,6 +55,7 @@ pub mod split_info;
 pub mod text;
 pub mod tile;
 mod tile_choice;
+mod tile_refine;
 pub mod tiling;
 pub mod timing;
 pub mod traffic;

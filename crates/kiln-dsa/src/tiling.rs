@@ -20,12 +20,22 @@
 //!   first) unless that moves fewer DMA bytes between the LB and DDR or
 //!   GB (each array's box times the tiles around its DMA, got and put)
 //!   or keeps more cores busy (tiles of the outermost loop, at most one
-//!   per core);
+//!   per core). A reduction with an epilogue (`reduction.rs`) is kept
+//!   whole in this first selection. Then kiln's refinement
+//!   (`tile_refine.rs`) resizes each of these tilings — a reduction with
+//!   an epilogue now cuttable too — in its own order to lower its DMA
+//!   time at the description's DDR and GB bandwidths, and the fastest
+//!   replaces the kept one when it reads DDR no more (as modelled) and
+//!   keeps as many cores busy. When no tiling fits with the epilogue
+//!   reduction whole, the halving one with it cut is kept;
 //! - in both, the outermost tile loop is dealt to the cores when its
 //!   iterations write disjoint outputs (any loop of a chosen order, else
 //!   `kiln_loop::gpu_map::independent` on the kernel's outermost) and
-//!   every output box is written whole, halved first until there are as
-//!   many tiles as cores;
+//!   every output box is written whole or, when it is got before it is
+//!   put (an output read back: Softmax's rows form), lies apart from the
+//!   boxes of the loop's other tiles (a dimension that moves by at least
+//!   its extent from tile to tile), halved first until there are as many
+//!   tiles as cores;
 //! - every buffer the phase touches has one LB array holding the bounding
 //!   box of all its accesses in a tile (`boxes.rs`: per dimension when
 //!   the offsets are affine per dimension, else the whole buffer), its
@@ -57,6 +67,7 @@ use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
 use crate::reduction::{cuttable, resume, Reduction};
 use crate::tile_choice::{choose_tiles, interchangeable, Choice};
+use crate::tile_refine::{dma_cost, refine, Bound};
 use crate::DsaDesc;
 use kiln_ir::{bail, Result};
 use kiln_loop::ir::Guard;
@@ -202,11 +213,12 @@ pub(crate) fn prefix(stmts: &[Stmt]) -> Vec<&Loop> {
 }
 
 /// The tile loops of a phase and the ranges of all its variables.
-struct Tiling<'a> {
-    loops: Vec<TileLoop>,
-    extents: &'a HashMap<String, i64>,
+#[derive(Clone)]
+pub(crate) struct Tiling<'a> {
+    pub loops: Vec<TileLoop>,
+    pub extents: &'a HashMap<String, i64>,
     /// Whether the last loop is the phase's cuttable reduction.
-    reduced: bool,
+    pub reduced: bool,
 }
 
 impl TileRanges for Tiling<'_> {
@@ -227,7 +239,7 @@ impl TileRanges for Tiling<'_> {
 
 impl Tiling<'_> {
     /// The loops actually cut (fewer tiles than the extent).
-    fn cut(&self) -> Vec<TileLoop> {
+    pub(crate) fn cut(&self) -> Vec<TileLoop> {
         self.loops
             .iter()
             .filter(|t| t.tile < t.extent)
@@ -359,7 +371,7 @@ fn dma_level(dims: &[BoxDim], tiling: &Tiling) -> usize {
 }
 
 /// The arrays of every buffer for `tiling`, laid out in the LB.
-fn layout(
+pub(crate) fn layout(
     k: &Kernel,
     uses: &[BufferUse],
     tiling: &Tiling,
@@ -376,7 +388,7 @@ fn layout(
         .collect()
 }
 
-fn usage(arrays: &[(LbArray, bool)]) -> u64 {
+pub(crate) fn usage(arrays: &[(LbArray, bool)]) -> u64 {
     arrays
         .iter()
         .map(|(a, _)| a.offset + a.bytes())
@@ -403,18 +415,36 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
     };
     let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, dealt, desc)?;
     let arrays = layout(k, &uses, &tiling, &extents);
+    let first = tiling.loops.first().filter(|t| t.count() > 1);
     let spread = independent
-        && tiling.loops.first().is_some_and(|t| t.count() > 1)
-        && arrays.iter().all(|(a, _)| !a.put || !a.get);
+        && first.is_some_and(|t| {
+            arrays
+                .iter()
+                .all(|(a, _)| !a.put || !a.get || apart_per_tile(a, t))
+        });
     let mut compute = compute_kernel(k, stmts, &uses, &arrays, &tiling);
-    if let Some(t) = red.and_then(|r| tiling.cut().into_iter().find(|t| t.var == r.var)) {
-        compute.body = resume(&compute.body, outer.len(), &t.tile_var);
+    if let Some(r) = red {
+        if let Some(t) = tiling.cut().into_iter().find(|t| t.var == r.var) {
+            compute.body = resume(&compute.body, outer.len(), &t, r.out);
+        }
     }
     Ok(Phase {
         tiles: tiling.cut(),
         spread,
         arrays: arrays.into_iter().map(|(a, _)| a).collect(),
         compute,
+    })
+}
+
+/// Whether the boxes of `a` in distinct tiles of `t` are disjoint: some
+/// dimension starts at `s·t + c` (no other tile variable) and spans at
+/// most `|s|` indices. An array both got and put is then read back and
+/// written only where the same tile (and so the same core) put it, and
+/// the tiles of `t` may run on different cores.
+fn apart_per_tile(a: &LbArray, t: &TileLoop) -> bool {
+    a.dims.iter().any(|d| match d.lo.terms.as_slice() {
+        [(Atom::Var(v), s)] => *v == t.tile_var && d.ext <= s.abs(),
+        _ => false,
     })
 }
 
@@ -427,11 +457,16 @@ struct Dealt {
     any_order: bool,
 }
 
-/// The tiling kept and whether its outermost loop may be dealt: the
-/// halving one, replaced by each choice of Algorithms 1 and 2 (asked for
-/// only when the outer loops may run in any order) — the reduction whole,
-/// then sized by Algorithm 1 where it cuts it — that moves no more DMA
-/// bytes and keeps as many cores busy.
+/// A tiling and whether its outermost loop may be dealt.
+type Dealing<'a> = (Tiling<'a>, bool);
+
+/// The tiling kept and whether its outermost loop may be dealt. First by
+/// bytes ([`by_bytes`]) over the tilings without a cut epilogue
+/// reduction; then kiln's refinement (`tile_refine.rs`) resizes every
+/// tiling of [`candidates`] (with the epilogue reduction cuttable) and
+/// the fastest replaces the kept one when it reads DDR no more and keeps
+/// as many cores busy. When no tiling without the cut fits, the halving
+/// tiling with it is kept.
 fn best_tiling<'a>(
     k: &Kernel,
     uses: &[BufferUse],
@@ -440,11 +475,59 @@ fn best_tiling<'a>(
     extents: &'a HashMap<String, i64>,
     dealt: Dealt,
     desc: &DsaDesc,
-) -> Result<(Tiling<'a>, bool)> {
+) -> Result<Dealing<'a>> {
+    let plain = red.filter(|r| !r.epilogue);
+    let before = candidates(k, uses, outer, plain, extents, dealt, desc);
+    let with_cut = red
+        .filter(|r| r.epilogue)
+        .and_then(|r| candidates(k, uses, outer, Some(r), extents, dealt, desc).ok());
+    let (kept, all) = match (before, with_cut) {
+        (Ok(before), with_cut) => {
+            let all = with_cut.unwrap_or_else(|| before.clone());
+            (by_bytes(k, uses, before, desc), all)
+        }
+        (Err(_), Some(all)) => (all.first().cloned(), all),
+        (Err(e), None) => return Err(e),
+    };
+    let Some(kept) = kept else {
+        bail!("kernel {}: no tiling", k.name)
+    };
+    let cores = desc.total_cores() as i64;
+    let bound = Bound {
+        ddr: dma_cost(k, uses, &kept.0, kept.1, desc).ddr,
+        busy: busy(&kept.0, kept.1, cores),
+    };
+    // The kept tiling first: a tie keeps it.
+    let kept_time = dma_cost(k, uses, &kept.0, kept.1, desc).time;
+    let mut best = (kept.clone(), kept_time);
+    for (t, independent) in std::iter::once(kept).chain(all) {
+        if let Some((t, time)) = refine(k, uses, t, independent, bound, desc) {
+            if time < best.1 {
+                best = ((t, independent), time);
+            }
+        }
+    }
+    Ok(best.0)
+}
+
+/// The halving tiling, then the choices of Algorithms 1 and 2 (asked for
+/// only when the outer loops may run in any order): the reduction whole,
+/// then sized by Algorithm 1 where it cuts it; each fitted to the LB.
+fn candidates<'a>(
+    k: &Kernel,
+    uses: &[BufferUse],
+    outer: &[&Loop],
+    red: Option<&Reduction>,
+    extents: &'a HashMap<String, i64>,
+    dealt: Dealt,
+    desc: &DsaDesc,
+) -> Result<Vec<Dealing<'a>>> {
     let fit_loops =
         |loops, independent| fitted(k, uses, loops, extents, independent, red.is_some(), desc);
-    let halved = fit_loops(tile_loops(outer, red, None), dealt.independent)?;
-    let mut best = (halved, dealt.independent);
+    let mut out = vec![(
+        fit_loops(tile_loops(outer, red, None), dealt.independent)?,
+        dealt.independent,
+    )];
     let choose = |r| {
         dealt
             .any_order
@@ -454,16 +537,31 @@ fn best_tiling<'a>(
     let whole = choose(None);
     let cut =
         red.and_then(|r| choose(Some(r)).filter(|c| c.reduction.is_some_and(|t| t < r.extent)));
-    let cores = desc.total_cores() as i64;
+    // A choice that does not fit is dropped (the halving one fits).
     for c in whole.iter().chain(&cut) {
-        let chosen = fit_loops(tile_loops(outer, red, Some(c)), true)?;
-        if traffic(k, uses, &chosen) <= traffic(k, uses, &best.0)
-            && busy(&chosen, true, cores) >= busy(&best.0, best.1, cores)
-        {
-            best = (chosen, true);
-        }
+        out.extend(fit_loops(tile_loops(outer, red, Some(c)), true).map(|t| (t, true)));
     }
-    Ok(best)
+    Ok(out)
+}
+
+/// The first of `tilings` (the halving one), replaced by each later one
+/// that moves no more DMA bytes and keeps as many cores busy.
+fn by_bytes<'a>(
+    k: &Kernel,
+    uses: &[BufferUse],
+    tilings: Vec<Dealing<'a>>,
+    desc: &DsaDesc,
+) -> Option<Dealing<'a>> {
+    let cores = desc.total_cores() as i64;
+    tilings.into_iter().reduce(|best, (chosen, independent)| {
+        if traffic(k, uses, &chosen) <= traffic(k, uses, &best.0)
+            && busy(&chosen, independent, cores) >= busy(&best.0, best.1, cores)
+        {
+            (chosen, independent)
+        } else {
+            best
+        }
+    })
 }
 
 /// `loops` dealt to the cores (when `independent`) and halved to fit.
@@ -489,7 +587,7 @@ fn fitted<'a>(
 }
 
 /// How many of `cores` get a tile of `tiling`'s outermost loop.
-fn busy(tiling: &Tiling, independent: bool, cores: i64) -> i64 {
+pub(crate) fn busy(tiling: &Tiling, independent: bool, cores: i64) -> i64 {
     match tiling.loops.first() {
         Some(t) if independent => t.count().min(cores),
         _ => 1,
@@ -546,7 +644,7 @@ fn spread_over_cores(tiling: &mut Tiling, cores: i64) {
 }
 
 /// `t / 2` rounded up.
-fn half(t: i64) -> i64 {
+pub(crate) fn half(t: i64) -> i64 {
     (t + 1) / 2
 }
 
@@ -764,4 +862,49 @@ fn staged_inputs(k: &Kernel, phases: &[Phase], desc: &DsaDesc) -> Vec<(usize, u6
         }
     }
     staged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The phases of `text` tiled for `stcp920`: (dealt, arrays got and put).
+    fn dealing(text: &str) -> Vec<(bool, usize)> {
+        let k = kiln_loop::parse_kernel(text).expect("kernel");
+        let desc = DsaDesc::preset("stcp920").expect("preset");
+        let d = tile_kernel(&k, &desc).expect("tiles");
+        d.phases
+            .iter()
+            .map(|p| (p.spread, p.arrays.iter().filter(|a| a.get && a.put).count()))
+            .collect()
+    }
+
+    #[test]
+    fn an_output_read_back_by_its_own_rows_is_dealt_to_the_cores() {
+        // Each row i0 is stored, then read back and rescaled by its sum:
+        // a tile's output box is its own rows.
+        let rows = dealing(
+            "kernel k(in0: f32[64, 100], out out0: f32[64, 100]) {
+               for i0 in 0..64 {
+                 let s: f32 = 0.0:f32
+                 for i1 in 0..100 { out0[100*i0 + i1] = Exp(in0[100*i0 + i1])
+                   s = sum(s, out0[100*i0 + i1]) }
+                 for i2 in 0..100 { out0[100*i0 + i2] = Div(out0[100*i0 + i2], s) } } }",
+        );
+        assert_eq!(rows, vec![(true, 1)]);
+    }
+
+    #[test]
+    fn an_output_read_back_in_a_box_other_tiles_share_stays_on_one_core() {
+        // Iteration i0 touches out0's elements 4·i0 .. 4·i0 + 3 only, but
+        // as `[2, 32]` their indices do not split per dimension: the box
+        // is the whole buffer, the same for every tile.
+        let whole = dealing(
+            "kernel k(in0: f32[64], out out0: f32[2, 32]) {
+               for i0 in 0..16 { for i1 in 0..4 {
+                 out0[4*i0 + i1] = in0[4*i0 + i1]
+                 out0[4*i0 + i1] = Neg(out0[4*i0 + i1]) } } }",
+        );
+        assert_eq!(whole, vec![(false, 1)]);
+    }
 }
