@@ -492,14 +492,13 @@ fn best_tiling<'a>(
     let Some(kept) = kept else {
         bail!("kernel {}: no tiling", k.name)
     };
-    let cores = desc.total_cores() as i64;
+    let kept_cost = dma_cost(k, uses, &kept.0, kept.1, desc);
     let bound = Bound {
-        ddr: dma_cost(k, uses, &kept.0, kept.1, desc).ddr,
-        busy: busy(&kept.0, kept.1, cores),
+        ddr: kept_cost.ddr,
+        busy: busy(&kept.0, kept.1, desc.total_cores() as i64),
     };
     // The kept tiling first: a tie keeps it.
-    let kept_time = dma_cost(k, uses, &kept.0, kept.1, desc).time;
-    let mut best = (kept.clone(), kept_time);
+    let mut best = (kept.clone(), kept_cost.time);
     for (t, independent) in std::iter::once(kept).chain(all) {
         if let Some((t, time)) = refine(k, uses, t, independent, bound, desc) {
             if time < best.1 {

@@ -136,16 +136,27 @@ fn infer_node(
         };
         Error::unsupported(format!("unsupported op '{}' (domain {domain})", node.op))
     })?;
-    let mut all_const = true;
+    // Initializers are decoded (and kept for later nodes) up to MAX_CONST_EVAL_ELEMS when the
+    // node can be evaluated, else only small ones, which type rules and folds read as
+    // values: a model's weights are not decoded by inference (BERT-base's 768 x 768
+    // projections were, 113 MB at every start).
+    let init_elems = |i: &ValueId| {
+        g.initializers
+            .get(i)
+            .map(|init| init.ty().numel().unwrap_or(usize::MAX))
+    };
+    let all_const = node.inputs.iter().flatten().all(|i| {
+        consts.contains_key(i) || init_elems(i).is_some_and(|n| n <= MAX_CONST_EVAL_ELEMS)
+    });
+    let decoded_up_to = if all_const {
+        MAX_CONST_EVAL_ELEMS
+    } else {
+        MAX_KNOWN_ELEMS
+    };
     let mut const_elems = 0usize;
     for i in node.inputs.iter().flatten() {
-        if !consts.contains_key(i) {
-            match g.initializers.get(i) {
-                Some(init) if init.ty().numel().unwrap_or(usize::MAX) <= MAX_CONST_EVAL_ELEMS => {
-                    consts.insert(*i, init.to_tensor()?);
-                }
-                _ => all_const = false,
-            }
+        if !consts.contains_key(i) && init_elems(i).is_some_and(|n| n <= decoded_up_to) {
+            consts.insert(*i, g.initializers[i].to_tensor()?);
         }
         if let Some(t) = consts.get(i) {
             const_elems += t.len();
