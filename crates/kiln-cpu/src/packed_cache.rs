@@ -4,7 +4,7 @@
 //! Packing a large model's weights writes hundreds of megabytes of fresh memory at every start
 //! (BERT-base: 340 MB), and the first touch of each fresh page (allocation, zeroing, accounting
 //! in the kernel) costs more than the packing's own arithmetic. Pages of a file the page cache
-//! already holds are only mapped (BENCHMARKS.md, "Packed weights from the cache", session 27).
+//! already holds are only mapped (BENCHMARKS.md, session 27, "Cached start and memory").
 //!
 //! Needs: the loaded library (its file name is the key of the C it was built from), each
 //! packing's kernel, the byte size the library's packing function asks for, and the bytes of
