@@ -325,6 +325,16 @@ fn cast_c(from: DType, to: DType, v: &str) -> Result<String> {
 /// `tests/transcendental.rs`): a division and a dozen multiply-adds, no
 /// `expf`, so a GELU epilogue stays cheap next to its matmul.
 pub const PRELUDE: &str = r#"
+KILN_INLINE float kiln_exp_reduced(float r) {
+  /* e^r for |r| <= ln2 / 2 (what is left of x once n ln2 is taken off): 1 + r (1 + r q(r)),
+     q fitted by scripts/fit_rational.py: six multiply-adds */
+  float q = 0.0013901895144954324f;
+  q = q * r + 0.008367503061890602f;
+  q = q * r + 0.04166682809591293f;
+  q = q * r + 0.16666531562805176f;
+  q = q * r + 0.5f;
+  return (q * r + 1.0f) * r + 1.0f;
+}
 KILN_INLINE float kiln_expf(float x) {
   /* clamped where e^x overflows (88.72283935546875 = 0x42b17218) and where it rounds to 0
      (-104 = 0xc2d00000), so 2^n splits into two normal factors and the multiplications
@@ -341,13 +351,7 @@ KILN_INLINE float kiln_expf(float x) {
   /* round to nearest by adding 1.5*2^23 (vectorizes where floorf does not) */
   float n = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
-  /* e^r = 1 + r (1 + r q(r)), q fitted by scripts/fit_rational.py: six multiply-adds */
-  float q = 0.0013901895144954324f;
-  q = q * r + 0.008367503061890602f;
-  q = q * r + 0.04166682809591293f;
-  q = q * r + 0.16666531562805176f;
-  q = q * r + 0.5f;
-  float p = (q * r + 1.0f) * r + 1.0f;
+  float p = kiln_exp_reduced(r);
   /* p 2^n as (p 2^half) 2^(n - half): the first factor is exact and normal whatever n, so it
      is added to p's exponent bits; the multiplication by the second rounds once, overflowing
      and underflowing (gradually) as e^x does */
@@ -376,12 +380,7 @@ KILN_INLINE float kiln_sigmoidf(float x) {
   float t = c * 1.44269504088896341f + 12582912.0f;
   float n = t - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
-  float q = 0.0013901895144954324f;
-  q = q * r + 0.008367503061890602f;
-  q = q * r + 0.04166682809591293f;
-  q = q * r + 0.16666531562805176f;
-  q = q * r + 0.5f;
-  float p = (q * r + 1.0f) * r + 1.0f;
+  float p = kiln_exp_reduced(r);
   union { float f; int32_t i; } e, bits;
   e.f = p;
   bits.f = t;
