@@ -357,10 +357,10 @@ KILN_INLINE float kiln_expf(float x) {
      and underflowing (gradually) as e^x does */
   int32_t ni = (int32_t)n;
   int32_t half = ni >> 1;
-  union { float f; int32_t i; } ph, s2;
+  union { float f; uint32_t u; } ph, s2;
   ph.f = p;
-  ph.i += half << 23;
-  s2.i = (ni - half + 127) << 23;
+  ph.u += (uint32_t)half << 23; /* unsigned: a negative half wraps, where a signed shift is UB */
+  s2.u = (uint32_t)(ni - half + 127) << 23;
   float y = ph.f * s2.f;
   /* e^x > x for every x, so this keeps y, but for NaN (a compare false) and +inf: one max
      instruction where `x != x ? x : y` was a compare and a blend */
@@ -381,10 +381,10 @@ KILN_INLINE float kiln_sigmoidf(float x) {
   float n = t - 12582912.0f;
   float r = c - n * 0.693359375f + n * 2.12194440e-4f;
   float p = kiln_exp_reduced(r);
-  union { float f; int32_t i; } e, bits;
+  union { float f; uint32_t u; } e, bits;
   e.f = p;
   bits.f = t;
-  e.i += bits.i << 23;
+  e.u += bits.u << 23; /* unsigned: the shift drops the sum's high bits without UB */
   float y = 1.0f / (1.0f + e.f);
   y = x < -88.0f ? 0.0f : y;
   return x != x ? x : y;
