@@ -140,7 +140,7 @@ fn large_packings_are_mapped_from_the_cache_at_the_next_start() -> Result<()> {
         },
         ..Default::default()
     };
-    let mut weight: Vec<f32> = (0..2048 * 2304)
+    let mut weight: Vec<f32> = (0..2048 * 2304usize)
         .map(|i| ((i * 7919) % 1999) as f32 / 1999.0 - 0.5)
         .collect();
     let starts = |g: &kiln_ir::Graph| -> Result<bool> {
