@@ -56,6 +56,7 @@ pub mod text;
 pub mod tile;
 mod tile_choice;
 mod tile_refine;
+mod tile_select;
 pub mod tiling;
 pub mod timing;
 pub mod traffic;

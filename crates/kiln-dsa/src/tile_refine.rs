@@ -36,7 +36,8 @@
 //! down to the bound.
 
 use crate::device::TileLoop;
-use crate::tiling::{busy, half, layout, usage, BufferUse, Tiling};
+use crate::tile_select::{busy, half};
+use crate::tiling::{layout, usage, BufferUse, Tiling};
 use crate::DsaDesc;
 use kiln_loop::Kernel;
 
