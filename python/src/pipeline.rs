@@ -119,7 +119,7 @@ impl Request {
         let passes = kiln_passes::Options {
             layout,
             // The transforms' loop form is the CPU code generator's.
-            winograd: matches!(self.backend, Backend::Cpu),
+            winograd: matches!(self.backend, Backend::Cpu).then(kiln_target::host),
             ..Default::default()
         };
         kiln_passes::optimize(&mut g, &passes)?;

@@ -310,7 +310,7 @@ fn optimize(g: &mut Graph, p: &PassArgs) -> Result<()> {
         verify_each: p.verify_each,
         print_after: p.print_after.clone(),
         layout: p.layout,
-        winograd: p.for_cpu && !p.no_winograd,
+        winograd: (p.for_cpu && !p.no_winograd).then(kiln_target::host),
         ..Default::default()
     };
     let report = kiln_passes::optimize_to(g, &opts, &mut std::io::stderr())?;

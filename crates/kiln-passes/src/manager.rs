@@ -16,6 +16,7 @@ use crate::passes::channels_last::{self, Layout};
 use crate::passes::winograd;
 use crate::report::{PassStats, Printout, Report};
 use kiln_ir::{bail, Attr, Error, Graph, Initializer, Result};
+use kiln_target::TargetDesc;
 use std::io::Write;
 use std::time::{Duration, Instant};
 
@@ -38,11 +39,12 @@ pub struct Options {
     /// pipeline ([`channels_last`]). Channels-first (the graph as ONNX
     /// defines it) unless a caller asks.
     pub layout: Layout,
-    /// Whether dense 3x3 stride-1 channels-last convolutions become
-    /// Winograd F(2x2, 3x3) transforms around a batched MatMul
-    /// ([`winograd`], after the layout rewrite). Off by default: it is a
-    /// CPU code-generation choice, which the CPU backend's callers make.
-    pub winograd: bool,
+    /// The CPU target for which dense 3x3 stride-1 channels-last
+    /// convolutions become Winograd F(2x2, 3x3) transforms around a
+    /// batched MatMul where they pay on it ([`winograd`], after the layout
+    /// rewrite). `None` by default: it is a CPU code-generation choice,
+    /// which the CPU backend's callers make.
+    pub winograd: Option<TargetDesc>,
 }
 
 impl Default for Options {
@@ -54,7 +56,7 @@ impl Default for Options {
             print_elide: None,
             max_rounds: 8,
             layout: Layout::ChannelsFirst,
-            winograd: false,
+            winograd: None,
         }
     }
 }
@@ -193,8 +195,10 @@ fn optimize_with_layout(
         let cleanup = pm.run(g, opts, out)?;
         report.printed.extend(cleanup.printed);
         report.nodes_after = cleanup.nodes_after;
-        if opts.winograd && winograd::to_winograd(g).map_err(|e| e.context("pass 'winograd'"))? {
-            report.nodes_after = count_nodes(g);
+        if let Some(target) = &opts.winograd {
+            if winograd::to_winograd(g, target).map_err(|e| e.context("pass 'winograd'"))? {
+                report.nodes_after = count_nodes(g);
+            }
         }
     }
     // Folding read weights from the model file into new constants; what

@@ -122,6 +122,15 @@ impl TargetDesc {
         self.per_core("L1").unwrap_or(32 << 10)
     }
 
+    /// Bytes of the outermost cache, all cores' together (a private level
+    /// counts once per core); 8 MiB when the description gives no cache.
+    pub fn last_level_cache_bytes(&self) -> usize {
+        self.caches.last().map_or(8 << 20, |level| match level.per_core {
+            true => level.bytes * self.cores.max(1),
+            false => level.bytes,
+        })
+    }
+
     /// Bytes of the cache level `name` one core has, when the description gives the level.
     fn per_core(&self, name: &str) -> Option<usize> {
         self.cache(name).map(|level| match level.per_core {
@@ -176,6 +185,16 @@ mod tests {
         assert!(t.peak_gflops > 0.0 && t.memory_gbps > 0.0);
         assert!(t.l2_per_core() > 0);
         assert!(t.to_string().starts_with("host"));
+    }
+
+    #[test]
+    fn last_level_cache_counts_private_levels_per_core() {
+        let mut t = CpuPreset::X86_64V3.desc(4);
+        assert_eq!(t.last_level_cache_bytes(), 8 << 20);
+        t.caches.pop();
+        assert_eq!(t.last_level_cache_bytes(), 4 << 20);
+        t.caches.clear();
+        assert_eq!(t.last_level_cache_bytes(), 8 << 20);
     }
 
     #[test]

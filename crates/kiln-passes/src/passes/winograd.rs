@@ -11,13 +11,29 @@
 //! any dilation (a dilated side is several interleaved undilated images,
 //! its phases), one group, explicit padding, f32 channels-last input and
 //! constant weights, whose product has at least [`MIN_TILES`] rows (tiles)
-//! and [`MIN_CHANNELS`] input and output channels. With fewer tiles the
-//! product has few rows against weights 16/9 the size of the originals:
-//! a 7x7x512 image at batch 1 (16 tiles) ran slower as Winograd than
-//! direct (BENCHMARKS.md, "Winograd F(2x2, 3x3) convolutions (issue 19,
-//! session 25)"). With few channels the transforms, which cost per
-//! element and not per product, weigh more against the saving; the
-//! 16-channel floor is a choice, not a measured crossover.
+//! and [`MIN_CHANNELS`] input and output channels, and whose transformed
+//! tensors stay in cache or are worth their memory traffic on the target:
+//!
+//! - With fewer tiles the product has few rows against weights 16/9 the
+//!   size of the originals: a 7x7x512 image at batch 1 (16 tiles) ran
+//!   slower as Winograd than direct (BENCHMARKS.md, "Winograd F(2x2, 3x3)
+//!   convolutions (issue 19, session 25)"). With few channels the
+//!   transforms, which cost per element and not per product, weigh more
+//!   against the saving; the 16-channel floor is a choice, not a measured
+//!   crossover.
+//! - The transformed input and output (16 values per 2x2 tile and
+//!   channel, 4 per output element) are written once and read once. When
+//!   they fit in half the target's last-level cache (the other half for
+//!   the convolution's own input, output and weights, and for the sets
+//!   the cache's associativity wastes), that traffic stays on chip. When
+//!   they do not, it goes to memory, and the multiply-adds the product
+//!   saves must take at least as long at the target's peak as that
+//!   traffic at its memory bandwidth ([`TargetDesc::roofline_ns`]'s two
+//!   sides). Shallow products lose there: squeezenet1_1 at batch 8 has 3x3
+//!   convolutions from 16 channels whose 32 MB of transformed tensors made
+//!   them slower than direct, while at batch 1 (4 MB) they are faster
+//!   (BENCHMARKS.md, "Winograd by the target's cache and bandwidth (issue
+//!   19, session 28)").
 //!
 //! Needs: a graph after the layout pass (`channels_last`) and its cleanup
 //! (weights folded to constant HWIO initializers), static shapes.
@@ -27,6 +43,7 @@
 //! dropped when nothing else reads them.
 
 use kiln_ir::{Attr, DType, Graph, Initializer, Node, Result, Tensor, TensorType, ValueId};
+use kiln_target::TargetDesc;
 use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
 use kiln_ops::ops::winograd::{
     tiles_for, transform_weights, TILE, WINDOW, WINOGRAD_DOMAIN, WINOGRAD_INPUT_OP,
@@ -39,13 +56,13 @@ pub const MIN_TILES: usize = 32;
 /// Fewest input and output channels a convolution must have.
 pub const MIN_CHANNELS: usize = 16;
 
-/// Rewrites every convolution the rule accepts; true when any changed.
-pub fn to_winograd(g: &mut Graph) -> Result<bool> {
+/// Rewrites every convolution the rule accepts for `target`; true when any changed.
+pub fn to_winograd(g: &mut Graph, target: &TargetDesc) -> Result<bool> {
     let nodes = std::mem::take(&mut g.nodes);
     let mut out = Vec::with_capacity(nodes.len());
     let mut replaced = Vec::new();
     for node in nodes {
-        match candidate(g, &node) {
+        match candidate(g, &node, target) {
             Some(conv) => {
                 let what = node.describe();
                 out.extend(rewrite(g, &node, &conv).map_err(|e| e.context(what))?);
@@ -93,10 +110,24 @@ impl Conv {
         let ([th, tw], [dh, dw]) = (self.tiles(), self.dilations);
         self.input[0] * th * dh * tw * dw
     }
+
+    /// Bytes of the transformed input and output together.
+    fn transformed_bytes(&self) -> f64 {
+        let per_tile = TILE * TILE * (self.input[3] + self.output[3]);
+        (self.tile_count() * per_tile * std::mem::size_of::<f32>()) as f64
+    }
+
+    /// Multiply-adds the product saves against the direct convolution.
+    fn saved_multiply_adds(&self) -> f64 {
+        let [n, ho, wo, k] = self.output;
+        let direct = n * ho * wo * WINDOW * WINDOW;
+        let winograd = self.tile_count() * TILE * TILE;
+        (direct as f64 - winograd as f64) * (self.input[3] * k) as f64
+    }
 }
 
-/// `node` as a convolution the rule accepts, or `None`.
-fn candidate(g: &Graph, node: &Node) -> Option<Conv> {
+/// `node` as a convolution the rule accepts for `target`, or `None`.
+fn candidate(g: &Graph, node: &Node, target: &TargetDesc) -> Option<Conv> {
     let wrapped = node.attr_string("op").ok().flatten();
     if node.domain != CHANNELS_LAST_DOMAIN || node.op != CHANNELS_LAST_OP || wrapped != Some("Conv")
     {
@@ -138,13 +169,27 @@ fn candidate(g: &Graph, node: &Node) -> Option<Conv> {
     };
     let f32_in = g.ty(x).dtype == DType::F32 && g.ty(weights).dtype == DType::F32;
     let window = ws[..2] == [WINDOW, WINDOW] && g.initializers.contains_key(&weights);
-    (f32_in && window && pays(&conv)).then_some(conv)
+    (f32_in && window && pays(&conv, target)).then_some(conv)
 }
 
-/// The rule's size conditions (see the module doc).
-fn pays(conv: &Conv) -> bool {
+/// The rule's size and cost conditions (see the module doc).
+fn pays(conv: &Conv, target: &TargetDesc) -> bool {
     let channels = conv.input[3].min(conv.output[3]);
-    conv.tile_count() >= MIN_TILES && channels >= MIN_CHANNELS
+    let large = conv.tile_count() >= MIN_TILES && channels >= MIN_CHANNELS;
+    large && (stays_in_cache(conv, target) || saving_outweighs_traffic(conv, target))
+}
+
+/// Whether the transformed tensors fit in half the last-level cache.
+fn stays_in_cache(conv: &Conv, target: &TargetDesc) -> bool {
+    conv.transformed_bytes() <= (target.last_level_cache_bytes() / 2) as f64
+}
+
+/// Whether the saved multiply-adds take longer at peak than writing and
+/// reading the transformed tensors once at memory bandwidth.
+fn saving_outweighs_traffic(conv: &Conv, target: &TargetDesc) -> bool {
+    let saved = target.roofline_ns(2.0 * conv.saved_multiply_adds(), 0.0);
+    let traffic = target.roofline_ns(0.0, 2.0 * conv.transformed_bytes());
+    saved >= traffic
 }
 
 /// The six nodes replacing `node`: input transform, reshape and transpose
