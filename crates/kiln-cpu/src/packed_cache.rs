@@ -19,7 +19,9 @@
 //! longer than the rest of the store): a crash before the data is written back can leave a file
 //! shorter than its table says, which is a miss (a file system that exposed unwritten blocks as
 //! zeros after a crash would need a sync here). Writing is best effort: a cache directory that
-//! cannot be written costs the next start its packing, nothing else.
+//! cannot be written costs the next start its packing, nothing else. The file belongs to the
+//! library's cache entry (`<library key>.packed/`): a store keeps the cache under its budget
+//! (`kiln_runtime::cache_limit`), and eviction removes it with the library.
 
 use crate::memory::AlignedBytes;
 use kiln_runtime::jit::Library;
@@ -85,6 +87,9 @@ impl Packed {
 pub struct PackedCache {
     path: PathBuf,
     sizes: Vec<usize>,
+    /// The library's cache directory and key, under whose budget the file is kept.
+    cache_dir: PathBuf,
+    library_key: String,
 }
 
 impl PackedCache {
@@ -94,6 +99,7 @@ impl PackedCache {
         let mut key = Xxh3::new();
         let library_key = library.path().file_stem().unwrap_or_default();
         key.update(library_key.as_encoded_bytes());
+        let cache_dir = library.path().parent().unwrap_or(Path::new(".")).to_path_buf();
         for digest in digests {
             key.update(&digest.to_le_bytes());
         }
@@ -101,6 +107,8 @@ impl PackedCache {
         PackedCache {
             path: dir.join(format!("{:032x}.bin", key.digest128())),
             sizes,
+            cache_dir,
+            library_key: library_key.to_string_lossy().into_owned(),
         }
     }
 
@@ -140,7 +148,9 @@ impl PackedCache {
         if sizes != self.sizes {
             return;
         }
-        let _ = write_whole(&self.path, &layout(&sizes), packed);
+        if write_whole(&self.path, &layout(&sizes), packed).is_ok() {
+            kiln_runtime::cache_limit::enforce(&self.cache_dir, &self.library_key);
+        }
     }
 }
 

@@ -13,7 +13,9 @@
 //! hit free of process spawns (a hit costs a `$PATH` lookup, hashing, and `dlopen`), while a
 //! compiler upgrade, which rewrites the binary, still invalidates the entries.
 //! Layout: `<cache_dir>/<key>.so` and the sources beside it in `<cache_dir>/<key>/piece_<k>.c`.
-//! A cached object that fails to load (e.g. truncated by a full disk) is rebuilt.
+//! A cached object that fails to load (e.g. truncated by a full disk) is rebuilt. After a
+//! build, the least recently used entries are removed while the cache is over its budget
+//! (`cache_limit`: `$KILN_CACHE_MAX_MB`, 4 GiB by default).
 
 mod build;
 mod toolchain;
@@ -189,6 +191,7 @@ pub fn compile(
     };
     if cached_path.is_file() {
         if let Ok(library) = Library::open(&cached_path) {
+            crate::cache_limit::mark_used(&cached_path);
             return Ok((library, report(true)));
         }
     }
@@ -200,6 +203,7 @@ pub fn compile(
         &config.cache_dir,
         &key,
     )?;
+    crate::cache_limit::enforce(&config.cache_dir, &key);
     let library = Library::open(&path)?;
     Ok((library, report(false)))
 }

@@ -1,5 +1,6 @@
 //! kiln runtime (DESIGN.md layer 8).
 
+pub mod cache_limit;
 pub mod cpu;
 pub mod jit;
 
