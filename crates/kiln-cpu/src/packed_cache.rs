@@ -99,7 +99,11 @@ impl PackedCache {
         let mut key = Xxh3::new();
         let library_key = library.path().file_stem().unwrap_or_default();
         key.update(library_key.as_encoded_bytes());
-        let cache_dir = library.path().parent().unwrap_or(Path::new(".")).to_path_buf();
+        let cache_dir = library
+            .path()
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
         for digest in digests {
             key.update(&digest.to_le_bytes());
         }

@@ -118,7 +118,9 @@ fn entries(cache_dir: &Path) -> BTreeMap<String, Entry> {
 /// lowercase hex digits and nothing or `.` follows.
 fn entry_key(name: &str) -> Option<&str> {
     let key = name.get(..KEY_LEN)?;
-    let hex = key.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let hex = key
+        .bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     let rest = &name[KEY_LEN..];
     (hex && (rest.is_empty() || rest.starts_with('.'))).then_some(key)
 }
@@ -140,7 +142,9 @@ fn size_of(path: &Path, meta: &std::fs::Metadata) -> u64 {
 
 fn seconds(meta: &std::fs::Metadata) -> u64 {
     let modified = meta.modified().unwrap_or(UNIX_EPOCH);
-    modified.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+    modified
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn remove(path: &Path) {
@@ -189,10 +193,19 @@ mod tests {
         std::fs::write(d.join("tunings.toml"), vec![0u8; 1000]).unwrap();
         std::fs::create_dir_all(d.join(format!(".build-{}-1-0", key(5)))).unwrap();
         enforce_budget(d, &key(3), 330);
-        assert_eq!([1, 2, 3, 4].map(|n| present(d, n)), [false, true, true, true]);
+        assert_eq!(
+            [1, 2, 3, 4].map(|n| present(d, n)),
+            [false, true, true, true]
+        );
         enforce_budget(d, &key(3), 150);
-        assert_eq!([1, 2, 3, 4].map(|n| present(d, n)), [false, false, true, false]);
-        assert!(d.join("tunings.toml").exists(), "not an entry: never removed");
+        assert_eq!(
+            [1, 2, 3, 4].map(|n| present(d, n)),
+            [false, false, true, false]
+        );
+        assert!(
+            d.join("tunings.toml").exists(),
+            "not an entry: never removed"
+        );
         assert!(d.join(format!(".build-{}-1-0", key(5))).exists());
     }
 

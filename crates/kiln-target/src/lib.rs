@@ -125,10 +125,12 @@ impl TargetDesc {
     /// Bytes of the outermost cache, all cores' together (a private level
     /// counts once per core); 8 MiB when the description gives no cache.
     pub fn last_level_cache_bytes(&self) -> usize {
-        self.caches.last().map_or(8 << 20, |level| match level.per_core {
-            true => level.bytes * self.cores.max(1),
-            false => level.bytes,
-        })
+        self.caches
+            .last()
+            .map_or(8 << 20, |level| match level.per_core {
+                true => level.bytes * self.cores.max(1),
+                false => level.bytes,
+            })
     }
 
     /// Bytes of the cache level `name` one core has, when the description gives the level.

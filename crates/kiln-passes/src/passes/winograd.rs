@@ -43,12 +43,12 @@
 //! dropped when nothing else reads them.
 
 use kiln_ir::{Attr, DType, Graph, Initializer, Node, Result, Tensor, TensorType, ValueId};
-use kiln_target::TargetDesc;
 use kiln_ops::ops::channels_last::{CHANNELS_LAST_DOMAIN, CHANNELS_LAST_OP};
 use kiln_ops::ops::winograd::{
     tiles_for, transform_weights, TILE, WINDOW, WINOGRAD_DOMAIN, WINOGRAD_INPUT_OP,
     WINOGRAD_OUTPUT_OP,
 };
+use kiln_target::TargetDesc;
 use std::collections::BTreeMap;
 
 /// Fewest tiles (rows of the batched product) a convolution must have.
