@@ -13,7 +13,7 @@ const DEFAULT_MODEL: &[u8] = include_bytes!("../assets/default.onnx");
 
 mod cli;
 
-use cli::args::{Cli, Command, ExecArgs, ModelArgs, PassArgs};
+use cli::args::{Cli, Command, CompileCmd, ExecArgs, ModelArgs, PassArgs, SimCmd};
 use cli::explain::{explain, ExplainOutput};
 
 /// Output piped into a reader that exits early (`kiln bench ... | head`)
@@ -50,131 +50,81 @@ fn main() {
     if let Some(bytes) = cli.max_memory {
         kiln_ir::limits::set_max_memory(bytes);
     }
-    let res = match cli.command {
-        Command::Info {
-            model,
-            json,
-            classify,
-            args,
-            passes,
-        } => info(&model, json, classify, &args, &as_defined(passes)),
-        Command::Run {
-            model,
-            output_dir,
-            exec,
-            args,
-            passes,
-        } => run(
-            model.as_deref(),
-            output_dir.as_deref(),
-            &exec,
-            &args,
-            &layout_for_backend(passes, &exec),
-        ),
-        Command::Bench {
-            model,
-            flags,
-            exec,
-            args,
-            passes,
-        } => {
-            let opts = flags.options(cpu_options(&exec), exec.backend == "reference");
-            bench_model(model.as_deref(), &exec, &args, passes, &opts)
-        }
-        Command::Tune {
-            model,
-            budget,
-            runs,
-            exec,
-            args,
-            passes,
-        } => tune(model.as_deref(), budget, runs, &exec, &args, &passes),
-        Command::Compile {
-            model,
-            emit,
-            output_dir,
-            fusion,
-            aot,
-            tf32,
-            args,
-            passes,
-        } => compile(
-            &model,
-            emit,
-            &output_dir,
-            fusion,
-            &aot,
-            tf32,
-            &args,
-            &passes,
-        ),
-        Command::Peak { threads, json } => bench::peak(
-            threads.unwrap_or_else(kiln_runtime::cpu::available_threads),
-            json,
-        ),
-        Command::Ops { exprs, markdown } => {
-            if markdown {
-                print!("{}", classes_doc::markdown());
-            } else {
-                print!("{}", classes_doc::text(exprs));
-            }
-            Ok(())
-        }
-        Command::Explain {
-            model,
-            fusion,
-            output,
-            json,
-            explain_feedback,
-            profile,
-            args,
-            passes,
-        } => explain(
-            &model,
-            fusion,
-            &ExplainOutput {
-                html: output.as_deref(),
-                json,
-                feedback: explain_feedback,
-                profile,
-            },
-            &args,
-            &passes,
-        ),
-        Command::Sim {
-            model,
-            backend,
-            schedule,
-            across_layer,
-            batch,
-            float_bytes,
-            json,
-            output,
-            args,
-            passes,
-        } => {
-            let request = kiln_cli::sim::SimRequest {
-                target: backend,
-                schedule,
-                across_layer,
-                float_bytes,
-                json,
-                html: output,
-            };
-            load_for_sim(model.as_deref(), batch, &args, &as_defined(passes))
-                .and_then(|(g, label)| kiln_cli::sim::sim(&g, &label, &request))
-        }
-        Command::Print {
-            model,
-            elide,
-            optimized,
-            args,
-        } => print_graph(&model, elide, optimized, &args),
-    };
-    if let Err(e) = res {
+    if let Err(e) = cli.command.run() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+impl Command {
+    /// Does what the command line asked.
+    fn run(self) -> Result<()> {
+        match self {
+            Command::Info(c) => info(&c.model, c.json, c.classify, &c.args, &as_defined(c.passes)),
+            Command::Run(c) => {
+                let passes = layout_for_backend(c.passes, &c.exec);
+                run(
+                    c.model.as_deref(),
+                    c.output_dir.as_deref(),
+                    &c.exec,
+                    &c.args,
+                    &passes,
+                )
+            }
+            Command::Bench(c) => {
+                let opts = c
+                    .flags
+                    .options(cpu_options(&c.exec), c.exec.backend == "reference");
+                bench_model(c.model.as_deref(), &c.exec, &c.args, c.passes, &opts)
+            }
+            Command::Tune(c) => tune(
+                c.model.as_deref(),
+                c.budget,
+                c.runs,
+                &c.exec,
+                &c.args,
+                &c.passes,
+            ),
+            Command::Compile(c) => compile(&c),
+            Command::Peak(c) => bench::peak(
+                c.threads
+                    .unwrap_or_else(kiln_runtime::cpu::available_threads),
+                c.json,
+            ),
+            Command::Ops(c) => {
+                match c.markdown {
+                    true => print!("{}", classes_doc::markdown()),
+                    false => print!("{}", classes_doc::text(c.exprs)),
+                }
+                Ok(())
+            }
+            Command::Explain(c) => {
+                let output = ExplainOutput {
+                    html: c.output.as_deref(),
+                    json: c.json,
+                    feedback: c.explain_feedback,
+                    profile: c.profile,
+                };
+                explain(&c.model, c.fusion, &output, &c.args, &c.passes)
+            }
+            Command::Sim(c) => sim(c),
+            Command::Print(c) => print_graph(&c.model, c.elide, c.optimized, &c.args),
+        }
+    }
+}
+
+/// `kiln sim`: the model loaded as ONNX defines it and simulated on the DSA.
+fn sim(c: SimCmd) -> Result<()> {
+    let request = kiln_cli::sim::SimRequest {
+        target: c.backend,
+        schedule: c.schedule,
+        across_layer: c.across_layer,
+        float_bytes: c.float_bytes,
+        json: c.json,
+        html: c.output,
+    };
+    load_for_sim(c.model.as_deref(), c.batch, &c.args, &as_defined(c.passes))
+        .and_then(|(g, label)| kiln_cli::sim::sim(&g, &label, &request))
 }
 
 /// `kiln print`: the imported (or optimized) graph in kiln's text IR.
@@ -212,37 +162,28 @@ fn bench_model(
     }
 }
 
-/// `kiln compile`: what the CPU pipeline generates for `model`, written to
-/// `output_dir`.
-#[allow(clippy::too_many_arguments)]
-fn compile(
-    model: &Path,
-    emit: kiln_cli::emit::Emit,
-    output_dir: &Path,
-    fusion: cli::args::FusionArgs,
-    aot: &cli::args::AotArgs,
-    tf32: bool,
-    args: &ModelArgs,
-    passes: &PassArgs,
-) -> Result<()> {
-    let mut g = load(model, args)?;
-    if matches!(emit, kiln_cli::emit::Emit::Cuda) {
-        let mut cuda = passes.clone();
+/// `kiln compile`: what the CPU pipeline generates for the model, written
+/// to the output directory.
+fn compile(c: &CompileCmd) -> Result<()> {
+    let mut g = load(&c.model, &c.args)?;
+    if matches!(c.emit, kiln_cli::emit::Emit::Cuda) {
+        let mut cuda = c.passes.clone();
         cuda.for_cpu = false;
         optimize(&mut g, &cuda)?;
     } else {
-        optimize(&mut g, passes)?;
+        optimize(&mut g, &c.passes)?;
     }
-    let options = aot.options(model)?;
-    let threads = aot
+    let options = c.aot.options(&c.model)?;
+    let threads = c
+        .aot
         .threads
         .unwrap_or_else(kiln_runtime::cpu::available_threads);
     let cpu = kiln_cpu::CpuOptions {
-        fusion: fusion.fusion,
+        fusion: c.fusion.fusion,
         threads,
         ..Default::default()
     };
-    kiln_cli::emit::emit(&g, &cpu, emit, &options, tf32, output_dir)
+    kiln_cli::emit::emit(&g, &cpu, c.emit, &options, c.tf32, &c.output_dir)
 }
 
 fn import_options(args: &ModelArgs) -> Result<kiln_onnx::ImportOptions> {

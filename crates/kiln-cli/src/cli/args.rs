@@ -164,187 +164,227 @@ pub(crate) struct ExecArgs {
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// Show a model's inputs, outputs, op histogram, parameters and FLOPs.
-    Info {
-        model: PathBuf,
-        /// Print one JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-        /// List every node with its APOLLO and mapping classes.
-        #[arg(long)]
-        classify: bool,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Info(InfoCmd),
     /// Run a model (the embedded default model when MODEL is omitted).
-    Run {
-        model: Option<PathBuf>,
-        /// Directory to write output_<k>.npy into.
-        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
-        output_dir: Option<PathBuf>,
-        #[command(flatten)]
-        exec: ExecArgs,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Run(RunCmd),
     /// Time a model: warm-up runs, then the median and minimum of timed runs,
     /// plus compile time (cold or cached, then cached).
-    Bench {
-        model: Option<PathBuf>,
-        #[command(flatten)]
-        flags: BenchFlags,
-        #[command(flatten)]
-        exec: ExecArgs,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Bench(BenchCmd),
     /// Measure gemm choices (register tile, orientation, K block) for every
     /// distinct matrix product and convolution of a model on this machine,
     /// check each round's outputs against the interpreter, and file the
     /// fastest in the tuning cache, which later compiles read.
-    Tune {
-        model: Option<PathBuf>,
-        /// No new candidate starts after this long: seconds, or with an s,
-        /// m or h suffix.
-        #[arg(long, default_value = "5m", value_parser = parse_duration)]
-        budget: std::time::Duration,
-        /// Profiled runs per candidate (each kernel's median counts).
-        #[arg(long, default_value_t = 7)]
-        runs: usize,
-        #[command(flatten)]
-        exec: ExecArgs,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Tune(TuneCmd),
     /// Compile a model and write what was generated.
-    Compile {
-        model: PathBuf,
-        /// What to write: `c` (the C source of every kernel), `loops` (the
-        /// scheduled loop IR), `plan` (the execution plan) or `aot` (a
-        /// standalone C library with an example program and Makefile).
-        #[arg(long, default_value = "c")]
-        emit: kiln_cli::emit::Emit,
-        /// Directory to write into.
-        #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
-        output_dir: PathBuf,
-        #[command(flatten)]
-        fusion: FusionArgs,
-        #[command(flatten)]
-        aot: AotArgs,
-        /// With `--emit cuda`: f32 products on TF32 tensor cores (as `run
-        /// --backend cuda --tf32`).
-        #[arg(long)]
-        tf32: bool,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Compile(CompileCmd),
     /// Measure the machine's fp32 FMA peak (GFLOP/s) and memory bandwidth
     /// (STREAM triad, GB/s) with small generated C kernels.
-    Peak {
-        /// Threads (default: all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-    },
+    Peak(PeakCmd),
     /// List the primitive ops with their APOLLO and mapping classes, derived
     /// from their tensor expressions (and the compound and library ops).
-    Ops {
-        /// Also print each instance's tensor expression.
-        #[arg(long)]
-        exprs: bool,
-        /// Print docs/classification.md instead.
-        #[arg(long)]
-        markdown: bool,
-    },
+    Ops(OpsCmd),
     /// Plan operator fusion and report the kernels: a text summary (or
     /// JSON) and, with -o, an HTML page drawing the graph with each fused
     /// group outlined.
-    Explain {
-        model: PathBuf,
-        /// Fusion planner.
-        #[arg(long, default_value = "apollo", value_name = "none|tvm|apollo|dp")]
-        fusion: kiln_fuse::PlannerKind,
-        /// Write the HTML report (graph drawing) to FILE.
-        #[arg(short = 'o', long = "output", value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// Print one JSON object instead of the text summary.
-        #[arg(long)]
-        json: bool,
-        /// List the groups the backend refused, why, and how they were split.
-        #[arg(long)]
-        explain_feedback: bool,
-        /// Compile and run the model (random inputs) and label each kernel
-        /// with its time.
-        #[arg(long)]
-        profile: bool,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Explain(ExplainCmd),
     /// Simulate a model's memory traffic and cycles on one cluster of a DSA
     /// under a schedule (GraphTurbo's or a baseline's): a summary (or
     /// JSON) and, with -o, an HTML page drawing the kernels on the cores
     /// over time. Takes the graph in ONNX's layout (nchw).
-    Sim {
-        /// The ONNX model (default: the embedded MobileNetV2 ×0.35).
-        model: Option<PathBuf>,
-        /// The DSA: dsa:PRESET (stcp920, goya-like, sunway-cg) or
-        /// dsa:PATH.toml.
-        #[arg(long, default_value = "dsa:stcp920", value_parser = kiln_cli::sim::parse_dsa_target)]
-        backend: String,
-        /// `graphturbo`, `per-layer` (TVM: every kernel output in DDR),
-        /// `astitch-like` (one kernel per layer, outputs kept in LB, else
-        /// DDR), `layers-in-gb` (outputs kept in GB) or `layers-in-lb`
-        /// (kept in LB, else GB).
-        #[arg(long, default_value = "graphturbo", value_parser = kiln_cli::sim::parse_schedule)]
-        schedule: kiln_dsa::ScheduleKind,
-        /// Across-layer scheduling (weight prefetch behind compute,
-        /// GraphTurbo §4.4): `auto` (on for graphturbo only), `on`, `off`.
-        #[arg(long, value_enum, default_value = "auto")]
-        across_layer: kiln_cli::sim::AcrossLayer,
-        /// Batch per cluster: the first dimension of every model input.
-        #[arg(long)]
-        batch: Option<usize>,
-        /// Bytes of a floating-point element on the device (2: FP16, as
-        /// STCP920 computes); default: the description's, else the
-        /// model's types.
-        #[arg(long, value_parser = kiln_cli::sim::parse_float_bytes)]
-        float_bytes: Option<u32>,
-        /// Print one JSON object instead of the summary.
-        #[arg(long)]
-        json: bool,
-        /// Write the HTML report (timeline of kernels on cores) to FILE.
-        #[arg(short = 'o', long = "output", value_name = "FILE")]
-        output: Option<PathBuf>,
-        #[command(flatten)]
-        args: ModelArgs,
-        #[command(flatten)]
-        passes: PassArgs,
-    },
+    Sim(SimCmd),
     /// Print the imported graph in kiln's textual IR.
-    Print {
-        model: PathBuf,
-        /// Show at most this many elements of each constant (the output then does not parse back).
-        #[arg(long)]
-        elide: Option<usize>,
-        /// Print the graph after the graph passes instead of as imported.
-        #[arg(long)]
-        optimized: bool,
-        #[command(flatten)]
-        args: ModelArgs,
-    },
+    Print(PrintCmd),
+}
+
+/// `kiln info`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct InfoCmd {
+    pub(crate) model: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// List every node with its APOLLO and mapping classes.
+    #[arg(long)]
+    pub(crate) classify: bool,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln run`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct RunCmd {
+    pub(crate) model: Option<PathBuf>,
+    /// Directory to write output_<k>.npy into.
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    pub(crate) output_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln bench`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct BenchCmd {
+    pub(crate) model: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) flags: BenchFlags,
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln tune`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct TuneCmd {
+    pub(crate) model: Option<PathBuf>,
+    /// No new candidate starts after this long: seconds, or with an s,
+    /// m or h suffix.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub(crate) budget: std::time::Duration,
+    /// Profiled runs per candidate (each kernel's median counts).
+    #[arg(long, default_value_t = 7)]
+    pub(crate) runs: usize,
+    #[command(flatten)]
+    pub(crate) exec: ExecArgs,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln compile`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct CompileCmd {
+    pub(crate) model: PathBuf,
+    /// What to write: `c` (the C source of every kernel), `loops` (the
+    /// scheduled loop IR), `plan` (the execution plan) or `aot` (a
+    /// standalone C library with an example program and Makefile).
+    #[arg(long, default_value = "c")]
+    pub(crate) emit: kiln_cli::emit::Emit,
+    /// Directory to write into.
+    #[arg(short = 'o', long = "output-dir", value_name = "DIR")]
+    pub(crate) output_dir: PathBuf,
+    #[command(flatten)]
+    pub(crate) fusion: FusionArgs,
+    #[command(flatten)]
+    pub(crate) aot: AotArgs,
+    /// With `--emit cuda`: f32 products on TF32 tensor cores (as `run
+    /// --backend cuda --tf32`).
+    #[arg(long)]
+    pub(crate) tf32: bool,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln peak`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct PeakCmd {
+    /// Threads (default: all cores).
+    #[arg(long)]
+    pub(crate) threads: Option<usize>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `kiln ops`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct OpsCmd {
+    /// Also print each instance's tensor expression.
+    #[arg(long)]
+    pub(crate) exprs: bool,
+    /// Print docs/classification.md instead.
+    #[arg(long)]
+    pub(crate) markdown: bool,
+}
+
+/// `kiln explain`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct ExplainCmd {
+    pub(crate) model: PathBuf,
+    /// Fusion planner.
+    #[arg(long, default_value = "apollo", value_name = "none|tvm|apollo|dp")]
+    pub(crate) fusion: kiln_fuse::PlannerKind,
+    /// Write the HTML report (graph drawing) to FILE.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+    /// Print one JSON object instead of the text summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// List the groups the backend refused, why, and how they were split.
+    #[arg(long)]
+    pub(crate) explain_feedback: bool,
+    /// Compile and run the model (random inputs) and label each kernel
+    /// with its time.
+    #[arg(long)]
+    pub(crate) profile: bool,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln sim`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct SimCmd {
+    /// The ONNX model (default: the embedded MobileNetV2 ×0.35).
+    pub(crate) model: Option<PathBuf>,
+    /// The DSA: dsa:PRESET (stcp920, goya-like, sunway-cg) or
+    /// dsa:PATH.toml.
+    #[arg(long, default_value = "dsa:stcp920", value_parser = kiln_cli::sim::parse_dsa_target)]
+    pub(crate) backend: String,
+    /// `graphturbo`, `per-layer` (TVM: every kernel output in DDR),
+    /// `astitch-like` (one kernel per layer, outputs kept in LB, else
+    /// DDR), `layers-in-gb` (outputs kept in GB) or `layers-in-lb`
+    /// (kept in LB, else GB).
+    #[arg(long, default_value = "graphturbo", value_parser = kiln_cli::sim::parse_schedule)]
+    pub(crate) schedule: kiln_dsa::ScheduleKind,
+    /// Across-layer scheduling (weight prefetch behind compute,
+    /// GraphTurbo §4.4): `auto` (on for graphturbo only), `on`, `off`.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub(crate) across_layer: kiln_cli::sim::AcrossLayer,
+    /// Batch per cluster: the first dimension of every model input.
+    #[arg(long)]
+    pub(crate) batch: Option<usize>,
+    /// Bytes of a floating-point element on the device (2: FP16, as
+    /// STCP920 computes); default: the description's, else the
+    /// model's types.
+    #[arg(long, value_parser = kiln_cli::sim::parse_float_bytes)]
+    pub(crate) float_bytes: Option<u32>,
+    /// Print one JSON object instead of the summary.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Write the HTML report (timeline of kernels on cores) to FILE.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub(crate) output: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
+    #[command(flatten)]
+    pub(crate) passes: PassArgs,
+}
+
+/// `kiln print`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct PrintCmd {
+    pub(crate) model: PathBuf,
+    /// Show at most this many elements of each constant (the output then does not parse back).
+    #[arg(long)]
+    pub(crate) elide: Option<usize>,
+    /// Print the graph after the graph passes instead of as imported.
+    #[arg(long)]
+    pub(crate) optimized: bool,
+    #[command(flatten)]
+    pub(crate) args: ModelArgs,
 }
 
 /// `90`, `90s`, `5m` or `1h`.
