@@ -17,7 +17,10 @@ pub fn host() -> TargetDesc {
     };
     let vector_bytes = vector_bytes(arch, &flags);
     let half_conversions = half_conversions(arch, &flags);
-    let lanes = (vector_bytes / 4) as f64;
+    // FMA throughput counted on at most 256-bit vectors: many cores with
+    // AVX-512 (AMD Zen 4, Intel parts with one 512-bit FMA port) retire the
+    // same flops per cycle on 512-bit vectors as on two 256-bit ones.
+    let fma_lanes = (vector_bytes / 4).min(8) as f64;
     TargetDesc {
         name: "host".to_string(),
         arch,
@@ -27,7 +30,7 @@ pub fn host() -> TargetDesc {
         caches: read_caches().unwrap_or_else(typical_caches),
         local_memories: Vec::new(),
         // Two FMA pipes at a typical 3 GHz; `kiln peak` measures the truth.
-        peak_gflops: cores as f64 * 3.0 * 2.0 * 2.0 * lanes,
+        peak_gflops: cores as f64 * 3.0 * 2.0 * 2.0 * fma_lanes,
         memory_gbps: 10.0 * cores as f64,
         atomics: Atomics {
             int: true,
