@@ -32,8 +32,8 @@
 //!   sides). Shallow products lose there: squeezenet1_1 at batch 8 has 3x3
 //!   convolutions from 16 channels whose 32 MB of transformed tensors made
 //!   them slower than direct, while at batch 1 (4 MB) they are faster
-//!   (BENCHMARKS.md, "Winograd by the target's cache and bandwidth (issue
-//!   19, session 28)").
+//!   (BENCHMARKS.md, session 28, "Winograd only where its transformed
+//!   tensors stay in cache or pay for their traffic").
 //!
 //! Needs: a graph after the layout pass (`channels_last`) and its cleanup
 //! (weights folded to constant HWIO initializers), static shapes.
