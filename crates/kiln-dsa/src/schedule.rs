@@ -25,6 +25,7 @@ use crate::propagate::exit_node;
 use crate::reuse::{spill_longest_lived, Tenancy};
 use crate::scope::{bind_and_scope, slice_shape, transfers, Binding, Scope, Transfer};
 use crate::split_info::SplitCandidate;
+use crate::weight_slices::keep_slices_together;
 use kiln_ir::{Graph, Result, ValueId};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write};
@@ -122,6 +123,7 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     let groups = fuse_unfit_layers(&og, Grouping::run(&og, desc));
     let ig = InstanceGraph::new(&og, groups)?;
     let cores = desc.cores_per_cluster as usize;
+    let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
     let mut best: Option<(u64, Placed)> = None;
     for kind in [OrderKind::Dfs, OrderKind::Bfs] {
         let order = if kind == OrderKind::Dfs {
@@ -129,6 +131,7 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
         } else {
             bfs_order(&ig)
         };
+        let order = keep_slices_together(&og, &ig, order, gb);
         let (bind, scope) = bind_and_scope(&og, &ig, &order, cores);
         let scope = final_scopes(&og, &ig, &order, scope, desc);
         let outside = (0..scope.len())

@@ -157,6 +157,7 @@ fn halo_edges_join_neighbouring_pieces() {
             factors: vec![1, 1, 4, 1],
             per_core_bytes: 0,
             batch: false,
+            weight_slices: false,
         }),
     };
     let ig = InstanceGraph::new(&og, vec![cut(0), cut(1)]).unwrap();
