@@ -495,11 +495,21 @@ impl<'a> Model<'a> {
             return Scope::Lb;
         }
         let producer = self.incoming[i].iter().find(|e| e.value == v);
-        let scope = producer.map_or(Scope::Ddr, |e| self.schedule.instances[e.producer].scope);
+        let scope = producer.map_or(Scope::Ddr, |e| self.read_from(e));
         let fits_gb = view.staged.holds(&v) || self.gb.is_some_and(|gb| bytes <= gb);
         match scope {
             Scope::Ddr if fits_gb => Scope::Gb,
             other => other,
+        }
+    }
+
+    /// Where `e`'s reader finds the value: in LB when it runs before the
+    /// producer's output was spilled (§4.3), else the producer's scope.
+    fn read_from(&self, e: &Edge) -> Scope {
+        if self.schedule.early_reads.contains(e) {
+            Scope::Lb
+        } else {
+            self.schedule.instances[e.producer].scope
         }
     }
 
@@ -560,7 +570,7 @@ impl<'a> Model<'a> {
             .iter()
             .filter(|e| e.value == f.value)
             .collect();
-        let scope = |e: &Edge| self.schedule.instances[e.producer].scope;
+        let scope = |e: &Edge| self.read_from(e);
         if edges.is_empty() || edges.iter().any(|e| scope(e) == Scope::Ddr) {
             self.promote(f, &mut t.inputs);
         }
