@@ -182,13 +182,19 @@ impl Search<'_> {
                         per_core_bytes: per_core,
                     })
                 }
-                // Nested in an outer cut: a piece of this axis may slice it.
-                Verdict::WeightOffChip if v == 1 => continue,
-                Verdict::WeightOffChip => match self.inward(factors.clone(), axis) {
-                    Some(inner) => return Some(inner),
-                    None => break,
-                },
-                Verdict::TooMuch => break,
+                // A batch split may slice the weight along an axis it
+                // follows (`weight_slices.rs`): a piece of this axis, when
+                // nested in an outer cut, or of the next axes inward.
+                Verdict::WeightOffChip if cut.1 => {
+                    if v == 1 {
+                        continue;
+                    }
+                    if let Some(inner) = self.inward(factors.clone(), axis) {
+                        return Some(inner);
+                    }
+                    break;
+                }
+                Verdict::WeightOffChip | Verdict::TooMuch => break,
             }
         }
         factors[axis] = unfit;
