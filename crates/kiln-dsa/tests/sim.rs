@@ -368,4 +368,16 @@ fn a_weight_larger_than_gb_is_read_once_slice_by_slice() {
     assert!(late.iter().all(|t| t.ddr_to_lb == 0));
     let hoisted: u64 = late.iter().map(|t| t.gb_to_lb).sum();
     assert_eq!(hoisted, w2 / 2 * kernels.len() as u64);
+    // The order that keeps a slice's instances together still runs every
+    // producer before its readers.
+    let s = kiln_dsa::graphturbo(&g, &desc).unwrap();
+    let mut position = vec![0; s.order.len()];
+    s.order
+        .iter()
+        .enumerate()
+        .for_each(|(p, &i)| position[i] = p);
+    assert!(s
+        .edges
+        .iter()
+        .all(|e| position[e.producer] < position[e.consumer]));
 }
