@@ -29,7 +29,8 @@ use crate::instances::{bfs_order, InstanceGraph};
 use crate::opgraph::OpGraph;
 use crate::reuse::{spill_longest_lived, Tenancy};
 use crate::schedule::{
-    assemble, graphturbo, lifetimes, writes_graph_output, OrderKind, Placed, Schedule,
+    assemble, early_reads, graphturbo, lifetimes, read_scope, writes_graph_output, OrderKind,
+    Placed, Schedule,
 };
 use crate::scope::{plain_binding, slice_shape, transfers, Binding, Scope};
 use kiln_ir::{bail, Graph, Result};
@@ -102,26 +103,37 @@ fn layer_schedule(g: &Graph, desc: &DsaDesc, kind: ScheduleKind) -> Result<Sched
         .map(|i| plain_binding(&slice_shape(&og, &ig, i), cores))
         .collect();
     let order = bfs_order(&ig);
-    let scope = match kind {
-        ScheduleKind::LayersInGb => kept_in_gb(&og, &ig, &order, desc),
+    let count = ig.instances.len();
+    let (scope, spilled_at) = match kind {
+        ScheduleKind::LayersInGb => (kept_in_gb(&og, &ig, &order, desc), vec![None; count]),
         ScheduleKind::LayersInLb => kept_in_lb(&og, &ig, &order, desc, true),
         ScheduleKind::AstitchLike => kept_in_lb(&og, &ig, &order, desc, false),
-        _ => vec![Scope::Ddr; ig.instances.len()],
+        _ => (vec![Scope::Ddr; count], vec![None; count]),
     };
     // The per-layer baseline reads every input from DDR: no transfer
     // between kernels to list (its text is Table 3's baseline as before).
-    let moves = if kind == ScheduleKind::PerLayer {
-        Vec::new()
-    } else {
-        transfers(&og, &ig, &bind, &scope)
-    };
     let placed = Placed {
         kind: OrderKind::Layers,
         order,
         bind,
         scope,
+        spilled_at,
     };
-    Ok(assemble(g, &og, &ig, kind.name(), placed, moves, desc))
+    let early = early_reads(&og, &ig, &placed);
+    let moves = if kind == ScheduleKind::PerLayer {
+        Vec::new()
+    } else {
+        transfers(&og, &ig, &placed.bind, &|e| read_scope(&placed, &early, e))
+    };
+    Ok(assemble(
+        g,
+        &og,
+        &ig,
+        kind.name(),
+        placed,
+        (moves, early),
+        desc,
+    ))
 }
 
 /// Outputs in GB while it holds them, longest-lived spilled to DDR.
@@ -156,14 +168,14 @@ fn kept_in_gb(og: &OpGraph, ig: &InstanceGraph, order: &[usize], desc: &DsaDesc)
 }
 
 /// Outputs in LB while the cores hold them, longest-lived spilled to GB
-/// (when `use_gb`), then DDR.
+/// (when `use_gb`), then DDR; with the step of each spill.
 fn kept_in_lb(
     og: &OpGraph,
     ig: &InstanceGraph,
     order: &[usize],
     desc: &DsaDesc,
     use_gb: bool,
-) -> Vec<Scope> {
+) -> (Vec<Scope>, Vec<Option<usize>>) {
     let tensors = lifetimes(og, ig, order, desc);
     let gb = desc
         .global_buffer
@@ -184,8 +196,8 @@ fn kept_in_lb(
             }
         })
         .collect();
-    spill_longest_lived(&tensors, desc.local_buffer.bytes, gb, &mut scope);
-    scope
+    let spilled_at = spill_longest_lived(&tensors, desc.local_buffer.bytes, gb, &mut scope);
+    (scope, spilled_at)
 }
 
 #[cfg(test)]

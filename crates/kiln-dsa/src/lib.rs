@@ -60,6 +60,7 @@ mod tile_select;
 pub mod tiling;
 pub mod timing;
 pub mod traffic;
+pub mod weight_slices;
 
 pub use baselines::{per_layer, schedule, ScheduleKind};
 pub use desc::{parse_target, DsaDesc};

@@ -15,8 +15,10 @@
 //! LB, in all in GB).
 //! Guarantees: afterwards the LB tensors live at any step fit `lb` per
 //! core together, except a single tensor larger than `lb` alone (nothing
-//! else to spill); a spilled tensor stays out of LB for its whole life;
-//! GB never holds more than its size.
+//! else to spill); a spilled tensor stays out of LB from the step it is
+//! spilled at (it is written out then; readers before it read it from
+//! LB); GB never holds more than its size, over a spilled tensor's whole
+//! life.
 
 use crate::scope::Scope;
 
@@ -41,8 +43,16 @@ impl Tenancy {
 
 /// Spills LB tensors (`scopes[t] == Lb`), longest-lived first, until the
 /// LB tensors live at every step fit `lb` bytes per core; `gb` is GB's
-/// size (`None`: no GB).
-pub fn spill_longest_lived(tensors: &[Tenancy], lb: u64, gb: Option<u64>, scopes: &mut [Scope]) {
+/// size (`None`: no GB). Returns, per tensor, the step at which it was
+/// spilled: it is in LB before that step (its readers there read it from
+/// LB, §4.2) and in its new scope from then on.
+pub fn spill_longest_lived(
+    tensors: &[Tenancy],
+    lb: u64,
+    gb: Option<u64>,
+    scopes: &mut [Scope],
+) -> Vec<Option<usize>> {
+    let mut spilled_at = vec![None; tensors.len()];
     let steps = tensors.iter().map(|t| t.end + 1).max().unwrap_or(0);
     let mut gb_used = vec![0u64; steps];
     for (tensor, _) in tensors
@@ -67,9 +77,11 @@ pub fn spill_longest_lived(tensors: &[Tenancy], lb: u64, gb: Option<u64>, scopes
                 break;
             };
             scopes[victim] = spill_target(&tensors[victim], gb, &mut gb_used);
+            spilled_at[victim] = Some(s);
             live.retain(|&t| t != victim);
         }
     }
+    spilled_at
 }
 
 /// The live tensor with the longest life (larger, then earlier, on ties).
@@ -122,11 +134,13 @@ mod tests {
             tensor(4, 5, 10),
         ];
         let mut scopes = [Scope::Lb; 5];
-        spill_longest_lived(&tensors, 32, Some(100), &mut scopes);
+        let spilled_at = spill_longest_lived(&tensors, 32, Some(100), &mut scopes);
         assert_eq!(
             scopes,
             [Scope::Lb, Scope::Gb, Scope::Lb, Scope::Lb, Scope::Lb]
         );
+        // Four live first at ct 4: out1 was in LB until then.
+        assert_eq!(spilled_at, [None, Some(4), None, None, None]);
         // Without room in GB it goes to DDR.
         let mut scopes = [Scope::Lb; 5];
         spill_longest_lived(&tensors, 32, Some(5), &mut scopes);

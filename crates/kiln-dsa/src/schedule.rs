@@ -23,10 +23,13 @@ use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
 use crate::propagate::exit_node;
 use crate::reuse::{spill_longest_lived, Tenancy};
-use crate::scope::{bind_and_scope, slice_shape, transfers, Binding, Scope, Transfer};
+use crate::scope::{
+    bind_and_scope, infer_binding, slice_shape, transfers, Binding, Scope, Transfer,
+};
 use crate::split_info::SplitCandidate;
+use crate::weight_slices::keep_slices_together;
 use kiln_ir::{Graph, Result, ValueId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write};
 
 /// How instances were ordered.
@@ -86,6 +89,9 @@ pub struct Schedule {
     /// Which instance reads which other's output.
     pub edges: Vec<Edge>,
     pub transfers: Vec<Transfer>,
+    /// Edges whose reader finds the value in LB though the producer's
+    /// output is spilled: it runs before the spill ([`early_reads`]).
+    pub early_reads: BTreeSet<Edge>,
     /// Names of the values transfers move.
     pub value_names: BTreeMap<ValueId, String>,
 }
@@ -114,6 +120,8 @@ pub(crate) struct Placed {
     pub(crate) order: Vec<usize>,
     pub(crate) bind: Vec<Binding>,
     pub(crate) scope: Vec<Scope>,
+    /// Per instance, the step its output was spilled at ([`spill_longest_lived`]).
+    pub(crate) spilled_at: Vec<Option<usize>>,
 }
 
 /// GraphTurbo's schedule of `g` on `desc`.
@@ -122,6 +130,7 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     let groups = fuse_unfit_layers(&og, Grouping::run(&og, desc));
     let ig = InstanceGraph::new(&og, groups)?;
     let cores = desc.cores_per_cluster as usize;
+    let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
     let mut best: Option<(u64, Placed)> = None;
     for kind in [OrderKind::Dfs, OrderKind::Bfs] {
         let order = if kind == OrderKind::Dfs {
@@ -129,8 +138,9 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
         } else {
             bfs_order(&ig)
         };
+        let order = keep_slices_together(&og, &ig, order, gb);
         let (bind, scope) = bind_and_scope(&og, &ig, &order, cores);
-        let scope = final_scopes(&og, &ig, &order, scope, desc);
+        let (scope, spilled_at) = final_scopes(&og, &ig, &order, scope, desc);
         let outside = (0..scope.len())
             .filter(|&i| scope[i] != Scope::Lb)
             .map(|i| slice_bytes(&og, &ig, i))
@@ -141,6 +151,7 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
                 order,
                 bind,
                 scope,
+                spilled_at,
             };
             best = Some((outside, placed));
         }
@@ -148,8 +159,17 @@ pub fn graphturbo(g: &Graph, desc: &DsaDesc) -> Result<Schedule> {
     let Some((_, placed)) = best else {
         kiln_ir::bail!("no order was built");
     };
-    let moves = transfers(&og, &ig, &placed.bind, &placed.scope);
-    Ok(assemble(g, &og, &ig, "graphturbo", placed, moves, desc))
+    let early = early_reads(&og, &ig, &placed);
+    let moves = transfers(&og, &ig, &placed.bind, &|e| read_scope(&placed, &early, e));
+    Ok(assemble(
+        g,
+        &og,
+        &ig,
+        "graphturbo",
+        placed,
+        (moves, early),
+        desc,
+    ))
 }
 
 /// Bytes of the slice instance `i` writes.
@@ -168,14 +188,14 @@ fn instance_output(og: &OpGraph, ig: &InstanceGraph, i: usize) -> Option<ValueId
 }
 
 /// Algorithm 4's scopes, then graph outputs in DDR, streamed groups'
-/// outputs in GB or DDR, and §4.3's spills.
+/// outputs in GB or DDR, and §4.3's spills (with the step of each).
 fn final_scopes(
     og: &OpGraph,
     ig: &InstanceGraph,
     order: &[usize],
     mut scope: Vec<Scope>,
     desc: &DsaDesc,
-) -> Vec<Scope> {
+) -> (Vec<Scope>, Vec<Option<usize>>) {
     let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
     for (i, scope_i) in scope.iter_mut().enumerate() {
         let group = &ig.groups[ig.instances[i].group];
@@ -190,8 +210,44 @@ fn final_scopes(
         }
     }
     let tensors = lifetimes(og, ig, order, desc);
-    spill_longest_lived(&tensors, desc.local_buffer.bytes, gb, &mut scope);
-    scope
+    let spilled_at = spill_longest_lived(&tensors, desc.local_buffer.bytes, gb, &mut scope);
+    (scope, spilled_at)
+}
+
+/// The edges whose reader runs before the producer's output is spilled
+/// (§4.3 spills it at the step LB overflows): such a reader finds it in
+/// LB (§4.2's buffer stitching) when it takes it as the producer laid it
+/// out, or when the spill went to DDR (a redistribution between the
+/// cores through GB moves no DDR byte); otherwise, and for the readers
+/// after the spill, it is read from the producer's scope.
+pub(crate) fn early_reads(og: &OpGraph, ig: &InstanceGraph, placed: &Placed) -> BTreeSet<Edge> {
+    let position = positions(&placed.order);
+    let early = |e: &&Edge| {
+        let before = placed.spilled_at[e.producer].is_some_and(|at| position[e.consumer] < at);
+        let laid_out = || {
+            infer_binding(og, ig, e, &placed.bind[e.consumer]).as_ref()
+                == Some(&placed.bind[e.producer])
+        };
+        before && (placed.scope[e.producer] == Scope::Ddr || laid_out())
+    };
+    ig.edges.iter().filter(early).copied().collect()
+}
+
+/// Where each edge's reader finds the value: LB for `early` reads, else
+/// the producer's scope.
+pub(crate) fn read_scope(placed: &Placed, early: &BTreeSet<Edge>, edge: &Edge) -> Scope {
+    if early.contains(edge) {
+        Scope::Lb
+    } else {
+        placed.scope[edge.producer]
+    }
+}
+
+/// Per instance, its position in `order`.
+pub(crate) fn positions(order: &[usize]) -> Vec<usize> {
+    let mut position = vec![0; order.len()];
+    order.iter().enumerate().for_each(|(p, &i)| position[i] = p);
+    position
 }
 
 /// Whether instance `i`'s output (its group's exit's) is a graph output.
@@ -212,8 +268,7 @@ pub(crate) fn lifetimes(
     order: &[usize],
     desc: &DsaDesc,
 ) -> Vec<Tenancy> {
-    let mut position = vec![0; order.len()];
-    order.iter().enumerate().for_each(|(p, &i)| position[i] = p);
+    let position = positions(order);
     let cores = u64::from(desc.cores_per_cluster);
     (0..order.len())
         .map(|i| {
@@ -239,7 +294,7 @@ pub(crate) fn assemble(
     ig: &InstanceGraph,
     planner: &str,
     placed: Placed,
-    transfers: Vec<Transfer>,
+    (transfers, early_reads): (Vec<Transfer>, BTreeSet<Edge>),
     desc: &DsaDesc,
 ) -> Schedule {
     let Placed {
@@ -247,6 +302,7 @@ pub(crate) fn assemble(
         order,
         bind,
         scope,
+        ..
     } = placed;
     let layer_of = layer_numbers(og);
     let groups = ig
@@ -290,6 +346,7 @@ pub(crate) fn assemble(
         order,
         edges: ig.edges.clone(),
         transfers,
+        early_reads,
         value_names,
     }
 }

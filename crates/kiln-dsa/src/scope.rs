@@ -199,13 +199,14 @@ pub fn bind_and_scope(
     )
 }
 
-/// §3.5: the concat, copy and redistribute ops the bindings and final
-/// scopes call for.
+/// §3.5: the concat, copy and redistribute ops the bindings call for,
+/// each edge's value read from `from(edge)` (the producer's scope, or LB
+/// for a reader that runs before the value is spilled, §4.3).
 pub fn transfers(
     og: &OpGraph,
     ig: &InstanceGraph,
     bind: &[Binding],
-    scope: &[Scope],
+    from: &dyn Fn(&Edge) -> Scope,
 ) -> Vec<Transfer> {
     let mut out = Vec::new();
     for consumer in 0..ig.instances.len() {
@@ -226,7 +227,7 @@ pub fn transfers(
             }
         }
         for edge in edges {
-            out.extend(bridge(og, ig, edge, bind, scope));
+            out.extend(bridge(og, ig, edge, bind, from(edge)));
         }
     }
     out
@@ -238,9 +239,8 @@ fn bridge(
     ig: &InstanceGraph,
     edge: &Edge,
     bind: &[Binding],
-    scope: &[Scope],
+    from: Scope,
 ) -> Option<Transfer> {
-    let from = scope[edge.producer];
     if from != Scope::Lb {
         return Some(Transfer::Copy { edge: *edge, from });
     }

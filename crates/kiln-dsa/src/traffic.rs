@@ -44,6 +44,7 @@ use crate::opgraph::OpGraph;
 use crate::propagate::{propagate, Propagation};
 use crate::schedule::Schedule;
 use crate::scope::{Scope, Transfer};
+use crate::weight_slices::{slice_axes, slice_key, sliced_weights};
 use kiln_ir::{Graph, ValueId};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,7 +168,9 @@ struct GroupView {
     lead_weights: BTreeSet<ValueId>,
     /// Operands from outside the instances read more than once in all,
     /// staged in GB.
-    staged: BTreeSet<ValueId>,
+    staged: Staging,
+    /// The exit axes its sliced weights follow.
+    slice_axes: Vec<usize>,
 }
 
 /// One operand moved into one instance, `times` times (a tiled kernel
@@ -196,6 +199,9 @@ struct Model<'a> {
     redistributed: BTreeSet<Edge>,
     /// Per group, the instance that runs first (it promotes the weights).
     first_run: Vec<usize>,
+    /// Per instance, whether it reads other weight slices than the
+    /// instance of its group that ran before it (it promotes them).
+    new_slice: Vec<bool>,
 }
 
 /// The traffic of every instance of `schedule`, by instance position.
@@ -266,20 +272,41 @@ pub fn tiling_rereads(
     (times > 1).then_some((streamed, times))
 }
 
+/// What a split group keeps in GB for its instances.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Staging {
+    /// Operands promoted whole once.
+    pub whole: BTreeSet<ValueId>,
+    /// Weights larger than GB promoted slice by slice
+    /// ([`crate::weight_slices`]).
+    pub sliced: BTreeSet<ValueId>,
+}
+
+impl Staging {
+    /// `v` is read from GB (whole or by slices).
+    pub fn holds(&self, v: &ValueId) -> bool {
+        self.whole.contains(v) || self.sliced.contains(v)
+    }
+}
+
 /// The operands from outside `nodes` that the `factor` instances of a
-/// group read more than once in all (a weight each reads whole, a halo),
+/// group (split `factor` ways, cutting the batch or not) read more than
+/// once in all (a weight each reads whole, a halo): first the slices of
+/// weights larger than GB
+/// ([`crate::weight_slices::sliced_weights`]), then whole operands,
 /// largest first while GB holds them together (none when the group is
 /// not split or there is no GB).
 pub(crate) fn staged_operands(
     og: &OpGraph,
     nodes: &[usize],
     prop: &Propagation,
-    factor: usize,
+    (factor, batch): (usize, bool),
     gb: Option<u64>,
-) -> BTreeSet<ValueId> {
-    let Some(mut room) = gb.filter(|_| factor > 1) else {
-        return BTreeSet::new();
+) -> Staging {
+    let Some(gb) = gb.filter(|_| factor > 1) else {
+        return Staging::default();
     };
+    let (sliced, mut room) = sliced_weights(og, nodes, prop, (factor, batch), gb);
     let outside =
         |v: ValueId| og.producer[v.index()].is_none_or(|p| nodes.binary_search(&p).is_err());
     let reread = |v: ValueId| prop.bytes(og, v) * factor as u64 > og.value_bytes(v);
@@ -287,18 +314,40 @@ pub(crate) fn staged_operands(
         .regions
         .keys()
         .copied()
-        .filter(|&v| outside(v) && reread(v))
+        .filter(|&v| outside(v) && reread(v) && !sliced.contains(&v))
         .map(|v| (og.value_bytes(v), v))
         .collect();
     reread_ones.sort_by_key(|&(bytes, v)| (std::cmp::Reverse(bytes), v));
-    let mut staged = BTreeSet::new();
+    let mut whole = BTreeSet::new();
     for (bytes, v) in reread_ones {
         if bytes <= room {
             room -= bytes;
-            staged.insert(v);
+            whole.insert(v);
         }
     }
-    staged
+    Staging { whole, sliced }
+}
+
+/// Per instance, whether it reads other weight slices than the instance
+/// of its group that ran just before it in `schedule`'s order.
+fn slice_runs(schedule: &Schedule, groups: &[GroupView]) -> Vec<bool> {
+    let mut new_slice = vec![false; schedule.instances.len()];
+    let mut last: Vec<Option<Vec<usize>>> = vec![None; groups.len()];
+    for &i in &schedule.order {
+        let inst = &schedule.instances[i];
+        let view = &groups[inst.group];
+        if view.slice_axes.is_empty() {
+            continue;
+        }
+        let factors = schedule.groups[inst.group]
+            .split
+            .as_ref()
+            .map_or(&[][..], |s| &s.factors);
+        let key = slice_key(factors, inst.index, &view.slice_axes);
+        new_slice[i] = last[inst.group].as_ref() != Some(&key);
+        last[inst.group] = Some(key);
+    }
+    new_slice
 }
 
 /// The compulsory DDR traffic: every weight and model input some node
@@ -317,16 +366,19 @@ pub fn compulsory_ddr_bytes(og: &OpGraph) -> u64 {
 impl<'a> Model<'a> {
     fn new(g: &'a Graph, og: &'a OpGraph, schedule: &'a Schedule, desc: &DsaDesc) -> Model<'a> {
         let gb = desc.global_buffer.as_ref().map(|m| m.bytes);
-        let groups = schedule
+        let groups: Vec<GroupView> = schedule
             .groups
             .iter()
             .map(|group| {
                 let factors = group.split.as_ref().map_or(&[][..], |s| &s.factors);
                 let factor = factors.iter().product::<usize>().max(1);
                 let prop = propagate(og, &group.nodes, factors);
+                let batch = group.split.as_ref().is_some_and(|s| s.batch);
+                let staged = staged_operands(og, &group.nodes, &prop, (factor, batch), gb);
                 GroupView {
                     lead_weights: lead_weights(og, &group.nodes),
-                    staged: staged_operands(og, &group.nodes, &prop, factor, gb),
+                    slice_axes: slice_axes(og, &prop, &staged.sliced),
+                    staged,
                     nodes: group.nodes.clone(),
                     prop,
                 }
@@ -349,6 +401,7 @@ impl<'a> Model<'a> {
         for &i in schedule.order.iter().rev() {
             first_run[schedule.instances[i].group] = i;
         }
+        let new_slice = slice_runs(schedule, &groups);
         Model {
             g,
             og,
@@ -360,6 +413,7 @@ impl<'a> Model<'a> {
             incoming,
             redistributed,
             first_run,
+            new_slice,
         }
     }
 
@@ -441,11 +495,21 @@ impl<'a> Model<'a> {
             return Scope::Lb;
         }
         let producer = self.incoming[i].iter().find(|e| e.value == v);
-        let scope = producer.map_or(Scope::Ddr, |e| self.schedule.instances[e.producer].scope);
-        let fits_gb = view.staged.contains(&v) || self.gb.is_some_and(|gb| bytes <= gb);
+        let scope = producer.map_or(Scope::Ddr, |e| self.read_from(e));
+        let fits_gb = view.staged.holds(&v) || self.gb.is_some_and(|gb| bytes <= gb);
         match scope {
             Scope::Ddr if fits_gb => Scope::Gb,
             other => other,
+        }
+    }
+
+    /// Where `e`'s reader finds the value: in LB when it runs before the
+    /// producer's output was spilled (§4.3), else the producer's scope.
+    fn read_from(&self, e: &Edge) -> Scope {
+        if self.schedule.early_reads.contains(e) {
+            Scope::Lb
+        } else {
+            self.schedule.instances[e.producer].scope
         }
     }
 
@@ -463,11 +527,16 @@ impl<'a> Model<'a> {
 
     /// A staged operand is promoted to GB whole (every instance reads
     /// parts of it) by the group's first instance (Fig. 11; the emulator
-    /// stages re-read inputs the same way).
+    /// stages re-read inputs the same way); a sliced weight's slice by
+    /// the first instance of each run reading it.
     fn promote(&self, f: &Fetch, phase: &mut Traffic) {
         let first = self.first_run[self.schedule.instances[f.instance].group] == f.instance;
-        if first && f.view.staged.contains(&f.value) {
+        if first && f.view.staged.whole.contains(&f.value) {
             phase.record(Hop::DdrToGb, self.og.value_bytes(f.value), 1);
+        }
+        if self.new_slice[f.instance] && f.view.staged.sliced.contains(&f.value) {
+            let slice = self.operand_bytes(f.view, f.value);
+            phase.record(Hop::DdrToGb, slice, 1);
         }
     }
 
@@ -477,7 +546,7 @@ impl<'a> Model<'a> {
     /// if GB holds it.
     fn fetch_from_ddr(&self, f: &Fetch, bytes: u64, phase: &mut Traffic) {
         let again = f.times - 1;
-        if f.view.staged.contains(&f.value) {
+        if f.view.staged.holds(&f.value) {
             phase.record(Hop::GbToLb, bytes * f.times, self.cores * f.times);
             return;
         }
@@ -501,7 +570,7 @@ impl<'a> Model<'a> {
             .iter()
             .filter(|e| e.value == f.value)
             .collect();
-        let scope = |e: &Edge| self.schedule.instances[e.producer].scope;
+        let scope = |e: &Edge| self.read_from(e);
         if edges.is_empty() || edges.iter().any(|e| scope(e) == Scope::Ddr) {
             self.promote(f, &mut t.inputs);
         }

@@ -81,7 +81,7 @@ fn fig8_concatenates_instance_outputs() {
     let (og, ig) = fig6();
     let order = dfs_order(&ig);
     let (bind, scope) = bind_and_scope(&og, &ig, &order, 8);
-    let moves = transfers(&og, &ig, &bind, &scope);
+    let moves = transfers(&og, &ig, &bind, &|e| scope[e.producer]);
     let mut concats: Vec<(String, usize)> = moves
         .iter()
         .filter_map(|t| match t {
@@ -157,6 +157,7 @@ fn halo_edges_join_neighbouring_pieces() {
             factors: vec![1, 1, 4, 1],
             per_core_bytes: 0,
             batch: false,
+            weight_slices: false,
         }),
     };
     let ig = InstanceGraph::new(&og, vec![cut(0), cut(1)]).unwrap();

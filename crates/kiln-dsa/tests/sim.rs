@@ -324,3 +324,60 @@ fn a_halo_split_chain_moves_only_the_compulsory_ddr_bytes() {
     assert!(base.ddr_bytes >= turbo.ddr_bytes + 2 * tensor);
     assert!(turbo.cycles < base.cycles);
 }
+
+/// A 3×3 convolution whose 9 MiB f32 weight is larger than GB (8 MiB),
+/// over 16 images of 512 × 7 × 7, after a 1×1 convolution: split by
+/// images alone, every instance would read the weight from DDR again.
+/// GraphTurbo cuts its output channels too: each instance reads a slice,
+/// the instances sharing a slice run one after another, and each slice
+/// is promoted DDR → GB once, so DDR sees the floor: the input, both
+/// weights and the output once each.
+#[test]
+fn a_weight_larger_than_gb_is_read_once_slice_by_slice() {
+    let g = graph_of(
+        "  input %x: f32[16,512,7,7]
+  input %w1: f32[512,512,1,1]
+  input %w2: f32[512,512,3,3]
+  node \"c1\" %a: f32[16,512,7,7] = Conv(%x, %w1)
+  node \"r1\" %b: f32[16,512,7,7] = Relu(%a)
+  node \"c2\" %c: f32[16,512,7,7] = Conv(%b, %w2) {pads=[1,1,1,1]}
+  node \"r2\" %d: f32[16,512,7,7] = Relu(%c)
+  output %d
+",
+    );
+    let desc = stcp920();
+    let tensor = 16 * 512 * 7 * 7 * 4;
+    let (w1, w2) = (512 * 512 * 4, 512 * 512 * 9 * 4);
+    assert!(w2 > desc.global_buffer.as_ref().unwrap().bytes);
+    let turbo = sim(&g, &desc, ScheduleKind::Graphturbo);
+    assert_eq!(turbo.compulsory_ddr_bytes, 2 * tensor + w1 + w2);
+    assert_eq!(turbo.ddr_bytes, turbo.compulsory_ddr_bytes);
+    let reads_w2 = |k: &&kiln_dsa::sim::KernelReport| k.traffic.lb_reads.contains_key("w2");
+    let kernels: Vec<_> = turbo.per_kernel.iter().filter(reads_w2).collect();
+    // Images and output channels cut: two slices, each read by 8 instances.
+    assert!(kernels
+        .iter()
+        .all(|k| k.split.len() == 4 && k.split[1] == 2));
+    assert_eq!(kernels.len(), 2 * kernels[0].split[0]);
+    let late: Vec<_> = kernels.iter().map(|k| k.traffic.late_weights).collect();
+    let promoted: Vec<u64> = late.iter().map(|t| t.ddr_to_gb).collect();
+    // Slice by slice: the first instance of each run promotes its half.
+    let promoting: Vec<usize> = (0..promoted.len()).filter(|&i| promoted[i] > 0).collect();
+    assert_eq!(promoting, vec![0, kernels.len() / 2]);
+    assert_eq!(promoted.iter().sum::<u64>(), w2);
+    assert!(late.iter().all(|t| t.ddr_to_lb == 0));
+    let hoisted: u64 = late.iter().map(|t| t.gb_to_lb).sum();
+    assert_eq!(hoisted, w2 / 2 * kernels.len() as u64);
+    // The order that keeps a slice's instances together still runs every
+    // producer before its readers.
+    let s = kiln_dsa::graphturbo(&g, &desc).unwrap();
+    let mut position = vec![0; s.order.len()];
+    s.order
+        .iter()
+        .enumerate()
+        .for_each(|(p, &i)| position[i] = p);
+    assert!(s
+        .edges
+        .iter()
+        .all(|e| position[e.producer] < position[e.consumer]));
+}

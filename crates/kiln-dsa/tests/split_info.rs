@@ -118,6 +118,7 @@ fn eq1_is_a_lexicographic_maximum() {
         SplitCandidate {
             split_ops,
             batch: axis == 0 && factor > 1,
+            weight_slices: false,
             factors,
             per_core_bytes: 0,
         }
@@ -142,8 +143,17 @@ fn eq1_is_a_lexicographic_maximum() {
             .collect(),
         per_core_bytes: 0,
         batch: true,
+        weight_slices: false,
     };
     assert_eq!(best_split(&[two(3, 2), two(2, 2)]), Some(two(3, 2)));
+    // A batch split whose instances share weight slices runs slice by
+    // slice: it loses the batch's precedence.
+    let sliced = SplitCandidate {
+        weight_slices: true,
+        ..two(1, 2)
+    };
+    assert_eq!(best_split(&[sliced.clone(), c(3, 4, 2)]), Some(c(3, 4, 2)));
+    assert_eq!(best_split(&[sliced.clone(), c(2, 2, 1)]), Some(sliced));
     assert_eq!(best_split(&[]), None);
 }
 
@@ -185,8 +195,10 @@ fn images_then_columns_when_an_image_does_not_fit() {
 
 /// The cost model: cutting the rows of `x · W` with a 16 MB weight (more
 /// than GB holds) would have every instance read W from DDR: refused, on
-/// every cut of the rows. Cutting the columns reads a slice of W each and
-/// `x` (128 KB, hoisted from GB) whole: chosen.
+/// every cut of the rows alone. Cutting the columns too gives slices of W
+/// that GB holds one at a time (rows are the batch here), shared by the
+/// row instances: offered, but cutting the columns alone reads a slice
+/// of W each once and `x` (128 KB, hoisted from GB) whole: chosen.
 #[test]
 fn a_split_rereading_a_large_weight_is_refused() {
     let og = op_graph(
@@ -197,8 +209,15 @@ fn a_split_rereading_a_large_weight_is_refused() {
     );
     let desc = DsaDesc::preset("stcp920").unwrap();
     let info = split_info(&og, &[0], &desc);
-    assert!(info.iter().all(|c| c.factors[0] == 1), "{info:?}");
-    assert_eq!(best_split(&info).unwrap().factors, [1, 8]);
+    let rows_alone = |c: &SplitCandidate| c.factors[0] > 1 && c.factors[1] == 1;
+    assert!(!info.iter().any(rows_alone), "{info:?}");
+    let sliced = info.iter().find(|c| c.factors[0] > 1).unwrap();
+    assert!(sliced.weight_slices && sliced.factors[1] > 1, "{sliced:?}");
+    let best = best_split(&info).unwrap();
+    assert_eq!(
+        (best.factors.as_slice(), best.weight_slices),
+        (&[1, 8][..], false)
+    );
 }
 
 /// Line 4's values need not divide the axis: 197 tokens cut 4 ways are
