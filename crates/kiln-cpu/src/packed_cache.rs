@@ -254,6 +254,8 @@ mod tests {
         PackedCache {
             path: dir.join("entry.bin"),
             sizes: sizes.to_vec(),
+            cache_dir: dir.to_path_buf(),
+            library_key: "test".to_string(),
         }
     }
 
