@@ -20,7 +20,8 @@ pub struct BenchOptions {
     pub reference: bool,
 }
 
-/// One line on how the model was compiled.
+/// One line on how the model was compiled, then a line per node left to
+/// the interpreter saying why.
 pub fn compile_line(m: &CompiledModel) -> String {
     let r = &m.report;
     let how = match &r.compile {
@@ -46,7 +47,11 @@ pub fn compile_line(m: &CompiledModel) -> String {
         r.arena_bound,
         r.intermediate_bytes,
         r.workspace_bytes
-    )
+    ) + &r
+        .interpreted
+        .iter()
+        .map(|(node, why)| format!("\n  interpreted {node}: {why}"))
+        .collect::<String>()
 }
 
 pub fn median(v: &mut [f64]) -> f64 {

@@ -7,7 +7,9 @@
 //! runs on the CPU backend under every planner, and on the interpreter,
 //! with the original graph's interpreter results; convolutions the rule
 //! refuses stay convolutions, among them those whose transformed tensors
-//! leave the cache and cost more memory traffic than they save.
+//! leave the cache and cost more memory traffic than they save, or whose
+//! dilation is so wide against the image that Winograd would do more
+//! multiply-adds; one dilated as wide as the image compiles.
 
 mod common;
 
@@ -179,5 +181,60 @@ fn the_rule_weighs_transformed_traffic_against_the_saving() -> Result<()> {
         let got = count(&g, "WinogradInput") == 1;
         assert_eq!(got, rewritten, "batch {batch}, {c} to {k} channels");
     }
+    Ok(())
+}
+
+/// A 3x3 convolution with `dilation` and as much padding, over `image`
+/// x `image` pixels of 16 channels, after a 1x1 one.
+fn atrous_conv(image: usize, dilation: usize) -> String {
+    let (c, d) = (16, dilation);
+    format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[1,{c},{image},{image}]
+  init %w0: f32[{c},{c},1,1] = [{}]
+  init %w: f32[{c},{c},3,3] = [{}]
+  node "pointwise" %a: f32[1,{c},{image},{image}] = Conv(%x, %w0)
+  node "atrous" %y: f32[1,{c},{image},{image}] = Conv(%a, %w) {{pads=[{d},{d},{d},{d}], dilations=[{d},{d}]}}
+  output %y
+}}"#,
+        values(c * c, 6),
+        values(c * c * 9, 7)
+    )
+}
+
+/// A dilation as wide as the image (ASPP's atrous convolutions on a small
+/// feature map): every tile row is the last, so the output transform has
+/// no loop over tile rows; its kernel runs across threads over another
+/// loop and matches the interpreter, with nothing left to it. Wider
+/// still, most phases are one pixel and Winograd would do more
+/// multiply-adds than the direct convolution: the rule keeps it direct.
+#[test]
+fn a_dilation_as_wide_as_the_image_still_compiles() -> Result<()> {
+    let src = atrous_conv(10, 6);
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = with_winograd(&src)?;
+    assert_eq!(
+        count(&g, "WinogradOutput"),
+        1,
+        "{}",
+        kiln_ir::text::print(&g)
+    );
+    let opts = CpuOptions {
+        threads: 2,
+        ..Default::default()
+    };
+    let model = CompiledModel::compile(&g, &opts)?;
+    let interpreted = CpuProgram::interpreted_in(model.graph(), model.plan());
+    assert!(interpreted.is_empty(), "{interpreted:?}");
+    assert_close(&model.run(&ins)?, &want, "atrous")?;
+    let wider = with_winograd(&atrous_conv(14, 12))?;
+    assert_eq!(
+        count(&wider, "WinogradOutput"),
+        0,
+        "{}",
+        kiln_ir::text::print(&wider)
+    );
     Ok(())
 }

@@ -11,9 +11,10 @@
 //! f32.
 //! Guarantees: one kernel computing exactly the group (the transforms'
 //! sums, in another order than the tensor expression's, which multiplies
-//! out all 16 terms): per tile (`n`, `th` parallel, its phase `ph`, `tw`,
-//! its phase `pw`; a dilated side's phases are interleaved undilated
-//! images) and channel (vectorized),
+//! out all 16 terms): per tile (`n`, `th`, its phase `ph`, `tw`, its
+//! phase `pw`; a dilated side's phases are interleaved undilated images;
+//! `th` parallel, or the first of `ph`, `n`, `tw`, `pw` with several
+//! iterations where `th` has one) and channel (vectorized),
 //! - input: the 16 pixels of the tile read once (zero outside the image),
 //!   `s = Bᵀ d` by columns, then the 16 results `s B` stored;
 //! - output: the 16 values of the tile read once, `s = Aᵀ m`, then each of
@@ -28,7 +29,7 @@
 
 use crate::fused::{output_buffer, reductions, single_output, LoweredGroup};
 use crate::group::{Env, GroupExpr, Inliner, Src};
-use crate::ir::{Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
+use crate::ir::{find_loop, Buffer, Extent, Idx, Kernel, Loop, LoopKind, Stmt, Val};
 use crate::lower::{flatten, single_node_group};
 use crate::schedule::{apply, Directive, Schedule};
 use kiln_ir::{bail, DType, Result, Tensor};
@@ -190,13 +191,14 @@ fn input_transform(
     for (v, e) in [(PW, dw), (TW, tw), (PH, dh), (TH, th), (N, batch)] {
         nest = serial(v, e, vec![nest]);
     }
-    let schedule = Schedule(vec![
-        Directive::Parallel(TH.to_string()),
+    let nests = vec![nest];
+    let mut directives: Vec<Directive> = parallel_loop(&nests).into_iter().collect();
+    directives.extend([
         Directive::Vectorize(CH.to_string()),
         peel(TW, tw),
         peel(TH, th),
     ]);
-    Ok((kernel(name, buffers, vec![nest]), schedule))
+    Ok((kernel(name, buffers, nests), Schedule(directives)))
 }
 
 /// One tile's input transform at the loops' tile and channel: the 16
@@ -340,11 +342,21 @@ fn output_transform(
             nests.push(tile_loops(&tiles, at, body));
         }
     }
-    let schedule = Schedule(vec![
-        Directive::Parallel(TH.to_string()),
-        Directive::Vectorize(CH.to_string()),
-    ]);
-    Ok((kernel(name, buffers, nests), schedule))
+    let mut directives: Vec<Directive> = parallel_loop(&nests).into_iter().collect();
+    directives.push(Directive::Vectorize(CH.to_string()));
+    Ok((kernel(name, buffers, nests), Schedule(directives)))
+}
+
+/// Runs a transform's nests across threads: over tile rows, or where no
+/// nest has a loop of several (an image of at most one tile's dilated
+/// span: the output transform's nests then have no tile row loop), over
+/// the first loop of several some nest has of the row phases, the batch,
+/// the tile columns and their phases.
+fn parallel_loop(nests: &[Stmt]) -> Option<Directive> {
+    [TH, PH, N, TW, PW]
+        .into_iter()
+        .find(|v| find_loop(nests, v).is_some_and(|l| l.extent.max() > 1))
+        .map(|v| Directive::Parallel(v.to_string()))
 }
 
 /// Some tiles along a side: every tile of a loop of `tiles` iterations or

@@ -11,8 +11,9 @@
 //! any dilation (a dilated side is several interleaved undilated images,
 //! its phases), one group, explicit padding, f32 channels-last input and
 //! constant weights, whose product has at least [`MIN_TILES`] rows (tiles)
-//! and [`MIN_CHANNELS`] input and output channels, and whose transformed
-//! tensors stay in cache or are worth their memory traffic on the target:
+//! and [`MIN_CHANNELS`] input and output channels and fewer multiply-adds
+//! than the direct convolution, and whose transformed tensors stay in
+//! cache or are worth their memory traffic on the target:
 //!
 //! - With fewer tiles the product has few rows against weights 16/9 the
 //!   size of the originals: a 7x7x512 image at batch 1 (16 tiles) ran
@@ -21,6 +22,10 @@
 //!   transforms, which cost per element and not per product, weigh more
 //!   against the saving; the 16-channel floor is a choice, not a measured
 //!   crossover.
+//! - A dilation wide against the image leaves most phases one pixel
+//!   high or wide, whose 2x2 tiles compute up to four times the outputs
+//!   they keep: DeepLabV3's atrous convolutions (dilation 12 over 14x14
+//!   pixels) would do more multiply-adds than direct.
 //! - The transformed input and output (16 values per 2x2 tile and
 //!   channel, 4 per output element) are written once and read once. When
 //!   they fit in half the target's last-level cache (the other half for
@@ -176,7 +181,9 @@ fn candidate(g: &Graph, node: &Node, target: &TargetDesc) -> Option<Conv> {
 fn pays(conv: &Conv, target: &TargetDesc) -> bool {
     let channels = conv.input[3].min(conv.output[3]);
     let large = conv.tile_count() >= MIN_TILES && channels >= MIN_CHANNELS;
-    large && (stays_in_cache(conv, target) || saving_outweighs_traffic(conv, target))
+    large
+        && conv.saved_multiply_adds() > 0.0
+        && (stays_in_cache(conv, target) || saving_outweighs_traffic(conv, target))
 }
 
 /// Whether the transformed tensors fit in half the last-level cache.
