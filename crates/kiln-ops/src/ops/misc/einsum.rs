@@ -3,13 +3,17 @@
 //! `->` output, repeated labels within an operand (diagonals), labels summed
 //! away, `...` broadcasting, and size-1 broadcasting of any label. One pass
 //! over the joint index space of all labels (output labels first), with
-//! per-operand strides: floats accumulate in f64, integers exactly.
+//! per-operand strides: floats accumulate in f64, integers exactly. Where
+//! the equation is a contraction of one or two operands, the node opens
+//! into transposes, reshapes, sums and a MatMul instead (`products`).
+
+mod products;
 
 use crate::ops::reduce::Exact;
 use crate::registry::Registry;
 use crate::util::strides;
-use crate::{EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, Data, Result, Tensor, TensorType};
+use crate::{Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, dispatch_num, Data, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
     r.add("Einsum", Einsum);
@@ -93,7 +97,26 @@ fn operand_labels(term: &[Sym], rank: usize, ell: usize) -> Result<Vec<Label>> {
     Ok(labels)
 }
 
-fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
+/// An equation's labels: each operand's (one per dim), the output's, and
+/// every label's size (the largest of its dims; 1 where none has it).
+struct Labelled {
+    labels: Vec<Vec<Label>>,
+    out: Vec<Label>,
+    size: Vec<usize>,
+}
+
+impl Labelled {
+    /// Labels some operand has that the output has not, in label order.
+    fn summed(&self) -> Vec<Label> {
+        (0..self.size.len())
+            .filter(|l| !self.out.contains(l) && self.labels.iter().flatten().any(|x| x == l))
+            .collect()
+    }
+}
+
+/// Labels `equation` over operands of `shapes`; fails on an equation that
+/// does not fit them.
+fn labelled(equation: &str, shapes: &[&[usize]]) -> Result<Labelled> {
     let Equation {
         inputs: terms,
         output,
@@ -136,8 +159,13 @@ fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
             .chain((ell..ell + 128).filter(|&l| uses[l] == 1))
             .collect(),
     };
-    let summed = (0..ell + 128).filter(|l| uses[*l] > 0 && !out.contains(l));
-    let joint: Vec<Label> = out.iter().copied().chain(summed).collect();
+    Ok(Labelled { labels, out, size })
+}
+
+fn plan(equation: &str, shapes: &[&[usize]]) -> Result<Plan> {
+    let l = labelled(equation, shapes)?;
+    let (labels, out, size) = (&l.labels, &l.out, &l.size);
+    let joint: Vec<Label> = out.iter().copied().chain(l.summed()).collect();
     // The loop visits every joint index once; refuse spaces that cannot be counted.
     if joint
         .iter()
@@ -314,6 +342,15 @@ impl Op for Einsum {
             bail!("Einsum needs numeric inputs")
         );
         Ok(vec![Tensor::new(p.out_shape.clone(), data)?])
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        products::decompose(b, equation(cx.node)?, inputs)
     }
 }
 
