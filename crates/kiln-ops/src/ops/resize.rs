@@ -1,8 +1,10 @@
 //! Spatial resampling: Resize (opsets 10, 11, 13, 18, 19) and Upsample
 //! (7, 9), GridSample and AffineGrid, RoiAlign, and NonMaxSuppression.
 //! Resize follows the ONNX coordinate formulas exactly (computed in f64);
-//! its engine lives in `sample`.
+//! its engine lives in `sample`. Where scales or sizes are constant, Resize
+//! and Upsample open into gathers and weighted sums (`gathers`).
 
+mod gathers;
 mod grid;
 mod nms;
 mod roi;
@@ -10,8 +12,10 @@ mod sample;
 
 use crate::registry::Registry;
 use crate::util::normalize_axis;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, dispatch_num, ensure, DType, Data, Node, Num, Result, Tensor, TensorType};
+use crate::{arg, inputs_id, opt_arg, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{
+    bail, dispatch_num, ensure, DType, Data, Node, Num, Result, Tensor, TensorType, ValueId,
+};
 use sample::{Axis, Coord, Kernel, NearestRound, Sampler};
 
 pub fn register(r: &mut Registry) {
@@ -291,6 +295,41 @@ fn resize(x: &Tensor, axes: &[Axis], params: &Params) -> Result<Tensor> {
     Tensor::new(out_shape, from_f64(data, x.dtype(), true)?)
 }
 
+/// Input `i` of `inputs` when it is absent (`Some(None)`) or constant
+/// (`Some(Some(value))`); `None` when it is computed at run time.
+fn constant_input(
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    i: Option<usize>,
+) -> Result<Option<Option<Tensor>>> {
+    match i.and_then(|i| inputs.get(i).copied().flatten()) {
+        None => Ok(Some(None)),
+        Some(v) => Ok(b.value(v)?.map(Some)),
+    }
+}
+
+/// Input 0 of `inputs` resized to `target` along `dims` (every axis when
+/// `None`) as gathers and sums, or `None` where its shape is not static
+/// or `gathers` declines.
+fn decomposed(
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    params: &Params,
+    target: &Target,
+    dims: Option<Vec<usize>>,
+) -> Result<Option<Vec<Option<ValueId>>>> {
+    let x = inputs_id(inputs, 0)?;
+    let Ok(shape) = b.shape(x) else {
+        return Ok(None);
+    };
+    let dims = match dims {
+        Some(d) => d,
+        None => params.axes(shape.len())?,
+    };
+    let axes = plan(&shape, &dims, target, params.policy)?;
+    Ok(gathers::resized(b, x, &axes, &params.sampler)?.map(|y| vec![Some(y)]))
+}
+
 struct Resize;
 
 impl Resize {
@@ -357,6 +396,26 @@ impl Op for Resize {
         }
         Ok(vec![resize(x, &axes, &params)?])
     }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        let params = Params::parse(cx.node, cx.opset < 11)?;
+        let (_, scales, sizes) = Resize::positions(cx.opset);
+        let scales = constant_input(b, inputs, Some(scales))?;
+        let sizes = constant_input(b, inputs, sizes)?;
+        let (Some(scales), Some(sizes)) = (scales, sizes) else {
+            return Ok(None);
+        };
+        if params.sampler.coord == Coord::TfCropAndResize {
+            return Ok(None);
+        }
+        let target = target(scales.as_ref(), sizes.as_ref())?;
+        decomposed(b, inputs, &params, &target, None)
+    }
 }
 
 /// Upsample-7 (scales attribute) and -9/10 (scales input): Resize-10's
@@ -407,5 +466,23 @@ impl Op for Upsample {
             AspectPolicy::Stretch,
         )?;
         Ok(vec![resize(x, &axes, &params)?])
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        let params = Params::parse(cx.node, true)?;
+        let Some(given) = constant_input(b, inputs, (cx.opset >= 9).then_some(1))? else {
+            return Ok(None);
+        };
+        let Some(scales) = Upsample::scales(cx.node, cx.opset, given.as_ref())? else {
+            return Ok(None);
+        };
+        let rank = b.shape(inputs_id(inputs, 0)?).map_or(0, |s| s.len());
+        let all = (0..rank).collect();
+        decomposed(b, inputs, &params, &Target::Scales(scales), Some(all))
     }
 }

@@ -4,9 +4,10 @@
 //! it see primitives; it runs every round because a decomposition may need
 //! a value that only becomes constant by folding, e.g. Split sizes from a
 //! Constant node), `fold_shapes`, `fold_constants`, `simplify`,
-//! `canonicalize_layout`, `fold_affine`, `cse`, `dce`: shape facts become
-//! constants, constants fold, the algebra and layout rules expose more
-//! folding and merging, and dead code goes last so each round leaves a
+//! `canonicalize_layout`, `fold_affine`, `trim_conv_taps`, `cse`, `dce`:
+//! shape facts become constants, constants fold, the algebra and layout
+//! rules expose more folding and merging, convolution taps that read only
+//! padding go, and dead code goes last so each round leaves a
 //! compact graph.
 
 use crate::pass::Pass;
@@ -21,6 +22,7 @@ pub mod fold_constants;
 pub mod fold_shapes;
 pub mod open_compounds;
 pub mod simplify;
+pub mod trim_conv_taps;
 pub mod winograd;
 
 /// Every pass, in default pipeline order.
@@ -32,6 +34,7 @@ pub fn all() -> Vec<Box<dyn Pass>> {
         Box::new(simplify::Simplify),
         Box::new(canonicalize_layout::CanonicalizeLayout),
         Box::new(fold_affine::FoldAffine),
+        Box::new(trim_conv_taps::TrimConvTaps),
         Box::new(cse::Cse),
         Box::new(dce::Dce),
     ]
