@@ -1,5 +1,8 @@
 //! ConvTranspose and Col2Im: a matrix product, then col2im scatters the
-//! columns into the (larger) output image.
+//! columns into the (larger) output image. A ConvTranspose whose kernel
+//! tiles its output opens into a MatMul and a shuffle (`blocks`).
+
+mod blocks;
 
 use super::*;
 
@@ -151,6 +154,15 @@ impl Op for ConvTranspose {
         operands.extend(b);
         let data = run_typed(&ConvTransposeKernel(&shape), &operands, Accepts::Floats)?;
         Ok(vec![Tensor::new(shape.out_shape(), data)?])
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        blocks::decompose(cx, b, inputs)
     }
 }
 
