@@ -242,37 +242,37 @@ impl Partition {
 
     /// Whether merging groups `a` and `b` keeps the group graph acyclic:
     /// no path leaves one of them, passes through another group and
-    /// enters the other.
+    /// enters the other. Paths are followed group by group, not node by
+    /// node: a group runs as one kernel, so a path entering it may leave
+    /// from any of its members (two convex groups `{a, d}` and `{b, c}`
+    /// with edges `a → b` and `c → d` wait on each other).
     pub fn can_merge(&self, fg: &FusionGraph, a: usize, b: usize) -> bool {
         a == b || (!self.reaches_via_other(fg, a, b) && !self.reaches_via_other(fg, b, a))
     }
 
-    /// A path from group `from` to group `to` through at least one node
-    /// outside both.
+    /// A path from group `from` to group `to` through at least one other
+    /// group.
     fn reaches_via_other(&self, fg: &FusionGraph, from: usize, to: usize) -> bool {
-        // Nodes are in topological order: nothing after `to`'s last node can reach it.
+        // Nodes are in topological order: a group whose first node comes
+        // after `to`'s last cannot reach it.
         let Some(&last) = self.members[to].iter().max() else {
             return false;
         };
         let mut seen = BTreeSet::new();
-        let mut stack: Vec<usize> = self.members[from]
-            .iter()
-            .flat_map(|&n| fg.nodes[n].consumers.iter().copied())
-            .filter(|&c| {
-                let g = self.group_of[c];
-                g != from && g != to
-            })
+        let mut stack: Vec<usize> = self
+            .consumer_groups(fg, from)
+            .into_iter()
+            .filter(|&g| g != to)
             .collect();
-        while let Some(n) = stack.pop() {
-            if n > last || !seen.insert(n) {
+        while let Some(g) = stack.pop() {
+            if self.members[g][0] > last || !seen.insert(g) {
                 continue;
             }
-            for &c in &fg.nodes[n].consumers {
-                let g = self.group_of[c];
-                if g == to {
+            for c in self.consumer_groups(fg, g) {
+                if c == to {
                     return true;
                 }
-                if g != from && c <= last {
+                if c != from {
                     stack.push(c);
                 }
             }
@@ -313,6 +313,30 @@ mod tests {
         )
         .expect("test graph parses");
         FusionGraph::new(&g).expect("fusion graph")
+    }
+
+    /// `a → b` and `c → d` with `b`, `c` independent: `{a, d}` and then
+    /// `{b, c}` would each be convex but wait on each other, so the second
+    /// merge is refused.
+    #[test]
+    fn merges_keep_the_group_graph_acyclic() {
+        let g = kiln_ir::text::parse(
+            r#"graph "g" opsets [""=18] {
+  input %x: f32[4]
+  node "a" %a: f32[4] = Relu(%x)
+  node "c" %c: f32[4] = Neg(%x)
+  node "b" %b: f32[4] = Abs(%a)
+  node "d" %d: f32[4] = Add(%a, %c)
+  output %b, %d
+}"#,
+        )
+        .expect("test graph parses");
+        let fg = FusionGraph::new(&g).expect("fusion graph");
+        let mut part = Partition::singletons(4);
+        assert!(part.can_merge(&fg, 0, 3), "{{a, d}}");
+        let ad = part.merge(0, 3);
+        assert!(!part.can_merge(&fg, 2, 1), "{{b, c}} after {{a, d}}");
+        assert!(part.can_merge(&fg, ad, 2), "{{a, b, d}}");
     }
 
     #[test]
