@@ -32,7 +32,11 @@ fn check(src: &str, name: &str) -> Result<usize> {
         };
         let model = CompiledModel::compile(&g, &opts)?;
         interpreted = CpuProgram::interpreted_in(model.graph(), model.plan()).len();
-        assert_close(&model.run(&ins)?, &want, &format!("{name} {}", fusion.name()))?;
+        assert_close(
+            &model.run(&ins)?,
+            &want,
+            &format!("{name} {}", fusion.name()),
+        )?;
     }
     Ok(interpreted)
 }

@@ -2,11 +2,15 @@
 //! and bidirectional directions, activation lists with alpha/beta, clip,
 //! sequence_lens, initial states, layout 0/1 and every output. Computed in
 //! f64 per batch entry, so sequences of different lengths are independent.
+//! With static shapes and the default activations a node opens into its
+//! time steps' matrix products and gates (`unrolled`).
+
+mod unrolled;
 
 use crate::registry::Registry;
 use crate::util::ints;
-use crate::{arg, opt_arg, EvalCx, InferCx, Op};
-use kiln_ir::{bail, ensure, Node, Result, Tensor, TensorType};
+use crate::{arg, opt_arg, Builder, EvalCx, InferCx, Op};
+use kiln_ir::{bail, ensure, Node, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
     r.add("RNN", Recurrent(Kind::Rnn));
@@ -376,6 +380,15 @@ impl Op for Recurrent {
             outs.push(make(state_layout(&cfg, c_last, batch, hidden), cs)?);
         }
         Ok(outs)
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        unrolled::decompose(cx, b, self.0, inputs)
     }
 }
 

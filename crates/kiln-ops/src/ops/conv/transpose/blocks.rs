@@ -36,7 +36,11 @@ pub(super) fn decompose(
     let tiles = g.strides == g.kernel
         && g.dilations.iter().all(|&d| d == 1)
         && g.pads_begin.iter().all(|&p| p == 0)
-        && g.image.iter().zip(&g.windows).zip(&g.kernel).all(|((&o, &i), &k)| o == i * k);
+        && g.image
+            .iter()
+            .zip(&g.windows)
+            .zip(&g.kernel)
+            .all(|((&o, &i), &k)| o == i * k);
     if shape.group != 1 || !tiles || !b.ty(x).dtype.is_float() {
         return Ok(None);
     }
@@ -44,7 +48,11 @@ pub(super) fn decompose(
     let (n, c, m) = (shape.batch, shape.in_channels, shape.out_channels);
     let pixels: usize = g.windows.iter().product();
     let taps: usize = g.kernel.iter().product();
-    let channels_last: Vec<i64> = [0].into_iter().chain(2..rank as i64 + 2).chain([1]).collect();
+    let channels_last: Vec<i64> = [0]
+        .into_iter()
+        .chain(2..rank as i64 + 2)
+        .chain([1])
+        .collect();
     let x = b.op("Transpose", &[x], &[("perm", Attr::Ints(channels_last))])?;
     let x = reshape(b, x, &[n * pixels, c])?;
     let w = reshape(b, w, &[c, m * taps])?;
