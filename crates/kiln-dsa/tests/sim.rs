@@ -390,7 +390,7 @@ fn a_weight_larger_than_gb_is_read_once_slice_by_slice() {
 /// again for the block's output `%y`, which lives across the second
 /// block's weight-sliced convolution and is spilled from LB: all of it
 /// goes to GB, none to DDR, where the whole-batch tensors held GB until
-/// their last reader (1.74× the floor then).
+/// their last reader (BENCHMARKS.md, session 29, has the numbers).
 #[test]
 fn parts_of_a_whole_kernel_output_read_image_by_image_free_gb_for_spills() {
     let g = graph_of(
