@@ -21,7 +21,8 @@
 //!   carried through a sub-graph, halos included), [`grouping`] (Algorithm 2, and §1.1's layers),
 //!   [`instances`] (Algorithm 3, BFS/DFS), [`scope`] (Algorithm 4 and
 //!   §3.5's concat/copy/redistribute), [`reuse`] (§4.3, liveness-based
-//!   spilling); [`opgraph`] is the graph they read, [`schedule`] the
+//!   spilling, with the parts of a tensor its readers no longer need
+//!   released early: `release`); [`opgraph`] is the graph they read, [`schedule`] the
 //!   result (`graphturbo`) with its text and Table 3's counts;
 //!   [`baselines`] the schedules §5 compares with (`per_layer`,
 //!   `astitch_like`, Fig. 15's `layers-in-gb`).
@@ -46,6 +47,7 @@ pub mod opgraph;
 pub mod plan;
 pub mod propagate;
 mod reduction;
+mod release;
 pub mod reorder;
 pub mod reuse;
 pub mod schedule;

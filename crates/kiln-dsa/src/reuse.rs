@@ -11,19 +11,23 @@
 //! intermediates were already fitted by Algorithm 1 and are not counted
 //! again.
 //!
-//! Needs: per tensor its first and last step and its bytes (per core in
-//! LB, in all in GB).
+//! In GB a tensor read in parts holds only the parts some reader still
+//! needs (`release.rs`): the room its dead parts leave is GB's
+//! again for the tensors spilled after it.
+//!
+//! Needs: per tensor its first and last step, its bytes (per core in
+//! LB, in all in GB) and the GB bytes of it dead after earlier steps.
 //! Guarantees: afterwards the LB tensors live at any step fit `lb` per
 //! core together, except a single tensor larger than `lb` alone (nothing
 //! else to spill); a spilled tensor stays out of LB from the step it is
 //! spilled at (it is written out then; readers before it read it from
 //! LB); GB never holds more than its size, over a spilled tensor's whole
-//! life.
+//! life, counting each tensor's parts still needed at each step.
 
 use crate::scope::Scope;
 
 /// One tensor's life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenancy {
     /// Step writing it.
     pub start: usize,
@@ -33,11 +37,26 @@ pub struct Tenancy {
     pub lb_bytes: u64,
     /// Bytes in GB.
     pub gb_bytes: u64,
+    /// GB bytes no reader needs after a step before `end`, by ascending
+    /// step (`release.rs`).
+    pub freed: Vec<(usize, u64)>,
 }
 
 impl Tenancy {
     fn length(&self) -> usize {
         self.end - self.start
+    }
+
+    /// Per step of its life, the GB bytes it holds then.
+    fn gb_held(&self) -> impl Iterator<Item = (usize, u64)> + '_ {
+        let mut freed = self.freed.iter().peekable();
+        let mut held = self.gb_bytes;
+        (self.start..=self.end).map(move |s| {
+            while let Some(&(_, bytes)) = freed.next_if(|&&(at, _)| at < s) {
+                held = held.saturating_sub(bytes);
+            }
+            (s, held)
+        })
     }
 }
 
@@ -60,7 +79,7 @@ pub fn spill_longest_lived(
         .zip(scopes.iter())
         .filter(|(_, &s)| s == Scope::Gb)
     {
-        (tensor.start..=tensor.end).for_each(|s| gb_used[s] += tensor.gb_bytes);
+        tensor.gb_held().for_each(|(s, bytes)| gb_used[s] += bytes);
     }
     let mut by_start: Vec<usize> = (0..tensors.len()).collect();
     by_start.sort_by_key(|&t| tensors[t].start);
@@ -98,12 +117,11 @@ fn longest(tensors: &[Tenancy], live: &[usize]) -> Option<usize> {
 /// GB when it can hold `tensor` over its whole life (and then does), else
 /// DDR.
 fn spill_target(tensor: &Tenancy, gb: Option<u64>, gb_used: &mut [u64]) -> Scope {
-    let life = tensor.start..=tensor.end;
-    let fits = gb.is_some_and(|gb| life.clone().all(|s| gb_used[s] + tensor.gb_bytes <= gb));
+    let fits = gb.is_some_and(|gb| tensor.gb_held().all(|(s, b)| gb_used[s] + b <= gb));
     if !fits {
         return Scope::Ddr;
     }
-    life.for_each(|s| gb_used[s] += tensor.gb_bytes);
+    tensor.gb_held().for_each(|(s, bytes)| gb_used[s] += bytes);
     Scope::Gb
 }
 
@@ -117,6 +135,7 @@ mod tests {
             end,
             lb_bytes: bytes,
             gb_bytes: bytes,
+            freed: Vec::new(),
         }
     }
 
@@ -155,6 +174,25 @@ mod tests {
         let mut scopes = [Scope::Lb; 3];
         spill_longest_lived(&tensors, 40, None, &mut scopes);
         assert_eq!(scopes, [Scope::Lb; 3]);
+    }
+
+    /// A tensor in GB read in parts holds only what its readers still
+    /// need: once half of it is dead, a spill of that size fits beside
+    /// it, where the whole tensor would have sent it to DDR.
+    #[test]
+    fn dead_parts_of_a_gb_tensor_make_room_for_spills() {
+        let mut whole = tensor(0, 6, 40);
+        let tensors = |whole: &Tenancy| [whole.clone(), tensor(3, 6, 10), tensor(3, 6, 10)];
+        let mut scopes = [Scope::Gb, Scope::Lb, Scope::Lb];
+        spill_longest_lived(&tensors(&whole), 15, Some(45), &mut scopes);
+        assert_eq!(scopes, [Scope::Gb, Scope::Ddr, Scope::Lb]);
+        // Half of it is dead after step 2: the spill takes its room.
+        whole.freed = vec![(2, 20)];
+        let mut scopes = [Scope::Gb, Scope::Lb, Scope::Lb];
+        spill_longest_lived(&tensors(&whole), 15, Some(45), &mut scopes);
+        assert_eq!(scopes, [Scope::Gb, Scope::Gb, Scope::Lb]);
+        let held: Vec<u64> = whole.gb_held().map(|(_, b)| b).collect();
+        assert_eq!(held, [40, 40, 40, 20, 20, 20, 20]);
     }
 
     /// GB already holding tensors leaves less room for spills.

@@ -22,6 +22,7 @@ use crate::grouping::{fuse_unfit_layers, layers, Grouping};
 use crate::instances::{bfs_order, dfs_order, Edge, InstanceGraph};
 use crate::opgraph::OpGraph;
 use crate::propagate::exit_node;
+use crate::release::released_parts;
 use crate::reuse::{spill_longest_lived, Tenancy};
 use crate::scope::{
     bind_and_scope, infer_binding, slice_shape, transfers, Binding, Scope, Transfer,
@@ -261,7 +262,8 @@ pub(crate) fn writes_graph_output(og: &OpGraph, ig: &InstanceGraph, i: usize) ->
     })
 }
 
-/// Each instance output's life over `order`.
+/// Each instance output's life over `order`, with the parts of it
+/// dead before its last reader ([`released_parts`]).
 pub(crate) fn lifetimes(
     og: &OpGraph,
     ig: &InstanceGraph,
@@ -270,19 +272,21 @@ pub(crate) fn lifetimes(
 ) -> Vec<Tenancy> {
     let position = positions(order);
     let cores = u64::from(desc.cores_per_cluster);
-    (0..order.len())
-        .map(|i| {
-            let bytes = slice_bytes(og, ig, i);
-            Tenancy {
-                start: position[i],
-                end: ig
-                    .consumers_of(i)
-                    .map(|e| position[e.consumer])
-                    .max()
-                    .unwrap_or(position[i]),
-                lb_bytes: bytes.div_ceil(cores),
-                gb_bytes: bytes,
-            }
+    let bytes: Vec<u64> = (0..order.len()).map(|i| slice_bytes(og, ig, i)).collect();
+    let freed = released_parts(og, ig, &position, &bytes);
+    freed
+        .into_iter()
+        .enumerate()
+        .map(|(i, freed)| Tenancy {
+            start: position[i],
+            end: ig
+                .consumers_of(i)
+                .map(|e| position[e.consumer])
+                .max()
+                .unwrap_or(position[i]),
+            lb_bytes: bytes[i].div_ceil(cores),
+            gb_bytes: bytes[i],
+            freed,
         })
         .collect()
 }

@@ -29,87 +29,95 @@ pub(crate) struct Dealt {
 /// A tiling and whether its outermost loop may be dealt.
 pub(crate) type Dealing<'a> = (Tiling<'a>, bool);
 
-/// The tiling kept and whether its outermost loop may be dealt. First by
-/// bytes ([`by_bytes`]) over the tilings without a cut epilogue
-/// reduction; then kiln's refinement (`tile_refine.rs`) resizes every
-/// tiling of [`candidates`] (with the epilogue reduction cuttable) and
-/// the fastest replaces the kept one when it reads DDR no more and keeps
-/// as many cores busy. When no tiling without the cut fits, the halving
-/// tiling with it is kept.
-pub(crate) fn best_tiling<'a>(
-    k: &Kernel,
-    uses: &[BufferUse],
-    outer: &[&Loop],
-    red: Option<&Reduction>,
-    extents: &'a HashMap<String, i64>,
-    dealt: Dealt,
-    desc: &DsaDesc,
-) -> Result<Dealing<'a>> {
-    let plain = red.filter(|r| !r.epilogue);
-    let before = candidates(k, uses, outer, plain, extents, dealt, desc);
-    let with_cut = red
-        .filter(|r| r.epilogue)
-        .and_then(|r| candidates(k, uses, outer, Some(r), extents, dealt, desc).ok());
-    let (kept, all) = match (before, with_cut) {
-        (Ok(before), with_cut) => {
-            let all = with_cut.unwrap_or_else(|| before.clone());
-            (by_bytes(k, uses, before, desc), all)
-        }
-        (Err(_), Some(all)) => (all.first().cloned(), all),
-        (Err(e), None) => return Err(e),
-    };
-    let Some(kept) = kept else {
-        bail!("kernel {}: no tiling", k.name)
-    };
-    let kept_cost = dma_cost(k, uses, &kept.0, kept.1, desc);
-    let bound = Bound {
-        ddr: kept_cost.ddr,
-        busy: busy(&kept.0, kept.1, desc.total_cores() as i64),
-    };
-    // The kept tiling first: a tie keeps it.
-    let mut best = (kept.clone(), kept_cost.time);
-    for (t, independent) in std::iter::once(kept).chain(all) {
-        if let Some((t, time)) = refine(k, uses, t, independent, bound, desc) {
-            if time < best.1 {
-                best = ((t, independent), time);
-            }
-        }
-    }
-    Ok(best.0)
+/// What choosing one phase's tiling reads: the kernel, its buffer uses,
+/// the phase's outer loops and cuttable reduction, the loops' extents,
+/// which outer loops may be dealt to the cores, the target.
+#[derive(Clone, Copy)]
+pub(crate) struct PhaseTiling<'p, 'a> {
+    pub(crate) k: &'p Kernel,
+    pub(crate) uses: &'p [BufferUse<'p>],
+    pub(crate) outer: &'p [&'p Loop],
+    pub(crate) red: Option<&'p Reduction>,
+    pub(crate) extents: &'a HashMap<String, i64>,
+    pub(crate) dealt: Dealt,
+    pub(crate) desc: &'p DsaDesc,
 }
 
-/// The halving tiling, then the choices of Algorithms 1 and 2 (asked for
-/// only when the outer loops may run in any order): the reduction whole,
-/// then sized by Algorithm 1 where it cuts it; each fitted to the LB.
-pub(crate) fn candidates<'a>(
-    k: &Kernel,
-    uses: &[BufferUse],
-    outer: &[&Loop],
-    red: Option<&Reduction>,
-    extents: &'a HashMap<String, i64>,
-    dealt: Dealt,
-    desc: &DsaDesc,
-) -> Result<Vec<Dealing<'a>>> {
-    let fit_loops =
-        |loops, independent| fitted(k, uses, loops, extents, independent, red.is_some(), desc);
-    let mut out = vec![(
-        fit_loops(tile_loops(outer, red, None), dealt.independent)?,
-        dealt.independent,
-    )];
-    let choose = |r| {
-        dealt
-            .any_order
-            .then(|| choose_tiles(k, uses, outer, r, extents, desc))
-            .flatten()
-    };
-    let whole = choose(None);
-    let cut =
-        red.and_then(|r| choose(Some(r)).filter(|c| c.reduction.is_some_and(|t| t < r.extent)));
-    // A choice that does not fit is dropped (the halving one fits).
-    for c in whole.iter().chain(&cut) {
-        out.extend(fit_loops(tile_loops(outer, red, Some(c)), true).map(|t| (t, true)));
+impl<'a> PhaseTiling<'_, 'a> {
+    /// The tiling kept and whether its outermost loop may be dealt. First
+    /// by bytes ([`by_bytes`]) over the tilings without a cut epilogue
+    /// reduction; then kiln's refinement (`tile_refine.rs`) resizes every
+    /// tiling of [`PhaseTiling::candidates`] (with the epilogue reduction
+    /// cuttable) and the fastest replaces the kept one when it reads DDR
+    /// no more and keeps as many cores busy. When no tiling without the
+    /// cut fits, the halving tiling with it is kept.
+    pub(crate) fn best_tiling(&self) -> Result<Dealing<'a>> {
+        let (k, uses, desc) = (self.k, self.uses, self.desc);
+        let plain = PhaseTiling {
+            red: self.red.filter(|r| !r.epilogue),
+            ..*self
+        };
+        let before = plain.candidates();
+        let with_cut = self
+            .red
+            .filter(|r| r.epilogue)
+            .and_then(|_| self.candidates().ok());
+        let (kept, all) = match (before, with_cut) {
+            (Ok(before), with_cut) => {
+                let all = with_cut.unwrap_or_else(|| before.clone());
+                (by_bytes(k, uses, before, desc), all)
+            }
+            (Err(_), Some(all)) => (all.first().cloned(), all),
+            (Err(e), None) => return Err(e),
+        };
+        let Some(kept) = kept else {
+            bail!("kernel {}: no tiling", k.name)
+        };
+        let kept_cost = dma_cost(k, uses, &kept.0, kept.1, desc);
+        let bound = Bound {
+            ddr: kept_cost.ddr,
+            busy: busy(&kept.0, kept.1, desc.total_cores() as i64),
+        };
+        // The kept tiling first: a tie keeps it.
+        let mut best = (kept.clone(), kept_cost.time);
+        for (t, independent) in std::iter::once(kept).chain(all) {
+            if let Some((t, time)) = refine(k, uses, t, independent, bound, desc) {
+                if time < best.1 {
+                    best = ((t, independent), time);
+                }
+            }
+        }
+        Ok(best.0)
     }
-    Ok(out)
+
+    /// The halving tiling, then the choices of Algorithms 1 and 2 (asked
+    /// for only when the outer loops may run in any order): the reduction
+    /// whole, then sized by Algorithm 1 where it cuts it; each fitted to
+    /// the LB.
+    fn candidates(&self) -> Result<Vec<Dealing<'a>>> {
+        let (k, uses, outer, red, desc) = (self.k, self.uses, self.outer, self.red, self.desc);
+        let (extents, dealt) = (self.extents, self.dealt);
+        let fit_loops =
+            |loops, independent| fitted(k, uses, loops, extents, independent, red.is_some(), desc);
+        let mut out = vec![(
+            fit_loops(tile_loops(outer, red, None), dealt.independent)?,
+            dealt.independent,
+        )];
+        let choose = |r| {
+            dealt
+                .any_order
+                .then(|| choose_tiles(k, uses, outer, r, extents, desc))
+                .flatten()
+        };
+        let whole = choose(None);
+        let cut =
+            red.and_then(|r| choose(Some(r)).filter(|c| c.reduction.is_some_and(|t| t < r.extent)));
+        // A choice that does not fit is dropped (the halving one fits).
+        for c in whole.iter().chain(&cut) {
+            out.extend(fit_loops(tile_loops(outer, red, Some(c)), true).map(|t| (t, true)));
+        }
+        Ok(out)
+    }
 }
 
 /// The first of `tilings` (the halving one), replaced by each later one

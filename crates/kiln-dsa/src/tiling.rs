@@ -68,7 +68,7 @@ use crate::boxes::{dim_box, dim_indices, TileRanges};
 use crate::device::{BoxDim, DeviceKernel, LbArray, Phase, TileLoop};
 use crate::reduction::{cuttable, resume};
 use crate::tile_choice::interchangeable;
-use crate::tile_select::{best_tiling, Dealt};
+use crate::tile_select::{Dealt, PhaseTiling};
 use crate::DsaDesc;
 use kiln_ir::{bail, Result};
 use kiln_loop::ir::Guard;
@@ -414,7 +414,16 @@ fn plan_phase(k: &Kernel, stmts: &[Stmt], desc: &DsaDesc) -> Result<Phase> {
         independent,
         any_order,
     };
-    let (tiling, independent) = best_tiling(k, &uses, &outer, red, &extents, dealt, desc)?;
+    let phase = PhaseTiling {
+        k,
+        uses: &uses,
+        outer: &outer,
+        red,
+        extents: &extents,
+        dealt,
+        desc,
+    };
+    let (tiling, independent) = phase.best_tiling()?;
     let arrays = layout(k, &uses, &tiling, &extents);
     let first = tiling.loops.first().filter(|t| t.count() > 1);
     let spread = independent

@@ -381,3 +381,64 @@ fn a_weight_larger_than_gb_is_read_once_slice_by_slice() {
         .iter()
         .all(|e| position[e.producer] < position[e.consumer]));
 }
+
+/// Two bottleneck blocks at 16 images of 1024 × 14 × 14, f32, the first
+/// with a stride-2 3×3 convolution and a down-sampling 1×1 one that run
+/// whole (their 9 MiB and 8 MiB weights fit no split): their outputs,
+/// kept in GB, are read image by image by the split group after them.
+/// An image's part is dead once its readers have run, so GB has room
+/// again for the block's output `%y`, which lives across the second
+/// block's weight-sliced convolution and is spilled from LB: all of it
+/// goes to GB, none to DDR, where the whole-batch tensors held GB until
+/// their last reader (BENCHMARKS.md, session 29, has the numbers).
+#[test]
+fn parts_of_a_whole_kernel_output_read_image_by_image_free_gb_for_spills() {
+    let g = graph_of(
+        "  input %x: f32[16,1024,14,14]
+  input %w1: f32[512,1024,1,1]
+  input %w2: f32[512,512,3,3]
+  input %w3: f32[2048,512,1,1]
+  input %ws: f32[2048,1024,1,1]
+  input %w4: f32[512,2048,1,1]
+  input %w5: f32[512,512,3,3]
+  input %w6: f32[2048,512,1,1]
+  node \"conv1\" %c1: f32[16,512,14,14] = Conv(%x, %w1)
+  node \"relu1\" %r1: f32[16,512,14,14] = Relu(%c1)
+  node \"conv2\" %c2: f32[16,512,7,7] = Conv(%r1, %w2) {pads=[1,1,1,1], strides=[2,2]}
+  node \"relu2\" %r2: f32[16,512,7,7] = Relu(%c2)
+  node \"conv3\" %c3: f32[16,2048,7,7] = Conv(%r2, %w3)
+  node \"convs\" %cs: f32[16,2048,7,7] = Conv(%x, %ws) {strides=[2,2]}
+  node \"add\" %a: f32[16,2048,7,7] = Add(%c3, %cs)
+  node \"relu\" %y: f32[16,2048,7,7] = Relu(%a)
+  node \"conv4\" %c4: f32[16,512,7,7] = Conv(%y, %w4)
+  node \"relu4\" %r4: f32[16,512,7,7] = Relu(%c4)
+  node \"conv5\" %c5: f32[16,512,7,7] = Conv(%r4, %w5) {pads=[1,1,1,1]}
+  node \"relu5\" %r5: f32[16,512,7,7] = Relu(%c5)
+  node \"conv6\" %c6: f32[16,2048,7,7] = Conv(%r5, %w6)
+  node \"add2\" %a2: f32[16,2048,7,7] = Add(%c6, %y)
+  node \"relu6\" %z: f32[16,2048,7,7] = Relu(%a2)
+  output %z
+",
+    );
+    let turbo = sim(&g, &stcp920(), ScheduleKind::Graphturbo);
+    let kernels = |output: &str| -> Vec<&kiln_dsa::sim::KernelReport> {
+        turbo
+            .per_kernel
+            .iter()
+            .filter(|k| k.output == output)
+            .collect()
+    };
+    for whole in ["c2", "cs"] {
+        let k = kernels(whole);
+        assert!(k.len() == 1 && k[0].split.is_empty() && k[0].scope == "GB");
+    }
+    let y = kernels("y");
+    assert_eq!(y.len(), 32, "images and columns");
+    assert!(y.iter().all(|k| k.scope == "GB"));
+    let floor = turbo.compulsory_ddr_bytes as f64;
+    assert!(
+        (turbo.ddr_bytes as f64) < 1.5 * floor,
+        "{} DDR bytes against a floor of {floor}",
+        turbo.ddr_bytes
+    );
+}
