@@ -51,11 +51,12 @@ from engines import RESULT_TAG, CpuMeter  # noqa: E402
 MODELS = ["resnet50", "mobilenet_v2", "bert", "gpt2", "vit"]
 
 
-def wide_models() -> list:
-    """The wider set of scripts/models/export.py --wide (issue 19)."""
+def wide_models(probe: bool = False) -> list:
+    """The wider set of scripts/models/export.py --wide (issue 19), or with
+    `probe` its --probe set."""
     sys.path.insert(0, str(REPO / "scripts" / "models"))
     import export
-    return list(export.WIDE)
+    return list(export.PROBE if probe else export.WIDE)
 ENGINES = ["kiln", "kiln_none", "ort", "openvino", "torch", "torch_compile"]
 PEERS = [e for e in ENGINES if e != "kiln"]
 # kiln engines and their fusion planner.
@@ -471,6 +472,9 @@ def parse_args(argv):
     p.add_argument("--wide", action="store_true",
                    help="measure the wider set instead (exported by export.py --wide);"
                         " --models picks from it")
+    p.add_argument("--probe", action="store_true",
+                   help="measure the probe set instead (other model families, exported by"
+                        " export.py --probe)")
     p.add_argument("--models-dir", type=Path, default=REPO / "models")
     p.add_argument("--engines", default=",".join(ENGINES),
                    help="comma-separated subset of: " + ",".join(ENGINES))
@@ -495,7 +499,7 @@ def parse_args(argv):
     p.add_argument("--markdown", action="store_true", help="print tables as BENCHMARKS.md does")
     args = p.parse_args(argv)
     if args.models is None:
-        args.models = wide_models() if args.wide else list(MODELS)
+        args.models = wide_models(args.probe) if args.wide or args.probe else list(MODELS)
     else:
         args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]

@@ -9,6 +9,7 @@ batch 1, random weights (torch.manual_seed(0)), eval mode. Every model is
 Usage:
     python scripts/models/export.py                       # the five suite models
     python scripts/models/export.py --wide                # the wider set (issue 19)
+    python scripts/models/export.py --probe               # other model families (issue 19)
     python scripts/models/export.py --only bert,gpt2
     python scripts/models/export.py --out /tmp/models
 """
@@ -220,9 +221,146 @@ def _dilated_resnet18(batch: int):
     return build
 
 
+def _probe_suite() -> dict:
+    """Model families beyond the wide suite, tried as a new user would to
+    find what falls off a cliff (issue 19, session 29): recurrent layers,
+    1-D and 3-D convolutions, a U-Net's transposed convolutions,
+    segmentation heads (atrous convolutions, bilinear resizes), MaxViT's
+    einsum attention, and a few more torchvision classifiers. Batch 1."""
+    def vision(name: str, size: int = 224, **kwargs):
+        return _vision(name, 1, size, **kwargs)
+
+    def segmentation(name: str, **kwargs):
+        def build():
+            import torch
+            import torchvision
+
+            ctor = getattr(torchvision.models.segmentation, name)
+            model = ctor(weights=None, weights_backbone=None, **kwargs)
+            wrapped = _probe_wrap(model, lambda out: out["out"])
+            return wrapped, (torch.randn(1, 3, 224, 224),), ["input"], ["out"]
+        return build
+
+    def video(name: str):
+        def build():
+            import torch
+            import torchvision
+
+            model = getattr(torchvision.models.video, name)(weights=None)
+            return model, (torch.randn(1, 3, 16, 112, 112),), ["input"], ["logits"]
+        return build
+
+    def module(make, shape):
+        def build():
+            import torch
+
+            return make(), (torch.randn(*shape),), ["input"], ["output"]
+        return build
+
+    return {
+        "lstm": module(lambda: _probe_modules()["lstm"](), (1, 64, 64)),
+        "gru": module(lambda: _probe_modules()["gru"](), (1, 64, 128)),
+        "conv1d": module(lambda: _probe_modules()["conv1d"](), (1, 1, 16000)),
+        "unet": module(lambda: _probe_modules()["unet"](), (1, 3, 256, 256)),
+        "r3d_18": video("r3d_18"),
+        "deeplabv3_mbv3": segmentation("deeplabv3_mobilenet_v3_large", aux_loss=False),
+        "lraspp": segmentation("lraspp_mobilenet_v3_large"),
+        "maxvit_t": vision("maxvit_t"),
+        "resnet34": vision("resnet34"),
+        "mobilenet_v3_small": vision("mobilenet_v3_small"),
+        "efficientnet_b2": vision("efficientnet_b2", 260),
+        "efficientnet_v2_s": vision("efficientnet_v2_s"),
+        "regnet_x_1_6gf": vision("regnet_x_1_6gf"),
+        "wide_resnet50_2": vision("wide_resnet50_2"),
+        "inception_v3": vision("inception_v3", 299, aux_logits=False, init_weights=True),
+    }
+
+
+def _probe_wrap(model, pick):
+    import torch
+
+    class Picked(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return pick(self.inner(x))
+
+    return Picked(model)
+
+
+def _probe_modules() -> dict:
+    """The probe suite's small hand-written modules."""
+    import torch
+    from torch import nn
+
+    class Lstm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Linear(64, 256)
+            self.lstm = nn.LSTM(256, 256, num_layers=2, batch_first=True)
+            self.head = nn.Linear(256, 10)
+
+        def forward(self, x):
+            y, _ = self.lstm(self.embed(x))
+            return self.head(y[:, -1])
+
+    class Gru(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(128, 256, batch_first=True, bidirectional=True)
+            self.head = nn.Linear(512, 10)
+
+        def forward(self, x):
+            y, _ = self.gru(x)
+            return self.head(y[:, -1])
+
+    class Conv1d(nn.Module):
+        """A wav2vec-like feature extractor over one second of 16 kHz audio."""
+        def __init__(self):
+            super().__init__()
+            layers, c = [], 1
+            for out, k, stride in [(64, 10, 5), (128, 3, 2), (128, 3, 2), (256, 3, 2),
+                                   (256, 3, 2), (512, 2, 2)]:
+                norm = nn.GroupNorm(1, out) if c == 1 else nn.BatchNorm1d(out)
+                layers += [nn.Conv1d(c, out, k, stride), norm, nn.GELU()]
+                c = out
+            self.features = nn.Sequential(*layers)
+            self.head = nn.Linear(512, 10)
+
+        def forward(self, x):
+            return self.head(self.features(x).mean(-1))
+
+    class UNet(nn.Module):
+        """Three levels, 2x2 stride-2 transposed convolutions up."""
+        def __init__(self):
+            super().__init__()
+
+            def block(i, o):
+                return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(),
+                                     nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+            self.d1, self.d2, self.d3 = block(3, 32), block(32, 64), block(64, 128)
+            self.up2, self.u2 = nn.ConvTranspose2d(128, 64, 2, 2), block(128, 64)
+            self.up1, self.u1 = nn.ConvTranspose2d(64, 32, 2, 2), block(64, 32)
+            self.out = nn.Conv2d(32, 2, 1)
+
+        def forward(self, x):
+            pool = nn.functional.max_pool2d
+            a = self.d1(x)
+            b = self.d2(pool(a, 2))
+            c = self.d3(pool(b, 2))
+            u = self.u2(torch.cat([self.up2(c), b], 1))
+            return self.out(self.u1(torch.cat([self.up1(u), a], 1)))
+
+    return {"lstm": Lstm, "gru": Gru, "conv1d": Conv1d, "unet": UNet}
+
+
 SUITE = list(MODELS)
 WIDE = _wide_suite()
 MODELS.update(WIDE)
+PROBE = _probe_suite()
+MODELS.update(PROBE)
 
 
 def export_one(name: str, out_dir: Path) -> Path:
@@ -293,12 +431,14 @@ def main(argv=None) -> int:
                    help="comma-separated subset of: " + ",".join(MODELS))
     p.add_argument("--wide", action="store_true",
                     help="the wider set beyond the five (issue 19): " + ",".join(WIDE))
+    p.add_argument("--probe", action="store_true",
+                   help="other model families, for cliffs (issue 19): " + ",".join(PROBE))
     p.add_argument("--out", default=str(REPO / "models"),
                    help="output directory (default: <repo>/models)")
     args = p.parse_args(argv)
 
     names = [n.strip() for n in args.only.split(",") if n.strip()] or (
-        list(WIDE) if args.wide else SUITE)
+        list(WIDE) if args.wide else list(PROBE) if args.probe else SUITE)
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(MODELS)}")

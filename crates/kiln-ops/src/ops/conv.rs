@@ -11,6 +11,7 @@
 mod causal;
 mod deform;
 mod integer;
+mod planes;
 mod transpose;
 pub(crate) mod window;
 
@@ -33,7 +34,7 @@ pub fn register(r: &mut Registry) {
     r.add(
         "Conv",
         PerNode {
-            main: Prim(Conv),
+            main: UnbiasedConv(Prim(Conv)),
             other: BiasedConv(Comp(ConvThenBias)),
             uses_other: has_bias,
         },
@@ -294,6 +295,37 @@ fn conv_expression(
         body,
     }
     .simplified())
+}
+
+/// Conv without a bias: the primitive [`Conv`], which opens into 2-D
+/// convolutions over its frames when its image is 3-D (`planes`).
+struct UnbiasedConv(Prim<Conv>);
+
+impl Op for UnbiasedConv {
+    fn infer(&self, cx: &InferCx) -> Result<Vec<TensorType>> {
+        self.0.infer(cx)
+    }
+
+    fn eval(&self, cx: &EvalCx, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>> {
+        self.0.eval(cx, inputs)
+    }
+
+    fn fold(&self, cx: &InferCx) -> Result<Option<Vec<Tensor>>> {
+        self.0.fold(cx)
+    }
+
+    fn primitive(&self) -> Option<&dyn Primitive> {
+        self.0.primitive()
+    }
+
+    fn decompose(
+        &self,
+        cx: &InferCx,
+        b: &mut Builder,
+        inputs: &[Option<ValueId>],
+    ) -> Result<Option<Vec<Option<ValueId>>>> {
+        planes::decompose(cx, b, inputs)
+    }
 }
 
 /// Conv with a bias: the compound [`ConvThenBias`]. The interpreter runs it
