@@ -11,7 +11,6 @@
 mod causal;
 mod deform;
 mod integer;
-mod line;
 mod planes;
 mod transpose;
 pub(crate) mod window;
@@ -298,9 +297,8 @@ fn conv_expression(
     .simplified())
 }
 
-/// Conv without a bias: the primitive [`Conv`], which opens into a 2-D
-/// convolution when its image is 1-D (`line`) and into 2-D convolutions
-/// over its frames when it is 3-D (`planes`).
+/// Conv without a bias: the primitive [`Conv`], which opens into 2-D
+/// convolutions over its frames when its image is 3-D (`planes`).
 struct UnbiasedConv(Prim<Conv>);
 
 impl Op for UnbiasedConv {
@@ -326,10 +324,7 @@ impl Op for UnbiasedConv {
         b: &mut Builder,
         inputs: &[Option<ValueId>],
     ) -> Result<Option<Vec<Option<ValueId>>>> {
-        match line::decompose(cx, b, inputs)? {
-            Some(outs) => Ok(Some(outs)),
-            None => planes::decompose(cx, b, inputs),
-        }
+        planes::decompose(cx, b, inputs)
     }
 }
 

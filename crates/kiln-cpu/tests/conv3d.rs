@@ -1,0 +1,61 @@
+//! 3-D convolutions opened into 2-D ones over their frames (`kiln-ops`
+//! `conv/planes.rs`): a video network's stem (time padding, a bias, a
+//! spatial stride), a dilated `(3, 3, 3)` one with a time stride, and a
+//! `(1, 1, 1)` down-sampling one of stride 2, run on the CPU backend under
+//! every planner with the interpreter's results on the graph as written;
+//! no 3-D convolution is left after the passes.
+
+mod common;
+
+use common::{assert_close, inputs, load, values};
+use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_fuse::PlannerKind;
+use kiln_ir::{Graph, Result};
+use kiln_passes::{optimize, Options};
+
+/// Convolutions whose input has rank 5, wrapped in a channels-last node
+/// or not.
+fn volume_convolutions(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|n| n.op == "Conv" || n.attr_string("op").ok().flatten() == Some("Conv"))
+        .filter(|n| n.inputs[0].and_then(|x| g.ty(x).rank()) == Some(5))
+        .count()
+}
+
+#[test]
+fn volume_convolutions_run_as_planes() -> Result<()> {
+    let src = format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[1,3,6,9,8]
+  init %w0: f32[8,3,3,3,3] = [{}]
+  init %b0: f32[8] = [0.5, -0.5, 1, 0, 0.25, -1, 2, 0.1]
+  init %w1: f32[4,8,3,3,3] = [{}]
+  init %w2: f32[5,4,1,1,1] = [{}]
+  node "stem" %a: f32[1,8,6,5,4] = Conv(%x, %w0, %b0) {{pads=[1, 1, 1, 1, 1, 1], strides=[1, 2, 2]}}
+  node "relu" %r: f32[1,8,6,5,4] = Relu(%a)
+  node "dilated" %c: f32[1,4,2,5,4] = Conv(%r, %w1) {{pads=[1, 1, 1, 1, 1, 1], dilations=[2, 1, 1], strides=[2, 1, 1]}}
+  node "down" %y: f32[1,5,1,3,2] = Conv(%c, %w2) {{strides=[2, 2, 2]}}
+  output %y
+}}"#,
+        values(8 * 3 * 27, 1),
+        values(4 * 8 * 27, 2),
+        values(20, 3)
+    );
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let mut g = original.clone();
+    optimize(&mut g, &Options::default())?;
+    assert_eq!(volume_convolutions(&g), 0, "{}", kiln_ir::text::print(&g));
+    for fusion in PlannerKind::ALL {
+        let opts = CpuOptions {
+            threads: 2,
+            fusion,
+            ..Default::default()
+        };
+        let model = CompiledModel::compile(&g, &opts)?;
+        assert_close(&model.run(&ins)?, &want, fusion.name())?;
+    }
+    Ok(())
+}
