@@ -8,11 +8,13 @@
 
 mod common;
 
-use common::{assert_close, inputs, load};
-use kiln_cpu::{CompiledModel, CpuOptions, CpuProgram};
-use kiln_fuse::PlannerKind;
+use common::check_planners;
 use kiln_ir::Result;
-use kiln_passes::{optimize, Options};
+
+/// How many nodes [`common::check_planners`] leaves to the interpreter.
+fn check(src: &str, name: &str) -> Result<usize> {
+    Ok(check_planners(src, name)?.1.len())
+}
 
 /// One Einsum node of `equation` over inputs of `shapes`, its output of
 /// `out`.
@@ -27,33 +29,6 @@ fn einsum(equation: &str, shapes: &[&str], out: &str) -> String {
         "graph \"g\" opsets [\"\"=17] {{\n{inputs}  node \"e\" %y: f32[{out}] = Einsum({}) {{equation=\"{equation}\"}}\n  output %y\n}}",
         args.join(", ")
     )
-}
-
-/// Compiles `src` after the default passes under every planner and checks
-/// the outputs against the interpreter on the graph as written; returns
-/// how many nodes the optimized graph leaves to the interpreter.
-fn check(src: &str, name: &str) -> Result<usize> {
-    let original = load(src)?;
-    let ins = inputs(&original)?;
-    let want = kiln_interp::run(&original, &ins)?;
-    let mut g = original.clone();
-    optimize(&mut g, &Options::default())?;
-    let mut interpreted = 0;
-    for fusion in PlannerKind::ALL {
-        let opts = CpuOptions {
-            threads: 2,
-            fusion,
-            ..Default::default()
-        };
-        let model = CompiledModel::compile(&g, &opts)?;
-        interpreted = CpuProgram::interpreted_in(model.graph(), model.plan()).len();
-        assert_close(
-            &model.run(&ins)?,
-            &want,
-            &format!("{name} {}", fusion.name()),
-        )?;
-    }
-    Ok(interpreted)
 }
 
 #[test]

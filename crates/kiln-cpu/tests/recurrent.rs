@@ -10,37 +10,12 @@
 
 mod common;
 
-use common::{assert_close, inputs, load, values};
-use kiln_cpu::{CompiledModel, CpuOptions, CpuProgram};
-use kiln_fuse::PlannerKind;
+use common::{check_planners, values};
 use kiln_ir::Result;
-use kiln_passes::{optimize, Options};
 
-/// Compiles `src` after the default passes under every planner, checks
-/// the outputs against the interpreter on the graph as written and
-/// returns how many nodes are left to the interpreter.
+/// How many nodes [`common::check_planners`] leaves to the interpreter.
 fn check(src: &str, name: &str) -> Result<usize> {
-    let original = load(src)?;
-    let ins = inputs(&original)?;
-    let want = kiln_interp::run(&original, &ins)?;
-    let mut g = original.clone();
-    optimize(&mut g, &Options::default())?;
-    let mut interpreted = 0;
-    for fusion in PlannerKind::ALL {
-        let opts = CpuOptions {
-            threads: 2,
-            fusion,
-            ..Default::default()
-        };
-        let model = CompiledModel::compile(&g, &opts)?;
-        interpreted = CpuProgram::interpreted_in(model.graph(), model.plan()).len();
-        assert_close(
-            &model.run(&ins)?,
-            &want,
-            &format!("{name} {}", fusion.name()),
-        )?;
-    }
-    Ok(interpreted)
+    Ok(check_planners(src, name)?.1.len())
 }
 
 /// A layer of `op` (`gates` gates, hidden size 3, input 4, sequence 5,

@@ -75,3 +75,31 @@ pub fn values(count: usize, seed: u64) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Compiles `src` after the default passes under every planner and checks
+/// the outputs against the interpreter on the graph as written (`name`
+/// labels failures); returns the optimized graph and the nodes it leaves
+/// to the interpreter (node, why).
+pub fn check_planners(src: &str, name: &str) -> Result<(Graph, Vec<(String, String)>)> {
+    let original = load(src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let mut g = original.clone();
+    kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+    let mut interpreted = Vec::new();
+    for fusion in kiln_fuse::PlannerKind::ALL {
+        let opts = kiln_cpu::CpuOptions {
+            threads: 2,
+            fusion,
+            ..Default::default()
+        };
+        let model = kiln_cpu::CompiledModel::compile(&g, &opts)?;
+        interpreted = kiln_cpu::CpuProgram::interpreted_in(model.graph(), model.plan());
+        assert_close(
+            &model.run(&ins)?,
+            &want,
+            &format!("{name} {}", fusion.name()),
+        )?;
+    }
+    Ok((g, interpreted))
+}
