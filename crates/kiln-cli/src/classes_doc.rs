@@ -79,7 +79,7 @@ pub fn markdown() -> String {
     let (compound, library) = other_ops();
     let _ = writeln!(s, "\n## Compound ops\n\nOpened into primitives at import (APOLLO §3.2), so they never appear in an optimized graph:\n");
     let _ = writeln!(s, "{}", compound.join(", "));
-    let _ = writeln!(s, "\n## Library ops\n\nNo tensor expression (data-dependent shapes, sorting, control flow, sequential recurrences, …): APOLLO opaque, DP not-fusable. The interpreter runs their own kernels.\n");
+    let _ = writeln!(s, "\n## Library ops\n\nNo tensor expression (data-dependent shapes, sorting, control flow, sequential recurrences, …): APOLLO opaque, DP not-fusable. The interpreter runs their own kernels, unless the graph passes open them into primitives where their operands allow (Einsum, Resize, Upsample, ConvTranspose, RNN, GRU, LSTM).\n");
     let _ = writeln!(s, "{}", library.join(", "));
     s
 }
