@@ -36,10 +36,10 @@ pub(super) fn decompose(
     };
     let defaults = cfg.acts.iter().all(|acts| defaults(kind, acts));
     let unsupported = !defaults || cfg.clip.is_some() || cfg.input_forget || input(4).is_some();
-    let (Ok(xs), Ok(rs)) = (b.shape(x), b.shape(r)) else {
+    let (Ok(xs), Ok(ws), Ok(rs)) = (b.shape(x), b.shape(w), b.shape(r)) else {
         return Ok(None);
     };
-    if unsupported || !b.ty(x).dtype.is_float() {
+    if unsupported || !b.ty(x).dtype.is_float() || !weights_fit(&cfg, &ws, &rs) {
         return Ok(None);
     }
     let (seq, batch, _) = cfg.seq_batch(&xs)?;
@@ -69,6 +69,17 @@ pub(super) fn decompose(
     }
     let outputs = layer.outputs(b, ys, hs, cs)?;
     Ok(Some(outputs))
+}
+
+/// Whether W and R have the shapes `[dirs, G·H, input]` and
+/// `[dirs, G·H, H]` of the node's kind and hidden size (a malformed node
+/// is left to the interpreter's kernel, which names what is wrong).
+fn weights_fit(cfg: &Config, ws: &[usize], rs: &[usize]) -> bool {
+    let [d, gh, h] = rs[..] else {
+        return false;
+    };
+    let hidden_ok = cfg.hidden.is_none_or(|n| n == h);
+    ws.len() == 3 && ws[..2] == [d, gh] && d == cfg.dirs && gh == cfg.kind.gates() * h && hidden_ok
 }
 
 /// Whether `acts` are `kind`'s default activations.
