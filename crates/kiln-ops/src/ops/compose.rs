@@ -30,6 +30,29 @@ pub(crate) fn reshape(b: &mut Builder, x: ValueId, shape: &[usize]) -> Result<Va
     b.op("Reshape", &[x, target], &[("allowzero", Attr::Int(1))])
 }
 
+/// `x` sliced along `axes` from `starts` to `ends` (exclusive), every
+/// `steps`-th element where given (one by one when `steps` is empty).
+pub(crate) fn slice(
+    b: &mut Builder,
+    x: ValueId,
+    axes: &[usize],
+    starts: &[usize],
+    ends: &[usize],
+    steps: &[usize],
+) -> Result<ValueId> {
+    let ints = |v: &[usize]| v.iter().map(|&i| i as i64).collect::<Vec<_>>();
+    let mut inputs = vec![
+        x,
+        b.ints(&ints(starts)),
+        b.ints(&ints(ends)),
+        b.ints(&ints(axes)),
+    ];
+    if !steps.is_empty() {
+        inputs.push(b.ints(&ints(steps)));
+    }
+    b.op("Slice", &inputs, &[])
+}
+
 /// `op` (a Reduce* op) of `x` over `axes`, kept as size-1 dims so the
 /// result broadcasts against `x`. Over no axes every group is one element,
 /// so the result is `x` itself (a Reduce* node would reduce all axes).

@@ -17,7 +17,7 @@
 //! sums (time taps are summed last).
 
 use super::ConvShape;
-use crate::ops::compose::reshape;
+use crate::ops::compose::{reshape, slice};
 use crate::{inputs_id, Builder, InferCx};
 use kiln_ir::{Attr, Result, ValueId};
 
@@ -64,9 +64,9 @@ pub(super) fn decompose(
     for tap in 0..g.kernel[0] {
         let first = tap * g.dilations[0];
         let last = first + (frames - 1) * g.strides[0];
-        let read = slice(b, x, 1, first, last + 1, g.strides[0])?;
+        let read = slice(b, x, &[1], &[first], &[last + 1], &[g.strides[0]])?;
         let read = reshape(b, read, &[&[n * frames][..], &xs[1..2], &xs[3..]].concat())?;
-        let wt = slice(b, w, 2, tap, tap + 1, 1)?;
+        let wt = slice(b, w, &[2], &[tap], &[tap + 1], &[])?;
         let wt = reshape(b, wt, &[&ws[..2], &ws[3..]].concat())?;
         let y = b.op("Conv", &[read, wt], &plane_attrs)?;
         sum = Some(match sum {
@@ -98,20 +98,6 @@ fn padded_in_time(b: &mut Builder, x: ValueId, [before, after]: [i64; 2]) -> Res
         &[x, pads],
         &[("mode", Attr::String("constant".into()))],
     )
-}
-
-/// Elements `start..end` (every `step`-th) of `v` along `axis`.
-fn slice(
-    b: &mut Builder,
-    v: ValueId,
-    axis: i64,
-    start: usize,
-    end: usize,
-    step: usize,
-) -> Result<ValueId> {
-    let (s, e) = (b.ints(&[start as i64]), b.ints(&[end as i64]));
-    let (a, st) = (b.ints(&[axis]), b.ints(&[step as i64]));
-    b.op("Slice", &[v, s, e, a, st], &[])
 }
 
 fn ints(v: &[usize]) -> Attr {

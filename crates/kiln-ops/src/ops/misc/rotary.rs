@@ -173,13 +173,8 @@ impl Pairs {
 
 /// Features `start..end` of the last axis.
 fn slice_last(b: &mut Builder, x: ValueId, start: usize, end: usize) -> Result<ValueId> {
-    let last = b.shape(x)?.len() as i64 - 1;
-    let (s, e, a) = (
-        b.ints(&[start as i64]),
-        b.ints(&[end as i64]),
-        b.ints(&[last]),
-    );
-    b.op("Slice", &[x, s, e, a], &[])
+    let last = b.shape(x)?.len().saturating_sub(1);
+    crate::ops::compose::slice(b, x, &[last], &[start], &[end], &[])
 }
 
 /// `parts` joined along their last axis.

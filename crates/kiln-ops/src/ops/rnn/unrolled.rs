@@ -17,7 +17,7 @@
 //! interpreter's results up to rounding (it computes in f64).
 
 use super::{Act, Config, Kind};
-use crate::ops::compose::reshape;
+use crate::ops::compose::{self, reshape};
 use crate::{Builder, InferCx};
 use kiln_ir::{Attr, DType, Result, Tensor, ValueId};
 
@@ -93,9 +93,13 @@ fn defaults(kind: Kind, acts: &[Act]) -> bool {
 
 /// One direction's weights, transposed for products on the right.
 struct Weights {
-    /// `Wᵀ [input, G·H]`, `Rᵀ [H, G·H]`.
+    /// `Wᵀ [input, G·H]`; `Rᵀ` restricted to the columns every step's
+    /// state product feeds (`[H, G·H]`, or a GRU's `z` and `r` columns
+    /// `[H, 2H]` where the reset gate multiplies the state first), and
+    /// that GRU's candidate columns `[H, H]` apart.
     w: ValueId,
     r: ValueId,
+    r_cand: Option<ValueId>,
     /// The bias added to the input products (`[G·H]`), and the state's
     /// candidate bias kept apart (GRU with linear_before_reset).
     x_bias: Option<ValueId>,
@@ -115,7 +119,13 @@ impl Weights {
     ) -> Result<Weights> {
         let gh = l.cfg.kind.gates() * l.hidden;
         let w = transposed_slice(b, w, d)?;
-        let r = transposed_slice(b, r, d)?;
+        let mut r = transposed_slice(b, r, d)?;
+        let mut r_cand = None;
+        if l.cfg.kind == Kind::Gru && !l.cfg.linear_before_reset {
+            let n = l.hidden;
+            r_cand = Some(slice_cols(b, r, 2 * n, 3 * n)?);
+            r = slice_cols(b, r, 0, 2 * n)?;
+        }
         let (x_bias, h_bias) = match bias {
             None => (None, None),
             Some(bias) => {
@@ -139,6 +149,7 @@ impl Weights {
         Ok(Weights {
             w,
             r,
+            r_cand,
             x_bias,
             h_bias,
             peepholes,
@@ -272,22 +283,27 @@ impl Layer<'_> {
     ) -> Result<ValueId> {
         let n = self.hidden;
         let zr_x = slice_cols(b, rows, 0, 2 * n)?;
-        let zr_h = slice_cols(b, hr, 0, 2 * n)?;
+        let zr_h = match wt.r_cand {
+            Some(_) => hr,
+            None => slice_cols(b, hr, 0, 2 * n)?,
+        };
         let zr = b.op("Add", &[zr_x, zr_h], &[])?;
         let zr = b.op("Sigmoid", &[zr], &[])?;
         let z = slice_cols(b, zr, 0, n)?;
         let r = slice_cols(b, zr, n, 2 * n)?;
         let x_cand = slice_cols(b, rows, 2 * n, 3 * n)?;
-        let h_cand = if self.cfg.linear_before_reset {
-            let mut hc = slice_cols(b, hr, 2 * n, 3 * n)?;
-            if let Some(bias) = wt.h_bias {
-                hc = b.op("Add", &[hc, bias], &[])?;
+        let h_cand = match wt.r_cand {
+            Some(r_cand) => {
+                let rh = b.op("Mul", &[r, h], &[])?;
+                b.op("MatMul", &[rh, r_cand], &[])?
             }
-            b.op("Mul", &[r, hc], &[])?
-        } else {
-            let rh = b.op("Mul", &[r, h], &[])?;
-            let r_cand = slice_cols(b, wt.r, 2 * n, 3 * n)?;
-            b.op("MatMul", &[rh, r_cand], &[])?
+            None => {
+                let mut hc = slice_cols(b, hr, 2 * n, 3 * n)?;
+                if let Some(bias) = wt.h_bias {
+                    hc = b.op("Add", &[hc, bias], &[])?;
+                }
+                b.op("Mul", &[r, hc], &[])?
+            }
         };
         let cand = b.op("Add", &[x_cand, h_cand], &[])?;
         let cand = b.op("Tanh", &[cand], &[])?;
@@ -352,16 +368,11 @@ fn transposed_slice(b: &mut Builder, m: ValueId, d: usize) -> Result<ValueId> {
 
 /// `v[starts..ends]` along its leading axes.
 fn slice(b: &mut Builder, v: ValueId, starts: &[usize], ends: &[usize]) -> Result<ValueId> {
-    let ints = |x: &[usize]| x.iter().map(|&i| i as i64).collect::<Vec<_>>();
-    let (s, e) = (b.ints(&ints(starts)), b.ints(&ints(ends)));
-    let axes: Vec<i64> = (0..starts.len() as i64).collect();
-    let axes = b.ints(&axes);
-    b.op("Slice", &[v, s, e, axes], &[])
+    let axes: Vec<usize> = (0..starts.len()).collect();
+    compose::slice(b, v, &axes, starts, ends, &[])
 }
 
 /// Columns `from..to` of the matrix `v`.
 fn slice_cols(b: &mut Builder, v: ValueId, from: usize, to: usize) -> Result<ValueId> {
-    let (s, e) = (b.ints(&[from as i64]), b.ints(&[to as i64]));
-    let axes = b.ints(&[1]);
-    b.op("Slice", &[v, s, e, axes], &[])
+    compose::slice(b, v, &[1], &[from], &[to], &[])
 }
