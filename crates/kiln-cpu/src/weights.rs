@@ -9,12 +9,13 @@
 //! once its copy exists (`kiln_ir::mapped`), so a weight is resident once
 //! — as itself or as its packing — not twice.
 
-use crate::memory::{data_ptr, AlignedBytes};
+use crate::memory::{data_ptr, from_bytes, AlignedBytes};
 use crate::packed_cache::{packing_digest, Packed, PackedCache, CACHED_FROM_BYTES};
 use kiln_exec::{ExecPlan, Loc, Step};
 use kiln_ir::{bail, DType, Error, Graph, Initializer, Result, Tensor, ValueId};
 use kiln_runtime::jit::Library;
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 type FloatsFn = unsafe extern "C" fn() -> std::ffi::c_long;
 type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
@@ -22,7 +23,65 @@ type KernelFn = unsafe extern "C" fn(*const *mut u8) -> i32;
 /// Weight slots by `Loc::Weight` index; `None` where only a packing reads
 /// the weight.
 pub struct Weights {
-    slots: Vec<Option<Tensor>>,
+    slots: Vec<Option<Kept>>,
+}
+
+/// A weight kept for kernels to read: its elements in 64-byte aligned
+/// memory, so a kernel's vector loads never straddle cache lines (a
+/// decoded tensor's elements sit 16 or 32 bytes into a line, and an
+/// LSTM step's matrix-vector product read its matrix measurably slower
+/// so; BENCHMARKS.md, session 30), and the tensor decoded from them the
+/// first time something needs one (a node the interpreter runs, a graph
+/// output). A string tensor, which no kernel reads, is kept as itself.
+struct Kept {
+    bytes: AlignedBytes,
+    dtype: DType,
+    shape: Vec<usize>,
+    tensor: OnceLock<Tensor>,
+}
+
+impl Kept {
+    fn new(t: Tensor) -> Result<Kept> {
+        let dtype = t.dtype();
+        let tensor = OnceLock::new();
+        let mut bytes = AlignedBytes::new(0);
+        if dtype == DType::Str {
+            let _ = tensor.set(t.clone());
+        } else {
+            bytes = AlignedBytes::new(t.len() * dtype.size());
+            // SAFETY: `t` holds `len * size` bytes of numbers at its data pointer, and
+            // `bytes` has room for them.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data_ptr(&t)?, bytes.ptr(0), t.len() * dtype.size())
+            };
+        }
+        Ok(Kept {
+            bytes,
+            dtype,
+            shape: t.shape,
+            tensor,
+        })
+    }
+
+    fn tensor(&self) -> Result<&Tensor> {
+        if let Some(t) = self.tensor.get() {
+            return Ok(t);
+        }
+        let t = from_bytes(self.dtype, self.shape.clone(), self.bytes.ptr_const(0))?;
+        Ok(self.tensor.get_or_init(|| t))
+    }
+
+    /// The elements' bytes as kernels read them.
+    fn values(&self) -> Result<&[u8]> {
+        match self.dtype {
+            DType::Str => bail!("string tensors have no C representation"),
+            dtype => Ok(&self.bytes.bytes()[..self.shape.iter().product::<usize>() * dtype.size()]),
+        }
+    }
+
+    fn pointer(&self) -> Result<*mut u8> {
+        Ok(self.values()?.as_ptr().cast_mut())
+    }
 }
 
 impl Weights {
@@ -36,7 +95,7 @@ impl Weights {
         let slots = (0..plan.weights.len())
             .map(|w| {
                 keep.contains(&w)
-                    .then(|| decoded(graph, plan, w))
+                    .then(|| decoded(graph, plan, w).and_then(Kept::new))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -56,29 +115,30 @@ impl Weights {
         self.slots
             .iter()
             .flatten()
-            .map(|t| t.len() * t.dtype().size())
+            .map(|kept| kept.values().map_or(0, <[u8]>::len))
             .sum()
     }
 
-    /// Slot `w`, if kept.
-    pub fn get(&self, w: usize) -> Option<&Tensor> {
+    fn get(&self, w: usize) -> Option<&Kept> {
         self.slots.get(w).and_then(Option::as_ref)
     }
 
     /// Slot `w`; an error if it was left to its packing.
     pub fn tensor(&self, w: usize) -> Result<&Tensor> {
-        self.get(w).ok_or_else(|| {
-            Error::new(format!(
-                "internal error: weight slot {w} is read but was kept only packed"
-            ))
-        })
+        self.get(w)
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "internal error: weight slot {w} is read but was kept only packed"
+                ))
+            })?
+            .tensor()
     }
 
     /// Where a kernel reads slot `w`: null where only its packing is read
     /// (a packed gemm does not read its weight).
     pub fn pointer(&self, w: usize) -> Result<*mut u8> {
         match self.slots.get(w) {
-            Some(Some(t)) => data_ptr(t),
+            Some(Some(kept)) => kept.pointer(),
             Some(None) => Ok(std::ptr::null_mut()),
             None => bail!("execution plan: weight slot {w} does not exist"),
         }
@@ -231,7 +291,7 @@ impl Job {
             slots.push(match *slot {
                 None => None,
                 Some(w) => Some(match weights.get(w) {
-                    Some(t) => tensor_bytes(t)?,
+                    Some(kept) => kept.values()?,
                     None => {
                         let init = initializer(graph, plan, w)?;
                         read.push(init);
@@ -267,7 +327,7 @@ impl Job {
             ptrs.push(match *slot {
                 None => std::ptr::null_mut(),
                 Some(w) => match weights.get(w) {
-                    Some(t) => data_ptr(t)?,
+                    Some(kept) => kept.pointer()?,
                     None => {
                         let init = initializer(graph, plan, w)?;
                         read.push(init);
