@@ -9,8 +9,8 @@
 //! group's kind. The body's inputs are the values the group reads from
 //! outside (in order of first use) except scalars and small integer
 //! constants (at most [`INLINED_CONSTANT_ELEMS`] elements: shapes, axes,
-//! slice bounds), which are copied into the body so that ops reading them
-//! as parameters still see their values; its
+//! slice bounds) that no member reads as data, which are copied into the
+//! body so that ops reading them as parameters still see their values; its
 //! outputs are the group's values read outside it or returned by the
 //! graph. Single-node groups stay as they are. Nodes are re-ordered
 //! topologically, keeping the original order where it is free. Values
@@ -113,6 +113,20 @@ fn is_parameter(ty: &kiln_ir::TensorType) -> bool {
     }
 }
 
+/// Whether a node of `members` reads constant `v`'s elements as data (a
+/// Gather's index table), not as a parameter of its op: such a constant
+/// stays an input of the body, where a kernel can load it.
+fn read_as_data(g: &Graph, members: &[usize], v: ValueId) -> bool {
+    members.iter().any(|&n| {
+        let node = &g.nodes[n];
+        let te = || kiln_ops::te::classify::node_expr(g, node).ok().flatten();
+        node.inputs
+            .iter()
+            .enumerate()
+            .any(|(k, &i)| i == Some(v) && te().is_some_and(|te| te.reads_input(k)))
+    })
+}
+
 /// The nodes reading each value: through their inputs, or by name from their subgraphs (a
 /// Loop body reading a value of this graph needs it outside any group).
 fn readers(g: &Graph) -> Vec<Vec<usize>> {
@@ -156,7 +170,7 @@ fn fused_node(
                 None => {
                     let m = body.add_value(g.name(v), g.ty(v).clone());
                     match g.constant(v) {
-                        Some(init) if is_parameter(g.ty(v)) => {
+                        Some(init) if is_parameter(g.ty(v)) && !read_as_data(g, members, v) => {
                             body.initializers.insert(m, init.clone());
                         }
                         _ => {

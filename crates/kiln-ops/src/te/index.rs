@@ -154,6 +154,17 @@ impl IndexExpr {
         }
     }
 
+    /// Whether the index reads input `input` as data.
+    pub fn reads_input(&self, input: usize) -> bool {
+        match self {
+            IndexExpr::Affine(_) => false,
+            IndexExpr::Div(e, _) | IndexExpr::Mod(e, _) => e.reads_input(input),
+            IndexExpr::Data {
+                input: read, index, ..
+            } => *read == input || index.iter().any(|i| i.reads_input(input)),
+        }
+    }
+
     pub fn is_data_dependent(&self) -> bool {
         match self {
             IndexExpr::Affine(_) => false,

@@ -320,6 +320,16 @@ impl TensorExpr {
         e.unwrap_or(0) as i64
     }
 
+    /// Whether the expression reads input `input`'s elements (through an
+    /// access, or as data in an index): an input it does not read is a
+    /// parameter its constructor took in (a Slice's bounds, a Reshape's
+    /// shape).
+    pub fn reads_input(&self, input: usize) -> bool {
+        self.accesses
+            .iter()
+            .any(|a| a.input == input || a.index.iter().any(|i| i.reads_input(input)))
+    }
+
     /// Shape of the input that access `k` reads.
     pub fn access_shape(&self, k: usize) -> &[usize] {
         let input = self.accesses[k].input;

@@ -6,7 +6,8 @@
 //! description Layer III prices groups on.
 //! Guarantees: a [`Plan`] whose groups partition the nodes and are convex
 //! (every merge passes `Partition::can_merge`), made in three steps:
-//! `aggregate.rs` (Layer I partition, Table 1 / Algo. 1),
+//! `aggregate.rs` (Layer I partition, Table 1 / Algo. 1, then kiln's
+//! `slices.rs`: plain slices join the one group reading them),
 //! `memory_stitch.rs` (Layer II, Table 2 / Algo. 2) and
 //! `parallel_stitch.rs` (Layer III, cost model (3) / Algo. 3, recorded in
 //! `Plan::parallel`, not by merging). A group's kind is its final APOLLO
@@ -19,6 +20,7 @@ mod memory_stitch;
 mod micro;
 mod parallel_stitch;
 mod rules;
+mod slices;
 
 use crate::graph::FusionGraph;
 use crate::plan::{Group, Plan};
@@ -27,6 +29,7 @@ use kiln_target::TargetDesc;
 /// The plan of `fg`, Layer III pricing groups on `target`.
 pub fn plan(fg: &FusionGraph, target: &TargetDesc) -> Plan {
     let mut mg = aggregate::aggregate(fg);
+    slices::absorb(fg, &mut mg);
     memory_stitch::stitch(fg, &mut mg);
     let sets = parallel_stitch::stitch(fg, &mg.part, target, parallel_stitch::MAX_COST_NS);
     let ids = mg.part.groups();

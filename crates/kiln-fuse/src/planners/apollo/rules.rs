@@ -35,6 +35,7 @@ impl Side {
     pub const CONV: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Conv));
     pub const LAYOUT: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Layout));
     pub const WINDOW: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Window));
+    pub const GATHER: Side = Side::Is(ApolloType::Opaque(OpaqueKind::Gather));
 
     pub fn accepts(self, ty: ApolloType) -> bool {
         match self {

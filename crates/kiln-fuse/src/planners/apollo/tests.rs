@@ -194,6 +194,63 @@ fn a_concatenation_joins_its_elementwise_consumers() {
     }
 }
 
+/// `slices.rs`: an LSTM step's gate slices of one matrix product join the
+/// gate kernel, which keeps its element-wise kind; a slice that two
+/// groups read (the product below) stays a kernel of its own.
+#[test]
+fn plain_slices_join_the_one_group_reading_them() {
+    let g = graph(
+        r#"input %h: f32[1,8]
+  input %w: f32[8,16]
+  input %b: f32[1,4]
+  init %s0: i64[1] = [0]
+  init %s1: i64[1] = [8]
+  init %e0: i64[1] = [8]
+  init %e1: i64[1] = [16]
+  init %s2: i64[1] = [4]
+  init %axis: i64[1] = [1]
+  node "gates" %z: f32[1,16] = MatMul(%h, %w)
+  node "slice_i" %zi: f32[1,8] = Slice(%z, %s0, %e0, %axis)
+  node "slice_f" %zf: f32[1,8] = Slice(%z, %s1, %e1, %axis)
+  node "sig_i" %i: f32[1,8] = Sigmoid(%zi)
+  node "tanh_f" %f: f32[1,8] = Tanh(%zf)
+  node "cell" %c: f32[1,8] = Mul(%i, %f)
+  node "slice_h" %hs: f32[1,4] = Slice(%h, %s0, %s2, %axis)
+  node "out" %y: f32[1,4] = Add(%hs, %b)
+  node "twice" %t: f32[1,4] = Mul(%hs, %hs)
+  output %c, %y, %t"#,
+    );
+    let p = planned(&g);
+    let gate = sorted(&["slice_i", "slice_f", "sig_i", "tanh_f", "cell"]);
+    assert_eq!(group_of(&g, &p, "cell"), gate);
+    assert_eq!(kind_of(&g, &p, "cell"), "element-wise");
+    assert_eq!(group_of(&g, &p, "slice_h"), sorted(&["slice_h"]));
+}
+
+/// `slices.rs`: a Resize's gathers by constant index tables join the
+/// weighted sum reading them.
+#[test]
+fn gathers_join_the_weighted_sum_reading_them() {
+    let g = graph(
+        r#"input %x: f32[1,4]
+  init %lo: i64[8] = [0, 0, 0, 1, 1, 2, 2, 3]
+  init %hi: i64[8] = [0, 1, 1, 2, 2, 3, 3, 3]
+  init %wl: f32[8] = [1, 0.75, 0.25, 0.75, 0.25, 0.75, 0.25, 1]
+  init %wh: f32[8] = [0, 0.25, 0.75, 0.25, 0.75, 0.25, 0.75, 0]
+  node "relu" %r: f32[1,4] = Relu(%x)
+  node "take_lo" %a: f32[1,8] = Gather(%r, %lo) {axis=1}
+  node "take_hi" %b: f32[1,8] = Gather(%r, %hi) {axis=1}
+  node "scale_lo" %sa: f32[1,8] = Mul(%a, %wl)
+  node "scale_hi" %sb: f32[1,8] = Mul(%b, %wh)
+  node "sum" %y: f32[1,8] = Add(%sa, %sb)
+  output %y"#,
+    );
+    let p = planned(&g);
+    let sum = sorted(&["take_lo", "take_hi", "scale_lo", "scale_hi", "sum"]);
+    assert_eq!(group_of(&g, &p, "sum"), sum);
+    assert_eq!(group_of(&g, &p, "relu"), sorted(&["relu"]));
+}
+
 /// kiln-window: a window (pooling here; a Winograd output transform in
 /// models) and the element-wise chain after it of its shape are one
 /// group; a consumer of another shape (the sum) is not.

@@ -1,0 +1,66 @@
+//! kiln's step after APOLLO's Layer I: plain slices and gathers join the
+//! group that reads them.
+//!
+//! Needs: micro-graphs after Table 1's levels (`aggregate.rs`), so
+//! contractions have taken the data movement feeding them already.
+//! Guarantees: a group made only of plain data movement — slices, whose
+//! reads are affine (offsets and strides) and select nothing by bounds (a
+//! `Slice`, one output of a `Split`), and gathers — whose values are read
+//! by one consumer group only, and are no graph output, merges into that
+//! group when it is element-wise, broadcast or layout; the merged group
+//! keeps the consumer's type. The consumer then reads the moved tensor
+//! through the composed index instead of a copy: an LSTM step's four gate
+//! slices of one matrix product feed one gate kernel, a Resize's gathers
+//! by constant index tables feed its weighted sums. A group read by
+//! several groups stays a kernel of its own, so no group recomputes
+//! another's values. Merges are acyclic (`MicroGraphs::merge`).
+//!
+//! The paper's Table 1 has no row for data movement into element-wise
+//! ops; this is one beside the kiln rows of `aggregate.rs`, applied last
+//! so that no earlier rule sees an element-wise group turned into another
+//! type.
+
+use super::micro::MicroGraphs;
+use super::rules::{apply_to_fixed_point, Rule, Side};
+use crate::graph::FusionGraph;
+use kiln_ops::te::classify::{selects_by_bounds, ApolloType, OpaqueKind};
+
+const LAYOUT: ApolloType = ApolloType::Opaque(OpaqueKind::Layout);
+const GATHER: ApolloType = ApolloType::Opaque(OpaqueKind::Gather);
+
+/// A slice or gather group into its one consumer group, keeping the
+/// consumer's type.
+const SLICE_INTO_CONSUMER: &[Rule] = &[
+    Rule::new(Side::LAYOUT, Side::EW, ApolloType::ElementWise),
+    Rule::new(Side::LAYOUT, Side::BCAST, ApolloType::Broadcast),
+    Rule::new(Side::LAYOUT, Side::LAYOUT, LAYOUT),
+    Rule::new(Side::GATHER, Side::EW, ApolloType::ElementWise),
+    Rule::new(Side::GATHER, Side::BCAST, ApolloType::Broadcast),
+    Rule::new(Side::GATHER, Side::LAYOUT, LAYOUT),
+];
+
+/// Merges every plain slice or gather group into its one consumer group
+/// (module doc); returns the number of merges.
+pub fn absorb(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
+    let plain: Vec<bool> = fg
+        .nodes
+        .iter()
+        .map(|n| match n.apollo() {
+            LAYOUT => n.te.as_ref().is_some_and(|te| !selects_by_bounds(te)),
+            GATHER => true,
+            _ => false,
+        })
+        .collect();
+    let condition = |mg: &MicroGraphs, _: &Rule, p: usize, c: usize| {
+        let members = mg.part.members(p);
+        members.iter().all(|&n| plain[n])
+            && members.iter().all(|&n| {
+                !fg.nodes[n].graph_output
+                    && fg.nodes[n]
+                        .consumers
+                        .iter()
+                        .all(|&k| [p, c].contains(&mg.part.group_of(k)))
+            })
+    };
+    apply_to_fixed_point(fg, mg, SLICE_INTO_CONSUMER, &condition)
+}
