@@ -113,9 +113,18 @@ fn is_parameter(ty: &kiln_ir::TensorType) -> bool {
     }
 }
 
-/// Whether a node of `members` reads constant `v`'s elements as data (a
-/// Gather's index table), not as a parameter of its op: such a constant
-/// stays an input of the body, where a kernel can load it.
+/// Whether constant `v` is copied into the body of a group of `members`:
+/// a scalar (a kernel takes it as a constant, a Gather's single index
+/// folded into the load), or a short integer list that no member reads as
+/// data (a Gather's index table stays an input, where a kernel can load
+/// it).
+fn inlined(g: &Graph, members: &[usize], v: ValueId) -> bool {
+    let ty = g.ty(v);
+    is_parameter(ty) && (ty.numel() == Some(1) || !read_as_data(g, members, v))
+}
+
+/// Whether a node of `members` reads constant `v`'s elements as data, not
+/// as a parameter of its op.
 fn read_as_data(g: &Graph, members: &[usize], v: ValueId) -> bool {
     members.iter().any(|&n| {
         let node = &g.nodes[n];
@@ -170,7 +179,7 @@ fn fused_node(
                 None => {
                     let m = body.add_value(g.name(v), g.ty(v).clone());
                     match g.constant(v) {
-                        Some(init) if is_parameter(g.ty(v)) && !read_as_data(g, members, v) => {
+                        Some(init) if inlined(g, members, v) => {
                             body.initializers.insert(m, init.clone());
                         }
                         _ => {

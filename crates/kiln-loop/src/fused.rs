@@ -300,14 +300,15 @@ fn compute_prologues(
             inliner.bind(var, n);
         }
         *input = match inliner.read(src, &factors[i].index)? {
+            // A packing routine has no error flag for an index out of range.
+            value if reads_data_index(&value) => {
+                bail!("{}: a gather in a matmul/convolution prologue", node.label)
+            }
             // Data movement only (transposes, reshapes, slices, a gather
             // of a constant index): the factor is read in place through
             // the composed index.
             Val::Load { buf, offset, guard } if guard.is_empty() => {
                 GemmInput::Read(GemmOperand { buf, offset, guard })
-            }
-            value if reads_data_index(&value) => {
-                bail!("{}: a gather in a matmul/convolution prologue", node.label)
             }
             value if reads_guarded(&value) => bail!(
                 "{}: a concatenation or padding in a matmul/convolution prologue (a select per packed element; as its own kernel it is a copy)",
