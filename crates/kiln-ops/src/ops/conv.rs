@@ -12,6 +12,7 @@ mod causal;
 mod deform;
 mod integer;
 mod planes;
+mod regions;
 mod transpose;
 pub(crate) mod window;
 
@@ -298,7 +299,8 @@ fn conv_expression(
 }
 
 /// Conv without a bias: the primitive [`Conv`], which opens into 2-D
-/// convolutions over its frames when its image is 3-D (`planes`).
+/// convolutions over its frames when its image is 3-D (`planes`), and into
+/// regions of its output when most of its taps read padding (`regions`).
 struct UnbiasedConv(Prim<Conv>);
 
 impl Op for UnbiasedConv {
@@ -324,7 +326,10 @@ impl Op for UnbiasedConv {
         b: &mut Builder,
         inputs: &[Option<ValueId>],
     ) -> Result<Option<Vec<Option<ValueId>>>> {
-        planes::decompose(cx, b, inputs)
+        match planes::decompose(cx, b, inputs)? {
+            Some(planar) => Ok(Some(planar)),
+            None => regions::decompose(cx, b, inputs),
+        }
     }
 }
 
