@@ -322,3 +322,31 @@ fn a_concatenation_and_its_batch_norm_are_one_kernel() -> Result<()> {
     assert!(!ops.contains(&"Concat"), "{ops:?}");
     gives_everywhere(&g, &ins, &want)
 }
+
+/// A Pad between two convolutions (constant pads over every axis, here the
+/// batch and an image axis) pads the channels-last twin: the one Transpose
+/// left is the output's (the stem reads the input channels-first); every
+/// planner gives the interpreter's results.
+#[test]
+fn a_pad_between_convolutions_stays_channels_last() -> Result<()> {
+    let src = format!(
+        r#"graph "pad" opsets [""=17] {{
+  input %x: f32[2,3,9,8]
+  init %w0: f32[8,3,3,3] = [{}]
+  init %w1: f32[4,8,3,3] = [{}]
+  init %pads: i64[8] = [1, 0, 2, 0, 0, 0, 1, 0]
+  node "stem" %s: f32[2,8,9,8] = Conv(%x, %w0) {{pads=[1,1,1,1]}}
+  node "pad" %p: f32[3,8,12,8] = Pad(%s, %pads)
+  node "next" %y: f32[3,4,10,6] = Conv(%p, %w1)
+  output %y
+}}"#,
+        values(8 * 27, 41),
+        values(4 * 8 * 9, 42),
+    );
+    let original = load(&src)?;
+    let ins = inputs(&original)?;
+    let want = kiln_interp::run(&original, &ins)?;
+    let g = optimized(&src, Layout::Auto)?;
+    assert_eq!(count(&g, "Transpose"), 1, "{}", kiln_ir::text::print(&g));
+    gives_everywhere(&g, &ins, &want)
+}

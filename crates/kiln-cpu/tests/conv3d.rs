@@ -43,3 +43,32 @@ fn volume_convolutions_run_as_planes() -> Result<()> {
     assert_eq!(volume_convolutions(&g), 0, "{}", kiln_ir::text::print(&g));
     Ok(())
 }
+
+/// Time stride 1 takes the stacked-taps form (one 2-D convolution of all
+/// taps' weights, each output frame summed from shifted frames): a
+/// temporal `(3, 1, 1)` convolution of dilation 2 with uneven time
+/// padding, one tap of which reads only padding for some frames, and a
+/// `(2, 3, 3)` one whose output is longer than its input; a batch of two
+/// videos takes the sliced form.
+#[test]
+fn stacked_time_taps_sum_the_shifted_frames() -> Result<()> {
+    let graph = |batch: usize| {
+        format!(
+            r#"graph "g" opsets [""=17] {{
+  input %x: f32[{batch},4,5,6,7]
+  init %w0: f32[6,4,3,1,1] = [{}]
+  init %w1: f32[3,6,2,3,3] = [{}]
+  node "temporal" %a: f32[{batch},6,6,6,7] = Conv(%x, %w0) {{pads=[5, 0, 0, 0, 0, 0], dilations=[2, 1, 1]}}
+  node "longer" %y: f32[{batch},3,9,6,7] = Conv(%a, %w1) {{pads=[2, 1, 1, 2, 1, 1]}}
+  output %y
+}}"#,
+            values(6 * 4 * 3, 4),
+            values(3 * 6 * 18, 5),
+        )
+    };
+    for batch in [1, 2] {
+        let (g, _) = check_planners(&graph(batch), &format!("stacked, batch {batch}"))?;
+        assert_eq!(volume_convolutions(&g), 0, "{}", kiln_ir::text::print(&g));
+    }
+    Ok(())
+}

@@ -30,7 +30,9 @@
 //! - `Concat` with an input that has a twin joins the twins along the
 //!   permuted axis (DenseNet's, Inception's and SqueezeNet's channel
 //!   concatenations stay channels-last instead of transposing both ways);
-//! - `Slice` with constant axes slices the twin along the permuted axes;
+//! - `Slice` with constant axes slices the twin along the permuted axes,
+//!   and a constant-mode `Pad` with constant pads pads it by the permuted
+//!   pads;
 //! - a `Reshape` that keeps the batch and image axes and only splits or
 //!   merges the channels, and a `Transpose` that only permutes the channel
 //!   axes, run on twins too. A twin then may hold several channel axes
@@ -165,6 +167,9 @@ impl Rewriter<'_> {
         }
         if let Some(axes) = self.slice_axes(&node) {
             return self.slice(node, &axes);
+        }
+        if let Some(pads) = self.pad_of_twin(&node) {
+            return self.pad(node, pads);
         }
         if let Some((twin, dims, k)) = self.channel_reshape(&node) {
             return self.reshape(node, twin, &dims, k);

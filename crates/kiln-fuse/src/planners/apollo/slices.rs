@@ -7,11 +7,15 @@
 //! reads are affine (offsets and strides) and select nothing by bounds (a
 //! `Slice`, one output of a `Split`), and gathers — whose values are read
 //! by one consumer group only, and are no graph output, merges into that
-//! group when it is element-wise, broadcast or layout; the merged group
-//! keeps the consumer's type. The consumer then reads the moved tensor
-//! through the composed index instead of a copy: an LSTM step's four gate
-//! slices of one matrix product feed one gate kernel, a Resize's gathers
-//! by constant index tables feed its weighted sums. A group read by
+//! group when it is element-wise, broadcast, layout or a transpose; a
+//! transpose group also takes a group of any layout ops (a padding or a
+//! concatenation: the transposing copy reads through their selects). The
+//! merged group keeps the consumer's type. The consumer then reads the
+//! moved tensor through the composed index instead of a copy: an LSTM
+//! step's four gate slices of one matrix product feed one gate kernel, a
+//! Resize's gathers by constant index tables feed its weighted sums, a
+//! video convolution's shifted, zero-padded frames feed the sum that
+//! transposes them back (`kiln-ops` `conv/planes.rs`). A group read by
 //! several groups stays a kernel of its own, so no group recomputes
 //! another's values. Merges are acyclic (`MicroGraphs::merge`).
 //!
@@ -27,8 +31,9 @@ use kiln_ops::te::classify::{selects_by_bounds, ApolloType, OpaqueKind};
 
 const LAYOUT: ApolloType = ApolloType::Opaque(OpaqueKind::Layout);
 const GATHER: ApolloType = ApolloType::Opaque(OpaqueKind::Gather);
+const TRANSPOSE: ApolloType = ApolloType::Opaque(OpaqueKind::Transpose);
 
-/// A slice or gather group into its one consumer group, keeping the
+/// A data-movement group into its one consumer group, keeping the
 /// consumer's type.
 const SLICE_INTO_CONSUMER: &[Rule] = &[
     Rule::new(Side::LAYOUT, Side::EW, ApolloType::ElementWise),
@@ -37,6 +42,8 @@ const SLICE_INTO_CONSUMER: &[Rule] = &[
     Rule::new(Side::GATHER, Side::EW, ApolloType::ElementWise),
     Rule::new(Side::GATHER, Side::BCAST, ApolloType::Broadcast),
     Rule::new(Side::GATHER, Side::LAYOUT, LAYOUT),
+    Rule::new(Side::LAYOUT, Side::TRANSPOSE, TRANSPOSE),
+    Rule::new(Side::GATHER, Side::TRANSPOSE, TRANSPOSE),
 ];
 
 /// Merges every plain slice or gather group into its one consumer group
@@ -51,9 +58,14 @@ pub fn absorb(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
             _ => false,
         })
         .collect();
-    let condition = |mg: &MicroGraphs, _: &Rule, p: usize, c: usize| {
+    let movement = |n: usize| plain[n] || fg.nodes[n].apollo() == LAYOUT;
+    let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| {
         let members = mg.part.members(p);
-        members.iter().all(|&n| plain[n])
+        let movable = match rule.result {
+            TRANSPOSE => members.iter().all(|&n| movement(n)),
+            _ => members.iter().all(|&n| plain[n]),
+        };
+        movable
             && members.iter().all(|&n| {
                 !fg.nodes[n].graph_output
                     && fg.nodes[n]

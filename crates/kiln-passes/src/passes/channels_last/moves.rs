@@ -1,5 +1,6 @@
 //! The channels-last rewrite's data-movement rules: `Slice` with constant
-//! axes, and the `Reshape`s and `Transpose`s that touch only the channel
+//! axes, a constant-mode `Pad` with constant pads over every axis, and the
+//! `Reshape`s and `Transpose`s that touch only the channel
 //! axes (see the parent module's doc). Each runs the op on its input's
 //! twin with the axes, shape or permutation carried over to the twin's
 //! layout (`grouped_channels_last_perm`).
@@ -53,6 +54,51 @@ impl Rewriter<'_> {
         inputs.resize(inputs.len().max(4), None);
         inputs[0] = Some(self.twin[&x]);
         inputs[3] = Some(axes);
+        self.rebuilt(node, inputs)
+    }
+
+    /// The pads of a constant-mode `Pad` over every axis (no `axes` input)
+    /// of a value with a (one channel axis) twin, when they are constant:
+    /// the pads permuted to the twin's layout.
+    pub(super) fn pad_of_twin(&self, node: &Node) -> Option<Vec<i64>> {
+        if node.op != "Pad" || !node.domain.is_empty() || node.outputs.len() != 1 {
+            return None;
+        }
+        let mode = node
+            .attr_string("mode")
+            .ok()
+            .flatten()
+            .unwrap_or("constant");
+        if mode != "constant" || node.inputs.get(3).copied().flatten().is_some() {
+            return None;
+        }
+        let x = node.inputs.first().copied().flatten()?;
+        self.twin.get(&x)?;
+        let rank = self.g.ty(x).shape.as_ref()?.len();
+        let pads = self.constant_i64s(node.inputs.get(1).copied().flatten()?)?;
+        if pads.len() != 2 * rank {
+            return None;
+        }
+        let perm = channels_last_perm(rank);
+        let (begins, ends) = pads.split_at(rank);
+        Some(
+            perm.iter()
+                .map(|&a| begins[a])
+                .chain(perm.iter().map(|&a| ends[a]))
+                .collect(),
+        )
+    }
+
+    /// `node` (a Pad, see [`Rewriter::pad_of_twin`]) padding its input's twin
+    /// by `pads`.
+    pub(super) fn pad(&mut self, node: Node, pads: Vec<i64>) -> Result<()> {
+        let (Some(x), Some(like)) = (node.inputs[0], node.inputs[1]) else {
+            kiln_ir::bail!("a Pad without data or pads");
+        };
+        let pads = self.constant(like, Tensor::from_vec(vec![pads.len()], pads)?);
+        let mut inputs = node.inputs.clone();
+        inputs[0] = Some(self.twin[&x]);
+        inputs[1] = Some(pads);
         self.rebuilt(node, inputs)
     }
 
