@@ -41,26 +41,55 @@ struct Kept {
 }
 
 impl Kept {
-    fn new(t: Tensor) -> Result<Kept> {
-        let dtype = t.dtype();
-        let tensor = OnceLock::new();
-        let mut bytes = AlignedBytes::new(0);
-        if dtype == DType::Str {
-            let _ = tensor.set(t.clone());
-        } else {
-            bytes = AlignedBytes::new(t.len() * dtype.size());
-            // SAFETY: `t` holds `len * size` bytes of numbers at its data pointer, and
-            // `bytes` has room for them.
-            unsafe {
-                std::ptr::copy_nonoverlapping(data_ptr(&t)?, bytes.ptr(0), t.len() * dtype.size())
-            };
-        }
-        Ok(Kept {
+    /// `init`'s elements copied once into aligned memory: a model file's
+    /// raw little-endian numbers straight from the mapping on a
+    /// little-endian host (as the kernels read them; not bools, whose raw
+    /// bytes may be other than 0 and 1), anything else decoded first. The
+    /// file's pages are given back after.
+    fn of(init: &Initializer) -> Result<Kept> {
+        let kept = match init {
+            Initializer::Raw {
+                dtype,
+                shape,
+                bytes,
+            } if cfg!(target_endian = "little")
+                && !matches!(dtype, DType::Str | DType::Bool)
+                && bytes.len() == shape.iter().product::<usize>() * dtype.size() =>
+            {
+                Kept::copied(*dtype, shape.clone(), bytes)
+            }
+            _ => Kept::decoded(init.to_tensor()?)?,
+        };
+        init.release_resident();
+        Ok(kept)
+    }
+
+    fn copied(dtype: DType, shape: Vec<usize>, values: &[u8]) -> Kept {
+        let mut bytes = AlignedBytes::new(values.len());
+        // SAFETY: `bytes` has room for `values`, and they do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), bytes.ptr(0), values.len()) };
+        Kept {
             bytes,
             dtype,
-            shape: t.shape,
-            tensor,
-        })
+            shape,
+            tensor: OnceLock::new(),
+        }
+    }
+
+    fn decoded(t: Tensor) -> Result<Kept> {
+        let dtype = t.dtype();
+        if dtype == DType::Str {
+            return Ok(Kept {
+                bytes: AlignedBytes::new(0),
+                dtype,
+                shape: t.shape.clone(),
+                tensor: OnceLock::from(t),
+            });
+        }
+        let size = t.len() * dtype.size();
+        // SAFETY: `t` holds `size` bytes of numbers at its data pointer.
+        let values = unsafe { std::slice::from_raw_parts(data_ptr(&t)?, size) };
+        Ok(Kept::copied(dtype, t.shape.clone(), values))
     }
 
     fn tensor(&self) -> Result<&Tensor> {
@@ -95,7 +124,7 @@ impl Weights {
         let slots = (0..plan.weights.len())
             .map(|w| {
                 keep.contains(&w)
-                    .then(|| decoded(graph, plan, w).and_then(Kept::new))
+                    .then(|| initializer(graph, plan, w).and_then(Kept::of))
                     .transpose()
             })
             .collect::<Result<_>>()?;
@@ -143,14 +172,6 @@ impl Weights {
             None => bail!("execution plan: weight slot {w} does not exist"),
         }
     }
-}
-
-/// Weight slot `w` decoded, its file pages given back.
-fn decoded(graph: &Graph, plan: &ExecPlan, w: usize) -> Result<Tensor> {
-    let init = initializer(graph, plan, w)?;
-    let t = init.to_tensor()?;
-    init.release_resident();
-    Ok(t)
 }
 
 fn initializer<'g>(graph: &'g Graph, plan: &ExecPlan, w: usize) -> Result<&'g Initializer> {
