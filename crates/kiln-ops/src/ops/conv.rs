@@ -333,6 +333,29 @@ impl Op for UnbiasedConv {
     }
 }
 
+/// The input, weight and shape of an unbiased, ungrouped float Conv of
+/// `rank` (the input's) with a constant weight, at opset 11 or later:
+/// what the decompositions into other convolutions (`planes`, `regions`)
+/// need, their weight slices folding. `None` for any other.
+fn rewritable(
+    cx: &InferCx,
+    b: &mut Builder,
+    inputs: &[Option<ValueId>],
+    rank: usize,
+) -> Result<Option<(ValueId, ValueId, ConvShape)>> {
+    let (x, w) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
+    let biased = inputs.get(2).is_some_and(Option::is_some);
+    let (Ok(xs), Ok(ws)) = (b.shape(x), b.shape(w)) else {
+        return Ok(None);
+    };
+    if biased || xs.len() != rank || cx.opset < 11 || b.value(w)?.is_none() {
+        return Ok(None);
+    }
+    let shape = ConvShape::new(cx.node, &xs, &ws)?;
+    let plain = shape.group == 1 && b.ty(x).dtype.is_float();
+    Ok(plain.then_some((x, w, shape)))
+}
+
 /// Conv with a bias: the compound [`ConvThenBias`]. The interpreter runs it
 /// with the bias fused into the direct kernel, which rounds each sum to the
 /// element type and then adds the bias, as the decomposition's Add does

@@ -29,7 +29,7 @@
 
 use super::ConvShape;
 use crate::ops::compose::{reshape, slice};
-use crate::{inputs_id, Builder, InferCx};
+use crate::{Builder, InferCx};
 use kiln_ir::{Attr, Result, ValueId};
 
 /// The decomposition of 3-D Conv node `cx.node` over `inputs`, or `None`
@@ -39,18 +39,13 @@ pub(super) fn decompose(
     b: &mut Builder,
     inputs: &[Option<ValueId>],
 ) -> Result<Option<Vec<Option<ValueId>>>> {
-    let (x, w) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
-    let biased = inputs.get(2).is_some_and(Option::is_some);
-    let (Ok(xs), Ok(ws)) = (b.shape(x), b.shape(w)) else {
+    let Some((x, w, shape)) = super::rewritable(cx, b, inputs, 5)? else {
         return Ok(None);
     };
-    if biased || xs.len() != 5 || cx.opset < 11 || b.value(w)?.is_none() {
-        return Ok(None);
-    }
-    let shape = ConvShape::new(cx.node, &xs, &ws)?;
+    let (xs, ws) = (b.shape(x)?, b.shape(w)?);
     let g = &shape.geom;
     let pads = [g.pads_begin[0], g.pads_end[0]];
-    if shape.group != 1 || pads.iter().any(|&p| p < 0) || !b.ty(x).dtype.is_float() {
+    if pads.iter().any(|&p| p < 0) {
         return Ok(None);
     }
     let (n, m, frames) = (shape.batch, shape.out_channels, g.windows[0]);

@@ -25,9 +25,8 @@
 //! Guarantees: the convolution's values (each output sums the same
 //! products, less the zero ones).
 
-use super::ConvShape;
 use crate::ops::compose::slice;
-use crate::{inputs_id, Builder, InferCx};
+use crate::{Builder, InferCx};
 use kiln_ir::{Attr, Result, ValueId};
 use std::ops::Range;
 
@@ -114,18 +113,9 @@ pub(super) fn decompose(
     b: &mut Builder,
     inputs: &[Option<ValueId>],
 ) -> Result<Option<Vec<Option<ValueId>>>> {
-    let (x, w) = (inputs_id(inputs, 0)?, inputs_id(inputs, 1)?);
-    let biased = inputs.get(2).is_some_and(Option::is_some);
-    let (Ok(xs), Ok(ws)) = (b.shape(x), b.shape(w)) else {
+    let Some((x, w, shape)) = super::rewritable(cx, b, inputs, 4)? else {
         return Ok(None);
     };
-    if biased || xs.len() != 4 || cx.opset < 11 || b.value(w)?.is_none() {
-        return Ok(None);
-    }
-    let shape = ConvShape::new(cx.node, &xs, &ws)?;
-    if shape.group != 1 || !b.ty(x).dtype.is_float() {
-        return Ok(None);
-    }
     let g = &shape.geom;
     let axes: Vec<Axis> = (0..2)
         .map(|a| Axis {
