@@ -8,8 +8,9 @@
 //! `Slice`, one output of a `Split`), and gathers — whose values are read
 //! by one consumer group only, and are no graph output, merges into that
 //! group when it is element-wise, broadcast, layout or a transpose; a
-//! transpose group also takes a group of any layout ops (a padding or a
-//! concatenation: the transposing copy reads through their selects). The
+//! transpose group also takes zero paddings (the transposing copy reads
+//! through their bounds checks; not concatenations, whose select between
+//! sources per element made a channel shuffle slower). The
 //! merged group keeps the consumer's type. The consumer then reads the
 //! moved tensor through the composed index instead of a copy: an LSTM
 //! step's four gate slices of one matrix product feed one gate kernel, a
@@ -58,7 +59,18 @@ pub fn absorb(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
             _ => false,
         })
         .collect();
-    let movement = |n: usize| plain[n] || fg.nodes[n].apollo() == LAYOUT;
+    // A zero padding reads one source; a transposing copy peels its
+    // bounds. A concatenation's select between sources per element made
+    // ShuffleNet's channel shuffle slower than the copies it saved.
+    let padded = |n: usize| {
+        let node = &fg.nodes[n];
+        node.apollo() == LAYOUT
+            && node
+                .te
+                .as_ref()
+                .is_some_and(|te| te.body.as_padded_load().is_some())
+    };
+    let movement = |n: usize| plain[n] || padded(n);
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| {
         let members = mg.part.members(p);
         let movable = match rule.result {
