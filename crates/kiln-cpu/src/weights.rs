@@ -4,8 +4,9 @@
 //! only reader is a gemm through its packing ([`raw_weights`] leaves it
 //! out) is never kept decoded: its packing reads it in place, or widened
 //! into a buffer its thread reuses, or decoded and dropped ([`prepack_all`],
-//! `f32_values`). Every other weight is decoded once and kept. Either
-//! way, the pages of the model file a weight was read from are given back
+//! `f32_values`). Every other weight is copied once into 64-byte aligned
+//! memory and kept (`Kept`; its tensor form decoded only when asked for).
+//! Either way, the pages of the model file a weight was read from are given back
 //! once its copy exists (`kiln_ir::mapped`), so a weight is resident once
 //! — as itself or as its packing — not twice.
 
