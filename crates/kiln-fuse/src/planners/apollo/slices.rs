@@ -36,7 +36,7 @@ const TRANSPOSE: ApolloType = ApolloType::Opaque(OpaqueKind::Transpose);
 
 /// A data-movement group into its one consumer group, keeping the
 /// consumer's type.
-const SLICE_INTO_CONSUMER: &[Rule] = &[
+const MOVEMENT_INTO_CONSUMER: &[Rule] = &[
     Rule::new(Side::LAYOUT, Side::EW, ApolloType::ElementWise),
     Rule::new(Side::LAYOUT, Side::BCAST, ApolloType::Broadcast),
     Rule::new(Side::LAYOUT, Side::LAYOUT, LAYOUT),
@@ -47,7 +47,7 @@ const SLICE_INTO_CONSUMER: &[Rule] = &[
     Rule::new(Side::GATHER, Side::TRANSPOSE, TRANSPOSE),
 ];
 
-/// Merges every plain slice or gather group into its one consumer group
+/// Merges every data-movement group into its one consumer group
 /// (module doc); returns the number of merges.
 pub fn absorb(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
     let plain: Vec<bool> = fg
@@ -86,5 +86,5 @@ pub fn absorb(fg: &FusionGraph, mg: &mut MicroGraphs) -> usize {
                         .all(|&k| [p, c].contains(&mg.part.group_of(k)))
             })
     };
-    apply_to_fixed_point(fg, mg, SLICE_INTO_CONSUMER, &condition)
+    apply_to_fixed_point(fg, mg, MOVEMENT_INTO_CONSUMER, &condition)
 }
