@@ -141,7 +141,9 @@ fn the_rule_keeps_convolutions_it_does_not_pay_for() -> Result<()> {
             "{}",
             kiln_ir::text::print(&g)
         );
-        assert_eq!(count(&g, "ChannelsLast"), 4);
+        // Each stays a convolution (one may open into regions of its
+        // output, several convolutions).
+        assert!(count(&g, "ChannelsLast") >= 4);
     }
     Ok(())
 }
@@ -184,17 +186,20 @@ fn the_rule_weighs_transformed_traffic_against_the_saving() -> Result<()> {
     Ok(())
 }
 
-/// A 3x3 convolution with `dilation` and as much padding, over `image`
-/// x `image` pixels of 16 channels, after a 1x1 one.
-fn atrous_conv(image: usize, dilation: usize) -> String {
+/// A 3x3 convolution with `dilation` and as much padding along the rows
+/// (`dilation` 1 and padding 1 along the columns), over `image` rows of
+/// `width` pixels of 16 channels, after a 1x1 one. (Dilated along both
+/// axes, the convolution would open into regions of its output,
+/// `kiln-ops` `conv/regions.rs`, before the rule sees it.)
+fn atrous_conv(image: usize, width: usize, dilation: usize) -> String {
     let (c, d) = (16, dilation);
     format!(
         r#"graph "g" opsets [""=17] {{
-  input %x: f32[1,{c},{image},{image}]
+  input %x: f32[1,{c},{image},{width}]
   init %w0: f32[{c},{c},1,1] = [{}]
   init %w: f32[{c},{c},3,3] = [{}]
-  node "pointwise" %a: f32[1,{c},{image},{image}] = Conv(%x, %w0)
-  node "atrous" %y: f32[1,{c},{image},{image}] = Conv(%a, %w) {{pads=[{d},{d},{d},{d}], dilations=[{d},{d}]}}
+  node "pointwise" %a: f32[1,{c},{image},{width}] = Conv(%x, %w0)
+  node "atrous" %y: f32[1,{c},{image},{width}] = Conv(%a, %w) {{pads=[{d},1,{d},1], dilations=[{d},1]}}
   output %y
 }}"#,
         values(c * c, 6),
@@ -207,10 +212,10 @@ fn atrous_conv(image: usize, dilation: usize) -> String {
 /// no loop over tile rows; its kernel runs across threads over another
 /// loop and matches the interpreter, with nothing left to it. Wider
 /// still, most phases are one pixel and Winograd would do more
-/// multiply-adds than the direct convolution: the rule keeps it direct.
+/// multiply-adds than the direct convolution: no Winograd transform.
 #[test]
 fn a_dilation_as_wide_as_the_image_still_compiles() -> Result<()> {
-    let src = atrous_conv(10, 6);
+    let src = atrous_conv(8, 32, 4);
     let original = load(&src)?;
     let ins = inputs(&original)?;
     let want = kiln_interp::run(&original, &ins)?;
@@ -229,7 +234,7 @@ fn a_dilation_as_wide_as_the_image_still_compiles() -> Result<()> {
     let interpreted = CpuProgram::interpreted_in(model.graph(), model.plan());
     assert!(interpreted.is_empty(), "{interpreted:?}");
     assert_close(&model.run(&ins)?, &want, "atrous")?;
-    let wider = with_winograd(&atrous_conv(14, 12))?;
+    let wider = with_winograd(&atrous_conv(14, 14, 12))?;
     assert_eq!(
         count(&wider, "WinogradOutput"),
         0,
