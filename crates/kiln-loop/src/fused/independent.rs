@@ -3,15 +3,19 @@
 //! (Table 2 sub-graph 8: two add-mul-sum branches of one tensor).
 //!
 //! Needs: the scheduled nests of a group's outputs, in order (`nests` in
-//! `fused.rs`), each either a reduction nest — output loops around
-//! `let acc; reduction loops; store` — or anything else.
-//! Guarantees: two consecutive reduction nests whose loops have the same
-//! variables, extents and kinds all the way down, that store different
-//! buffers and read nothing the other stores, become one nest: each loop
-//! once, both accumulators (and partial sums) declared, both updates in the
-//! innermost reduction loop, both combines and stores after it. The order of every reduction is
-//! unchanged (each accumulator sees its own values in the same order), so
-//! results are identical. Anything else is left as it is.
+//! `fused.rs`), each either a reduction nest (one that updates an
+//! accumulator somewhere) or anything else.
+//! Guarantees: two consecutive reduction nests with the same loop structure
+//! — at every level the same loops (variables, extents, kinds) in the same
+//! order, whatever straight-line statements sit between them — that store
+//! different buffers, declare different locals and read nothing the other
+//! stores, become one nest: each loop once, and at every level the first
+//! nest's statements before each loop, then the second's, then the merged
+//! loop; the first nest's trailing statements, then the second's. So lane
+//! partials (an init loop, the blocked loop, the lanes' sum) merge loop by
+//! loop. The order of every reduction is unchanged (each accumulator sees
+//! its own values in the same order), so results are identical. Anything
+//! else (a matmul, a parallel loop's combine) is left as it is.
 
 use crate::ir::{for_each_load, Loop, Stmt};
 
@@ -21,7 +25,7 @@ pub(super) fn fuse_independent_reductions(body: Vec<Stmt>) -> Vec<Stmt> {
     let mut out: Vec<Stmt> = Vec::with_capacity(body.len());
     for s in body {
         let merged = match (out.last(), &s) {
-            (Some(Stmt::Loop(a)), Stmt::Loop(b)) if independent(a, b) => merge_nests(a, b),
+            (Some(Stmt::Loop(a)), Stmt::Loop(b)) if independent(a, b) => merge_loops(a, b),
             _ => None,
         };
         match merged {
@@ -35,66 +39,58 @@ pub(super) fn fuse_independent_reductions(body: Vec<Stmt>) -> Vec<Stmt> {
     out
 }
 
-/// Output loops `a` and `b` merged when both are reduction nests over the
-/// same loops (down to the reduction's innermost loop).
-fn merge_nests(a: &Loop, b: &Loop) -> Option<Loop> {
-    if !same_header(a, b) {
+/// Loops `a` and `b` as one when their headers and the structure of their
+/// bodies match.
+fn merge_loops(a: &Loop, b: &Loop) -> Option<Loop> {
+    if !(a.var == b.var && a.extent == b.extent && a.kind == b.kind) {
         return None;
     }
-    let body = match (a.body.as_slice(), b.body.as_slice()) {
-        ([Stmt::Loop(ia)], [Stmt::Loop(ib)]) => vec![Stmt::Loop(merge_nests(ia, ib)?)],
-        (ba, bb) => {
-            let (lets_a, ra, after_a) = reduction_parts(ba)?;
-            let (lets_b, rb, after_b) = reduction_parts(bb)?;
-            let mut body: Vec<Stmt> = lets_a.iter().chain(lets_b).cloned().collect();
-            body.push(Stmt::Loop(merge_reductions(ra, rb)?));
-            body.extend(after_a.iter().chain(after_b).cloned());
-            body
+    let body = merge_bodies(&a.body, &b.body)?;
+    Some(Loop { body, ..a.clone() })
+}
+
+/// Bodies `a` and `b` interleaved segment by segment: before each of their
+/// loops (which must pair up), `a`'s statements then `b`'s, then the loops
+/// merged; at the end `a`'s trailing statements then `b`'s.
+fn merge_bodies(a: &[Stmt], b: &[Stmt]) -> Option<Vec<Stmt>> {
+    let (segs_a, tail_a) = segments(a)?;
+    let (segs_b, tail_b) = segments(b)?;
+    if segs_a.len() != segs_b.len() {
+        return None;
+    }
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    for ((before_a, la), (before_b, lb)) in segs_a.into_iter().zip(segs_b) {
+        out.extend(before_a.iter().chain(before_b).cloned());
+        out.push(Stmt::Loop(merge_loops(la, lb)?));
+    }
+    out.extend(tail_a.iter().chain(tail_b).cloned());
+    Some(out)
+}
+
+/// A body split at its loops: the straight-line statements before each
+/// loop with the loop, and the statements after the last. None when the
+/// body holds a statement that must keep its place (a matmul, a parallel
+/// loop's combine).
+type Segments<'a> = (Vec<(&'a [Stmt], &'a Loop)>, &'a [Stmt]);
+
+fn segments(body: &[Stmt]) -> Option<Segments<'_>> {
+    let mut segs = Vec::new();
+    let mut start = 0;
+    for (i, s) in body.iter().enumerate() {
+        match s {
+            Stmt::Loop(l) => {
+                segs.push((&body[start..i], l));
+                start = i + 1;
+            }
+            Stmt::Gemm(_) | Stmt::Combine(_) => return None,
+            _ => {}
         }
-    };
-    Some(Loop { body, ..a.clone() })
-}
-
-/// A reduction's body split around its one reduction loop: the accumulators
-/// declared before it, the loop, and the combines and stores after it.
-fn reduction_parts(body: &[Stmt]) -> Option<(&[Stmt], &Loop, &[Stmt])> {
-    let at = body.iter().position(|s| matches!(s, Stmt::Loop(_)))?;
-    let Stmt::Loop(l) = &body[at] else {
-        return None;
-    };
-    let (before, after) = (&body[..at], &body[at + 1..]);
-    let lets = before.iter().all(|s| matches!(s, Stmt::Let { .. }));
-    let ends = after
-        .iter()
-        .all(|s| matches!(s, Stmt::Update { .. } | Stmt::Store { .. }));
-    (lets && ends && !after.is_empty()).then_some((before, l, after))
-}
-
-/// Reduction loops `a` and `b` over the same loops, their innermost bodies
-/// (straight-line updates) joined.
-fn merge_reductions(a: &Loop, b: &Loop) -> Option<Loop> {
-    if !same_header(a, b) {
-        return None;
     }
-    let body = match (a.body.as_slice(), b.body.as_slice()) {
-        ([Stmt::Loop(ia)], [Stmt::Loop(ib)]) => vec![Stmt::Loop(merge_reductions(ia, ib)?)],
-        (ba, bb) if straight(ba) && straight(bb) => ba.iter().chain(bb).cloned().collect(),
-        _ => return None,
-    };
-    Some(Loop { body, ..a.clone() })
+    Some((segs, &body[start..]))
 }
 
-fn same_header(a: &Loop, b: &Loop) -> bool {
-    a.var == b.var && a.extent == b.extent && a.kind == b.kind
-}
-
-fn straight(body: &[Stmt]) -> bool {
-    body.iter()
-        .all(|s| matches!(s, Stmt::Update { .. } | Stmt::Let { .. }))
-}
-
-/// Whether nests `a` and `b` store different buffers and neither reads what
-/// the other stores.
+/// Whether nests `a` and `b` are reductions that store different buffers,
+/// name different locals, and neither reads what the other stores.
 fn independent(a: &Loop, b: &Loop) -> bool {
     let (stores_a, stores_b) = (stored(a), stored(b));
     let reads = |l: &Loop, written: &[usize]| {
@@ -102,7 +98,13 @@ fn independent(a: &Loop, b: &Loop) -> bool {
         for_each_load(&l.body, &mut |buf, _, _| hit |= written.contains(&buf));
         hit
     };
-    !stores_a.iter().any(|s| stores_b.contains(s)) && !reads(a, &stores_b) && !reads(b, &stores_a)
+    let (locals_a, locals_b) = (locals(&a.body), locals(&b.body));
+    reduces(&a.body)
+        && reduces(&b.body)
+        && !locals_a.iter().any(|n| locals_b.contains(n))
+        && !stores_a.iter().any(|s| stores_b.contains(s))
+        && !reads(a, &stores_b)
+        && !reads(b, &stores_a)
 }
 
 /// The buffers the nest `l` stores.
@@ -112,6 +114,29 @@ fn stored(l: &Loop) -> Vec<usize> {
         match s {
             Stmt::Store { buf, .. } => out.push(*buf),
             Stmt::Loop(inner) => out.extend(stored(inner)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether `body` updates an accumulator somewhere (a reduction nest).
+fn reduces(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Update { .. } | Stmt::ArgUpdate(_) => true,
+        Stmt::Loop(inner) => reduces(&inner.body),
+        _ => false,
+    })
+}
+
+/// The locals `body` declares or updates.
+fn locals(body: &[Stmt]) -> Vec<&str> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::Let { name, .. } | Stmt::Update { name, .. } => out.push(name.as_str()),
+            Stmt::ArgUpdate(step) => out.extend([step.name.as_str(), step.best.as_str()]),
+            Stmt::Loop(inner) => out.extend(locals(&inner.body)),
             _ => {}
         }
     }
