@@ -21,6 +21,7 @@
 //! executor then runs that node on the reference interpreter.
 
 use kiln_ir::{bail, Attr, DType, Result, TensorType};
+use kiln_ops::ops::unary::EXP_NONPOSITIVE;
 use kiln_ops::te::{Scalar, SCALAR_OPSET};
 use kiln_ops::{InferCx, InputInfo};
 
@@ -212,6 +213,7 @@ fn float_rule(s: &Scalar, t: DType, args: &[String]) -> Result<Option<String>> {
         "Sign" => format!("kiln_sign{f}({a})"),
         "Reciprocal" => format!("(({ty})1 / {a})"),
         "Sqrt" => libm("sqrt"),
+        "Exp" if single && int_attr(s, EXP_NONPOSITIVE, 0) == 1 => format!("kiln_expf_nonpos({a})"),
         "Exp" if single => format!("kiln_expf({a})"),
         "Exp" => libm("exp"),
         "Log" => libm("log"),
@@ -365,6 +367,25 @@ KILN_INLINE float kiln_expf(float x) {
   /* e^x > x for every x, so this keeps y, but for NaN (a compare false) and +inf: one max
      instruction where `x != x ? x : y` was a compare and a blend */
   return y > x ? y : x;
+}
+KILN_INLINE float kiln_expf_nonpos(float x) {
+  /* kiln_expf for x <= 0 or NaN (a softmax's x - max): 2^n is one factor read from the
+     rounding sum's low bits (n + 1.5*2^23), taken 25 higher, so p 2^(n + 25) stays normal down
+     to the clamp at -104 (n >= -150; p >= 2^-1), and the multiplication by 2^-25 rounds once,
+     underflowing gradually as e^x does. Three integer and one float operation where kiln_expf
+     takes eight for its two factors, which it needs only above 2^103. */
+  union { float f; uint32_t u; } b, e, bits;
+  b.f = x;
+  b.u = b.u < 0xc2d00000u ? b.u : 0xc2d00000u;
+  float c = b.f;
+  float t = c * 1.44269504088896341f + 12582912.0f;
+  float n = t - 12582912.0f;
+  float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+  e.f = kiln_exp_reduced(r);
+  bits.f = t;
+  e.u += (bits.u + 25u) << 23; /* unsigned: the shift drops the sum's high bits without UB */
+  float y = e.f * 2.98023223876953125e-8f; /* 2^-25 */
+  return y > x ? y : x; /* NaN back, as in kiln_expf */
 }
 KILN_INLINE float kiln_sigmoidf(float x) {
   /* 1 / (1 + e^-x), with e^-x as in kiln_expf but cheaper where the sum makes it safe:

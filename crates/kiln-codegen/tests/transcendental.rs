@@ -27,18 +27,37 @@ static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
     } \
     printf("%s %.3e\n", name, w); \
 } while (0)
+/* The worst absolute error of `f` against exp on n points of [lo, hi], in units of the
+   smallest subnormal (2^-149): where e^x is subnormal, a result that underflows
+   gradually is within one. */
+#define SWEEP_SUBNORMAL(name, f, lo, hi) do { \
+    const int n = 200001; \
+    for (int i = 0; i < n; i++) xs[i] = (lo) + ((hi) - (lo)) * (float)i / (float)(n - 1); \
+    _Pragma("omp simd") \
+    for (int i = 0; i < n; i++) ys[i] = f(xs[i]); \
+    double w = 0.0; \
+    for (int i = 0; i < n; i++) { \
+        const double e = fabs(ys[i] - exp((double)xs[i])) / 0x1p-149; \
+        if (e > w) w = e; \
+    } \
+    printf("%s %.3e\n", name, w); \
+} while (0)
 int main(void) {
     SWEEP("erf", kiln_erff, erf, -6.0f, 6.0f);
     SWEEP("tanh", kiln_tanhf, tanh, -12.0f, 12.0f);
     SWEEP("exp", kiln_expf, exp, -80.0f, 80.0f);
     /* up to where e^x overflows, and down to where it leaves the normal range */
     SWEEP("exp_edges", kiln_expf, exp, -87.3f, 88.72f);
+    /* the softmax form, down to where e^x leaves the normal range */
+    SWEEP("exp_nonpos", kiln_expf_nonpos, exp, -87.3f, 0.0f);
+    SWEEP_SUBNORMAL("exp_subnormal", kiln_expf, -110.0f, -87.4f);
+    SWEEP_SUBNORMAL("exp_nonpos_subnormal", kiln_expf_nonpos, -110.0f, -87.4f);
     /* through the clamps at -x = -86 and 88: e^x is still normal at -87 */
     SWEEP("sigmoid", kiln_sigmoidf, sigmoid, -87.0f, 100.0f);
     const float nan = NAN, inf = INFINITY;
     /* gradual underflow: e^-100 is a subnormal (within its last place), e^-104 rounds to 0 */
     const double sub = exp(-100.0);
-    printf("special %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n",
+    printf("special %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n",
         kiln_erff(nan) != kiln_erff(nan), kiln_tanhf(nan) != kiln_tanhf(nan),
         kiln_expf(nan) != kiln_expf(nan),
         kiln_erff(inf) == 1.0f, kiln_erff(-inf) == -1.0f,
@@ -51,7 +70,10 @@ int main(void) {
         /* the clamps compare bits: a negative NaN and negative zero too */
         kiln_expf(-nan) != kiln_expf(-nan), kiln_expf(-0.0f) == 1.0f,
         kiln_sigmoidf(nan) != kiln_sigmoidf(nan), kiln_sigmoidf(-nan) != kiln_sigmoidf(-nan),
-        kiln_sigmoidf(inf) == 1.0f, kiln_sigmoidf(-inf) == 0.0f, kiln_sigmoidf(0.0f) == 0.5f);
+        kiln_sigmoidf(inf) == 1.0f, kiln_sigmoidf(-inf) == 0.0f, kiln_sigmoidf(0.0f) == 0.5f,
+        kiln_expf_nonpos(nan) != kiln_expf_nonpos(nan), kiln_expf_nonpos(-nan) != kiln_expf_nonpos(-nan),
+        kiln_expf_nonpos(-inf) == 0.0f, fabs(kiln_expf_nonpos(-100.0f) - sub) <= 0x1p-149,
+        kiln_expf_nonpos(-104.0f) == 0.0f, kiln_expf_nonpos(-0.0f) == 1.0f && kiln_expf_nonpos(0.0f) == 1.0f);
     return 0;
 }
 "#;
@@ -85,6 +107,9 @@ fn transcendentals_match_libm() {
         ("tanh", 3e-6),
         ("exp", 1e-6),
         ("exp_edges", 1e-6),
+        ("exp_nonpos", 1e-6),
+        ("exp_subnormal", 1.0),
+        ("exp_nonpos_subnormal", 1.0),
         ("sigmoid", 1e-6),
     ] {
         let err = value(name);

@@ -8,7 +8,8 @@
 mod common;
 
 use common::{assert_close, load};
-use kiln_cpu::{CompiledModel, CpuOptions};
+use kiln_cpu::program::Naming;
+use kiln_cpu::{CompiledModel, CpuOptions, CpuProgram};
 use kiln_ir::{Data, Result, Tensor};
 
 fn graph(width: usize) -> String {
@@ -79,4 +80,46 @@ fn max_and_min_rows_propagate_nan_like_the_interpreter() -> Result<()> {
 #[test]
 fn long_rows_propagate_nan_through_lane_partials() -> Result<()> {
     check_nan_rows(301)
+}
+
+/// The Softmax op itself (its Exp marked as reading x - max <= 0, which
+/// takes the cheaper `kiln_expf_nonpos`) on rows of 301 with a NaN, with
+/// -inf elements, and spread over [-120, 0] so exp underflows gradually
+/// and to 0, against the interpreter.
+#[test]
+fn softmax_rows_with_nan_infinities_and_underflow() -> Result<()> {
+    let width = 301;
+    let g = load(&format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[4,{width}]
+  node "softmax" %y: f32[4,{width}] = Softmax(%x) {{axis=1}}
+  output %y
+}}"#
+    ))?;
+    let values: Vec<f64> = (0..4 * width)
+        .map(|i| match (i / width, i % width) {
+            (1, 7) => f64::NAN,
+            (2, j) if j % 5 == 0 => f64::NEG_INFINITY,
+            (3, j) => -120.0 * j as f64 / (width - 1) as f64,
+            (_, j) => ((j * 7919) % 101) as f64 / 10.0 - 5.0,
+        })
+        .collect();
+    let x = Tensor::new(
+        vec![4, width],
+        Data::from_f64(kiln_ir::DType::F32, &values)?,
+    )?;
+    let want = kiln_interp::run(&g, std::slice::from_ref(&x))?;
+    let mut opened = g.clone();
+    kiln_passes::optimize(&mut opened, &Default::default())?;
+    let opts = CpuOptions::default();
+    let naming = Naming {
+        prefix: "t".into(),
+        threads: 1,
+    };
+    let c = CpuProgram::build(&opened, &opts, &naming)?.c_units(1, "", "").concat();
+    // the prelude's definition and the kernel's call
+    assert!(c.matches("kiln_expf_nonpos(").count() >= 2, "{c}");
+    let model = CompiledModel::compile(&opened, &opts)?;
+    let got = model.run(&[x])?;
+    assert_close(&got, &want, "softmax rows")
 }

@@ -19,6 +19,11 @@ use crate::util::{broadcast_shapes, map};
 use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
 use kiln_ir::{bail, ensure, Attr, DType, Node, Num, Result, Tensor, TensorType, ValueId};
 
+/// An attribute kiln puts on an Exp node whose input is never positive
+/// (`1`): a softmax's x - max(x). The value is unchanged; a code generator
+/// may take a cheaper exp that is exact only there (no overflow to handle).
+pub const EXP_NONPOSITIVE: &str = "kiln_nonpositive";
+
 pub fn register(r: &mut Registry) {
     for op in UNARY {
         r.add(op.name, Prim(Elementwise(*op)));

@@ -13,10 +13,11 @@
 use super::{float_input_type, float_tensor, float_values, rounder, Lines};
 use crate::compound::{Comp, Compound};
 use crate::ops::compose::reduce_keep;
+use crate::ops::unary::EXP_NONPOSITIVE;
 use crate::registry::Registry;
 use crate::util::normalize_axis;
 use crate::{arg, inputs_id, Builder, EvalCx, InferCx, Op};
-use kiln_ir::{DType, Result, Tensor, TensorType, ValueId};
+use kiln_ir::{Attr, DType, Result, Tensor, TensorType, ValueId};
 
 pub fn register(r: &mut Registry) {
     r.add("Softmax", Comp(Softmax { log: false }));
@@ -115,7 +116,8 @@ impl Compound for Softmax {
         let axes = line_axes(cx.node, cx.opset, b.shape(x)?.len())?;
         let max = reduce_keep(b, "ReduceMax", x, &axes)?;
         let shifted = b.op("Sub", &[x, max], &[])?;
-        let exp = b.op("Exp", &[shifted], &[])?;
+        // x <= max(x) along the line, so the shifted values are <= 0 (or NaN).
+        let exp = b.op("Exp", &[shifted], &[(EXP_NONPOSITIVE, Attr::Int(1))])?;
         let sum = reduce_keep(b, "ReduceSum", exp, &axes)?;
         let y = if self.log {
             let log = b.op("Log", &[sum], &[])?;
