@@ -116,7 +116,9 @@ fn softmax_rows_with_nan_infinities_and_underflow() -> Result<()> {
         prefix: "t".into(),
         threads: 1,
     };
-    let c = CpuProgram::build(&opened, &opts, &naming)?.c_units(1, "", "").concat();
+    let c = CpuProgram::build(&opened, &opts, &naming)?
+        .c_units(1, "", "")
+        .concat();
     // the prelude's definition and the kernel's call
     assert!(c.matches("kiln_expf_nonpos(").count() >= 2, "{c}");
     let model = CompiledModel::compile(&opened, &opts)?;
