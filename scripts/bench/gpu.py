@@ -194,11 +194,11 @@ def two_reductions_case(shape, ax):
     return m, torch_fn, {"x": shape}
 
 
-def softmax_case(shape):
+def softmax_case(shape, axis=-1):
     m = graph("s", [vi("x", shape)], [vi("y", shape)],
-              [helper.make_node("Softmax", ["x"], ["y"], axis=-1)])
+              [helper.make_node("Softmax", ["x"], ["y"], axis=axis)])
     import torch
-    return m, lambda t: torch.softmax(t["x"], dim=-1), {"x": shape}
+    return m, lambda t: torch.softmax(t["x"], dim=axis), {"x": shape}
 
 
 def layernorm_case(shape):
@@ -213,6 +213,32 @@ def layernorm_case(shape):
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     s, b = torch.tensor(scale).to(dev), torch.tensor(bias).to(dev)
     return m, lambda t: torch.nn.functional.layer_norm(t["x"], (n,), s, b, 1e-5), {"x": shape}
+
+
+def arg_case(op, shape, axis):
+    """x -> ArgMax/ArgMin(axis), keepdims 0 (int64 indices)."""
+    out_shape = [d for i, d in enumerate(shape) if i != axis]
+    m = graph("a", [vi("x", shape)], [vi("y", out_shape, TensorProto.INT64)],
+              [helper.make_node(op, ["x"], ["y"], axis=axis, keepdims=0)])
+
+    def torch_fn(t):
+        import torch
+        return (torch.argmax if op == "ArgMax" else torch.argmin)(t["x"], dim=axis)
+    return m, torch_fn, {"x": shape}
+
+
+def other_shape_cases():
+    """Shapes the paper does not name (issue 20: no cliff on reductions it
+    does not list): arg-reductions in the three forms, Softmax over short
+    rows and a middle axis, a global pooling sum."""
+    return {
+        "argmax_x_2000x1000": arg_case("ArgMax", [2000, 1000], 1),
+        "argmax_y_1000x2000": arg_case("ArgMax", [1000, 2000], 0),
+        "argmin_mid_100x500x100": arg_case("ArgMin", [100, 500, 100], 1),
+        "softmax_100000x20": softmax_case([100000, 20]),
+        "softmax_mid_8x384x12x64": softmax_case([8, 384, 12, 64], axis=1),
+        "sum_hw_8x256x56x56": reduce_case([8, 256, 56, 56], [2, 3], keep=1),
+    }
 
 
 def cases():
@@ -247,6 +273,7 @@ def cases():
         "softmax_1x1048576": softmax_case([1, 1048576]),
     }
     c.update(figure_9_10_cases())
+    c.update(other_shape_cases())
     return c
 
 

@@ -57,7 +57,9 @@
 use crate::canonical::{
     coalesce_inward, output_nest, reduced_loops, x_reduced_loops, y_reducible, Coalescing,
 };
-use crate::ir::{find_loop, for_each_load, reduces_in_order, Atom, Kernel, Loop, Stmt};
+use crate::ir::{
+    accumulates_in_half_float, find_loop, for_each_load, reduces_in_order, Atom, Kernel, Loop, Stmt,
+};
 use crate::schedule::{split_names, Directive, Schedule};
 use kiln_target::TargetDesc;
 
@@ -147,6 +149,18 @@ pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
         // Blocks and threads are assigned later (`gpu_map.rs`) over the
         // one coalesced loop; chunks and vector lanes are CPU notions.
         return schedule;
+    }
+    if in_order && !accumulates_in_half_float(&current.body) {
+        // Arg-reductions along the rows of a y-reduce: a strip of rows takes each step at
+        // once in vector lanes, each row's steps still in index order.
+        let rows: Vec<String> = output_nest(&current.body)
+            .iter()
+            .map(|l| l.var.clone())
+            .collect();
+        if let Some(across) = crate::fused::rows::strips_across_rows(&current, &rows, target) {
+            schedule.0.extend(across.0);
+            return schedule;
+        }
     }
     let Some(nest) = OutputNest::of(&current, in_order) else {
         return schedule;

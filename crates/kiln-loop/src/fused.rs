@@ -52,7 +52,7 @@
 //!   that output as it sums (`row_values.rs`).
 
 mod independent;
-mod rows;
+pub(crate) mod rows;
 
 use crate::auto_schedule::{default_schedule, work, PARALLEL_MIN_WORK};
 use crate::contraction::{contraction_gemm, Factor as GemmFactor};

@@ -5,10 +5,11 @@
 //! (Softmax or LayerNorm over an axis other than the last).
 //!
 //! Needs: loop `var` whose body is a row program (`let`s, reduction
-//! loops, output loops, stores; no local buffers, gemms or arg-reduction
-//! steps), each iteration one row, the rows independent; its locals f32 or
-//! f64 (an f16 or bf16 local rounds at each update, which a store of the
-//! update's value cast to its type would round twice).
+//! loops, output loops, stores, arg-reduction steps; no local buffers or
+//! gemms), each iteration one row, the rows independent; no f16 or bf16
+//! local but an arg-reduction's extreme (an f16 or bf16 accumulator rounds
+//! at each update, which a store of the update's value cast to its type
+//! would round twice; an extreme only copies values already in its type).
 //! Guarantees: the same stores of the same values. Each statement of the
 //! body runs in a loop over `var` of the same extent, innermost: a
 //! statement directly in a loop whose body has no loops goes, with its
@@ -16,9 +17,11 @@
 //! each `let` becomes a local buffer with one element per row, which its
 //! updates and reads use at `var`. Every reduction then runs over the rows
 //! of the strip in vector lanes, reading consecutive elements, in the
-//! order it ran per row.
+//! order it ran per row. An arg-reduction step reads its extreme and index
+//! from their row arrays into lane locals of the same names, takes the step
+//! and stores them back, so each row's ties still go as they did.
 
-use crate::ir::{Buffer, Idx, Loop, LoopKind, Scope, Stmt, Val};
+use crate::ir::{ArgStep, Buffer, Idx, Loop, LoopKind, Scope, Stmt, Val};
 use kiln_ir::{bail, Result};
 
 /// Loop `l` as its body's statements each across `l`'s rows (see the module doc); new local
@@ -44,7 +47,10 @@ impl RowArrays<'_> {
     /// Statements `body` across the rows.
     fn block(&mut self, body: &[Stmt]) -> Result<Vec<Stmt>> {
         if body.iter().all(|s| !matches!(s, Stmt::Loop(_))) {
-            let lanes = body.iter().map(|s| self.lane(s)).collect::<Result<_>>()?;
+            let mut lanes = Vec::new();
+            for s in body {
+                lanes.extend(self.lane(s)?);
+            }
             return Ok(vec![self.row_loop(lanes)]);
         }
         let mut out = Vec::new();
@@ -63,22 +69,27 @@ impl RowArrays<'_> {
                 }
                 other => {
                     let lane = self.lane(other)?;
-                    out.push(self.row_loop(vec![lane]));
+                    out.push(self.row_loop(lane));
                 }
             }
         }
         Ok(out)
     }
 
-    /// Statement `s` (not a loop) as one row's step inside the loop over the rows.
-    fn lane(&self, s: &Stmt) -> Result<Stmt> {
-        Ok(match s {
+    /// Statement `s` (not a loop) as one row's steps inside the loop over the rows.
+    fn lane(&self, s: &Stmt) -> Result<Vec<Stmt>> {
+        if let Stmt::ArgUpdate(step) = s {
+            return Ok(self.arg_lane(step));
+        }
+        Ok(vec![match s {
             Stmt::Let { name, dtype, value } => Stmt::Let {
                 name: name.clone(),
                 dtype: *dtype,
                 value: self.value(value),
             },
-            Stmt::Store { buf, offset, value } => Stmt::store(*buf, offset.clone(), self.value(value)),
+            Stmt::Store { buf, offset, value } => {
+                Stmt::store(*buf, offset.clone(), self.value(value))
+            }
             Stmt::Update {
                 name,
                 combiner,
@@ -100,11 +111,43 @@ impl RowArrays<'_> {
             | Stmt::Alloc(_)
             | Stmt::ArgUpdate(_)
             | Stmt::Gemm(_)
-            | Stmt::Combine(_) => bail!(
-                "schedule: rows_across({}): a row program holds only lets, updates, stores and loops",
-                self.rows.var
-            ),
-        })
+            | Stmt::Combine(_) => {
+                bail!(
+                    "schedule: rows_across({}): a row program holds only lets, updates, stores, arg-reduction steps and loops",
+                    self.rows.var
+                )
+            }
+        }])
+    }
+
+    /// Arg-reduction step `step` for the current row: its extreme and index
+    /// read from their row arrays into lane locals, the step, and both
+    /// stored back (a local not made a row array stays as it is).
+    fn arg_lane(&self, step: &ArgStep) -> Vec<Stmt> {
+        let locals = [step.best.as_str(), step.name.as_str()];
+        let arrays: Vec<(&str, usize)> = locals
+            .iter()
+            .filter_map(|n| self.array_of(n).map(|b| (*n, b)))
+            .collect();
+        let mut out: Vec<Stmt> = arrays
+            .iter()
+            .map(|&(name, buf)| Stmt::Let {
+                name: name.to_string(),
+                dtype: self.buffers[buf].dtype,
+                value: self.element(buf),
+            })
+            .collect();
+        out.push(Stmt::ArgUpdate(Box::new(ArgStep {
+            value: self.value(&step.value),
+            ..step.clone()
+        })));
+        let at = Idx::var(&self.rows.var);
+        out.extend(
+            arrays
+                .iter()
+                .map(|&(name, buf)| Stmt::store(buf, at.clone(), Val::Local(name.to_string()))),
+        );
+        out
     }
 
     /// A loop over the rows around `body`.

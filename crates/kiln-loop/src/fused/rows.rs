@@ -431,7 +431,11 @@ fn fused_parallel(k: &Kernel, vars: &[String]) -> Vec<Directive> {
 /// ([`reduces_across_rows`]): the innermost row loop in strips of a column strip's width,
 /// the other row loops and the strips coalesced and parallel, each strip's statements
 /// across its rows in vector lanes (`rows_across.rs`). `None` for other row programs.
-fn strips_across_rows(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Option<Schedule> {
+pub(crate) fn strips_across_rows(
+    k: &Kernel,
+    row_vars: &[String],
+    target: &TargetDesc,
+) -> Option<Schedule> {
     let (last, outer) = row_vars.split_last()?;
     if !reduces_across_rows(k, last) {
         return None;
@@ -470,19 +474,34 @@ fn loop_extent(k: &Kernel, var: &str) -> i64 {
 /// `last`, the innermost row variable) and none along their own innermost loops: a row's
 /// reduction would gather, a strip of rows reads vectors (`rows_across.rs`).
 fn reduces_across_rows(k: &Kernel, last: &str) -> bool {
+    let mut arg_locals = Vec::new();
+    arg_step_locals(&k.body, &mut arg_locals);
     let wide_locals = crate::ir::declared_locals(&k.body)
         .iter()
-        .all(|(_, d)| matches!(d, DType::F32 | DType::F64));
+        .all(|(n, d)| !d.is_half_float() || arg_locals.contains(n));
     wide_locals && reads_across_rows(k, last)
+}
+
+/// The locals of `body`'s arg-reduction steps: an index, and an extreme that only ever
+/// copies a value already in its type, so a row array of that type holds both exactly.
+fn arg_step_locals<'a>(body: &'a [Stmt], out: &mut Vec<&'a str>) {
+    for s in body {
+        match s {
+            Stmt::ArgUpdate(step) => out.extend([step.name.as_str(), step.best.as_str()]),
+            Stmt::Loop(l) => arg_step_locals(&l.body, out),
+            _ => {}
+        }
+    }
 }
 
 /// Whether the reductions of row program `k` read consecutive elements along its rows (loop
 /// `last`) and none along their own innermost loops.
 fn reads_across_rows(k: &Kernel, last: &str) -> bool {
     let mut reductions = Vec::new();
-    k.body
-        .iter()
-        .for_each(|s| innermost_reduction_loops(s, &mut reductions));
+    for s in &k.body {
+        innermost_reduction_loops(s, &mut reductions);
+        innermost_arg_loops(s, &mut reductions);
+    }
     let along_rows = |var: &String| {
         let Some(l) = crate::ir::find_loop(&k.body, var) else {
             return false;
@@ -524,6 +543,17 @@ fn innermost_reduction_loops(s: &Stmt, out: &mut Vec<String>) {
         l.body
             .iter()
             .for_each(|s| innermost_reduction_loops(s, out));
+    }
+}
+
+/// Variables of the innermost loops whose body ends in an arg-reduction step (they run in
+/// order: across rows only, never in lanes of their own).
+fn innermost_arg_loops(s: &Stmt, out: &mut Vec<String>) {
+    if let Stmt::Loop(l) = s {
+        if matches!(l.body.last(), Some(Stmt::ArgUpdate(_))) {
+            out.push(l.var.clone());
+        }
+        l.body.iter().for_each(|s| innermost_arg_loops(s, out));
     }
 }
 

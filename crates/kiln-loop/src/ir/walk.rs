@@ -313,7 +313,7 @@ pub fn for_each_value(body: &[Stmt], f: &mut dyn FnMut(&Val)) {
 
 /// Whether `body` accumulates in f16 or bf16 (in-order bf16 sums, `Reduction::accumulator_type`): each
 /// step rounds, in order, as the interpreter sums.
-fn accumulates_in_half_float(body: &[Stmt]) -> bool {
+pub fn accumulates_in_half_float(body: &[Stmt]) -> bool {
     fn visit<'a>(body: &'a [Stmt], half: &mut Vec<&'a str>) -> bool {
         body.iter().any(|s| match s {
             Stmt::Let { name, dtype, .. } if dtype.is_half_float() => {
