@@ -151,6 +151,7 @@ pub fn kernel_c(
     }
     let mut p = Printer::new(k);
     p.half_conversions = target.half_conversions;
+    p.masked_lanes = target.masked_vectors().then(|| target.f32_lanes() as i64);
     // An in-place pair may alias: neither gets `restrict`.
     let restrict = |i: usize| alias.is_none() || !(k.buffers[i].output || alias == Some(i));
     let args = buffer_arguments(k, &restrict)?;
@@ -222,6 +223,10 @@ pub(crate) struct Printer<'a> {
     /// Whether vector loops convert their f16 elements a block at a time with the
     /// target's instructions (`c/half_blocks.rs`).
     half_conversions: bool,
+    /// f32 lanes of the target's masked vectors (`TargetDesc::masked_vectors`): a short
+    /// vector loop runs over whole vectors, its body guarded (`c/statements.rs`
+    /// `padded_bound`).
+    masked_lanes: Option<i64>,
     /// f16 reads the enclosing vector loop takes from arrays widened before it.
     widened: Vec<BlockAccess>,
     /// f16 stores the enclosing vector loop makes to arrays narrowed after it.
@@ -244,6 +249,7 @@ impl<'a> Printer<'a> {
             conditional_reads: false,
             nan_flagged: Vec::new(),
             half_conversions: false,
+            masked_lanes: None,
             widened: Vec::new(),
             narrowed: Vec::new(),
             block_arrays: 0,

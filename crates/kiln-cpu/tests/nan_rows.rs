@@ -125,3 +125,49 @@ fn softmax_rows_with_nan_infinities_and_underflow() -> Result<()> {
     let got = model.run(&[x])?;
     assert_close(&got, &want, "softmax rows")
 }
+
+/// Rows of 20 on a target with masked vectors (AVX-512): each row loop runs two whole
+/// vectors, its body under `if (v < 20)`, where the last four elements ran one at a time
+/// (`kiln_codegen` `c/statements.rs` `padded_bound`); a NaN in a row's padded vector and
+/// a row of -inf still propagate, against the interpreter (on a host without AVX-512 the
+/// run takes the host's own form; the C checked is the x86-64-v4 preset's).
+#[test]
+fn short_rows_run_whole_masked_vectors() -> Result<()> {
+    let width = 20;
+    let g = load(&format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[7,{width}]
+  node "softmax" %y: f32[7,{width}] = Softmax(%x) {{axis=1}}
+  node "max" %m: f32[7] = ReduceMax(%x) {{axes=[1], keepdims=0}}
+  output %y, %m
+}}"#
+    ))?;
+    let values: Vec<f64> = (0..7 * width)
+        .map(|i| match (i / width, i % width) {
+            (2, 18) => f64::NAN,
+            (4, _) => f64::NEG_INFINITY,
+            (_, j) => ((j * 7919 + i) % 101) as f64 / 10.0 - 5.0,
+        })
+        .collect();
+    let x = Tensor::new(
+        vec![7, width],
+        Data::from_f64(kiln_ir::DType::F32, &values)?,
+    )?;
+    let want = kiln_interp::run(&g, std::slice::from_ref(&x))?;
+    let mut opened = g.clone();
+    kiln_passes::optimize(&mut opened, &Default::default())?;
+    let v4 = CpuOptions {
+        target: kiln_target::CpuPreset::X86_64V4.desc(2),
+        ..Default::default()
+    };
+    let naming = Naming {
+        prefix: "t".into(),
+        threads: 1,
+    };
+    let c = CpuProgram::build(&opened, &v4, &naming)?
+        .c_units(1, "", "")
+        .concat();
+    assert!(c.contains(" < 32; ++") && c.contains(" < 20) {"), "{c}");
+    let got = CompiledModel::compile(&opened, &CpuOptions::default())?.run(&[x])?;
+    assert_close(&got, &want, "short rows")
+}

@@ -112,6 +112,13 @@ impl TargetDesc {
         }
     }
 
+    /// Whether vector loads and stores take a per-lane mask and do not fault on the lanes it
+    /// turns off (AVX-512's mask registers): a short loop then runs its last, partial vector
+    /// as a masked whole one instead of element by element.
+    pub fn masked_vectors(&self) -> bool {
+        self.arch == Arch::X86_64 && self.vector_bytes >= 64
+    }
+
     /// Bytes of L2 one core has (the default when unknown: 256 KiB).
     pub fn l2_per_core(&self) -> usize {
         self.per_core("L2").unwrap_or(256 << 10)

@@ -5,6 +5,11 @@
 
 use super::*;
 
+/// Vector loops shorter than this many whole vectors run their partial vector masked
+/// (`Printer::padded_bound`): in longer ones the element-by-element remainder is a small
+/// share, and a loop the C compiler failed to vectorize under the guard would cost more.
+const PADDED_VECTORS: i64 = 8;
+
 /// The C bound of a loop of `extent` iterations.
 fn loop_bound(extent: &Extent) -> String {
     match extent {
@@ -177,11 +182,18 @@ impl Printer<'_> {
         } else if !workshared && holds_simd_reduction(&l.body) {
             writeln!(self.out, "{pad}KILN_ROLLED").ok();
         }
-        writeln!(
-            self.out,
-            "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
-            v = l.var
-        )
+        match self.padded_bound(l, blocks) {
+            Some(padded) => writeln!(
+                self.out,
+                "{pad}for (int64_t {v} = 0; {v} < {padded}; ++{v}) if ({v} < {bound}) {{",
+                v = l.var
+            ),
+            None => writeln!(
+                self.out,
+                "{pad}for (int64_t {v} = 0; {v} < {bound}; ++{v}) {{",
+                v = l.var
+            ),
+        }
         .ok();
         self.ranges
             .insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
@@ -205,6 +217,23 @@ impl Printer<'_> {
             writeln!(self.out, "{pad}}}").ok();
         }
         self.close_half_blocks(blocks, &bound, &pad)
+    }
+
+    /// The whole-vector trip count of short vector loop `l` on a target with masked vectors:
+    /// its constant extent rounded up to the lanes, when a partial vector is left and the
+    /// loop is under [`PADDED_VECTORS`] vectors long. The body then runs under `if (v < n)`,
+    /// which the C compiler turns into masked loads and stores (no lane past the end is
+    /// touched), where it ran the partial vector's elements one at a time: a Softmax over
+    /// rows of 20 took twice as long so (BENCHMARKS.md, session 31). Not with f16 blocks,
+    /// which convert the loop's true extent (`c/half_blocks.rs`).
+    fn padded_bound(&self, l: &Loop, half_blocks: (usize, usize)) -> Option<i64> {
+        let lanes = self.masked_lanes?;
+        let Extent::Const(n) = l.extent else {
+            return None;
+        };
+        let short = n % lanes != 0 && n < PADDED_VECTORS * lanes;
+        (l.kind == LoopKind::Vectorized && short && half_blocks == (0, 0))
+            .then(|| (n + lanes - 1) / lanes * lanes)
     }
 
     /// Before vector loop `l` (of `bound` iterations) on a target with f16 conversion
