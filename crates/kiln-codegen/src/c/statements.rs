@@ -10,6 +10,15 @@ use super::*;
 /// share, and a loop the C compiler failed to vectorize under the guard would cost more.
 const PADDED_VECTORS: i64 = 8;
 
+/// Whether every store in `body` (nested loops too) has an offset `ok` accepts.
+fn stores_all(body: &[Stmt], ok: &dyn Fn(&Idx) -> bool) -> bool {
+    body.iter().all(|s| match s {
+        Stmt::Store { offset, .. } => ok(offset),
+        Stmt::Loop(l) => stores_all(&l.body, ok),
+        _ => true,
+    })
+}
+
 /// The C bound of a loop of `extent` iterations.
 fn loop_bound(extent: &Extent) -> String {
     match extent {
@@ -225,15 +234,23 @@ impl Printer<'_> {
     /// which the C compiler turns into masked loads and stores (no lane past the end is
     /// touched), where it ran the partial vector's elements one at a time: a Softmax over
     /// rows of 20 took twice as long so (BENCHMARKS.md, session 31). Not with f16 blocks,
-    /// which convert the loop's true extent (`c/half_blocks.rs`).
+    /// which convert the loop's true extent (`c/half_blocks.rs`), and only when every read
+    /// and store of the body is contiguous along the loop: GCC 12 vectorizes neither a read
+    /// the same for every lane nor a strided one under the mask (a loop of 20 then ran all 32
+    /// iterations one by one).
     fn padded_bound(&self, l: &Loop, half_blocks: (usize, usize)) -> Option<i64> {
         let lanes = self.masked_lanes?;
         let Extent::Const(n) = l.extent else {
             return None;
         };
-        let short = n % lanes != 0 && n < PADDED_VECTORS * lanes;
-        (l.kind == LoopKind::Vectorized && short && half_blocks == (0, 0))
-            .then(|| (n + lanes - 1) / lanes * lanes)
+        let short = n > 1 && n % lanes != 0 && n < PADDED_VECTORS * lanes;
+        if l.kind != LoopKind::Vectorized || !short || half_blocks != (0, 0) {
+            return None;
+        }
+        let contiguous = |offset: &Idx| offset.unit_stride_aligned(&l.var, 1);
+        let mut masked = stores_all(&l.body, &contiguous);
+        kiln_loop::ir::for_each_load(&l.body, &mut |_, offset, _| masked &= contiguous(offset));
+        masked.then(|| (n + lanes - 1) / lanes * lanes)
     }
 
     /// Before vector loop `l` (of `bound` iterations) on a target with f16 conversion
