@@ -426,4 +426,34 @@ mod tests {
             assert!(!c.contains("? in0["), "{c}");
         }
     }
+
+    /// A short vector loop runs whole masked vectors on AVX-512 only when every read and
+    /// store is contiguous along it and it has over 16 iterations (`padded_bound`).
+    #[test]
+    fn short_vector_loops_are_padded_only_where_gcc_masks_them() {
+        let rows = |extent: usize, read: &str| {
+            format!(
+                "kernel k(in0: f32[4,{extent}], in1: f32[4], out out0: f32[4,{extent}]) {{
+  for o in 0..4 {{
+    vectorized for j in 0..{extent} {{
+      out0[{extent}*o + j] = Mul({read}, 2.0:f32)
+    }}
+  }}
+}}"
+            )
+        };
+        let c = c_of(&rows(20, "in0[20*o + j]")).expect("C");
+        assert!(c.contains("j < 32; ++j) if (j < 20) {"), "{c}");
+        // A whole number of vectors, 16 iterations or fewer, a read the same for every
+        // lane, or one not at unit stride: the loop as it is.
+        for (extent, read) in [
+            (32, "in0[32*o + j]"),
+            (12, "in0[12*o + j]"),
+            (20, "in1[o]"),
+            (20, "in0[2*j]"),
+        ] {
+            let c = c_of(&rows(extent, read)).expect("C");
+            assert!(!c.contains(") if (j <"), "{extent} {read}: {c}");
+        }
+    }
 }

@@ -230,9 +230,10 @@ impl Printer<'_> {
 
     /// The whole-vector trip count of short vector loop `l` on a target with masked vectors:
     /// its constant extent rounded up to the lanes, when a partial vector is left and the
-    /// loop is under [`PADDED_VECTORS`] vectors long. The body then runs under `if (v < n)`,
-    /// which the C compiler turns into masked loads and stores (no lane past the end is
-    /// touched), where it ran the partial vector's elements one at a time: a Softmax over
+    /// loop runs over 16 and under [`PADDED_VECTORS`] vectors' iterations. The body then
+    /// runs under `if (v < n)`, which the C compiler turns into masked loads and stores (no
+    /// lane past the end is touched), where it ran the partial vector's elements one at a
+    /// time: a Softmax over
     /// rows of 20 took twice as long so (BENCHMARKS.md, session 31). Not with f16 blocks,
     /// which convert the loop's true extent (`c/half_blocks.rs`), and only when every read
     /// and store of the body is contiguous along the loop: GCC 12 vectorizes neither a read
@@ -243,7 +244,10 @@ impl Printer<'_> {
         let Extent::Const(n) = l.extent else {
             return None;
         };
-        let short = n > 1 && n % lanes != 0 && n < PADDED_VECTORS * lanes;
+        // Over 16 iterations, as for a conditional read (`c/values.rs` `conditional_read`):
+        // GCC 12 may unroll a shorter loop completely and vectorize the loop around it, where
+        // its masked loads form a group that gets one vector's mask (differential finding 268).
+        let short = n > 16 && n % lanes != 0 && n < PADDED_VECTORS * lanes;
         if l.kind != LoopKind::Vectorized || !short || half_blocks != (0, 0) {
             return None;
         }
