@@ -82,6 +82,45 @@ fn long_rows_propagate_nan_through_lane_partials() -> Result<()> {
     check_nan_rows(301)
 }
 
+/// A graph of one input `f32[rows, width]` around `nodes`, with the Softmax
+/// compound opened (as `kiln_passes::optimize` leaves it for the backend),
+/// the input `values`, and the interpreter's outputs.
+fn softmax_case(
+    rows: usize,
+    width: usize,
+    nodes: &str,
+    values: &dyn Fn(usize, usize) -> f64,
+) -> Result<(kiln_ir::Graph, Tensor, Vec<Tensor>)> {
+    let g = load(&format!(
+        r#"graph "g" opsets [""=17] {{
+  input %x: f32[{rows},{width}]
+{nodes}
+}}"#
+    ))?;
+    let values: Vec<f64> = (0..rows * width)
+        .map(|i| values(i / width, i % width))
+        .collect();
+    let x = Tensor::new(
+        vec![rows, width],
+        Data::from_f64(kiln_ir::DType::F32, &values)?,
+    )?;
+    let want = kiln_interp::run(&g, std::slice::from_ref(&x))?;
+    let mut opened = g;
+    kiln_passes::optimize(&mut opened, &Default::default())?;
+    Ok((opened, x, want))
+}
+
+/// The C `opts` generate for `g`, on one thread.
+fn generated_c(g: &kiln_ir::Graph, opts: &CpuOptions) -> Result<String> {
+    let naming = Naming {
+        prefix: "t".into(),
+        threads: 1,
+    };
+    Ok(CpuProgram::build(g, opts, &naming)?
+        .c_units(1, "", "")
+        .concat())
+}
+
 /// The Softmax op itself (its Exp marked as reading x - max <= 0, which
 /// takes the cheaper `kiln_expf_nonpos`) on rows of 301 with a NaN, with
 /// -inf elements, and spread over [-120, 0] so exp underflows gradually
@@ -89,40 +128,21 @@ fn long_rows_propagate_nan_through_lane_partials() -> Result<()> {
 #[test]
 fn softmax_rows_with_nan_infinities_and_underflow() -> Result<()> {
     let width = 301;
-    let g = load(&format!(
-        r#"graph "g" opsets [""=17] {{
-  input %x: f32[4,{width}]
-  node "softmax" %y: f32[4,{width}] = Softmax(%x) {{axis=1}}
-  output %y
-}}"#
-    ))?;
-    let values: Vec<f64> = (0..4 * width)
-        .map(|i| match (i / width, i % width) {
-            (1, 7) => f64::NAN,
-            (2, j) if j % 5 == 0 => f64::NEG_INFINITY,
-            (3, j) => -120.0 * j as f64 / (width - 1) as f64,
-            (_, j) => ((j * 7919) % 101) as f64 / 10.0 - 5.0,
-        })
-        .collect();
-    let x = Tensor::new(
-        vec![4, width],
-        Data::from_f64(kiln_ir::DType::F32, &values)?,
-    )?;
-    let want = kiln_interp::run(&g, std::slice::from_ref(&x))?;
-    let mut opened = g.clone();
-    kiln_passes::optimize(&mut opened, &Default::default())?;
+    let nodes = format!(
+        r#"  node "softmax" %y: f32[4,{width}] = Softmax(%x) {{axis=1}}
+  output %y"#
+    );
+    let (g, x, want) = softmax_case(4, width, &nodes, &|row, j| match (row, j) {
+        (1, 7) => f64::NAN,
+        (2, j) if j % 5 == 0 => f64::NEG_INFINITY,
+        (3, j) => -120.0 * j as f64 / (width - 1) as f64,
+        (_, j) => ((j * 7919) % 101) as f64 / 10.0 - 5.0,
+    })?;
     let opts = CpuOptions::default();
-    let naming = Naming {
-        prefix: "t".into(),
-        threads: 1,
-    };
-    let c = CpuProgram::build(&opened, &opts, &naming)?
-        .c_units(1, "", "")
-        .concat();
+    let c = generated_c(&g, &opts)?;
     // the prelude's definition and the kernel's call
     assert!(c.matches("kiln_expf_nonpos(").count() >= 2, "{c}");
-    let model = CompiledModel::compile(&opened, &opts)?;
-    let got = model.run(&[x])?;
+    let got = CompiledModel::compile(&g, &opts)?.run(&[x])?;
     assert_close(&got, &want, "softmax rows")
 }
 
@@ -134,40 +154,22 @@ fn softmax_rows_with_nan_infinities_and_underflow() -> Result<()> {
 #[test]
 fn short_rows_run_whole_masked_vectors() -> Result<()> {
     let width = 20;
-    let g = load(&format!(
-        r#"graph "g" opsets [""=17] {{
-  input %x: f32[7,{width}]
-  node "softmax" %y: f32[7,{width}] = Softmax(%x) {{axis=1}}
+    let nodes = format!(
+        r#"  node "softmax" %y: f32[7,{width}] = Softmax(%x) {{axis=1}}
   node "max" %m: f32[7] = ReduceMax(%x) {{axes=[1], keepdims=0}}
-  output %y, %m
-}}"#
-    ))?;
-    let values: Vec<f64> = (0..7 * width)
-        .map(|i| match (i / width, i % width) {
-            (2, 18) => f64::NAN,
-            (4, _) => f64::NEG_INFINITY,
-            (_, j) => ((j * 7919 + i) % 101) as f64 / 10.0 - 5.0,
-        })
-        .collect();
-    let x = Tensor::new(
-        vec![7, width],
-        Data::from_f64(kiln_ir::DType::F32, &values)?,
-    )?;
-    let want = kiln_interp::run(&g, std::slice::from_ref(&x))?;
-    let mut opened = g.clone();
-    kiln_passes::optimize(&mut opened, &Default::default())?;
+  output %y, %m"#
+    );
+    let (g, x, want) = softmax_case(7, width, &nodes, &|row, j| match (row, j) {
+        (2, 18) => f64::NAN,
+        (4, _) => f64::NEG_INFINITY,
+        (_, j) => ((j * 7919 + row) % 101) as f64 / 10.0 - 5.0,
+    })?;
     let v4 = CpuOptions {
         target: kiln_target::CpuPreset::X86_64V4.desc(2),
         ..Default::default()
     };
-    let naming = Naming {
-        prefix: "t".into(),
-        threads: 1,
-    };
-    let c = CpuProgram::build(&opened, &v4, &naming)?
-        .c_units(1, "", "")
-        .concat();
+    let c = generated_c(&g, &v4)?;
     assert!(c.contains(" < 32; ++") && c.contains(" < 20) {"), "{c}");
-    let got = CompiledModel::compile(&opened, &CpuOptions::default())?.run(&[x])?;
+    let got = CompiledModel::compile(&g, &CpuOptions::default())?.run(&[x])?;
     assert_close(&got, &want, "short rows")
 }
