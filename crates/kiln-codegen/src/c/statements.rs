@@ -233,12 +233,11 @@ impl Printer<'_> {
     /// loop runs over 16 and under [`PADDED_VECTORS`] vectors' iterations. The body then
     /// runs under `if (v < n)`, which the C compiler turns into masked loads and stores (no
     /// lane past the end is touched), where it ran the partial vector's elements one at a
-    /// time: a Softmax over
-    /// rows of 20 took twice as long so (BENCHMARKS.md, session 31). Not with f16 blocks,
-    /// which convert the loop's true extent (`c/half_blocks.rs`), and only when every read
-    /// and store of the body is contiguous along the loop: GCC 12 vectorizes neither a read
-    /// the same for every lane nor a strided one under the mask (a loop of 20 then ran all 32
-    /// iterations one by one).
+    /// time: a Softmax over rows of 20 took twice as long so (BENCHMARKS.md, session 31).
+    /// Not with f16 blocks, which convert the loop's true extent (`c/half_blocks.rs`), and
+    /// only when every read and store of the body is contiguous along the loop: GCC 12
+    /// vectorizes neither a read the same for every lane nor a strided one under the mask
+    /// (a loop of 20 then ran all 32 iterations one by one).
     fn padded_bound(&self, l: &Loop, half_blocks: (usize, usize)) -> Option<i64> {
         let lanes = self.masked_lanes?;
         let Extent::Const(n) = l.extent else {
