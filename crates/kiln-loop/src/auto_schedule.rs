@@ -124,6 +124,58 @@ pub(crate) fn work(body: &[Stmt]) -> i64 {
 
 /// The default schedule of `k` for `target` (see the module doc).
 pub fn default_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
+    let mut schedule = nest_schedule(k, target);
+    let across_rows = schedule
+        .0
+        .iter()
+        .any(|d| matches!(d, Directive::RowsAcross(_)));
+    if !target.is_gpu() && !target.is_scratchpad() && !across_rows {
+        // An arg-reduction along its own contiguous loop (x-reduce): the extreme, then its
+        // first (last) index, each a vector reduction (`arg_passes.rs`).
+        for var in contiguous_arg_loops(k) {
+            schedule.0.push(Directive::ArgTwoPasses(var.clone()));
+            schedule.0.push(Directive::Vectorize(var));
+        }
+    }
+    schedule
+}
+
+/// The loops of `k` whose body is one arg-reduction step indexed by the loop, reading
+/// consecutive elements along it, on an extreme that is not a half float.
+fn contiguous_arg_loops(k: &Kernel) -> Vec<String> {
+    let locals = crate::ir::declared_locals(&k.body);
+    let mut out = Vec::new();
+    let mut visit = |l: &Loop| {
+        let [Stmt::ArgUpdate(step)] = l.body.as_slice() else {
+            return;
+        };
+        let half = locals
+            .iter()
+            .any(|(n, d)| *n == step.best && d.is_half_float());
+        let mut contiguous = true;
+        step.value
+            .for_each_load(&mut |_, offset, _| contiguous &= offset.unit_stride_aligned(&l.var, 1));
+        let constant = matches!(l.extent, crate::ir::Extent::Const(_));
+        if step.index == crate::ir::Idx::var(&l.var) && !half && contiguous && constant {
+            out.push(l.var.clone());
+        }
+    };
+    each_loop(&k.body, &mut visit);
+    out
+}
+
+/// Calls `f` on every loop of `body`, outer loops first.
+fn each_loop(body: &[Stmt], f: &mut dyn FnMut(&Loop)) {
+    for s in body {
+        if let Stmt::Loop(l) = s {
+            f(l);
+            each_loop(&l.body, f);
+        }
+    }
+}
+
+/// [`default_schedule`] but for arg-reductions along their own loop.
+fn nest_schedule(k: &Kernel, target: &TargetDesc) -> Schedule {
     let mut schedule = Schedule::default();
     if target.is_scratchpad() {
         // A scratchpad target tiles the plain nest for its local buffers

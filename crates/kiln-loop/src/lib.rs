@@ -1,6 +1,7 @@
 //! kiln loop IR (DESIGN.md layer 6): loop nests over flat buffers, lowered
 //! from tensor expressions, rewritten by schedules given as data.
 
+mod arg_passes;
 pub mod auto_schedule;
 pub mod cache;
 pub mod canonical;

@@ -84,6 +84,9 @@ pub enum Directive {
     /// Row loop `var`'s body (a row program) runs each statement across
     /// the loop's rows, innermost (`rows_across.rs`).
     RowsAcross(String),
+    /// Loop `var`'s arg-reduction step as the extreme's reduction, then the
+    /// first (last) index where it occurs (`arg_passes.rs`).
+    ArgTwoPasses(String),
 }
 
 /// A schedule: directives applied in order.
@@ -110,6 +113,7 @@ impl std::fmt::Display for Directive {
             Directive::LanePartials { var, lanes } => write!(f, "lane_partials({var}, {lanes})"),
             Directive::Distribute(v) => write!(f, "distribute({v})"),
             Directive::RowsAcross(v) => write!(f, "rows_across({v})"),
+            Directive::ArgTwoPasses(v) => write!(f, "arg_two_passes({v})"),
         }
     }
 }
@@ -151,6 +155,7 @@ fn apply_one(body: &[Stmt], buffers: &mut Vec<Buffer>, d: &Directive) -> Result<
         | Directive::AccumulateOutward(var)
         | Directive::Distribute(var)
         | Directive::RowsAcross(var)
+        | Directive::ArgTwoPasses(var)
         | Directive::Peel { var, .. }
         | Directive::Jam { var, .. }
         | Directive::PartialSums { var, .. }
@@ -194,6 +199,21 @@ pub(crate) fn rewrite(
     Ok(out)
 }
 
+/// `arg_passes.rs` on loop `l`, its step's extreme's type from `local_type`.
+fn arg_two_passes(l: &Loop, local_type: &dyn Fn(&str) -> Option<DType>) -> Result<Vec<Stmt>> {
+    let best = match l.body.as_slice() {
+        [Stmt::ArgUpdate(step)] => local_type(&step.best),
+        _ => None,
+    };
+    let Some(dtype) = best else {
+        bail!(
+            "schedule: arg_two_passes({}): no arg-reduction step on a declared extreme",
+            l.var
+        );
+    };
+    crate::arg_passes::arg_two_passes(l, dtype)
+}
+
 /// The only statement of `l`'s body when it is a loop over `inner`.
 fn perfectly_nested<'a>(l: &'a Loop, inner: &str) -> Result<&'a Loop> {
     match l.body.as_slice() {
@@ -216,6 +236,7 @@ fn rewrite_loop(
         Directive::Peel { at, .. } => return peel(l, at),
         Directive::Distribute(_) => return crate::distribute::distribute(l),
         Directive::RowsAcross(_) => return crate::rows_across::rows_across(l, buffers),
+        Directive::ArgTwoPasses(_) => return arg_two_passes(l, local_type),
         Directive::Jam { factor, .. } => return crate::jam::jam(l, *factor),
         Directive::PartialSums { dtype, .. } => {
             return crate::partial_sums::partial_sums(l, *dtype)
@@ -242,6 +263,7 @@ fn rewrite_one(
         Directive::Fuse { inner, .. } => fuse(l, perfectly_nested(l, inner)?),
         Directive::AccumulateOutward(_)
         | Directive::RowsAcross(_)
+        | Directive::ArgTwoPasses(_)
         | Directive::Peel { .. }
         | Directive::Distribute(_)
         | Directive::Jam { .. }
