@@ -39,6 +39,11 @@
 //! Reductions that must run in their order — an f16/bf16 accumulator
 //! rounding every step, an arg-reduction (ties go to the first or last
 //! index) — keep their loops serial: only output loops run in parallel.
+//! An arg-reduction still takes vector lanes two ways that keep its order:
+//! along the rows of a y-reduce, a strip of rows steps at once
+//! (`fused::rows::strips_across_rows`, `rows_across.rs`); along its own
+//! contiguous loop, it becomes the extreme's reduction and a first-index
+//! reduction (`arg_passes.rs`).
 //!
 //! On a GPU target only step 1 applies, to every output loop whatever
 //! the offsets (one coalesced loop is what blocks and threads divide).
