@@ -165,18 +165,8 @@ fn contiguous_arg_loops(k: &Kernel) -> Vec<String> {
             out.push(l.var.clone());
         }
     };
-    each_loop(&k.body, &mut visit);
+    crate::ir::for_each_loop(&k.body, &mut visit);
     out
-}
-
-/// Calls `f` on every loop of `body`, outer loops first.
-fn each_loop(body: &[Stmt], f: &mut dyn FnMut(&Loop)) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            f(l);
-            each_loop(&l.body, f);
-        }
-    }
 }
 
 /// [`default_schedule`] but for arg-reductions along their own loop.

@@ -125,20 +125,10 @@ impl Copies<'_> {
 /// then read what another stored).
 fn reads_what_it_stores(body: &[Stmt]) -> bool {
     let mut stored = Vec::new();
-    collect_stores(body, &mut stored);
+    crate::ir::for_each_store(body, &mut |buf, _, _| stored.push(buf));
     let mut reads = false;
     crate::ir::for_each_load(body, &mut |buf, _, _| reads |= stored.contains(&buf));
     reads
-}
-
-fn collect_stores(body: &[Stmt], out: &mut Vec<usize>) {
-    for s in body {
-        match s {
-            Stmt::Loop(l) => collect_stores(&l.body, out),
-            Stmt::Store { buf, .. } => out.push(*buf),
-            _ => {}
-        }
-    }
 }
 
 /// Names of the locals `body` declares (not inside nested loops' own

@@ -10,15 +10,6 @@ use super::*;
 /// share, and a loop the C compiler failed to vectorize under the guard would cost more.
 const PADDED_VECTORS: i64 = 8;
 
-/// Whether every store in `body` (nested loops too) has an offset `ok` accepts.
-fn stores_all(body: &[Stmt], ok: &dyn Fn(&Idx) -> bool) -> bool {
-    body.iter().all(|s| match s {
-        Stmt::Store { offset, .. } => ok(offset),
-        Stmt::Loop(l) => stores_all(&l.body, ok),
-        _ => true,
-    })
-}
-
 /// The C bound of a loop of `extent` iterations.
 fn loop_bound(extent: &Extent) -> String {
     match extent {
@@ -251,7 +242,8 @@ impl Printer<'_> {
             return None;
         }
         let contiguous = |offset: &Idx| offset.unit_stride_aligned(&l.var, 1);
-        let mut masked = stores_all(&l.body, &contiguous);
+        let mut masked = true;
+        kiln_loop::ir::for_each_store(&l.body, &mut |_, offset, _| masked &= contiguous(offset));
         kiln_loop::ir::for_each_load(&l.body, &mut |_, offset, _| masked &= contiguous(offset));
         masked.then(|| (n + lanes - 1) / lanes * lanes)
     }

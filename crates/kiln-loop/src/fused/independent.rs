@@ -17,7 +17,7 @@
 //! its own values in the same order), so results are identical. Anything
 //! else (a matmul, a parallel loop's combine) is left as it is.
 
-use crate::ir::{for_each_load, Loop, Stmt};
+use crate::ir::{for_each_load, for_each_store, Loop, Stmt};
 
 /// `body` with every pair of consecutive independent reduction nests over
 /// the same loops merged (see the module doc).
@@ -110,13 +110,7 @@ fn independent(a: &Loop, b: &Loop) -> bool {
 /// The buffers the nest `l` stores.
 fn stored(l: &Loop) -> Vec<usize> {
     let mut out = Vec::new();
-    for s in &l.body {
-        match s {
-            Stmt::Store { buf, .. } => out.push(*buf),
-            Stmt::Loop(inner) => out.extend(stored(inner)),
-            _ => {}
-        }
-    }
+    for_each_store(&l.body, &mut |buf, _, _| out.push(buf));
     out
 }
 

@@ -288,6 +288,27 @@ pub fn carries_arg_reduction(body: &[Stmt]) -> bool {
     walk(body, &mut Vec::new())
 }
 
+/// Calls `f` with the buffer, offset and value of every store of `body`, inside loops too.
+pub fn for_each_store(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Val)) {
+    for s in body {
+        match s {
+            Stmt::Store { buf, offset, value } => f(*buf, offset, value),
+            Stmt::Loop(l) => for_each_store(&l.body, f),
+            _ => {}
+        }
+    }
+}
+
+/// Calls `f` on every loop of `body`, each before the loops inside it.
+pub fn for_each_loop(body: &[Stmt], f: &mut dyn FnMut(&Loop)) {
+    for s in body {
+        if let Stmt::Loop(l) = s {
+            f(l);
+            for_each_loop(&l.body, f);
+        }
+    }
+}
+
 /// Calls `f` on every load of the values `body` stores, declares and
 /// combines, inside loops too (see [`Val::for_each_load`]).
 pub fn for_each_load(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Guard)) {
