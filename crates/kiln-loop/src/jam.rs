@@ -1,17 +1,21 @@
 //! Unroll-and-jam ([`Directive::Jam`](crate::schedule::Directive::Jam)):
-//! the loop over `var` advances `factor` points at a time, and the loop
-//! directly inside it computes those points in one body.
+//! the loop over `var` advances `factor` points at a time, and every loop
+//! inside it computes those points in one body.
 //!
-//! Needs: loop `var` with a constant extent whose only statement is a loop
-//! (the one the points are jammed into) without local buffers, whose body
-//! declares every local it updates (`let`).
+//! Needs: loop `var` with a constant extent whose body holds no local
+//! buffers, matmuls or combines, and no loop whose bounds depend on `var`;
+//! unless the loop is parallel (its iterations independent), a body that
+//! reads no buffer it stores.
 //! Guarantees: the same stores of the same values. For the first
-//! `extent - extent % factor` points, the inner loop's body is repeated
-//! `factor` times per iteration, copy `j` with `var = factor*var + j` and
-//! its locals renamed `NAME_jJ`; the last `extent % factor` points, when
-//! there are at least two, are one more iteration of them all jammed (a
-//! single point runs in a loop over `var` as before, shifted). With fewer
-//! points than `factor` they are all jammed in one iteration.
+//! `extent - extent % factor` points, each statement outside the body's
+//! loops is repeated `factor` times in place and each loop is kept once
+//! with its body jammed the same way: copy `j` has `var = factor*var + j`
+//! and the body's locals renamed `NAME_jJ`. Each copy's statements keep
+//! their order. The last `extent % factor` points, when there are at least
+//! two, are one more iteration of them all jammed (a single point runs in
+//! a loop over `var` as before, shifted), serial where the loop was
+//! parallel. With fewer points than `factor` they are all jammed in one
+//! iteration.
 //!
 //! Why: in a depthwise convolution vectorized along channels, every output
 //! pixel reloads the window's weight vectors and its neighbours' input
@@ -19,8 +23,12 @@
 //! one loop body, which the C compiler reads once: a 3x3 depthwise
 //! convolution over 144 channels at 56x56 ran 0.121 ms as one pixel per
 //! iteration and 0.072 ms as six (hand-edited C of kiln's kernel, Zen 4).
+//! And a row program over short rows (a Softmax over 20 elements) waits at
+//! each row on its reductions' latency (a vector's lanes summed one after
+//! another, an exp's polynomial): jammed rows give the core independent
+//! chains to overlap (BENCHMARKS.md, session 32).
 
-use crate::ir::{ArgStep, Combine, Extent, Idx, Loop, Stmt, Val};
+use crate::ir::{ArgStep, Combine, Extent, Idx, Loop, LoopKind, Stmt, Val};
 use kiln_ir::{bail, Result};
 
 pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
@@ -33,16 +41,10 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
     if factor < 1 {
         bail!("schedule: jam factor must be at least 1, got {factor}");
     }
-    let [Stmt::Loop(inner)] = l.body.as_slice() else {
+    if let Some(what) = unjammable(&l.body) {
         bail!(
-            "schedule: loop '{}' must hold a single loop to jam into",
+            "schedule: loop '{}' holds {what} and cannot take jammed copies",
             l.var
-        );
-    };
-    if inner.body.iter().any(|s| matches!(s, Stmt::Alloc(_))) {
-        bail!(
-            "schedule: loop '{}' declares local buffers and cannot take jammed copies",
-            inner.var
         );
     }
     let factor = factor.min(extent);
@@ -50,31 +52,39 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
         return Ok(vec![Stmt::Loop(l.clone())]);
     }
     let jammed = extent / factor;
-    if reads_what_it_stores(&inner.body) {
+    if l.kind != LoopKind::Parallel && reads_what_it_stores(&l.body) {
         bail!(
             "schedule: loop '{}' reads a buffer it stores to; its points cannot be jammed",
-            inner.var
+            l.var
         );
     }
+    let mut locals = Vec::new();
+    declared_locals(&l.body, &mut locals);
     let copies = Copies {
         var: &l.var,
         factor,
-        locals: declared_locals(&inner.body),
+        locals,
     };
     let mut out = vec![Stmt::Loop(Loop {
         extent: Extent::Const(jammed),
-        body: vec![Stmt::Loop(Loop {
-            body: copies.jam(&inner.body)?,
-            ..inner.clone()
-        })],
+        body: copies.jam(&l.body)?,
         ..l.clone()
     })];
     // The last points jammed too: a border or leftover column of a
     // depthwise convolution otherwise reloads the window's weights per
     // point (BENCHMARKS.md, session 26).
+    // They are fewer than `factor` points: a parallel loop's last ones run
+    // on the thread that reaches them, without a parallel region of their own.
     let rest = extent % factor;
     if rest > 0 {
-        out.extend(jam(&l.part(jammed * factor, rest), rest)?);
+        let last = Loop {
+            kind: match l.kind {
+                LoopKind::Parallel => LoopKind::Serial,
+                kind => kind,
+            },
+            ..l.part(jammed * factor, rest)
+        };
+        out.extend(jam(&last, rest)?);
     }
     Ok(out)
 }
@@ -123,7 +133,7 @@ impl Copies<'_> {
 
 /// Whether `body` loads from a buffer it also stores to (a copy could
 /// then read what another stored).
-fn reads_what_it_stores(body: &[Stmt]) -> bool {
+pub(crate) fn reads_what_it_stores(body: &[Stmt]) -> bool {
     let mut stored = Vec::new();
     crate::ir::for_each_store(body, &mut |buf, _, _| stored.push(buf));
     let mut reads = false;
@@ -131,15 +141,28 @@ fn reads_what_it_stores(body: &[Stmt]) -> bool {
     reads
 }
 
-/// Names of the locals `body` declares (not inside nested loops' own
-/// scopes: those are repeated with their loop and declared there).
-fn declared_locals(body: &[Stmt]) -> Vec<String> {
-    body.iter()
-        .filter_map(|s| match s {
-            Stmt::Let { name, .. } => Some(name.clone()),
-            _ => None,
-        })
-        .collect()
+/// What in `body` a copy cannot repeat: a local buffer (the copies would
+/// share it), a matmul or a parallel loop's combine.
+fn unjammable(body: &[Stmt]) -> Option<&'static str> {
+    body.iter().find_map(|s| match s {
+        Stmt::Alloc(_) => Some("a local buffer"),
+        Stmt::Gemm(_) => Some("a matmul"),
+        Stmt::Combine(_) => Some("a combine"),
+        Stmt::Loop(inner) => unjammable(&inner.body),
+        _ => None,
+    })
+}
+
+/// Names of the locals `body` declares, in its loops too (each copy
+/// declares its own).
+fn declared_locals(body: &[Stmt], out: &mut Vec<String>) {
+    for s in body {
+        match s {
+            Stmt::Let { name, .. } => out.push(name.clone()),
+            Stmt::Loop(inner) => declared_locals(&inner.body, out),
+            _ => {}
+        }
+    }
 }
 
 /// `s` with each of `locals` renamed to its copy `j`'s name, declared,
@@ -305,12 +328,91 @@ mod tests {
         assert!(!k.contains("acc_j5") && !k.contains("let acc:"), "{k}");
     }
 
+    const SOFTMAX_ROWS: &str = "kernel k(in0: f32[3,4], out out0: f32[3,4]) {
+  parallel for o0 in 0..3 {
+    let m: f32 = -inf:f32
+    vectorized for r0 in 0..4 {
+      m = max(m, in0[4*o0 + r0])
+    }
+    let s: f32 = 0.0:f32
+    vectorized for r1 in 0..4 {
+      let e: f32 = Exp(Sub(in0[4*o0 + r1], m))
+      out0[4*o0 + r1] = e
+      s = sum(s, e)
+    }
+    let inv: f32 = Reciprocal(s)
+    vectorized for j in 0..4 {
+      out0[4*o0 + j] = Mul(out0[4*o0 + j], inv)
+    }
+  }
+}";
+
     #[test]
-    fn a_body_that_is_not_one_loop_or_reads_its_output_is_refused() {
-        let e = jammed(ROW_SUMS, "i1", 2).unwrap_err().to_string();
-        assert!(e.contains("single loop"), "{e}");
+    fn a_parallel_row_program_jams_loop_by_loop() {
+        let k = jammed(SOFTMAX_ROWS, "o0", 2).unwrap();
+        let expected = "kernel k(in0: f32[3,4], out out0: f32[3,4]) {
+  parallel for o0 in 0..1 {
+    let m_j0: f32 = -inf:f32
+    let m_j1: f32 = -inf:f32
+    vectorized for r0 in 0..4 {
+      m_j0 = max(m_j0, in0[8*o0 + r0])
+      m_j1 = max(m_j1, in0[8*o0 + r0 + 4])
+    }
+    let s_j0: f32 = 0.0:f32
+    let s_j1: f32 = 0.0:f32
+    vectorized for r1 in 0..4 {
+      let e_j0: f32 = Exp(Sub(in0[8*o0 + r1], m_j0))
+      let e_j1: f32 = Exp(Sub(in0[8*o0 + r1 + 4], m_j1))
+      out0[8*o0 + r1] = e_j0
+      out0[8*o0 + r1 + 4] = e_j1
+      s_j0 = sum(s_j0, e_j0)
+      s_j1 = sum(s_j1, e_j1)
+    }
+    let inv_j0: f32 = Reciprocal(s_j0)
+    let inv_j1: f32 = Reciprocal(s_j1)
+    vectorized for j in 0..4 {
+      out0[8*o0 + j] = Mul(out0[8*o0 + j], inv_j0)
+      out0[8*o0 + j + 4] = Mul(out0[8*o0 + j + 4], inv_j1)
+    }
+  }
+  for o0 in 0..1 {
+    let m: f32 = -inf:f32
+    vectorized for r0 in 0..4 {
+      m = max(m, in0[4*o0 + r0 + 8])
+    }
+    let s: f32 = 0.0:f32
+    vectorized for r1 in 0..4 {
+      let e: f32 = Exp(Sub(in0[4*o0 + r1 + 8], m))
+      out0[4*o0 + r1 + 8] = e
+      s = sum(s, e)
+    }
+    let inv: f32 = Reciprocal(s)
+    vectorized for j in 0..4 {
+      out0[4*o0 + j + 8] = Mul(out0[4*o0 + j + 8], inv)
+    }
+  }
+}";
+        assert_eq!(k.to_string(), expected);
+        let serial = SOFTMAX_ROWS.replace("parallel for o0", "for o0");
+        let e = jammed(&serial, "o0", 2).unwrap_err().to_string();
+        assert!(e.contains("reads a buffer it stores to"), "{e}");
+    }
+
+    #[test]
+    fn a_serial_body_that_reads_its_output_or_holds_a_buffer_is_refused() {
         let accumulating = ROW_SUMS.replace("in0[4*i0 + 4*r0 + i1", "out0[4*i0 + 4*r0 + i1");
         let e = jammed(&accumulating, "i0", 2).unwrap_err().to_string();
         assert!(e.contains("reads a buffer it stores to"), "{e}");
+        let buffered = "kernel k(in0: f32[4,4], out out0: f32[4,4]) {
+  alloc t: f32[4]
+  for i0 in 0..4 {
+    for i1 in 0..4 {
+      alloc t2: f32[4]
+      out0[4*i0 + i1] = in0[4*i0 + i1]
+    }
+  }
+}";
+        let e = jammed(buffered, "i0", 2).unwrap_err().to_string();
+        assert!(e.contains("a local buffer"), "{e}");
     }
 }

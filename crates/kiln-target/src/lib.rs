@@ -97,6 +97,16 @@ impl TargetDesc {
         4
     }
 
+    /// Vectors a row of a row program (a Softmax's, a LayerNorm's) may span and still be
+    /// short: its time goes to the latency of dependent steps (a vector's lanes summed, the
+    /// row's max fed to an exp) more than to its work, so two rows are computed together
+    /// and their chains overlap. An out-of-order window of current x86 and Arm cores (a few
+    /// hundred instructions) holds about one row of eight vectors' work (BENCHMARKS.md,
+    /// session 32).
+    pub fn short_row_vectors(&self) -> usize {
+        8
+    }
+
     /// The cache level named `name` (`L1`, `L2`, `L3`).
     pub fn cache(&self, name: &str) -> Option<&MemLevel> {
         self.caches.iter().find(|c| c.name == name)

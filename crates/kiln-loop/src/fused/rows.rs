@@ -392,8 +392,10 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
         innermost_reduction_loops(s, &mut inner_loops);
     }
     let f32_row = crate::auto_schedule::f32_in_and_out(k);
+    let mut inner_extents = Vec::new();
     for var in inner_loops {
         let extent = crate::ir::find_loop(&k.body, &var).map(|l| l.extent.max());
+        inner_extents.extend(extent);
         match extent {
             // A row's f32 values summed in f32 lanes, block by block, each block once
             // into the f64 sum (`partial_sums.rs`): every element converted to f64
@@ -405,7 +407,40 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
             _ => directives.push(Directive::Vectorize(var)),
         }
     }
+    directives.extend(row_jam(k, &directives, &inner_extents, target));
     Schedule(directives)
+}
+
+/// Two rows jammed (`jam.rs`) when a parallel row program's rows are short: each of its
+/// innermost loops (`extents`) at most [`TargetDesc::short_row_vectors`] vectors. Such a
+/// row waits on the latency of its reductions' last steps (a vector's lanes summed, the
+/// row's max broadcast into an exp) more than on its work, and a second row's chains
+/// overlap it. Not where the row keeps partial sums in local buffers (long rows), nor
+/// where it reads back a buffer it stores while a loop ends in a partial vector: a
+/// Softmax over rows of 20 or 24 ran slower jammed (BENCHMARKS.md, session 32).
+fn row_jam(
+    k: &Kernel,
+    directives: &[Directive],
+    extents: &[i64],
+    target: &TargetDesc,
+) -> Option<Directive> {
+    let lanes = target.f32_lanes() as i64;
+    let longest = target.short_row_vectors() as i64 * lanes;
+    let short = extents.iter().all(|&e| e <= longest);
+    let whole_vectors = extents.iter().all(|&e| e % lanes == 0);
+    let partials = directives
+        .iter()
+        .any(|d| matches!(d, Directive::LanePartials { .. }));
+    if !short || partials || (!whole_vectors && crate::jam::reads_what_it_stores(&k.body)) {
+        return None;
+    }
+    directives.iter().find_map(|d| match d {
+        Directive::Parallel(var) => Some(Directive::Jam {
+            var: var.clone(),
+            factor: 2,
+        }),
+        _ => None,
+    })
 }
 
 /// Row loops `vars` coalesced into one, run in parallel when the kernel does enough work.
