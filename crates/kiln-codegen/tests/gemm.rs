@@ -728,8 +728,12 @@ fn cases() -> Vec<Case> {
             };
             cases.push(nhwc.case(seed + 3 + pack_a as u64, tuning.clone()));
             // Grouped: 4 and 8 channels per group (vector lanes over several
-            // groups where the width allows, a last vector of half a width).
-            for per_group in [4, 8] {
+            // groups where the width allows, a last vector of half a width);
+            // through row pointers also 24 and 56 (the batched product, its taps
+            // inside each tile: N under one 48-column tile, every tile copied, and
+            // over it, whole tiles into C and the clipped ones copied).
+            let widths: &[usize] = if pack_a { &[4, 8] } else { &[4, 8, 24, 56] };
+            for &per_group in widths {
                 let grouped = Conv {
                     name: Box::leak(
                         format!("{}_groups_of_{per_group}", nhwc.name).into_boxed_str(),

@@ -5,8 +5,9 @@
 //! `static void NAME(params)` that computes `C[b] = epilogue(A[b] B[b])` for every batch index:
 //! the work is cut into tasks (batch, M block, N block) handed to OpenMP threads with equal
 //! work per thread where the split allows; each task runs the K blocks in order, packs its B
-//! and A blocks into thread-private buffers and runs the micro-kernel over all tiles. The
-//! epilogue is applied once, after the last K block. Packing buffers, row pointers and a staged
+//! and A blocks into thread-private buffers and runs the micro-kernel over all tiles (or, with
+//! [`Plan::k_inner`], packs B for every K block first and runs each tile's blocks together:
+//! `driver/k_inner.rs`). The epilogue is applied once, after the last K block. Packing buffers, row pointers and a staged
 //! window copy live in the caller's workspace (the function's last parameter, laid out by
 //! [`super::gemm_workspace`]): the function allocates nothing and never fails. At most
 //! `KILN_MAX_THREADS` threads run it, each in its own slot. Without OpenMP the pragmas are
@@ -23,6 +24,8 @@ use super::window::{
     Window, WindowLayout, DEPTH_OFFSETS, STAGED,
 };
 use super::{declared, GemmSpec, GemmWorkspace, Operand, WORKSPACE_PARAM};
+
+mod k_inner;
 
 /// The operands in kernel orientation.
 struct Views<'a> {
@@ -146,6 +149,8 @@ impl ThreadParts {
         };
         let b = match plan.prepacked {
             Some(Side::B) => 0,
+            // Every K block's panels, packed before the tiles run.
+            _ if plan.k_inner => b_block * nr * spec.k,
             _ => b_block * nr * kc,
         };
         let views = Views::new(spec, plan.transposed);
@@ -195,8 +200,28 @@ fn staged_window<'a>(plan: &Plan, spec: &'a GemmSpec) -> Option<&'a Window> {
         })
 }
 
-/// The K-block loop of one task: pack, then every tile of the block.
+/// The K-block loop of one task: pack, then every tile of the block (or, with
+/// [`Plan::k_inner`], the blocks inside each tile: `k_inner.rs`).
 fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
+    if let Some(window) = pointer_rows(plan, views).filter(|_| plan.k_inner) {
+        k_inner::emit(w, &KBlock { spec, plan, views }, window);
+        return;
+    }
+    open_k_block(w, spec, plan);
+    let block = KBlock { spec, plan, views };
+    let b_rows = block.emit_b_packing(w, "kiln_bp");
+    block.emit_a_packing(w);
+    w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
+    block.emit_b_panel(w, b_rows);
+    w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
+    block.emit_row_panel(w);
+    w.close();
+    w.close();
+    w.close();
+}
+
+/// Opens the loop over K blocks: `kiln_k0`, the block's depth `kiln_kc` and `kiln_last`.
+fn open_k_block(w: &mut CWriter, spec: &GemmSpec, plan: &Plan) {
     let (kc, k) = (plan.kc, spec.k);
     w.open(format!(
         "for (long kiln_k0 = 0; kiln_k0 < {k}; kiln_k0 += {kc})"
@@ -206,16 +231,6 @@ fn emit_k_blocks(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views) {
     ));
     w.line(format!("const int kiln_last = kiln_k0 + kiln_kc == {k};"));
     w.line("(void)kiln_last;");
-    let block = KBlock { spec, plan, views };
-    let b_rows = block.emit_b_packing(w);
-    block.emit_a_packing(w);
-    w.open("for (long kiln_q = kiln_pb0; kiln_q < kiln_pb1; kiln_q++)");
-    block.emit_b_panel(w, b_rows);
-    w.open("for (long kiln_s = kiln_pa0; kiln_s < kiln_pa1; kiln_s++)");
-    block.emit_row_panel(w);
-    w.close();
-    w.close();
-    w.close();
 }
 
 /// One K block of a task's loop nest, emitted a part at a time.
@@ -235,8 +250,9 @@ impl KBlock<'_> {
             .map(|p| p.param.as_str())
     }
 
-    /// `kiln_pbe` and B's packing for this block; B's rows when the kernel reads them in place.
-    fn emit_b_packing(&self, w: &mut CWriter) -> Option<(String, isize)> {
+    /// `kiln_pbe` and B's packing for this block into `buffer`; B's rows when the kernel reads
+    /// them in place.
+    fn emit_b_packing(&self, w: &mut CWriter, buffer: &str) -> Option<(String, isize)> {
         let (plan, nr) = (self.plan, self.plan.shape.nr);
         // B's panels are packed in [kiln_pbe, kiln_pb1); below kiln_pbe the kernel reads B's rows.
         let b_rows = b_rows(plan, self.views).filter(|_| self.prepacked(Side::B).is_none());
@@ -254,7 +270,7 @@ impl KBlock<'_> {
                     side: Side::B,
                     width: nr,
                     extent: plan.n,
-                    buffer: "kiln_bp",
+                    buffer,
                     first: "kiln_pbe",
                     end: "kiln_pb1",
                     staged: plan.staged,
@@ -588,36 +604,58 @@ fn b_rows(plan: &Plan, views: &Views) -> Option<(String, isize)> {
     Some((format!("{param} + {offset}"), ldb))
 }
 
-/// One MR x NR tile: straight into C when C's kernel columns are contiguous and the tile is
-/// whole, else through a local tile and a scalar copy that clips at the edges.
-fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &KernelCall) {
-    match views.c.kernel_strides() {
-        Some((batch_stride, row_stride, 1)) => {
-            let mut whole = Vec::new();
-            if !plan.m.is_multiple_of(plan.shape.mr) {
-                whole.push(format!("kiln_s < {}", plan.m / plan.shape.mr));
-            }
-            if !plan.n.is_multiple_of(plan.shape.nr) {
-                whole.push(format!("kiln_q < {}", plan.n / plan.shape.nr));
-            }
-            let direct = |w: &mut CWriter| {
-                emit_direct_tile(w, spec, views, kernel, (batch_stride, row_stride), plan)
-            };
-            let every_tile_clipped = plan.m < plan.shape.mr || plan.n < plan.shape.nr;
-            if whole.is_empty() {
-                direct(w);
-            } else if every_tile_clipped {
-                emit_copied_tile(w, spec, plan, kernel, Store::Inline);
-            } else {
-                w.open(format!("if ({})", whole.join(" && ")));
-                direct(w);
-                w.close();
-                w.open("else");
-                emit_copied_tile(w, spec, plan, kernel, Store::OutOfLine);
-                w.close();
-            }
+/// How a plan's tiles reach C.
+enum TileForm {
+    /// Every tile straight into C (C's kernel strides: batch, row).
+    Direct((isize, isize)),
+    /// Every tile through a local tile and a scalar copy stored as said.
+    Copied(Store),
+    /// Whole tiles (`whole`, a C condition) straight into C, clipped ones copied.
+    Split {
+        whole: String,
+        strides: (isize, isize),
+    },
+}
+
+/// Straight into C when C's kernel columns are contiguous and the tile is whole, else through
+/// a local tile and a scalar copy that clips at the edges.
+fn tile_form(plan: &Plan, views: &Views) -> TileForm {
+    let Some((batch_stride, row_stride, 1)) = views.c.kernel_strides() else {
+        return TileForm::Copied(Store::Inline);
+    };
+    let strides = (batch_stride, row_stride);
+    let mut whole = Vec::new();
+    if !plan.m.is_multiple_of(plan.shape.mr) {
+        whole.push(format!("kiln_s < {}", plan.m / plan.shape.mr));
+    }
+    if !plan.n.is_multiple_of(plan.shape.nr) {
+        whole.push(format!("kiln_q < {}", plan.n / plan.shape.nr));
+    }
+    if whole.is_empty() {
+        TileForm::Direct(strides)
+    } else if plan.m < plan.shape.mr || plan.n < plan.shape.nr {
+        TileForm::Copied(Store::Inline)
+    } else {
+        TileForm::Split {
+            whole: whole.join(" && "),
+            strides,
         }
-        _ => emit_copied_tile(w, spec, plan, kernel, Store::Inline),
+    }
+}
+
+/// One MR x NR tile of one K block, as [`tile_form`] says.
+fn emit_tile(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, views: &Views, kernel: &KernelCall) {
+    match tile_form(plan, views) {
+        TileForm::Direct(strides) => emit_direct_tile(w, spec, views, kernel, strides, plan),
+        TileForm::Copied(store) => emit_copied_tile(w, spec, plan, kernel, store),
+        TileForm::Split { whole, strides } => {
+            w.open(format!("if ({whole})"));
+            emit_direct_tile(w, spec, views, kernel, strides, plan);
+            w.close();
+            w.open("else");
+            emit_copied_tile(w, spec, plan, kernel, Store::OutOfLine);
+            w.close();
+        }
     }
 }
 
@@ -664,13 +702,33 @@ fn emit_copied_tile(
     kernel: &KernelCall,
     store: Store,
 ) {
-    let (mr, nr) = (plan.shape.mr, plan.shape.nr);
-    w.line(format!("_Alignas(64) float kiln_tile[{}];", mr * nr));
+    emit_local_tile(w, plan);
+    emit_local_tile_call(w, plan, kernel, "0");
+    emit_clipped_store(w, spec, plan, store, "kiln_k0 > 0");
+}
+
+/// The local tile a clipped tile is computed in.
+fn emit_local_tile(w: &mut CWriter, plan: &Plan) {
     w.line(format!(
-        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_tile, {nr}, 0);",
-        kernel.name(plan, None),
-        kernel.a_args
+        "_Alignas(64) float kiln_tile[{}];",
+        plan.shape.mr * plan.shape.nr
     ));
+}
+
+/// The micro-kernel into the local tile, adding to it when `accumulate` (a C condition) holds.
+fn emit_local_tile_call(w: &mut CWriter, plan: &Plan, kernel: &KernelCall, accumulate: &str) {
+    w.line(format!(
+        "{}(kiln_kc, {}, kiln_bpanel, kiln_ldb, kiln_tile, {}, {accumulate});",
+        kernel.name(plan, None),
+        kernel.a_args,
+        plan.shape.nr
+    ));
+}
+
+/// The local tile's part inside the matrix stored into C, adding C's partial sums when
+/// `add_to_c` (a C condition) holds and applying the epilogue when `kiln_last` does.
+fn emit_clipped_store(w: &mut CWriter, spec: &GemmSpec, plan: &Plan, store: Store, add_to_c: &str) {
+    let (mr, nr) = (plan.shape.mr, plan.shape.nr);
     w.line(format!(
         "const long kiln_h = {m} - kiln_r0 < {mr} ? {m} - kiln_r0 : {mr};",
         m = plan.m
@@ -680,13 +738,13 @@ fn emit_copied_tile(
         n = plan.n
     ));
     if store == Store::Inline {
-        w.line("const int kiln_acc = kiln_k0 > 0;");
+        w.line(format!("const int kiln_acc = {add_to_c};"));
         emit_store_loops(w, spec, plan);
         return;
     }
     let args: Vec<&str> = spec.params.iter().map(|p| p.name.as_str()).collect();
     w.line(format!(
-        "{}(kiln_tile, kiln_h, kiln_w, b, kiln_r0, kiln_c0, kiln_k0 > 0, kiln_last, {});",
+        "{}(kiln_tile, kiln_h, kiln_w, b, kiln_r0, kiln_c0, {add_to_c}, kiln_last, {});",
         edge_name(spec),
         args.join(", ")
     ));

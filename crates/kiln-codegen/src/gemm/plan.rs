@@ -44,6 +44,9 @@ pub(crate) struct Plan {
     /// With B prepacked: each tile prefetches its share of the panel the task reads next
     /// (`prefetches_next_panel`).
     pub prefetch_b: bool,
+    /// Each tile runs all K blocks before the next tile (B's panels of every block packed
+    /// first), instead of every tile once per K block (`runs_k_inside_tiles`).
+    pub k_inner: bool,
 }
 
 impl Plan {
@@ -286,6 +289,10 @@ fn blocked(
     let l2_bytes = tuning.l2_bytes.unwrap_or(target.l2_bytes);
     let mc_max = tuning.mc.unwrap_or(l2_bytes * 3 / 4 / (kc * 4));
     let nc_max = tuning.nc.unwrap_or(NC_MAX);
+    let n_block = n.min(nc_max.max(shape.nr)).div_ceil(shape.nr) * shape.nr;
+    let b_block_bytes = spec.k * n_block * std::mem::size_of::<f32>();
+    let k_inner = pointer_rows.is_some()
+        && runs_k_inside_tiles(spec.k, kc, packing, prepacked, b_block_bytes, l2_bytes);
     Plan {
         shape,
         transposed,
@@ -300,7 +307,26 @@ fn blocked(
         prepacked,
         prefetch_b: prepacked == Some(Side::B)
             && prefetches_next_panel(tuning, target, kc, shape.nr),
+        k_inner,
     }
+}
+
+/// Whether a plan reading A through row pointers (a window whose K blocks are its taps) runs
+/// each tile's K blocks together: when K takes several blocks and B, packed per task, fits in
+/// a quarter of L2 for all of K. Run block by block over every tile, each tile's partial sums
+/// go back to C (or through a clipped tile's scalar copy) after every tap; together they stay
+/// in registers and L1, and only the tile's row pointers are rebuilt per tap. A grouped 3x3
+/// convolution of 24 channels per group (N = 24 under 32-column tiles, all copied) ran 1.5x
+/// faster so (BENCHMARKS.md, session 32).
+fn runs_k_inside_tiles(
+    k: usize,
+    kc: usize,
+    packing: Packing,
+    prepacked: Option<Side>,
+    b_block_bytes: usize,
+    l2_bytes: usize,
+) -> bool {
+    k > kc && packing.b && prepacked.is_none() && b_block_bytes <= l2_bytes / 4
 }
 
 /// Whether a prepacked B's next panel (`kc x nr` floats) is prefetched while the current one
@@ -499,6 +525,32 @@ mod tests {
         assert!(!plan.pack_a && !plan.transposed, "{plan:?}");
         assert!(plan.shape.mr <= IN_PLACE_MAX_ROWS, "{plan:?}");
         assert_eq!(plan.kc, 192, "the largest divisor of 384 up to 256");
+    }
+
+    #[test]
+    fn grouped_window_products_run_their_taps_inside_each_tile() {
+        // RegNetX-1.6GF's grouped 3x3 convolutions: 17 groups of 24 channels over 14x14.
+        let strided = |param: &str| Operand::Strided {
+            param: param.into(),
+            batch: 24,
+            row: 408,
+            col: 1,
+        };
+        let mut spec = row_major(196, 24, 9 * 24);
+        spec.batch = 17;
+        spec.a = Operand::Window(Window {
+            batch: 24,
+            pixel_stride: 408,
+            ..square_window(24, 14, 3, 1, WindowLayout::ChannelsLast)
+        });
+        (spec.b, spec.c) = (strided("B"), strided("C"));
+        let grouped = plan(&spec, &TARGETS[0], &Tuning::default());
+        assert!(grouped.k_inner && grouped.kc == 24, "{grouped:?}");
+        // A wide layer's weights (3456 x 256 floats) are more than a quarter of L2.
+        let mut wide = row_major(196, 256, 9 * 384);
+        wide.a = Operand::Window(square_window(384, 14, 3, 1, WindowLayout::ChannelsLast));
+        let wide = plan(&wide, &TARGETS[0], &Tuning::default());
+        assert!(!wide.k_inner, "{wide:?}");
     }
 
     #[test]
