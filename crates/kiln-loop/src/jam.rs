@@ -4,8 +4,10 @@
 //!
 //! Needs: loop `var` with a constant extent whose body holds no local
 //! buffers, matmuls or combines, and no loop whose bounds depend on `var`;
-//! unless the loop is parallel (its iterations independent), a body that
-//! reads no buffer it stores.
+//! a body that reads no buffer it stores, unless its points touch disjoint
+//! elements of it (a row program's rows) or add into one element per inner
+//! iteration in point order (a y-reduce streaming rows into its output):
+//! `jam/order.rs`.
 //! Guarantees: the same stores of the same values. For the first
 //! `extent - extent % factor` points, each statement outside the body's
 //! loops is repeated `factor` times in place and each loop is kept once
@@ -31,6 +33,8 @@
 use crate::ir::{ArgStep, Combine, Extent, Idx, Loop, LoopKind, Stmt, Val};
 use kiln_ir::{bail, Result};
 
+mod order;
+
 pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
     let Extent::Const(extent) = l.extent else {
         bail!(
@@ -52,7 +56,8 @@ pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
         return Ok(vec![Stmt::Loop(l.clone())]);
     }
     let jammed = extent / factor;
-    if l.kind != LoopKind::Parallel && reads_what_it_stores(&l.body) {
+    let ordered = order::points_disjoint(l) || order::accumulates_in_place(l);
+    if reads_what_it_stores(&l.body) && !ordered {
         bail!(
             "schedule: loop '{}' reads a buffer it stores to; its points cannot be jammed",
             l.var
@@ -393,8 +398,45 @@ mod tests {
   }
 }";
         assert_eq!(k.to_string(), expected);
-        let serial = SOFTMAX_ROWS.replace("parallel for o0", "for o0");
-        let e = jammed(&serial, "o0", 2).unwrap_err().to_string();
+        // A row reading the next row's first element sees it stored or not.
+        let overlapping = SOFTMAX_ROWS.replace(
+            "Mul(out0[4*o0 + j], inv)",
+            "Mul(out0[4*o0 + j + 1 if 4*o0 + j < 11], inv)",
+        );
+        let e = jammed(&overlapping, "o0", 2).unwrap_err().to_string();
+        assert!(e.contains("reads a buffer it stores to"), "{e}");
+    }
+
+    const ROWS_INTO_OUTPUT: &str = "kernel k(in0: f32[5,4], out out0: f32[4]) {
+  for r0 in 0..5 {
+    vectorized for i0 in 0..4 {
+      out0[i0] = Add(out0[i0], in0[4*r0 + i0])
+    }
+  }
+}";
+
+    #[test]
+    fn rows_added_into_one_output_row_jam_in_row_order() {
+        let k = jammed(ROWS_INTO_OUTPUT, "r0", 2).unwrap();
+        let expected = "kernel k(in0: f32[5,4], out out0: f32[4]) {
+  for r0 in 0..2 {
+    vectorized for i0 in 0..4 {
+      out0[i0] = Add(out0[i0], in0[8*r0 + i0])
+      out0[i0] = Add(out0[i0], in0[8*r0 + i0 + 4])
+    }
+  }
+  for r0 in 0..1 {
+    vectorized for i0 in 0..4 {
+      out0[i0] = Add(out0[i0], in0[4*r0 + i0 + 16])
+    }
+  }
+}";
+        assert_eq!(k.to_string(), expected);
+        // Every row into one element: jammed, the element's sums would come in another order.
+        let one_element = ROWS_INTO_OUTPUT
+            .replace("out0: f32[4]", "out0: f32[1]")
+            .replace("out0[i0]", "out0[0]");
+        let e = jammed(&one_element, "r0", 2).unwrap_err().to_string();
         assert!(e.contains("reads a buffer it stores to"), "{e}");
     }
 

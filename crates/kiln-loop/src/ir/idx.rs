@@ -193,6 +193,21 @@ impl Idx {
         }
     }
 
+    /// The coefficient of variable `name` when it appears only as a plain
+    /// term (0 when absent); `None` when it appears in a division,
+    /// remainder or data-dependent index.
+    pub fn coefficient(&self, name: &str) -> Option<i64> {
+        let mut c = 0;
+        for (atom, coeff) in &self.terms {
+            match atom {
+                Atom::Var(v) if v == name => c = *coeff,
+                _ if Idx::atom(atom.clone()).uses(name) => return None,
+                _ => {}
+            }
+        }
+        Some(c)
+    }
+
     pub fn uses(&self, name: &str) -> bool {
         let mut v = Vec::new();
         self.vars(&mut v);
