@@ -230,7 +230,8 @@ def arg_case(op, shape, axis):
 def other_shape_cases():
     """Shapes the paper does not name (issue 20: no cliff on reductions it
     does not list): arg-reductions in the three forms, Softmax over short
-    rows and a middle axis, a global pooling sum."""
+    rows and a middle axis, a global pooling sum, a sum over the channels of
+    NCHW images."""
     return {
         "argmax_x_2000x1000": arg_case("ArgMax", [2000, 1000], 1),
         "argmax_y_1000x2000": arg_case("ArgMax", [1000, 2000], 0),
@@ -238,6 +239,7 @@ def other_shape_cases():
         "softmax_100000x20": softmax_case([100000, 20]),
         "softmax_mid_8x384x12x64": softmax_case([8, 384, 12, 64], axis=1),
         "sum_hw_8x256x56x56": reduce_case([8, 256, 56, 56], [2, 3], keep=1),
+        "sum_c_8x256x56x56": reduce_case([8, 256, 56, 56], [1], keep=1),
     }
 
 

@@ -117,6 +117,14 @@ pub fn split_reduction_max_output(target: &TargetDesc) -> i64 {
     (target.l2_per_core() / 8 / std::mem::size_of::<f32>()) as i64
 }
 
+/// Whether `k` reads an f16 or bf16 buffer: the printer widens such an input a row at a
+/// time into a temporary (`c/half_blocks.rs`), as large as the row.
+fn reads_half_floats(k: &Kernel) -> bool {
+    k.buffers
+        .iter()
+        .any(|b| !b.output && b.dtype.is_half_float())
+}
+
 /// Rows a split y-reduce adds into its output copy per pass over it (jammed, `jam.rs`):
 /// one load and one store of the copy per that many row loads instead of per one. Over
 /// f32[1280, 21128] the sum ran 1.5-1.7x faster with 8 (BENCHMARKS.md, session 32).
@@ -306,13 +314,9 @@ fn one_loop_schedule(
     // A split reduction widens each f16/bf16 input row whole (`c/half_blocks.rs`) into a
     // temporary as large as the output, column strips a strip at a time; split, such
     // y-reduces ran up to twice as slow (BENCHMARKS.md, session 23).
-    let half_input = current
-        .buffers
-        .iter()
-        .any(|b| !b.output && b.dtype.is_half_float());
     let split = last
         .as_ref()
-        .filter(|_| !half_input)
+        .filter(|_| !reads_half_floats(current))
         .and_then(|l| reduction_to_split(l, nest.extent, target));
     if let Some(reduction) = split {
         // A matrix-vector product (a y-reduce with one output loop): the reduction is
@@ -371,6 +375,18 @@ fn innermost_schedule(
             schedule.0.push(Directive::Peel {
                 var: innermost,
                 at: vec![lo, hi],
+            });
+        } else if let Some(reduced) = last
+            .as_ref()
+            .filter(|_| !reads_half_floats(current))
+            .and_then(reduced_loops)
+            .and_then(|r| r.last().cloned())
+        {
+            // Rows of the reduced loop added into the output row eight per pass (f16 and
+            // bf16 inputs are widened a row at a time, `c/half_blocks.rs`: not these).
+            schedule.0.push(Directive::Jam {
+                var: reduced,
+                factor: ROWS_PER_PASS,
             });
         }
     } else if nest.plain && several {

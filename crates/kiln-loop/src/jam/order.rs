@@ -44,7 +44,8 @@ pub(super) fn points_disjoint(l: &Loop) -> bool {
 }
 
 /// Whether `l`'s body is one loop of straight-line statements that touches every buffer
-/// it stores at one index, `c*v + k` of that loop's variable `v` (not `l`'s): each element
+/// it stores at one index, `c*v + k` of that loop's variable `v` (`k` not reading `l`'s
+/// variable): each element
 /// then takes one update per point in one iteration of the inner loop, points in order
 /// jammed or not (a y-reduce adding the rows its thread streams into the output).
 pub(super) fn accumulates_in_place(l: &Loop) -> bool {
@@ -64,7 +65,9 @@ pub(super) fn accumulates_in_place(l: &Loop) -> bool {
     };
     for_each_store(&inner.body, &mut |buf, idx, _| visit(buf, idx));
     for_each_load(&inner.body, &mut |buf, idx, _| visit(buf, idx));
-    same && index.values().all(|idx| walks_one_var(idx, &inner.var))
+    same && index
+        .values()
+        .all(|idx| walks_one_var(idx, &inner.var, &l.var))
 }
 
 fn stored_buffers(body: &[Stmt]) -> Vec<usize> {
@@ -104,7 +107,8 @@ fn bounded_range(idx: &Idx, range: &dyn Fn(&str) -> Option<(i64, i64)>) -> Optio
     Some(idx.range(&|v| range(v).unwrap_or((0, 0))))
 }
 
-/// Whether `idx` is `c*var + k` with `c != 0`.
-fn walks_one_var(idx: &Idx, var: &str) -> bool {
-    split_at_var(idx, var).is_some_and(|(_, rest)| rest.as_constant().is_some())
+/// Whether `idx` is `c*var + rest` with `c != 0` and `rest` reading neither `var` nor
+/// `jammed` (only loops around both, fixed while they run).
+fn walks_one_var(idx: &Idx, var: &str, jammed: &str) -> bool {
+    split_at_var(idx, var).is_some_and(|(_, rest)| !rest.uses(jammed))
 }
