@@ -229,14 +229,16 @@ def arg_case(op, shape, axis):
 
 def other_shape_cases():
     """Shapes the paper does not name (issue 20: no cliff on reductions it
-    does not list): arg-reductions in the three forms, Softmax over short
-    rows and a middle axis, a global pooling sum, a sum over the channels of
-    NCHW images."""
+    does not list): arg-reductions in the three forms, Softmax and LayerNorm
+    over short rows, Softmax over a middle axis, a global pooling sum, a sum
+    over the channels of NCHW images."""
     return {
         "argmax_x_2000x1000": arg_case("ArgMax", [2000, 1000], 1),
         "argmax_y_1000x2000": arg_case("ArgMax", [1000, 2000], 0),
         "argmin_mid_100x500x100": arg_case("ArgMin", [100, 500, 100], 1),
         "softmax_100000x20": softmax_case([100000, 20]),
+        "softmax_31250x64": softmax_case([31250, 64]),
+        "layernorm_31250x64": layernorm_case([31250, 64]),
         "softmax_mid_8x384x12x64": softmax_case([8, 384, 12, 64], axis=1),
         "sum_hw_8x256x56x56": reduce_case([8, 256, 56, 56], [2, 3], keep=1),
         "sum_c_8x256x56x56": reduce_case([8, 256, 56, 56], [1], keep=1),
