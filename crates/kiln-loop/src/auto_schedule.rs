@@ -323,15 +323,13 @@ fn one_loop_schedule(
         // split across threads, each accumulating the whole output row in a private copy
         // (combined at the end), so each thread streams a contiguous block of the matrix
         // instead of narrow column strips a row apart.
-        schedule
-            .0
-            .push(Directive::AccumulateOutward(innermost.clone()));
-        schedule.0.push(Directive::Parallel(reduction.clone()));
-        schedule.0.push(Directive::Vectorize(innermost));
-        schedule.0.push(Directive::Jam {
-            var: reduction,
-            factor: ROWS_PER_PASS,
-        });
+        let split = Schedule(vec![
+            Directive::AccumulateOutward(innermost.clone()),
+            Directive::Parallel(reduction.clone()),
+            Directive::Vectorize(innermost),
+        ]);
+        let jam = crate::jam::jammed_after(current, &split, &reduction, ROWS_PER_PASS);
+        schedule.0.extend(split.0.into_iter().chain(jam));
         return true;
     }
     if nest.extent >= 2 * ROW_CHUNK {
@@ -359,6 +357,8 @@ fn innermost_schedule(
     nest: &OutputNest,
     target: &TargetDesc,
 ) {
+    // Directives from here on are not yet applied to `current`.
+    let first_new = schedule.0.len();
     let (outermost, outer_extent) = &nest.loops[0];
     if nest.parallel && *outer_extent > 1 {
         schedule.0.push(Directive::Parallel(outermost.clone()));
@@ -384,10 +384,9 @@ fn innermost_schedule(
         {
             // Rows of the reduced loop added into the output row eight per pass (f16 and
             // bf16 inputs are widened a row at a time, `c/half_blocks.rs`: not these).
-            schedule.0.push(Directive::Jam {
-                var: reduced,
-                factor: ROWS_PER_PASS,
-            });
+            let new = Schedule(schedule.0[first_new..].to_vec());
+            let jam = crate::jam::jammed_after(current, &new, &reduced, ROWS_PER_PASS);
+            schedule.0.extend(jam);
         }
     } else if nest.plain && several {
         let at = guard_cuts(&current.body, &innermost, extent);

@@ -31,9 +31,24 @@
 //! chains to overlap (BENCHMARKS.md, session 32).
 
 use crate::ir::{ArgStep, Combine, Extent, Idx, Loop, LoopKind, Stmt, Val};
+use crate::schedule::{Directive, Schedule};
+use crate::Kernel;
 use kiln_ir::{bail, Result};
 
 mod order;
+
+/// `Jam { var, factor }` as the last directive after `schedule`, when it would apply to
+/// `k` (the loop exists and [`jam`] takes it): schedule rules ask before adding one, since a
+/// schedule that fails leaves its kernel to the interpreter.
+pub(crate) fn jammed_after(k: &Kernel, schedule: &Schedule, var: &str, factor: i64) -> Option<Directive> {
+    let scheduled = crate::schedule::apply(k, schedule).ok()?;
+    let l = crate::ir::find_loop(&scheduled.body, var)?;
+    jam(l, factor).ok()?;
+    Some(Directive::Jam {
+        var: var.to_string(),
+        factor,
+    })
+}
 
 pub(crate) fn jam(l: &Loop, factor: i64) -> Result<Vec<Stmt>> {
     let Extent::Const(extent) = l.extent else {

@@ -434,13 +434,11 @@ fn row_jam(
     if !short || partials || (!whole_vectors && crate::jam::reads_what_it_stores(&k.body)) {
         return None;
     }
-    directives.iter().find_map(|d| match d {
-        Directive::Parallel(var) => Some(Directive::Jam {
-            var: var.clone(),
-            factor: 2,
-        }),
+    let var = directives.iter().find_map(|d| match d {
+        Directive::Parallel(var) => Some(var),
         _ => None,
-    })
+    })?;
+    crate::jam::jammed_after(k, &Schedule(directives.to_vec()), var, 2)
 }
 
 /// Row loops `vars` coalesced into one, run in parallel when the kernel does enough work.
