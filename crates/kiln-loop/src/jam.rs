@@ -40,7 +40,12 @@ mod order;
 /// `Jam { var, factor }` as the last directive after `schedule`, when it would apply to
 /// `k` (the loop exists and [`jam`] takes it): schedule rules ask before adding one, since a
 /// schedule that fails leaves its kernel to the interpreter.
-pub(crate) fn jammed_after(k: &Kernel, schedule: &Schedule, var: &str, factor: i64) -> Option<Directive> {
+pub(crate) fn jammed_after(
+    k: &Kernel,
+    schedule: &Schedule,
+    var: &str,
+    factor: i64,
+) -> Option<Directive> {
     let scheduled = crate::schedule::apply(k, schedule).ok()?;
     let l = crate::ir::find_loop(&scheduled.body, var)?;
     jam(l, factor).ok()?;
