@@ -25,10 +25,12 @@
 //! one loop body, which the C compiler reads once: a 3x3 depthwise
 //! convolution over 144 channels at 56x56 ran 0.121 ms as one pixel per
 //! iteration and 0.072 ms as six (hand-edited C of kiln's kernel, Zen 4).
-//! And a row program over short rows (a Softmax over 20 elements) waits at
+//! A row program over short rows (a LayerNorm over 64 elements) waits at
 //! each row on its reductions' latency (a vector's lanes summed one after
 //! another, an exp's polynomial): jammed rows give the core independent
-//! chains to overlap (BENCHMARKS.md, session 32).
+//! chains to overlap. And a y-reduce adding rows into its output row loads
+//! and stores that row once per jammed group of rows instead of once per
+//! row (BENCHMARKS.md, session 32).
 
 use crate::ir::{ArgStep, Combine, Extent, Idx, Loop, LoopKind, Stmt, Val};
 use crate::schedule::{Directive, Schedule};
