@@ -10,7 +10,9 @@
 //! vector width separately (`plan.rs`: micro-kernel shape, orientation, cache blocks); the C
 //! packs A and B blocks into contiguous zero-padded panels (`pack.rs`) and runs a
 //! register-blocked micro-kernel over them (`kernel.rs`), in tasks spread over OpenMP threads
-//! (`driver.rs`). Sizes are compile-time constants, so every bound is a literal.
+//! (`driver.rs`; its tiles into C in `driver/tiles.rs`, a weight's prepacking in
+//! `driver/prepack.rs`, the K blocks inside each tile in `driver/k_inner.rs`). Sizes are
+//! compile-time constants, so every bound is a literal.
 
 mod driver;
 mod emit;

@@ -9,10 +9,11 @@
 //! tile, with the epilogue applied in the last block as the block order does) or in the
 //! local tile (a clipped one, stored once after the last block with the epilogue).
 
-use super::{
-    emit_clipped_store, emit_direct_tile, emit_local_tile, emit_local_tile_call, emit_row_pointers,
-    open_k_block, tile_form, ASource, CWriter, KBlock, KernelCall, Store, TileForm, Window,
+use super::tiles::{
+    emit_clipped_store, emit_direct_tile, emit_local_tile, emit_local_tile_call, tile_form, Store,
+    TileForm,
 };
+use super::{emit_row_pointers, open_k_block, ASource, CWriter, KBlock, KernelCall, Window};
 
 /// The task's packing of B and its tiles (see the module doc).
 pub(super) fn emit(w: &mut CWriter, block: &KBlock, window: &Window) {
