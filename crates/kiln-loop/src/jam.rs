@@ -161,8 +161,7 @@ impl Copies<'_> {
 /// Whether `body` loads from a buffer it also stores to (a copy could
 /// then read what another stored).
 pub(crate) fn reads_what_it_stores(body: &[Stmt]) -> bool {
-    let mut stored = Vec::new();
-    crate::ir::for_each_store(body, &mut |buf, _, _| stored.push(buf));
+    let stored = crate::ir::stored_buffers(body);
     let mut reads = false;
     crate::ir::for_each_load(body, &mut |buf, _, _| reads |= stored.contains(&buf));
     reads

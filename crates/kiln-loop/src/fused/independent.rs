@@ -17,7 +17,7 @@
 //! its own values in the same order), so results are identical. Anything
 //! else (a matmul, a parallel loop's combine) is left as it is.
 
-use crate::ir::{for_each_load, for_each_store, Loop, Stmt};
+use crate::ir::{for_each_load, stored_buffers, Loop, Stmt};
 
 /// `body` with every pair of consecutive independent reduction nests over
 /// the same loops merged (see the module doc).
@@ -92,7 +92,7 @@ fn segments(body: &[Stmt]) -> Option<Segments<'_>> {
 /// Whether nests `a` and `b` are reductions that store different buffers,
 /// name different locals, and neither reads what the other stores.
 fn independent(a: &Loop, b: &Loop) -> bool {
-    let (stores_a, stores_b) = (stored(a), stored(b));
+    let (stores_a, stores_b) = (stored_buffers(&a.body), stored_buffers(&b.body));
     let reads = |l: &Loop, written: &[usize]| {
         let mut hit = false;
         for_each_load(&l.body, &mut |buf, _, _| hit |= written.contains(&buf));
@@ -105,13 +105,6 @@ fn independent(a: &Loop, b: &Loop) -> bool {
         && !stores_a.iter().any(|s| stores_b.contains(s))
         && !reads(a, &stores_b)
         && !reads(b, &stores_a)
-}
-
-/// The buffers the nest `l` stores.
-fn stored(l: &Loop) -> Vec<usize> {
-    let mut out = Vec::new();
-    for_each_store(&l.body, &mut |buf, _, _| out.push(buf));
-    out
 }
 
 /// Whether `body` updates an accumulator somewhere (a reduction nest).

@@ -299,6 +299,13 @@ pub fn for_each_store(body: &[Stmt], f: &mut dyn FnMut(usize, &Idx, &Val)) {
     }
 }
 
+/// The buffers `body` stores, inside loops too (a buffer once per store).
+pub fn stored_buffers(body: &[Stmt]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for_each_store(body, &mut |buf, _, _| out.push(buf));
+    out
+}
+
 /// Calls `f` on every loop of `body`, each before the loops inside it.
 pub fn for_each_loop(body: &[Stmt], f: &mut dyn FnMut(&Loop)) {
     for s in body {

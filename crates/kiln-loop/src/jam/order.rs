@@ -6,7 +6,7 @@
 //! reads after some point stored it is read in the same order jammed as
 //! in sequence.
 
-use crate::ir::{for_each_load, for_each_store, Extent, Idx, Loop, Stmt};
+use crate::ir::{for_each_load, for_each_store, stored_buffers, Idx, Loop, Stmt};
 use std::collections::HashMap;
 
 /// Whether the points of `l` touch disjoint elements of every buffer the body stores:
@@ -70,21 +70,11 @@ pub(super) fn accumulates_in_place(l: &Loop) -> bool {
         .all(|idx| walks_one_var(idx, &inner.var, &l.var))
 }
 
-fn stored_buffers(body: &[Stmt]) -> Vec<usize> {
-    let mut out = Vec::new();
-    for_each_store(body, &mut |buf, _, _| out.push(buf));
-    out
-}
-
 /// The extents of the loops in `body`, by variable.
 fn inner_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
     for s in body {
         if let Stmt::Loop(l) = s {
-            let extent = match l.extent {
-                Extent::Const(n) => n,
-                Extent::Tail { .. } => l.extent.max(),
-            };
-            out.insert(l.var.clone(), extent);
+            out.insert(l.var.clone(), l.extent.max());
             inner_extents(&l.body, out);
         }
     }
