@@ -415,9 +415,10 @@ fn row_schedule(k: &Kernel, row_vars: &[String], target: &TargetDesc) -> Schedul
 /// innermost loops (`extents`) at most [`TargetDesc::short_row_vectors`] vectors. Such a
 /// row waits on the latency of its reductions' last steps (a vector's lanes summed, the
 /// row's max broadcast into an exp) more than on its work, and a second row's chains
-/// overlap it. Not where the row keeps partial sums in local buffers (long rows), nor
-/// where it reads back a buffer it stores while a loop ends in a partial vector: a
-/// Softmax over rows of 20 or 24 ran slower jammed (BENCHMARKS.md, session 32).
+/// overlap it. Not where the row keeps partial sums in local buffers (long rows: `jam`
+/// refuses them), nor where it reads back a buffer it stores while a loop ends in a
+/// partial vector: a Softmax over rows of 20 or 24 ran slower jammed (BENCHMARKS.md,
+/// session 32).
 fn row_jam(
     k: &Kernel,
     directives: &[Directive],
@@ -428,10 +429,7 @@ fn row_jam(
     let longest = target.short_row_vectors() as i64 * lanes;
     let short = extents.iter().all(|&e| e <= longest);
     let whole_vectors = extents.iter().all(|&e| e % lanes == 0);
-    let partials = directives
-        .iter()
-        .any(|d| matches!(d, Directive::LanePartials { .. }));
-    if !short || partials || (!whole_vectors && crate::jam::reads_what_it_stores(&k.body)) {
+    if !short || (!whole_vectors && crate::jam::reads_what_it_stores(&k.body)) {
         return None;
     }
     let var = directives.iter().find_map(|d| match d {
