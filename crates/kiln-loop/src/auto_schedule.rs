@@ -73,8 +73,8 @@ mod scalar;
 mod transpose;
 mod vector_sums;
 
-use bounds::guard_cuts;
 pub(crate) use bounds::interior;
+use bounds::{checks_on, guard_cuts};
 use scalar::scalar_reductions;
 use vector_sums::vector_sum;
 pub use vector_sums::LANE_PARTIAL_TERMS;
@@ -129,6 +129,15 @@ fn reads_half_floats(k: &Kernel) -> bool {
 /// one load and one store of the copy per that many row loads instead of per one. Over
 /// f32[1280, 21128] the sum ran 1.5-1.7x faster with 8 (BENCHMARKS.md, session 32).
 const ROWS_PER_PASS: i64 = 8;
+
+/// The jam that adds [`ROWS_PER_PASS`] rows of reduced loop `var` per pass after
+/// `schedule`, unless a bounds check depends on `var` ([`checks_on`]).
+fn rows_per_pass(k: &Kernel, schedule: &Schedule, var: &str) -> Option<Directive> {
+    if checks_on(&k.body, var) {
+        return None;
+    }
+    crate::jam::jammed_after(k, schedule, var, ROWS_PER_PASS)
+}
 
 /// Iterations of every loop in `body`, counting nested loops fully.
 pub(crate) fn work(body: &[Stmt]) -> i64 {
@@ -328,7 +337,7 @@ fn one_loop_schedule(
             Directive::Parallel(reduction.clone()),
             Directive::Vectorize(innermost),
         ]);
-        let jam = crate::jam::jammed_after(current, &split, &reduction, ROWS_PER_PASS);
+        let jam = rows_per_pass(current, &split, &reduction);
         schedule.0.extend(split.0.into_iter().chain(jam));
         return true;
     }
@@ -385,8 +394,7 @@ fn innermost_schedule(
             // Rows of the reduced loop added into the output row eight per pass (f16 and
             // bf16 inputs are widened a row at a time, `c/half_blocks.rs`: not these).
             let new = Schedule(schedule.0[first_new..].to_vec());
-            let jam = crate::jam::jammed_after(current, &new, &reduced, ROWS_PER_PASS);
-            schedule.0.extend(jam);
+            schedule.0.extend(rows_per_pass(current, &new, &reduced));
         }
     } else if nest.plain && several {
         let at = guard_cuts(&current.body, &innermost, extent);

@@ -59,6 +59,15 @@ pub(crate) fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i6
     (any && lo < hi && (lo, hi) != (0, extent)).then_some((lo, hi))
 }
 
+/// Whether a bounds check in `body` depends on `var`: jammed copies of `var`'s loop would
+/// each test their own check inside the vector loop, where one copy's check is hoisted
+/// out of it (a 7x7 depthwise window, jammed along its width, ran about ten times slower).
+pub(super) fn checks_on(body: &[Stmt], var: &str) -> bool {
+    let mut guards = Vec::new();
+    guards_in(body, &mut guards);
+    guards.iter().any(|(idx, _)| idx.uses(var))
+}
+
 fn loop_ranges(body: &[Stmt], out: &mut std::collections::HashMap<String, (i64, i64)>) {
     for s in body {
         if let Stmt::Loop(l) = s {
@@ -77,4 +86,61 @@ fn guards_in(body: &[Stmt], out: &mut Vec<(Idx, i64)>) {
         }
     }
     for_each_value(body, &mut |v| val(v, out));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::parse_kernel;
+    use crate::schedule::Directive;
+    use kiln_target::CpuPreset;
+
+    /// A channels-last 7x7 depthwise convolution as lowered, padded (`checks`) or not.
+    fn depthwise(checks: bool) -> String {
+        let guard = if checks {
+            " if i1 + r1 - 3 < 20 && i2 + r2 - 3 < 20"
+        } else {
+            ""
+        };
+        format!(
+            "kernel k(in0: f32[1,26,26,32], in1: f32[7,7,1,32], out out0: f32[1,20,20,32]) {{
+  for i1 in 0..20 {{
+    for i2 in 0..20 {{
+      for i3 in 0..32 {{
+        let acc: f32 = 0.0:f32
+        for r1 in 0..7 {{
+          for r2 in 0..7 {{
+            acc = sum(acc, Mul(in0[832*i1 + 832*r1 + 32*i2 + 32*r2 + i3{guard}], in1[224*r1 + 32*r2 + i3]))
+          }}
+        }}
+        out0[640*i1 + 32*i2 + i3] = acc
+      }}
+    }}
+  }}
+}}"
+        )
+    }
+
+    /// The window's taps are added into the output row several per pass, unless the
+    /// tap's bounds check depends on the jammed loop (each copy would test its own).
+    #[test]
+    fn window_taps_jam_only_without_checks_on_them() {
+        let v4 = CpuPreset::X86_64V4.desc(2);
+        let jams = |checks: bool| {
+            let k = parse_kernel(&depthwise(checks)).unwrap();
+            assert!(super::checks_on(&k.body, "r2") == checks);
+            let schedule = crate::auto_schedule::default_schedule(&k, &v4);
+            assert!(
+                schedule
+                    .0
+                    .contains(&Directive::AccumulateOutward("i3".into())),
+                "{schedule:?}"
+            );
+            schedule
+                .0
+                .iter()
+                .any(|d| matches!(d, Directive::Jam { var, .. } if var == "r2"))
+        };
+        assert!(jams(false));
+        assert!(!jams(true));
+    }
 }
