@@ -75,21 +75,23 @@ pub fn is_identity(perm: &[usize]) -> bool {
 
 /// Index of the one tensor operand when node `n` is an element-wise op
 /// (a broadcasting op with a scalar rule) whose other operands are all
-/// rank-0 constants, so that it maps each element of that operand to the
-/// element at the same position of its output, whatever the layout.
-pub fn unary_elementwise(ed: &Editor, n: usize) -> Option<usize> {
+/// constants broadcast to its output's shape, which that operand has: it
+/// maps each element of that operand to the element at the same position
+/// of its output, reading constants that a layout change permutes alike.
+pub fn elementwise_over_constants(ed: &Editor, n: usize) -> Option<usize> {
     let node = ed.node(n);
     if !default_domain(node) {
         return None;
     }
     registry::lookup("", &node.op)?.scalar_kernel()?;
     let y = single_output(node)?;
-    let is_scalar_const =
-        |v: ValueId| ed.constant(v).is_some() && ed.ty(v).shape.as_deref() == Some(&[]);
+    let rank = ed.ty(y).rank()?;
+    let broadcast_const =
+        |v: ValueId| ed.constant(v).is_some() && ed.ty(v).rank().is_some_and(|r| r <= rank);
     let mut data = None;
     for k in 0..node.inputs.len() {
         let v = ed.input(n, k)?;
-        if !is_scalar_const(v) && data.replace(k).is_some() {
+        if !broadcast_const(v) && data.replace(k).is_some() {
             return None;
         }
     }

@@ -7,11 +7,14 @@
 //! 2. `Transpose(Transpose(x, p), q)` → `Transpose(x, p∘q)` (→ `x` when
 //!    that is the identity); the inner one goes when nothing else uses it.
 //! 3. `Transpose(U_k(…U_1(Transpose(x, p))…), q)` where each `U_i` is an
-//!    element-wise op of one tensor operand (others rank-0 constants) and
-//!    every intermediate has a single use → `Transpose(U_k(…U_1(x)…), p∘q)`:
-//!    the inner transpose moves down to meet the outer one (rule 2's
-//!    result), so two layout changes become one or none. Only fires when
-//!    it reaches a Transpose, so it never just moves a transpose around.
+//!    element-wise op of one tensor operand (others constants, broadcast to
+//!    it) and every intermediate has a single use →
+//!    `Transpose(U_k(…U_1(x)…), p∘q)`: the inner transpose moves down to
+//!    meet the outer one (rule 2's result), so two layout changes become one
+//!    or none; each constant of rank above 0 is replaced by its copy in
+//!    `x`'s layout (the inverse of `p`: a per-channel scale between two
+//!    layout changes, ConvNeXt's layer scale). Only fires when it reaches a
+//!    Transpose, so it never just moves a transpose around.
 //! 4. `view(view(x))` → `Reshape(x, shape)` (views: Reshape, Flatten,
 //!    Squeeze, Unsqueeze), or `x` when the shapes agree.
 //! 5. A unit view (one that only inserts or removes axes of length 1, like
@@ -28,8 +31,10 @@
 use crate::consts;
 use crate::edit::{sweep, Editor};
 use crate::pass::{each_graph, Pass};
-use crate::patterns::{compose, is_identity, transpose, unary_elementwise, view};
+use crate::patterns::{compose, elementwise_over_constants, is_identity, transpose, view};
 use kiln_ir::{Attr, Data, Graph, Result, Tensor, TensorType, ValueId};
+use kiln_ops::te::layout::inverse;
+use kiln_ops::util::transpose as transpose_tensor;
 use std::collections::BTreeMap;
 
 pub struct CanonicalizeLayout;
@@ -105,7 +110,8 @@ fn moves_only_unit_axes(xs: &[usize], perm: &[usize]) -> bool {
 /// Rule 3: walks up from `end` through single-use element-wise ops to a
 /// single-use Transpose; when found, the first op of the chain reads the
 /// transpose's input instead, the chain's values take that input's shape,
-/// and the transpose goes. Returns the transpose's permutation.
+/// their constants its layout, and the transpose goes. Returns the
+/// transpose's permutation.
 fn sink_through_chain(ed: &mut Editor, end: ValueId) -> Option<Vec<usize>> {
     let mut chain = Vec::new();
     let mut v = end;
@@ -114,12 +120,23 @@ fn sink_through_chain(ed: &mut Editor, end: ValueId) -> Option<Vec<usize>> {
         if let Some((perm, x0, _)) = transpose(ed, m) {
             break (perm, x0, m);
         }
-        let k = unary_elementwise(ed, m)?;
+        let k = elementwise_over_constants(ed, m)?;
         chain.push((m, k, ed.output(m, 0)?));
         v = ed.input(m, k)?;
     };
     let &(first, k, _) = chain.last()?;
     let shape = ed.shape(x0)?.to_vec();
+    let unpermuted = inverse(&perm);
+    let mut permuted = Vec::new();
+    for &(m, data, _) in &chain {
+        for j in (0..ed.node(m).inputs.len()).filter(|&j| j != data) {
+            let c = permuted_constant(ed, ed.input(m, j)?, &unpermuted)?;
+            permuted.push((m, j, c));
+        }
+    }
+    for (m, j, c) in permuted {
+        ed.set_input(m, j, Some(c));
+    }
     ed.set_input(first, k, Some(x0));
     for &(_, _, out) in &chain {
         let dtype = ed.ty(out).dtype;
@@ -127,6 +144,21 @@ fn sink_through_chain(ed: &mut Editor, end: ValueId) -> Option<Vec<usize>> {
     }
     ed.remove_if_unused(t);
     Some(perm)
+}
+
+/// Constant `c`, broadcast to `perm`'s rank, transposed by `perm`; `c` itself when
+/// it is a scalar.
+fn permuted_constant(ed: &mut Editor, c: ValueId, perm: &[usize]) -> Option<ValueId> {
+    let shape = ed.shape(c)?.to_vec();
+    if shape.is_empty() {
+        return Some(c);
+    }
+    let mut full = vec![1; perm.len() - shape.len()];
+    full.extend_from_slice(&shape);
+    let data = ed.constant(c)?.to_tensor().ok()?.data.clone();
+    let t = transpose_tensor(&Tensor::new(full, data).ok()?, perm).ok()?;
+    let hint = format!("{}_permuted", ed.graph().name(c));
+    Some(ed.add_constant(&hint, t))
 }
 
 /// An int64 shape constant for `shape`, reusing node `n`'s shape input
