@@ -428,7 +428,8 @@ mod tests {
     }
 
     /// A short vector loop runs whole masked vectors on AVX-512 only when every read and
-    /// store is contiguous along it and it has over 16 iterations (`padded_bound`).
+    /// store is contiguous along it, it has over 16 iterations and its body reads at most
+    /// `PADDED_MAX_LOADS` times (`padded_bound`).
     #[test]
     fn short_vector_loops_are_padded_only_where_gcc_masks_them() {
         let rows = |extent: usize, read: &str| {
@@ -444,6 +445,14 @@ mod tests {
         };
         let c = c_of(&rows(20, "in0[20*o + j]")).expect("C");
         assert!(c.contains("j < 32; ++j) if (j < 20) {"), "{c}");
+        let taps = |n: usize| {
+            let reads: Vec<String> = (0..n).map(|t| format!("in0[j + {t}]")).collect();
+            reads.join(", ")
+        };
+        let many =
+            |n: usize| rows(20, &format!("Max({})", taps(n))).replace("f32[4,20]", "f32[4,40]");
+        let c = c_of(&many(statements::PADDED_MAX_LOADS)).expect("C");
+        assert!(c.contains("if (j < 20)"), "{c}");
         // A whole number of vectors, 16 iterations or fewer, a read the same for every
         // lane, or one not at unit stride: the loop as it is.
         for (extent, read) in [
@@ -455,5 +464,7 @@ mod tests {
             let c = c_of(&rows(extent, read)).expect("C");
             assert!(!c.contains(") if (j <"), "{extent} {read}: {c}");
         }
+        let c = c_of(&many(statements::PADDED_MAX_LOADS + 1)).expect("C");
+        assert!(!c.contains(") if (j <"), "{c}");
     }
 }

@@ -10,6 +10,12 @@ use super::*;
 /// share, and a loop the C compiler failed to vectorize under the guard would cost more.
 const PADDED_VECTORS: i64 = 8;
 
+/// Vector loops whose body reads more than this many times keep their element-by-element
+/// remainder (vectorized by GCC as a narrower epilogue) instead of a masked partial vector:
+/// GCC 12 spilled a window's masked reads to the stack (a 5x5 depthwise window over 120
+/// channels, six points jammed, ran twice as slow masked: BENCHMARKS.md, session 33).
+pub(super) const PADDED_MAX_LOADS: usize = 8;
+
 /// The C bound of a loop of `extent` iterations.
 fn loop_bound(extent: &Extent) -> String {
     match extent {
@@ -228,7 +234,8 @@ impl Printer<'_> {
     /// Not with f16 blocks, which convert the loop's true extent (`c/half_blocks.rs`), and
     /// only when every read and store of the body is contiguous along the loop: GCC 12
     /// vectorizes neither a read the same for every lane nor a strided one under the mask
-    /// (a loop of 20 then ran all 32 iterations one by one).
+    /// (a loop of 20 then ran all 32 iterations one by one); nor when the body reads more
+    /// than [`PADDED_MAX_LOADS`] times.
     fn padded_bound(&self, l: &Loop, half_blocks: (usize, usize)) -> Option<i64> {
         let lanes = self.masked_lanes?;
         let Extent::Const(n) = l.extent else {
@@ -243,9 +250,13 @@ impl Printer<'_> {
         }
         let contiguous = |offset: &Idx| offset.unit_stride_aligned(&l.var, 1);
         let mut masked = true;
+        let mut loads = 0;
         kiln_loop::ir::for_each_store(&l.body, &mut |_, offset, _| masked &= contiguous(offset));
-        kiln_loop::ir::for_each_load(&l.body, &mut |_, offset, _| masked &= contiguous(offset));
-        masked.then(|| (n + lanes - 1) / lanes * lanes)
+        kiln_loop::ir::for_each_load(&l.body, &mut |_, offset, _| {
+            masked &= contiguous(offset);
+            loads += 1;
+        });
+        (masked && loads <= PADDED_MAX_LOADS).then(|| (n + lanes - 1) / lanes * lanes)
     }
 
     /// Before vector loop `l` (of `bound` iterations) on a target with f16 conversion
