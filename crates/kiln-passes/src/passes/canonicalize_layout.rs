@@ -126,15 +126,19 @@ fn sink_through_chain(ed: &mut Editor, end: ValueId) -> Option<Vec<usize>> {
     };
     let &(first, k, _) = chain.last()?;
     let shape = ed.shape(x0)?.to_vec();
+    // Every constant's copy is made before anything changes: the rule fires whole or not.
     let unpermuted = inverse(&perm);
     let mut permuted = Vec::new();
     for &(m, data, _) in &chain {
         for j in (0..ed.node(m).inputs.len()).filter(|&j| j != data) {
-            let c = permuted_constant(ed, ed.input(m, j)?, &unpermuted)?;
-            permuted.push((m, j, c));
+            let c = ed.input(m, j)?;
+            if let Some(t) = permuted_constant(ed, c, &unpermuted)? {
+                permuted.push((m, j, format!("{}_permuted", ed.graph().name(c)), t));
+            }
         }
     }
-    for (m, j, c) in permuted {
+    for (m, j, hint, t) in permuted {
+        let c = ed.add_constant(&hint, t);
         ed.set_input(m, j, Some(c));
     }
     ed.set_input(first, k, Some(x0));
@@ -146,19 +150,18 @@ fn sink_through_chain(ed: &mut Editor, end: ValueId) -> Option<Vec<usize>> {
     Some(perm)
 }
 
-/// Constant `c`, broadcast to `perm`'s rank, transposed by `perm`; `c` itself when
-/// it is a scalar.
-fn permuted_constant(ed: &mut Editor, c: ValueId, perm: &[usize]) -> Option<ValueId> {
-    let shape = ed.shape(c)?.to_vec();
+/// Constant `c`, broadcast to `perm`'s rank, transposed by `perm`; `Some(None)` when `c`
+/// is a scalar (read the same in any layout).
+fn permuted_constant(ed: &Editor, c: ValueId, perm: &[usize]) -> Option<Option<Tensor>> {
+    let shape = ed.shape(c)?;
     if shape.is_empty() {
-        return Some(c);
+        return Some(None);
     }
     let mut full = vec![1; perm.len() - shape.len()];
-    full.extend_from_slice(&shape);
+    full.extend_from_slice(shape);
     let data = ed.constant(c)?.to_tensor().ok()?.data.clone();
     let t = transpose_tensor(&Tensor::new(full, data).ok()?, perm).ok()?;
-    let hint = format!("{}_permuted", ed.graph().name(c));
-    Some(ed.add_constant(&hint, t))
+    Some(Some(t))
 }
 
 /// An int64 shape constant for `shape`, reusing node `n`'s shape input
