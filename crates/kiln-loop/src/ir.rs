@@ -24,7 +24,7 @@ mod walk;
 
 pub use walk::{
     accumulates_in_half_float, carries_arg_reduction, declared_locals, find_loop, for_each_load,
-    for_each_loop, for_each_store, for_each_value, has_arg_reduction, reduced_locals,
+    for_each_loop, for_each_store, for_each_value, has_arg_reduction, loop_ranges, reduced_locals,
     reduces_in_order, renamed_updates, stored_buffers,
 };
 

@@ -7,7 +7,7 @@
 //! where `peel` may cut so each part decides every check on the variable
 //! the same way (`guards.rs` then drops them).
 
-use crate::ir::{for_each_value, Atom, Idx, Stmt, Val};
+use crate::ir::{for_each_value, loop_ranges, Atom, Idx, Stmt, Val};
 
 /// The points inside `0..extent` where a bounds check of `var` alone
 /// (`0 <= var + c < n`) changes its answer: a concatenation along `var`
@@ -32,8 +32,7 @@ pub(super) fn guard_cuts(body: &[Stmt], var: &str, extent: i64) -> Vec<i64> {
 /// the interior of a padded window, which `peel` separates so it runs
 /// without checks. `None` when there is no such check or no interior.
 pub(crate) fn interior(body: &[Stmt], var: &str, extent: i64) -> Option<(i64, i64)> {
-    let mut ranges = std::collections::HashMap::new();
-    loop_ranges(body, &mut ranges);
+    let ranges = loop_ranges(body);
     let mut guards = Vec::new();
     guards_in(body, &mut guards);
     let (mut lo, mut hi) = (0i64, extent);
@@ -66,15 +65,6 @@ pub(super) fn checks_on(body: &[Stmt], var: &str) -> bool {
     let mut guards = Vec::new();
     guards_in(body, &mut guards);
     guards.iter().any(|(idx, _)| idx.uses(var))
-}
-
-fn loop_ranges(body: &[Stmt], out: &mut std::collections::HashMap<String, (i64, i64)>) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            out.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
-            loop_ranges(&l.body, out);
-        }
-    }
 }
 
 fn guards_in(body: &[Stmt], out: &mut Vec<(Idx, i64)>) {

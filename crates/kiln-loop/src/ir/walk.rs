@@ -306,6 +306,16 @@ pub fn stored_buffers(body: &[Stmt]) -> Vec<usize> {
     out
 }
 
+/// The range `(0, extent - 1)` of every loop variable in `body`, inside loops too (a
+/// variable bound twice keeps its innermost loop's range).
+pub fn loop_ranges(body: &[Stmt]) -> std::collections::HashMap<String, (i64, i64)> {
+    let mut out = std::collections::HashMap::new();
+    for_each_loop(body, &mut |l| {
+        out.insert(l.var.clone(), (0, l.extent.max().max(1) - 1));
+    });
+    out
+}
+
 /// Calls `f` on every loop of `body`, each before the loops inside it.
 pub fn for_each_loop(body: &[Stmt], f: &mut dyn FnMut(&Loop)) {
     for s in body {

@@ -6,7 +6,7 @@
 //! reads after some point stored it is read in the same order jammed as
 //! in sequence.
 
-use crate::ir::{for_each_load, for_each_store, stored_buffers, Idx, Loop, Stmt};
+use crate::ir::{for_each_load, for_each_store, loop_ranges, stored_buffers, Idx, Loop, Stmt};
 use std::collections::HashMap;
 
 /// Whether the points of `l` touch disjoint elements of every buffer the body stores:
@@ -14,9 +14,8 @@ use std::collections::HashMap;
 /// `rest` (over the loops inside `l`) within one run of `|c|` elements (a row program's
 /// rows).
 pub(super) fn points_disjoint(l: &Loop) -> bool {
-    let mut extents = HashMap::new();
-    inner_extents(&l.body, &mut extents);
-    let range = |v: &str| extents.get(v).map(|&e: &i64| (0, (e - 1).max(0)));
+    let ranges = loop_ranges(&l.body);
+    let range = |v: &str| ranges.get(v).copied();
     let mut spans: HashMap<usize, Option<(i64, i64, i64)>> = HashMap::new();
     let stored = stored_buffers(&l.body);
     let mut visit = |buf: usize, idx: &Idx| {
@@ -68,16 +67,6 @@ pub(super) fn accumulates_in_place(l: &Loop) -> bool {
     same && index
         .values()
         .all(|idx| walks_one_var(idx, &inner.var, &l.var))
-}
-
-/// The extents of the loops in `body`, by variable.
-fn inner_extents(body: &[Stmt], out: &mut HashMap<String, i64>) {
-    for s in body {
-        if let Stmt::Loop(l) = s {
-            out.insert(l.var.clone(), l.extent.max());
-            inner_extents(&l.body, out);
-        }
-    }
 }
 
 /// `idx` as `c*var + rest` with `c != 0` and `rest` not reading `var`.
