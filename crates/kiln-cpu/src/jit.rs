@@ -559,6 +559,9 @@ fn direct_outputs(graph: &Graph, plan: &ExecPlan) -> HashMap<usize, usize> {
                 viewed.insert(*value);
                 viewed.insert(*of);
             }
+            Step::Assembled { value, .. } => {
+                viewed.insert(*value);
+            }
             Step::Kernel { node, .. } => {
                 by_kernel.extend(
                     graph.nodes[*node]

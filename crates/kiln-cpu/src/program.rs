@@ -9,10 +9,11 @@
 //! steps name those kernels, with workspaces sized for `threads`; and the
 //! C of the concurrent blocks. Nothing is compiled here.
 
+use crate::concat_in_place::assemble_concats;
 use crate::select::{has_c_type, node_kernel_tuned, CpuGroupCheck, NodeKernel};
 use crate::shared_kernels::shared_sources;
 use crate::tuning::GemmTunings;
-use kiln_exec::{ExecPlan, PlanRequest};
+use kiln_exec::{ExecPlan, KernelInfo, PlanRequest};
 use kiln_fuse::{Plan, PlanOptions, Planned, PlannerKind};
 use kiln_ir::{Error, Graph, Result, ValueId};
 use kiln_runtime::jit::CompilerConfig;
@@ -110,17 +111,36 @@ impl CpuProgram {
         let (target, tunings) = (&opts.target, opts.tunings.as_ref());
         let applied = kiln_fuse::apply::apply_plan(graph, &fusion.plan)?;
         let graph = applied.graph;
-        let (kernels, plan) = kernels_and_plan(
+        let placing = KernelPlacing {
+            parallel: &applied.parallel,
+            threads: naming.threads,
+            prefix: &naming.prefix,
+            alignment: ALIGNMENT,
+        };
+        let mut chosen = select_kernels(
             &graph,
             &|node, name| node_kernel_tuned(&graph, node, name, target, tunings),
-            NodeKernel::info,
-            &KernelPlacing {
-                parallel: &applied.parallel,
-                threads: naming.threads,
-                prefix: &naming.prefix,
-                alignment: ALIGNMENT,
-            },
-        )?;
+            &placing,
+        );
+        let assembled = assemble_concats(&graph, &mut chosen, &scope_reads(&graph), target)?;
+        let infos: Vec<_> = chosen
+            .iter()
+            .zip(&assembled)
+            .map(|(k, &assembled)| {
+                k.as_ref()
+                    .map(|k| KernelInfo {
+                        assembled,
+                        ..k.info()
+                    })
+                    .map_err(Clone::clone)
+            })
+            .collect();
+        let plan = place_kernels(&graph, &infos, &placing)?;
+        let kernels = chosen
+            .into_iter()
+            .zip(assembled)
+            .map(|(k, assembled)| k.ok().filter(|_| !assembled))
+            .collect();
         Ok(CpuProgram {
             kernels,
             graph,
@@ -224,7 +244,23 @@ pub fn kernels_and_plan<K>(
     info: fn(&K) -> kiln_exec::KernelInfo,
     placing: &KernelPlacing,
 ) -> Result<(Vec<Option<K>>, ExecPlan)> {
-    let chosen: Vec<std::result::Result<K, String>> = graph
+    let chosen = select_kernels(graph, select, placing);
+    let infos: Vec<_> = chosen
+        .iter()
+        .map(|k| k.as_ref().map(info).map_err(Clone::clone))
+        .collect();
+    let plan = place_kernels(graph, &infos, placing)?;
+    Ok((chosen.into_iter().map(Result::ok).collect(), plan))
+}
+
+/// Each node's kernel from `select` (given the node and its name,
+/// `PREFIX_kN`), or why it has none.
+fn select_kernels<K>(
+    graph: &Graph,
+    select: &dyn Fn(&kiln_ir::Node, &str) -> Result<K>,
+    placing: &KernelPlacing,
+) -> Vec<std::result::Result<K, String>> {
+    graph
         .nodes
         .iter()
         .enumerate()
@@ -233,22 +269,25 @@ pub fn kernels_and_plan<K>(
                 .and_then(|()| select(node, &format!("{}_k{i}", placing.prefix)))
                 .map_err(|e| e.to_string())
         })
-        .collect();
-    let infos: Vec<_> = chosen
-        .iter()
-        .map(|k| k.as_ref().map(info).map_err(Clone::clone))
-        .collect();
-    let plan = kiln_exec::build(&PlanRequest {
+        .collect()
+}
+
+/// The execution plan placing the kernels `infos` describes.
+fn place_kernels(
+    graph: &Graph,
+    infos: &[std::result::Result<kiln_exec::KernelInfo, String>],
+    placing: &KernelPlacing,
+) -> Result<ExecPlan> {
+    kiln_exec::build(&PlanRequest {
         graph,
-        kernels: &infos,
+        kernels: infos,
         parallel: placing.parallel,
         scope_reads: &scope_reads(graph),
         threads: placing.threads,
         prefix: placing.prefix,
         arena_dtype: &has_c_type,
         alignment: placing.alignment,
-    })?;
-    Ok((chosen.into_iter().map(Result::ok).collect(), plan))
+    })
 }
 
 /// An error when an output's shape depends on data (no kernel then, on

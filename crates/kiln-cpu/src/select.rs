@@ -57,6 +57,7 @@ impl NodeKernel {
                 fixed: self.workspace.fixed * 4,
                 per_thread: self.workspace.per_thread * 4,
             },
+            assembled: false,
         }
     }
 }
@@ -204,7 +205,7 @@ pub fn lower_node(g: &Graph, node: &Node, name: &str, target: &TargetDesc) -> Re
 
 /// The kernel buffers (numbered by `inputs`, the node input positions
 /// passed as buffers) that hold a weight: an initializer of `g`.
-fn constant_buffers(g: &Graph, node: &Node, inputs: &[usize]) -> Vec<usize> {
+pub(crate) fn constant_buffers(g: &Graph, node: &Node, inputs: &[usize]) -> Vec<usize> {
     (0..inputs.len())
         .filter(|&j| node.inputs[inputs[j]].is_some_and(|v| g.initializers.contains_key(&v)))
         .collect()

@@ -215,7 +215,7 @@ pub fn raw_weights(graph: &Graph, plan: &ExecPlan) -> BTreeSet<usize> {
                 let reads = n.inputs.iter().flatten().copied().chain(by_name);
                 needed.extend(reads.filter_map(|v| slot(v.index())));
             }
-            Step::Alias { .. } => {}
+            Step::Alias { .. } | Step::Assembled { .. } => {}
         }
     }
     needed.extend(plan.outputs.iter().filter_map(|&o| slot(o)));

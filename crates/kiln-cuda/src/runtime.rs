@@ -279,7 +279,7 @@ impl CudaModel {
         match &self.plan.steps[step] {
             Step::Kernel { .. } => self.launch(step, device, args),
             Step::Interp { node, .. } => self.interpret(*node, inputs, boxed),
-            Step::Alias { .. } => Ok(()),
+            Step::Alias { .. } | Step::Assembled { .. } => Ok(()),
         }
     }
 

@@ -38,6 +38,7 @@ impl CudaKernel {
             view: self.view,
             packs: None,
             workspace: WorkspaceNeed::default(),
+            assembled: false,
         }
     }
 }

@@ -8,13 +8,17 @@
 //! arena offset from one memory plan (swTVM §4: one plan computed at
 //! compile time; greedy by size, `memplan.rs`), in place where a kernel
 //! allows it and its input dies there; a view's output takes its input's
-//! place (no step runs); graph outputs live to the end; the plan's
+//! place (no step runs); the parts of a concatenation marked assembled take
+//! its output's place, live from its first part's step (no step runs for
+//! it; a mark `assemble.rs` does not accept fails the build); graph outputs
+//! live to the end; the plan's
 //! parallel sets whose members are all kernels become concurrent blocks,
 //! whose members get one time step (their buffers never share memory) and
 //! disjoint workspace slices. The workspace is the largest need of any
 //! entry of the execution order. Arena and workspace together fit the
 //! memory budget (`kiln_ir::limits`), or the build fails saying so.
 
+use crate::assemble::part_producers;
 use crate::memplan::{self, Lifetime};
 use crate::plan::{Exec, ExecPlan, Loc, Packing, PlanValue, Step, WorkspaceSlice};
 use kiln_ir::{DType, Graph, Result, ValueId};
@@ -50,6 +54,9 @@ pub struct KernelInfo {
     /// run, and then reads packed.
     pub packs: Option<usize>,
     pub workspace: WorkspaceNeed,
+    /// A concatenation whose parts their producers write in place into its
+    /// output (`assemble.rs`): no call.
+    pub assembled: bool,
 }
 
 /// Everything [`build`] reads.
@@ -79,6 +86,10 @@ pub fn build(req: &PlanRequest) -> Result<ExecPlan> {
     let mut steps = Vec::with_capacity(g.nodes.len());
     for (n, node) in g.nodes.iter().enumerate() {
         steps.push(match &req.kernels[n] {
+            Ok(k) if k.assembled => Step::Assembled {
+                node: n,
+                value: node.outputs[0].map_or(0, |v| v.index()),
+            },
             _ if places.aliased[n] => {
                 let (Some(Some(of)), Some(Some(value))) = (
                     req.kernels[n]
@@ -199,7 +210,11 @@ fn place_workspaces(req: &PlanRequest, exec: &[Exec], steps: &mut [Step]) -> usi
 fn execution_blocks(req: &PlanRequest) -> Vec<Vec<usize>> {
     let nodes = req.graph.nodes.len();
     let mut block_at: Vec<Option<usize>> = vec![None; nodes];
-    let runnable = |n: usize| req.kernels[n].as_ref().is_ok_and(|k| k.view.is_none());
+    let runnable = |n: usize| {
+        req.kernels[n]
+            .as_ref()
+            .is_ok_and(|k| k.view.is_none() && !k.assembled)
+    };
     for (b, set) in req.parallel.iter().enumerate() {
         if set.len() > 1 && set.iter().all(|&n| n < nodes && runnable(n)) {
             set.iter().for_each(|&n| block_at[n] = Some(b));
@@ -220,6 +235,8 @@ struct Places {
     loc: Vec<Option<Loc>>,
     /// Nodes whose output is their input's memory (views).
     aliased: Vec<bool>,
+    /// The parts of assembled concatenations, each with its whole.
+    part_of: HashMap<ValueId, ValueId>,
     weights: Vec<usize>,
     boxed: usize,
     /// Time step (block) of each node, and whether its block is concurrent.
@@ -253,6 +270,7 @@ impl Places {
         Ok(Places {
             loc,
             aliased: vec![false; g.nodes.len()],
+            part_of: assembled_parts(req)?,
             weights,
             boxed: 0,
             time,
@@ -267,10 +285,6 @@ impl Places {
     /// memory plan.
     fn place_arena(&mut self, req: &PlanRequest, blocks: &[Vec<usize>]) {
         let g = req.graph;
-        let arena_able = |v: ValueId| {
-            let t = g.ty(v);
-            (req.arena_dtype)(t.dtype) && t.shape.is_some()
-        };
         let mut index_of: HashMap<ValueId, usize> = HashMap::new();
         let mut lifetimes: Vec<Lifetime> = Vec::new();
         let mut values = Vec::new();
@@ -304,19 +318,34 @@ impl Places {
                 }
             }
             for &o in node.outputs.iter().flatten() {
-                if self.loc[o.index()].is_some() {
+                if self.loc[o.index()].is_some() || index_of.contains_key(&o) {
                     continue;
                 }
-                if !arena_able(o) {
+                if let Some(&whole) = self.part_of.get(&o) {
+                    // A part: the whole's place, from its first part's step.
+                    let l = *index_of.entry(whole).or_insert_with(|| {
+                        values.push(whole);
+                        lifetimes.push(Lifetime {
+                            size: value_bytes(g, whole),
+                            first: t,
+                            last: t,
+                            inplace_of: None,
+                        });
+                        lifetimes.len() - 1
+                    });
+                    index_of.insert(o, l);
+                    aliases.push((o, l));
+                    continue;
+                }
+                if !arena_able(req, o) {
                     self.loc[o.index()] = Some(Loc::Boxed(self.boxed));
                     self.boxed += 1;
                     continue;
                 }
-                let ty = g.ty(o);
                 index_of.insert(o, lifetimes.len());
                 values.push(o);
                 lifetimes.push(Lifetime {
-                    size: ty.numel().unwrap_or(0) * ty.dtype.size(),
+                    size: value_bytes(g, o),
                     first: t,
                     last: t,
                     inplace_of: None,
@@ -359,6 +388,9 @@ impl Places {
             else {
                 continue;
             };
+            if self.part_of.contains_key(out) {
+                continue;
+            }
             if let (Some(&src), Some(&dst)) = (index_of.get(input), index_of.get(out)) {
                 if lifetimes[src].last == self.time[step] && !self.concurrent[step] {
                     lifetimes[dst].inplace_of = Some(src);
@@ -385,6 +417,45 @@ impl Places {
             })
             .collect()
     }
+}
+
+/// Whether value `v` can live in the arena: a C element type and a static shape.
+fn arena_able(req: &PlanRequest, v: ValueId) -> bool {
+    let t = req.graph.ty(v);
+    (req.arena_dtype)(t.dtype) && t.shape.is_some()
+}
+
+fn value_bytes(g: &Graph, v: ValueId) -> usize {
+    let ty = g.ty(v);
+    ty.numel().unwrap_or(0) * ty.dtype.size()
+}
+
+/// The parts of the concatenations marked assembled, each with the whole it
+/// is written into; an error where a target marked one that cannot be
+/// (its producers would then write outside their own buffers).
+fn assembled_parts(req: &PlanRequest) -> Result<HashMap<ValueId, ValueId>> {
+    let g = req.graph;
+    let runs_kernel = |p: usize| {
+        req.kernels[p]
+            .as_ref()
+            .is_ok_and(|k| k.view.is_none() && !k.assembled)
+    };
+    let mut part_of = HashMap::new();
+    for (n, node) in g.nodes.iter().enumerate() {
+        if !req.kernels[n].as_ref().is_ok_and(|k| k.assembled) {
+            continue;
+        }
+        let producers = part_producers(g, n, &runs_kernel, req.scope_reads);
+        let whole = match (producers, node.outputs.as_slice()) {
+            (Some(_), [Some(whole)]) if arena_able(req, *whole) => *whole,
+            _ => kiln_ir::bail!(
+                "{}: marked assembled in place, but its parts cannot be written into its output",
+                node.describe()
+            ),
+        };
+        part_of.extend(node.inputs.iter().flatten().map(|&v| (v, whole)));
+    }
+    Ok(part_of)
 }
 
 /// The largest total size of tensors live at one step: no arena holding

@@ -194,6 +194,10 @@ fn step(c: &mut Cursor) -> Result<Step> {
                 of: c.value_ref()?,
             }
         }
+        "assembled" => Step::Assembled {
+            node,
+            value: c.value_ref()?,
+        },
         "interp" => Step::Interp {
             node,
             reason: c.quoted()?,

@@ -74,6 +74,9 @@ pub enum Step {
         value: usize,
         of: usize,
     },
+    /// A concatenation whose parts their producers wrote in place into
+    /// `value`'s bytes (`KernelInfo::assembled`): nothing runs.
+    Assembled { node: usize, value: usize },
     /// A node outside generated code (run by the reference interpreter in
     /// the JIT; an AOT export refuses it).
     Interp { node: usize, reason: String },
@@ -82,9 +85,10 @@ pub enum Step {
 impl Step {
     pub fn node(&self) -> usize {
         match self {
-            Step::Kernel { node, .. } | Step::Alias { node, .. } | Step::Interp { node, .. } => {
-                *node
-            }
+            Step::Kernel { node, .. }
+            | Step::Alias { node, .. }
+            | Step::Assembled { node, .. }
+            | Step::Interp { node, .. } => *node,
         }
     }
 }

@@ -106,6 +106,7 @@ impl Display for Step {
                 Ok(())
             }
             Step::Alias { node, value, of } => write!(f, "node {node} alias %{value} = %{of}"),
+            Step::Assembled { node, value } => write!(f, "node {node} assembled %{value}"),
             Step::Interp { node, reason } => write!(f, "node {node} interp {reason:?}"),
         }
     }

@@ -114,7 +114,8 @@ fn arb_step(values: usize) -> impl Strategy<Value = Step> {
                 packing,
                 workspace: ws.map(|(offset, bytes)| WorkspaceSlice { offset, bytes }),
             }),
-        (v.clone(), v).prop_map(|(value, of)| Step::Alias { node: 0, value, of }),
+        (v.clone(), v.clone()).prop_map(|(value, of)| Step::Alias { node: 0, value, of }),
+        v.prop_map(|value| Step::Assembled { node: 0, value }),
         any::<String>().prop_map(|reason| Step::Interp { node: 0, reason }),
     ]
 }
@@ -164,6 +165,7 @@ fn arb_plan() -> impl Strategy<Value = ExecPlan> {
                             workspace,
                         },
                         Step::Alias { value, of, .. } => Step::Alias { node: i, value, of },
+                        Step::Assembled { value, .. } => Step::Assembled { node: i, value },
                         Step::Interp { reason, .. } => Step::Interp { node: i, reason },
                     })
                     .collect();

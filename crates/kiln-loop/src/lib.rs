@@ -28,6 +28,7 @@ pub mod schedule;
 mod text;
 pub mod window;
 pub mod winograd;
+pub mod write_as_part;
 
 pub use auto_schedule::default_schedule;
 pub use ir::{

@@ -81,7 +81,7 @@ pub(super) fn gemm_kernel_c(
         k: g.k as usize,
         a,
         b,
-        c: rows_cols(&g.c, g.m, g.n)?,
+        c: rows_cols(&output_at_zero(&g.c), g.m, g.n)?,
         epilogue: match &g.epilogue {
             Some(e) => Some(epilogue(printer(k, [g.batch, g.m, g.n]), e)?),
             None => None,
@@ -91,6 +91,11 @@ pub(super) fn gemm_kernel_c(
     let mut out = gemm_c_tuned(&spec, tuning)?;
     let workspace = gemm_workspace_tuned(&spec, tuning)?;
     let mut args: Vec<String> = k.buffers.iter().map(|b| b.name.clone()).collect();
+    // An output written as a part of a larger tensor (`kiln_loop::write_as_part`) starts
+    // `constant` elements into its buffer: the product is called on that address.
+    if g.c.offset.constant != 0 {
+        args[g.c.buf] = format!("{} + {}", args[g.c.buf], g.c.offset.constant);
+    }
     let unpack = buffer_arguments(k, &|_| false)?;
     write!(
         out,
@@ -190,6 +195,15 @@ pub(crate) fn computed(k: &Kernel, v: &Val, extents: [i64; 3]) -> Result<Operand
 /// A printer of values over a gemm operand's `b`, `r`, `c` below `extents`.
 pub(crate) fn printer(k: &Kernel, extents: [i64; 3]) -> Printer<'_> {
     with_gemm_ranges(Printer::new(k), extents)
+}
+
+/// The output operand with its constant offset left out (added to the
+/// pointer the product is called on instead), so a part of a larger
+/// tensor is as strided as a whole one.
+fn output_at_zero(c: &GemmOperand) -> GemmOperand {
+    let mut at_zero = c.clone();
+    at_zero.offset.constant = 0;
+    at_zero
 }
 
 /// `p` knowing the ranges of a gemm's `b`, `r`, `c` below `extents`.

@@ -31,9 +31,11 @@
 //!   its operand through the composed index instead of a copy (the
 //!   backend refuses what does not compose, e.g. a gather of computed
 //!   indices). Convolutions take none: their image is read as a window.
-//!   The CPU backend refuses a concatenation or padding there (a select
-//!   per packed element); APOLLO's feedback (§4.1, `feedback.rs`) then
-//!   splits the matmul off and the movement group stays one kernel.
+//!   A concatenation or padding does not join one either (a select per
+//!   packed element; the CPU backend refused it, and APOLLO's feedback
+//!   split it off again, leaving element-wise producers that had joined
+//!   meanwhile in the concatenation's kernel, where they kept it from
+//!   being assembled in place by its producers).
 //! - Another, at a level of its own before 6-matmul ("kiln-layout"): a
 //!   layout group that selects by bounds (a concatenation or padding)
 //!   joins its element-wise and broadcast consumers, so a DenseNet layer's
@@ -124,7 +126,13 @@ pub fn aggregate(fg: &FusionGraph) -> MicroGraphs {
         .collect();
     let condition = |mg: &MicroGraphs, rule: &Rule, p: usize, c: usize| match rule.result {
         LAYOUT => mg.part.members(p).iter().any(|&n| selecting[n]),
-        MATMUL | CONV => contraction_fusable(fg, mg, p, c),
+        // A concatenation or padding never joins a contraction: its packing would select
+        // per element, and kept whole a concatenation can be assembled in place.
+        MATMUL | CONV => {
+            let selecting_movement =
+                rule.producer == Side::Movement && mg.part.members(p).iter().any(|&n| selecting[n]);
+            !selecting_movement && contraction_fusable(fg, mg, p, c)
+        }
         WINDOW => epilogue_of_its_shape(fg, mg, p, c, &|n| fg.nodes[n].apollo() == WINDOW),
         REDUCTION => {
             !kept_for_contraction(fg, mg, p, c) && !broadcasts_transcendental(fg, mg, &costly, p, c)
