@@ -136,6 +136,7 @@ impl CpuProgram {
             })
             .collect();
         let plan = place_kernels(&graph, &infos, &placing)?;
+        // An assembled concatenation's kernel is never called: no C for it.
         let kernels = chosen
             .into_iter()
             .zip(assembled)

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_close, inputs, load, values};
+use common::{check_planners_after, values};
 use kiln_exec::Step;
 use kiln_ir::Result;
 use kiln_passes::Layout;
@@ -17,39 +17,23 @@ use kiln_passes::Layout;
 /// interpreter on the graph as written, and returns how many
 /// concatenations the `apollo` plan assembles in place.
 fn assembled(src: &str, layout: Layout, name: &str) -> Result<usize> {
-    let original = load(src)?;
-    let ins = inputs(&original)?;
-    let want = kiln_interp::run(&original, &ins)?;
-    let mut g = original.clone();
     let passes = kiln_passes::Options {
         layout,
         ..Default::default()
     };
-    kiln_passes::optimize(&mut g, &passes)?;
-    let mut count = 0;
-    for fusion in kiln_fuse::PlannerKind::ALL {
-        let opts = kiln_cpu::CpuOptions {
-            threads: 2,
-            fusion,
-            ..Default::default()
-        };
-        let model = kiln_cpu::CompiledModel::compile(&g, &opts)?;
-        let plan = model.plan();
-        assert_eq!(plan.interpreted().count(), 0, "{name}");
-        assert_close(
-            &model.run(&ins)?,
-            &want,
-            &format!("{name} {}", fusion.name()),
-        )?;
-        if fusion == kiln_fuse::PlannerKind::Apollo {
-            count = plan
-                .steps
-                .iter()
-                .filter(|s| matches!(s, Step::Assembled { .. }))
-                .count();
-        }
-    }
-    Ok(count)
+    let (g, interpreted) = check_planners_after(src, name, &passes)?;
+    assert!(interpreted.is_empty(), "{name}: {interpreted:?}");
+    let opts = kiln_cpu::CpuOptions {
+        fusion: kiln_fuse::PlannerKind::Apollo,
+        ..Default::default()
+    };
+    let model = kiln_cpu::CompiledModel::compile(&g, &opts)?;
+    Ok(model
+        .plan()
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Assembled { .. }))
+        .count())
 }
 
 /// A SqueezeNet fire module (1x1 and 3x3 expansions of 12 and 20

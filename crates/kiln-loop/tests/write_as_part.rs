@@ -5,9 +5,10 @@
 //! `.expected` file beside it (`KILN_BLESS=1` rewrites them;
 //! `KILN_CASE=substring` runs matching cases).
 
+mod common;
+
 use kiln_loop::parse_kernel;
 use kiln_loop::write_as_part::{write_as_part, Part};
-use std::path::Path;
 
 /// The `# part:` line's buffer and part.
 fn part_of(source: &str) -> (usize, Part) {
@@ -36,11 +37,7 @@ fn part_of(source: &str) -> (usize, Part) {
 
 fn rewritten(source: &str) -> String {
     let (buf, part) = part_of(source);
-    let text: String = source
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    let text = common::kernel_text(source);
     let k = parse_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     match write_as_part(&k, buf, &part) {
         Some(k) => format!("{k}\n"),
@@ -50,33 +47,5 @@ fn rewritten(source: &str) -> String {
 
 #[test]
 fn outputs_written_as_parts() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/write_as_part");
-    let bless = std::env::var("KILN_BLESS").is_ok_and(|v| v == "1");
-    let filter = std::env::var("KILN_CASE").unwrap_or_default();
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/write_as_part")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "loops"))
-        .collect();
-    cases.sort();
-    assert!(!cases.is_empty(), "no cases in {}", dir.display());
-    let mut failures = Vec::new();
-    for case in cases {
-        let name = case.display().to_string();
-        if !name.contains(&filter) {
-            continue;
-        }
-        let got = rewritten(&std::fs::read_to_string(&case).expect("read case"));
-        let expected = case.with_extension("expected");
-        if bless {
-            std::fs::write(&expected, &got).expect("write expected");
-        } else if std::fs::read_to_string(&expected).unwrap_or_default() != got {
-            failures.push(format!("{name}:\n{got}"));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "differs from .expected (KILN_BLESS=1 to accept):\n{}",
-        failures.join("\n")
-    );
+    common::check_cases("write_as_part", &rewritten);
 }

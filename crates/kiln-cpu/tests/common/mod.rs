@@ -81,11 +81,20 @@ pub fn values(count: usize, seed: u64) -> String {
 /// labels failures); returns the optimized graph and the nodes it leaves
 /// to the interpreter (node, why).
 pub fn check_planners(src: &str, name: &str) -> Result<(Graph, Vec<(String, String)>)> {
+    check_planners_after(src, name, &kiln_passes::Options::default())
+}
+
+/// [`check_planners`] after the graph passes with `passes`.
+pub fn check_planners_after(
+    src: &str,
+    name: &str,
+    passes: &kiln_passes::Options,
+) -> Result<(Graph, Vec<(String, String)>)> {
     let original = load(src)?;
     let ins = inputs(&original)?;
     let want = kiln_interp::run(&original, &ins)?;
     let mut g = original.clone();
-    kiln_passes::optimize(&mut g, &kiln_passes::Options::default())?;
+    kiln_passes::optimize(&mut g, passes)?;
     let mut interpreted = Vec::new();
     for fusion in kiln_fuse::PlannerKind::ALL {
         let opts = kiln_cpu::CpuOptions {
