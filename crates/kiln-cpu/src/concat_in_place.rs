@@ -8,7 +8,8 @@
 //! when `kiln_exec::assemble::part_producers` accepts it and every
 //! producer's kernel can write its part in place
 //! (`kiln_loop::write_as_part`); those kernels are replaced by the
-//! rewritten ones, printed again (untuned, no in-place input), and the
+//! rewritten ones, printed again (with the producer's tuning, no in-place
+//! input), and the
 //! execution plan gives the parts the whole's memory. Otherwise nothing
 //! changes and the concatenation copies as before. Results are the same
 //! either way: each producer stores the same values, at the part's place
@@ -16,7 +17,6 @@
 
 use crate::select::{constant_buffers, NodeKernel};
 use kiln_codegen::c::kernel_c;
-use kiln_codegen::gemm::Tuning;
 use kiln_exec::assemble::part_producers;
 use kiln_ir::{Graph, Result, ValueId};
 use kiln_loop::write_as_part::{write_as_part, Part};
@@ -118,7 +118,7 @@ fn part_kernel(
     }
     let kernel = write_as_part(&producer.kernel, buf, at)?;
     let constants = constant_buffers(g, &g.nodes[p], &producer.inputs);
-    let source = kernel_c(&kernel, None, &constants, target, &Tuning::default()).ok()?;
+    let source = kernel_c(&kernel, None, &constants, target, &producer.tuning).ok()?;
     Some(NodeKernel {
         c: source.c,
         packs: source.packed_buffer.map(|b| producer.inputs[b]),
@@ -128,5 +128,6 @@ fn part_kernel(
         inputs: producer.inputs.clone(),
         in_place: None,
         view: None,
+        tuning: producer.tuning.clone(),
     })
 }

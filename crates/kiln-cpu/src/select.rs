@@ -42,6 +42,9 @@ pub struct NodeKernel {
     pub packs: Option<usize>,
     /// Scratch memory it takes last (a generated matmul's packing buffers).
     pub workspace: GemmWorkspace,
+    /// The gemm choices its C was printed with (`kiln tune`'s, or the
+    /// defaults), so a rewritten kernel keeps them (`concat_in_place.rs`).
+    pub tuning: Tuning,
 }
 
 impl NodeKernel {
@@ -109,9 +112,12 @@ pub fn node_kernel_tuned(
     let tuned = (!tunings.is_empty())
         .then(|| tunings.get(&kernel_key(&default.c, &k.name, target)))
         .flatten();
-    let source = match tuned {
-        Some(t) => kernel_c(k, lowered.alias, &lowered.constants, target, t)?,
-        None => default,
+    let (source, tuning) = match tuned {
+        Some(t) => (
+            kernel_c(k, lowered.alias, &lowered.constants, target, t)?,
+            t.clone(),
+        ),
+        None => (default, Tuning::default()),
     };
     let inputs = lowered.inputs;
     Ok(NodeKernel {
@@ -123,6 +129,7 @@ pub fn node_kernel_tuned(
         in_place: lowered.alias.map(|b| inputs[b]),
         view: lowered.view,
         inputs,
+        tuning,
     })
 }
 
@@ -230,6 +237,7 @@ pub fn fused_kernel(
         inputs: lowered.inputs,
         in_place: None,
         view: None,
+        tuning: Tuning::default(),
     })
 }
 

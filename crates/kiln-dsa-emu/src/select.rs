@@ -56,6 +56,7 @@ pub fn node_kernel(g: &Graph, node: &Node, name: &str, t: &DsaTarget) -> Result<
         view: lowered.view,
         packs: None,
         workspace: Default::default(),
+        tuning: Default::default(),
     })
 }
 
