@@ -32,6 +32,11 @@ pub fn assemble_concats(
 ) -> Result<Vec<bool>> {
     let mut assembled = vec![false; g.nodes.len()];
     for n in 0..g.nodes.len() {
+        // Only a concatenation with a kernel of its own: one left to the
+        // interpreter would read its parts from their own places.
+        if chosen[n].is_err() {
+            continue;
+        }
         let runs_kernel =
             |p: usize| !assembled[p] && chosen[p].as_ref().is_ok_and(|k| k.view.is_none());
         let Some(producers) = part_producers(g, n, &runs_kernel, scope_reads) else {
