@@ -285,29 +285,51 @@ impl Places {
     /// memory plan.
     fn place_arena(&mut self, req: &PlanRequest, blocks: &[Vec<usize>]) {
         let g = req.graph;
-        let mut index_of: HashMap<ValueId, usize> = HashMap::new();
-        let mut lifetimes: Vec<Lifetime> = Vec::new();
-        let mut values = Vec::new();
-        let mut aliases = Vec::new();
+        let mut arena = self.arena_values(req);
+        // Graph outputs live to the end.
+        for o in &g.outputs {
+            if let Some(&l) = arena.index_of.get(o) {
+                arena.lifetimes[l].last = blocks.len();
+            }
+        }
+        self.request_in_place(req, &arena.index_of, &mut arena.lifetimes);
+        let plan = memplan::plan(&arena.lifetimes, req.alignment);
+        for (l, v) in arena.values.iter().enumerate() {
+            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
+        for (v, l) in arena.aliases {
+            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
+        }
+        self.arena_bytes = plan.arena_bytes;
+        self.arena_total = plan.total_bytes;
+        self.arena_bound = live_bytes_bound(&arena.lifetimes, blocks.len());
+    }
+
+    /// The arena values with their lifetimes, in step order: each node's
+    /// outputs, except views (their input's storage) and parts of an
+    /// assembled concatenation (the whole's, live from the first part's
+    /// step); values kernels cannot hold are boxed instead.
+    fn arena_values(&mut self, req: &PlanRequest) -> ArenaValues {
+        let g = req.graph;
+        let mut arena = ArenaValues::default();
         for (step, node) in g.nodes.iter().enumerate() {
             let t = self.time[step];
             for &i in node.inputs.iter().flatten().chain(&req.scope_reads[step]) {
-                if let Some(&l) = index_of.get(&i) {
-                    lifetimes[l].last = lifetimes[l].last.max(t);
+                if let Some(&l) = arena.index_of.get(&i) {
+                    arena.lifetimes[l].last = arena.lifetimes[l].last.max(t);
                 }
             }
             let view = req.kernels[step].as_ref().ok().and_then(|k| k.view);
             if let (Some(p), [Some(o)]) = (view, node.outputs.as_slice()) {
                 if let Some(Some(i)) = node.inputs.get(p) {
                     // The output is the input's bytes: share its storage.
-                    match (self.loc[i.index()], index_of.get(i).copied()) {
+                    match (self.loc[i.index()], arena.index_of.get(i).copied()) {
                         (Some(l @ (Loc::Input(_) | Loc::Weight(_))), _) => {
                             self.loc[o.index()] = Some(l);
                             self.aliased[step] = true;
                         }
                         (_, Some(l)) => {
-                            index_of.insert(*o, l);
-                            aliases.push((*o, l));
+                            arena.alias(*o, l);
                             self.aliased[step] = true;
                         }
                         _ => {}
@@ -318,57 +340,24 @@ impl Places {
                 }
             }
             for &o in node.outputs.iter().flatten() {
-                if self.loc[o.index()].is_some() || index_of.contains_key(&o) {
+                if self.loc[o.index()].is_some() || arena.index_of.contains_key(&o) {
                     continue;
                 }
                 if let Some(&whole) = self.part_of.get(&o) {
-                    // A part: the whole's place, from its first part's step.
-                    let l = *index_of.entry(whole).or_insert_with(|| {
-                        values.push(whole);
-                        lifetimes.push(Lifetime {
-                            size: value_bytes(g, whole),
-                            first: t,
-                            last: t,
-                            inplace_of: None,
-                        });
-                        lifetimes.len() - 1
-                    });
-                    index_of.insert(o, l);
-                    aliases.push((o, l));
-                    continue;
-                }
-                if !arena_able(req, o) {
+                    let l = match arena.index_of.get(&whole) {
+                        Some(&l) => l,
+                        None => arena.add(whole, value_bytes(g, whole), t),
+                    };
+                    arena.alias(o, l);
+                } else if arena_able(req, o) {
+                    arena.add(o, value_bytes(g, o), t);
+                } else {
                     self.loc[o.index()] = Some(Loc::Boxed(self.boxed));
                     self.boxed += 1;
-                    continue;
                 }
-                index_of.insert(o, lifetimes.len());
-                values.push(o);
-                lifetimes.push(Lifetime {
-                    size: value_bytes(g, o),
-                    first: t,
-                    last: t,
-                    inplace_of: None,
-                });
             }
         }
-        // Graph outputs live to the end.
-        for o in &g.outputs {
-            if let Some(&l) = index_of.get(o) {
-                lifetimes[l].last = blocks.len();
-            }
-        }
-        self.request_in_place(req, &index_of, &mut lifetimes);
-        let plan = memplan::plan(&lifetimes, req.alignment);
-        for (l, v) in values.iter().enumerate() {
-            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
-        }
-        for (v, l) in aliases {
-            self.loc[v.index()] = Some(Loc::Arena(plan.offsets[l]));
-        }
-        self.arena_bytes = plan.arena_bytes;
-        self.arena_total = plan.total_bytes;
-        self.arena_bound = live_bytes_bound(&lifetimes, blocks.len());
+        arena
     }
 
     /// In-place requests: a kernel's output over the input it names, where
@@ -416,6 +405,40 @@ impl Places {
                 })
             })
             .collect()
+    }
+}
+
+/// Arena values collected in step order.
+#[derive(Default)]
+struct ArenaValues {
+    /// Lifetime index of each value placed (an alias: its storage's).
+    index_of: HashMap<ValueId, usize>,
+    lifetimes: Vec<Lifetime>,
+    /// The value owning each lifetime.
+    values: Vec<ValueId>,
+    /// Values sharing another's lifetime and place.
+    aliases: Vec<(ValueId, usize)>,
+}
+
+impl ArenaValues {
+    /// A value of its own, `size` bytes, produced at time step `t`.
+    fn add(&mut self, v: ValueId, size: usize, t: usize) -> usize {
+        let l = self.lifetimes.len();
+        self.index_of.insert(v, l);
+        self.values.push(v);
+        self.lifetimes.push(Lifetime {
+            size,
+            first: t,
+            last: t,
+            inplace_of: None,
+        });
+        l
+    }
+
+    /// `v` lives in lifetime `l`'s storage.
+    fn alias(&mut self, v: ValueId, l: usize) {
+        self.index_of.insert(v, l);
+        self.aliases.push((v, l));
     }
 }
 
