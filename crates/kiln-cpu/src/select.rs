@@ -392,7 +392,7 @@ fn in_place_input(k: &Kernel) -> Option<usize> {
             && buf.numel() == k.buffers[out].numel()
             && buf.dtype.size() == k.buffers[out].dtype.size()
             && reads_only_at(value, b, store)
-            && reads(value, b)
+            && value.reads(b)
     })
 }
 
@@ -402,14 +402,6 @@ fn single_store(body: &[Stmt]) -> Option<(&kiln_loop::Idx, &Val)> {
         [Stmt::Loop(l)] => single_store(&l.body),
         [Stmt::Store { offset, value, .. }] => Some((offset, value)),
         _ => None,
-    }
-}
-
-fn reads(v: &Val, b: usize) -> bool {
-    match v {
-        Val::Load { buf, .. } => *buf == b,
-        Val::Call(_, args) => args.iter().any(|a| reads(a, b)),
-        _ => false,
     }
 }
 
@@ -426,7 +418,7 @@ fn reads_only_at(v: &Val, b: usize, at: &kiln_loop::Idx) -> bool {
 /// Whether a data-dependent index inside `i` reads buffer `b`.
 fn offset_reads(i: &kiln_loop::Idx, b: usize) -> bool {
     i.terms.iter().any(|(a, _)| match a {
-        kiln_loop::Atom::Data { value, .. } => reads(value, b),
+        kiln_loop::Atom::Data { value, .. } => value.reads(b),
         kiln_loop::Atom::Div(e, _) | kiln_loop::Atom::Mod(e, _) => offset_reads(e, b),
         kiln_loop::Atom::Var(_) => false,
     })

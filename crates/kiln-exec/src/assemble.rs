@@ -38,28 +38,18 @@ pub fn part_producers(
         return None;
     }
     let producers = g.producers();
+    // Reads by nodes and as graph outputs.
+    let uses = g.use_counts();
     let mut found: Vec<usize> = Vec::with_capacity(node.inputs.len());
     for v in &node.inputs {
         let v = (*v)?;
         let p = producers[v.index()]?;
-        let once = reads_of(g, v, scope_reads) == 1 && !g.outputs.contains(&v);
+        let by_subgraphs = scope_reads.iter().flatten().any(|&i| i == v);
+        let once = uses[v.index()] == 1 && !by_subgraphs;
         if p >= n || !runs_kernel(p) || !once || found.contains(&p) {
             return None;
         }
         found.push(p);
     }
     (!found.is_empty()).then_some(found)
-}
-
-/// How many times `v` is read: as a node input, by a subgraph, or as a
-/// graph output.
-fn reads_of(g: &Graph, v: ValueId, scope_reads: &[Vec<ValueId>]) -> usize {
-    let inputs = g
-        .nodes
-        .iter()
-        .flat_map(|node| node.inputs.iter().flatten())
-        .filter(|&&i| i == v)
-        .count();
-    let scopes = scope_reads.iter().flatten().filter(|&&i| i == v).count();
-    inputs + scopes
 }

@@ -99,7 +99,7 @@ fn still_read_after(
 ) -> bool {
     let marker = Val::Local(String::new());
     let rest_of_f = replace(f, at_j, &marker).unwrap_or_else(|| f.clone());
-    if reads(&rest_of_f, buf) {
+    if rest_of_f.reads(buf) {
         return true;
     }
     after.iter().enumerate().any(|(k, s)| {
@@ -111,17 +111,8 @@ fn still_read_after(
         };
         let at_k = value.substitute(var, &Idx::var(&var_k));
         let rest = replace(&value_k, &at_k, &marker).unwrap_or(value_k);
-        reads(&rest, buf)
+        rest.reads(buf)
     })
-}
-
-/// Whether `v` loads from `buf`.
-fn reads(v: &Val, buf: usize) -> bool {
-    match v {
-        Val::Load { buf: b, .. } => *b == buf,
-        Val::Call(_, args) => args.iter().any(|a| reads(a, buf)),
-        Val::InBounds(_) | Val::Const(_) | Val::Index(_) | Val::Local(_) => false,
-    }
 }
 
 /// The type of the local the reduction into `acc` is rounded to

@@ -166,9 +166,9 @@ impl Rewrite {
     fn gemm(&self, g: &Gemm, outer: &Ranges) -> Option<Gemm> {
         let factor_reads = |i: &GemmInput| match i {
             GemmInput::Read(o) => o.buf == self.buf,
-            GemmInput::Computed(v) => reads(v, self.buf),
+            GemmInput::Computed(v) => v.reads(self.buf),
         };
-        let epilogue_reads = g.epilogue.as_ref().is_some_and(|e| reads(e, self.buf));
+        let epilogue_reads = g.epilogue.as_ref().is_some_and(|e| e.reads(self.buf));
         if factor_reads(&g.a) || factor_reads(&g.b) || epilogue_reads {
             return None;
         }
@@ -244,11 +244,4 @@ impl Rewrite {
             constant: i.constant,
         })
     }
-}
-
-/// Whether `v` loads from `buf`.
-fn reads(v: &Val, buf: usize) -> bool {
-    let mut found = false;
-    v.for_each_load(&mut |b, _, _| found |= b == buf);
-    found
 }

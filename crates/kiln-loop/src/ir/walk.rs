@@ -57,6 +57,13 @@ impl Val {
         }
     }
 
+    /// Whether the value loads from `buf` (not inside data-dependent indices).
+    pub fn reads(&self, buf: usize) -> bool {
+        let mut found = false;
+        self.for_each_load(&mut |b, _, _| found |= b == buf);
+        found
+    }
+
     pub fn vars(&self, out: &mut Vec<String>) {
         match self {
             Val::Load { offset, guard, .. } => {
